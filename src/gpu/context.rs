@@ -1,0 +1,204 @@
+//! Adapter and device creation. We ask the adapter for its own limits (not WebGPU's conservative
+//! defaults): Florence-2 needs large storage bindings (the 51328x768 shared embedding is 157.7 MB) and
+//! as many invocations per workgroup as the device allows. Optional features (f16 arithmetic, subgroups,
+//! timestamp queries) are requested only when the adapter has them; kernels pick a variant from [`Caps`].
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::gpu::pipeline::PipelineCache;
+
+/// What the caller may tune when opening the device.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Lower the storage-binding limit below the adapter's (tests use this to exercise split bindings
+    /// cheaply). `None` keeps the adapter's limit.
+    pub max_storage_binding_size: Option<u64>,
+    /// Never request SHADER_F16 even if available.
+    pub disable_f16: bool,
+    /// Never request SUBGROUP even if available.
+    pub disable_subgroups: bool,
+}
+
+/// The capabilities kernels choose their variant from.
+#[derive(Clone, Debug)]
+pub struct Caps {
+    pub shader_f16: bool,
+    pub subgroups: bool,
+    pub timestamp_query: bool,
+    /// Smallest subgroup size the adapter may run (0 when subgroups are off).
+    pub subgroup_min_size: u32,
+    pub max_storage_binding: u64,
+    pub max_buffer: u64,
+    pub max_invocations: u32,
+    pub max_workgroup_storage: u32,
+    pub max_storage_buffers_per_stage: u32,
+    /// Byte alignment of a storage binding's offset.
+    pub storage_offset_alignment: u32,
+    /// Byte alignment of a uniform binding's offset.
+    pub uniform_offset_alignment: u32,
+    /// Adapter description, for logs and benchmark tables.
+    pub adapter_name: String,
+    pub backend: String,
+    /// True for CPU adapters (lavapipe, SwiftShader, WARP).
+    pub is_cpu: bool,
+}
+
+/// The device, its queue, the pipeline cache, and the error slots that turn wgpu's asynchronous errors
+/// into `Result`s instead of panics.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub caps: Caps,
+    pub pipelines: PipelineCache,
+    /// First uncaptured wgpu error since the last [`Gpu::check`].
+    pub(crate) error: Arc<Mutex<Option<String>>>,
+    /// Set once the device is lost; every later operation fails with [`Error::DeviceLost`].
+    pub(crate) lost: Arc<Mutex<Option<String>>>,
+    /// Uniform pages returned by finished recorders, reused by the next ones.
+    pub(crate) uniform_pool: Mutex<Vec<wgpu::Buffer>>,
+}
+
+impl Gpu {
+    /// Open the default adapter (high-performance preference) with its own limits.
+    pub async fn new(opts: GpuOptions) -> Result<Arc<Gpu>> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| Error::NoAdapter(e.to_string()))?;
+        Self::from_adapter(adapter, opts).await
+    }
+
+    /// Open a device on a given adapter.
+    pub async fn from_adapter(adapter: wgpu::Adapter, opts: GpuOptions) -> Result<Arc<Gpu>> {
+        let info = adapter.get_info();
+        let alimits = adapter.limits();
+        let afeatures = adapter.features();
+
+        let mut features = wgpu::Features::empty();
+        if !opts.disable_f16 && afeatures.contains(wgpu::Features::SHADER_F16) {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if !opts.disable_subgroups && afeatures.contains(wgpu::Features::SUBGROUP) {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        if afeatures.contains(wgpu::Features::TIMESTAMP_QUERY) {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+
+        let mut limits = alimits.clone();
+        if let Some(cap) = opts.max_storage_binding_size {
+            limits.max_storage_buffer_binding_size =
+                limits.max_storage_buffer_binding_size.min(cap);
+        }
+
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("florence2"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::Device(e.to_string()))?;
+
+        // wgpu's default handler panics on an uncaptured error; record it instead and surface it as
+        // `Error::Gpu` at the next submit or readback.
+        let error: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut s) = slot.lock() {
+                if s.is_none() {
+                    *s = Some(e.to_string());
+                }
+            }
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let lslot = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut s) = lslot.lock() {
+                *s = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+
+        let subgroups = features.contains(wgpu::Features::SUBGROUP);
+        let caps = Caps {
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups,
+            timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroup_min_size: if subgroups {
+                adapter.get_info().subgroup_min_size
+            } else {
+                0
+            },
+            max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+            max_buffer: limits.max_buffer_size,
+            max_invocations: limits.max_compute_invocations_per_workgroup,
+            max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+            max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
+            storage_offset_alignment: limits.min_storage_buffer_offset_alignment,
+            uniform_offset_alignment: limits.min_uniform_buffer_offset_alignment,
+            adapter_name: info.name.clone(),
+            backend: format!("{:?}", info.backend),
+            is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+        };
+
+        Ok(Arc::new(Gpu {
+            device,
+            queue,
+            caps,
+            pipelines: PipelineCache::default(),
+            error,
+            lost,
+            uniform_pool: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Fail if the device was lost or an uncaptured wgpu error was recorded since the last check.
+    /// Clears the recorded error so the next request starts clean.
+    pub fn check(&self) -> Result<()> {
+        if let Some(msg) = self.lost.lock().ok().and_then(|s| s.clone()) {
+            return Err(Error::DeviceLost(msg));
+        }
+        if let Some(msg) = self.error.lock().ok().and_then(|mut s| s.take()) {
+            return Err(Error::Gpu(msg));
+        }
+        Ok(())
+    }
+
+    /// Block (natively) until all submitted work is done. A no-op in the browser, where the event loop
+    /// drives the queue and readbacks are awaited instead.
+    pub fn wait_idle(&self) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(e.to_string()))?;
+        }
+        self.check()
+    }
+
+    /// A short human-readable description of the adapter and the features in use.
+    pub fn describe(&self) -> String {
+        let c = &self.caps;
+        format!(
+            "{} ({}; f16={} subgroups={} (min {}) max_binding={} MiB max_invocations={})",
+            c.adapter_name,
+            c.backend,
+            c.shader_f16,
+            c.subgroups,
+            c.subgroup_min_size,
+            c.max_storage_binding >> 20,
+            c.max_invocations
+        )
+    }
+}

@@ -1,0 +1,39 @@
+//! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), a pipeline cache keyed by shader,
+//! entry point and override constants ([`PipelineCache`]), a recorder that encodes many dispatches into one
+//! command buffer and submits once ([`Recorder`]), and readback ([`readback`]).
+//!
+//! Binding convention shared by every WGSL kernel in `shaders/`: `@group(0) @binding(0)` is the
+//! `var<uniform> p: Params`, and storage buffers follow at bindings 1, 2, ... in the order the launcher
+//! passes them to [`Recorder::dispatch`].
+
+mod context;
+mod pipeline;
+pub mod readback;
+mod recorder;
+mod tensor;
+
+pub use context::{Caps, Gpu, GpuOptions};
+pub use pipeline::{Kernel, PipelineCache, Shader};
+pub use recorder::{Pending, Recorder};
+pub use tensor::{DType, RowChunk, Tensor};
+
+/// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).
+pub const MAX_GRID_DIM: u32 = 65535;
+
+/// Split `n` workgroups into an (x, y, 1) grid with x <= 65535, for kernels that index a flat range.
+/// Shaders recover the flat workgroup index as `wid.x + wid.y * nwg.x` and must ignore indices >= n
+/// (the grid may overshoot by up to x - 1 workgroups).
+pub fn grid_1d(n: u32) -> [u32; 3] {
+    if n <= MAX_GRID_DIM {
+        [n.max(1), 1, 1]
+    } else {
+        let y = n.div_ceil(MAX_GRID_DIM);
+        let x = n.div_ceil(y);
+        [x, y, 1]
+    }
+}
+
+/// Ceil-divide helper used when sizing grids.
+pub fn ceil_div(a: usize, b: usize) -> u32 {
+    a.div_ceil(b) as u32
+}

@@ -1,0 +1,148 @@
+//! Compute pipelines, created once and cached. A pipeline is identified by its shader (one WGSL file per
+//! op family, `include_str!`-ed by the op's launcher), the entry point, and the values of its `override`
+//! constants: WGSL overrides are specialisation constants, folded in when the driver compiles the
+//! pipeline, so static sizes (tile shapes, head_dim, window size) cost nothing at run time and let the
+//! compiler unroll. Sizes that change per step (sequence length, KV-cache fill) go in the `Params` uniform.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+/// A WGSL source file.
+#[derive(Debug)]
+pub struct Shader {
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// One pipeline: a shader, an entry point and its override constants.
+#[derive(Clone, Copy, Debug)]
+pub struct Kernel<'a> {
+    pub shader: &'static Shader,
+    pub entry: &'static str,
+    pub overrides: &'a [(&'static str, f64)],
+}
+
+impl<'a> Kernel<'a> {
+    pub fn new(shader: &'static Shader, entry: &'static str) -> Self {
+        Kernel {
+            shader,
+            entry,
+            overrides: &[],
+        }
+    }
+
+    pub fn with(mut self, overrides: &'a [(&'static str, f64)]) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    fn key(&self) -> String {
+        let mut k = format!("{}:{}", self.shader.name, self.entry);
+        let mut o: Vec<_> = self.overrides.to_vec();
+        o.sort_by(|a, b| a.0.cmp(b.0));
+        for (n, v) in o {
+            k.push_str(&format!(":{n}={v}"));
+        }
+        k
+    }
+}
+
+/// A compiled pipeline and its (auto-derived) bind group layout.
+#[derive(Clone, Debug)]
+pub struct CachedPipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+#[derive(Default)]
+pub struct PipelineCache {
+    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    pipelines: Mutex<HashMap<String, Arc<CachedPipeline>>>,
+}
+
+impl PipelineCache {
+    pub fn len(&self) -> usize {
+        self.pipelines.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Get or build the pipeline for `kernel`. Compilation errors come back as [`Error::Gpu`] with the
+    /// shader's name, never as a panic.
+    pub fn get(&self, gpu: &Gpu, kernel: &Kernel) -> Result<Arc<CachedPipeline>> {
+        let key = kernel.key();
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(p);
+        }
+        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = {
+            let mut modules = self
+                .modules
+                .lock()
+                .map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?;
+            modules
+                .entry(kernel.shader.name)
+                .or_insert_with(|| {
+                    gpu.device
+                        .create_shader_module(wgpu::ShaderModuleDescriptor {
+                            label: Some(kernel.shader.name),
+                            source: wgpu::ShaderSource::Wgsl(kernel.shader.source.into()),
+                        })
+                })
+                .clone()
+        };
+        let pipeline = gpu
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&key),
+                layout: None,
+                module: &module,
+                entry_point: Some(kernel.entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: kernel.overrides,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        let layout = pipeline.get_bind_group_layout(0);
+        if let Some(err) = block_on_scope(scope.pop()) {
+            // Forget the module too, so a fixed source (hot reload in tests) is recompiled.
+            if let Ok(mut m) = self.modules.lock() {
+                m.remove(kernel.shader.name);
+            }
+            return Err(Error::Gpu(format!("building pipeline {key}: {err}")));
+        }
+        let cached = Arc::new(CachedPipeline { pipeline, layout });
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.insert(key, cached.clone());
+        }
+        Ok(cached)
+    }
+}
+
+/// Resolve an error-scope future. Natively wgpu resolves it immediately; in the browser the answer comes
+/// later, so we do not wait for it there (validation errors then surface through the uncaptured-error
+/// handler at the next [`Gpu::check`]).
+fn block_on_scope<F: std::future::Future<Output = Option<wgpu::Error>>>(
+    f: F,
+) -> Option<wgpu::Error> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        pollster::block_on(f)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        drop(f);
+        None
+    }
+}

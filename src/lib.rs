@@ -1,0 +1,12 @@
+//! florence2-wasm: Microsoft's Florence-2 vision-language model on WebGPU (wgpu + WGSL compute shaders),
+//! natively (Vulkan/Metal/DX12) and in the browser (wasm32 + WebGPU).
+//!
+//! Layout: `gpu` (device, tensors, pipelines, recording, readback), `ops` (one typed launcher per WGSL
+//! kernel), `weights` (checkpoint sources and layouts), `model` (DaViT, projector, BART, generation),
+//! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `wasm` (JS facade).
+
+pub mod error;
+pub mod gpu;
+pub mod ops;
+
+pub use error::{Error, Result};

@@ -1,0 +1,5 @@
+//! One typed launcher per WGSL kernel. A launcher checks shapes and dtypes (returning
+//! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
+//! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
+
+pub mod elementwise;

@@ -1,0 +1,67 @@
+//! Shared helpers for the GPU integration tests: one device per test binary, seeded random data, and
+//! max-abs-difference reporting.
+#![allow(dead_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use florence2_wasm::gpu::{Gpu, GpuOptions};
+
+/// The test device (lavapipe in CI). Opened once per test binary.
+pub fn gpu() -> Arc<Gpu> {
+    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        let g =
+            pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)");
+        eprintln!("test adapter: {}", g.describe());
+        g
+    })
+    .clone()
+}
+
+/// A small deterministic PRNG (xorshift64*), so tests need no extra crates and every run sees the same
+/// data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+/// Max |a - b| and max |b| (the "peak" the difference is judged against).
+pub fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let mut d = 0f32;
+    let mut peak = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        d = d.max((x - y).abs());
+        peak = peak.max(y.abs());
+    }
+    (d, peak)
+}
+
+/// Assert `got` is within `tol` (absolute) of `want`, printing the max difference either way.
+pub fn assert_close(name: &str, got: &[f32], want: &[f32], tol: f32) {
+    let (d, peak) = max_diff(got, want);
+    eprintln!("{name}: max |diff| = {d:.3e} (peak {peak:.3e}, tol {tol:.1e})");
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{name}: non-finite output"
+    );
+    assert!(d <= tol, "{name}: max |diff| {d:e} > tol {tol:e}");
+}
