@@ -35,6 +35,11 @@ pub enum Error {
     /// A launcher was handed tensors whose shapes or dtypes do not fit the kernel.
     #[error("{op}: {msg}")]
     Shape { op: &'static str, msg: String },
+
+    // ---- model files -------------------------------------------------------------------------------
+    /// config.json (or another model JSON file) is invalid.
+    #[error("invalid model config: {0}")]
+    Config(String),
 }
 
 impl Error {
@@ -47,6 +52,7 @@ impl Error {
             Error::Readback(_) => "Florence2GpuError",
             Error::Limit { .. } => "Florence2LimitError",
             Error::Shape { .. } => "Florence2ShapeError",
+            Error::Config(_) => "Florence2LoadError",
         }
     }
 

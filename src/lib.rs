@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod gpu;
+pub mod model;
 pub mod ops;
 
 pub use error::{Error, Result};

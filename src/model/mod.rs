@@ -1,0 +1,5 @@
+//! The Florence-2 model: configuration, DaViT vision tower, projector, BART encoder-decoder, generation.
+
+pub mod config;
+
+pub use config::{Florence2Config, TextConfig, VisionConfig};
