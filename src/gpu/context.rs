@@ -140,7 +140,7 @@ impl Gpu {
             } else {
                 0
             },
-            max_storage_binding: limits.max_storage_buffer_binding_size as u64,
+            max_storage_binding: limits.max_storage_buffer_binding_size,
             max_buffer: limits.max_buffer_size,
             max_invocations: limits.max_compute_invocations_per_workgroup,
             max_workgroup_storage: limits.max_compute_workgroup_storage_size,

@@ -174,7 +174,7 @@ impl Recorder {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        if src_off % 4 != 0 || dst_off % 4 != 0 || size % 4 != 0 {
+        if !src_off.is_multiple_of(4) || !dst_off.is_multiple_of(4) || !size.is_multiple_of(4) {
             return Err(Error::shape(
                 "copy",
                 "offsets and size must be multiples of 4",

@@ -145,7 +145,7 @@ impl Tensor {
     /// Write raw bytes at a byte offset (used by the streaming loader to fill a tensor chunk by chunk).
     /// `offset` and `bytes.len()` must be multiples of 4.
     pub fn write_bytes(&self, gpu: &Gpu, offset: u64, bytes: &[u8]) -> Result<()> {
-        if offset % 4 != 0 || bytes.len() % 4 != 0 {
+        if !offset.is_multiple_of(4) || !bytes.len().is_multiple_of(4) {
             return Err(Error::shape(
                 "Tensor::write_bytes",
                 "offset and length must be multiples of 4",
@@ -242,7 +242,7 @@ impl Tensor {
     /// yields one chunk.
     pub fn row_chunks(&self, gpu: &Gpu, row_elems: usize) -> Result<Vec<RowChunk>> {
         let numel = self.numel();
-        if row_elems == 0 || numel % row_elems != 0 {
+        if row_elems == 0 || !numel.is_multiple_of(row_elems) {
             return Err(Error::shape(
                 "row_chunks",
                 format!(

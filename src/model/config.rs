@@ -191,13 +191,13 @@ impl Florence2Config {
         }
         for i in 0..s {
             let c = v.embed_dim[i];
-            if c == 0 || v.num_heads[i] == 0 || c % v.num_heads[i] != 0 {
+            if c == 0 || v.num_heads[i] == 0 || !c.is_multiple_of(v.num_heads[i]) {
                 return Err(cfg_err(format!(
                     "stage {i}: {c} channels do not split into {} heads",
                     v.num_heads[i]
                 )));
             }
-            if v.num_groups[i] == 0 || c % v.num_groups[i] != 0 {
+            if v.num_groups[i] == 0 || !c.is_multiple_of(v.num_groups[i]) {
                 return Err(cfg_err(format!(
                     "stage {i}: {c} channels do not split into {} groups",
                     v.num_groups[i]
@@ -220,7 +220,7 @@ impl Florence2Config {
             return Err(cfg_err("vision_config.mlp_ratio must be in (0, 16]"));
         }
         let last = v.embed_dim[s - 1];
-        if last % 2 != 0 {
+        if !last.is_multiple_of(2) {
             return Err(cfg_err(
                 "the last stage's width must be even (2-D position halves)",
             ));
@@ -250,7 +250,7 @@ impl Florence2Config {
             ("encoder_attention_heads", t.encoder_attention_heads),
             ("decoder_attention_heads", t.decoder_attention_heads),
         ] {
-            if h == 0 || t.d_model % h != 0 {
+            if h == 0 || !t.d_model.is_multiple_of(h) {
                 return Err(cfg_err(format!(
                     "d_model {} does not split into {name} = {h}",
                     t.d_model
