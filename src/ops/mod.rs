@@ -3,3 +3,4 @@
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
 pub mod elementwise;
+pub mod matmul;

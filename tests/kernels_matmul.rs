@@ -1,0 +1,309 @@
+//! `ops::matmul` against a plain Rust f64 reference.
+//!
+//! Tolerance: the GPU accumulates K products in f32. The classic worst-case bound for a recursive sum of
+//! K products is |err| <= gamma_K * sum_k |x_k w_k|, gamma_K = K u / (1 - K u), u = 2^-24, plus one
+//! rounding each for the bias add and the output. We assert every element against its own bound
+//! (computed from the same data), with GELU's Lipschitz constant (<= 1.13) and the erf approximation's
+//! 1.5e-7 absolute error (times 0.5 |v|) added when the epilogue is on. F16 weights: the reference uses the
+//! same f16-rounded weights, so the bound is unchanged.
+mod common;
+
+use std::sync::Arc;
+
+use common::{gpu, Rng};
+use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::ops::matmul::{self, Act};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// erf in f64: Taylor series for |x| < 2.5 (terms stay below e^6.25, so cancellation costs < 1e-13),
+/// the erfc continued fraction beyond (converges fast there).
+fn erf64(x: f64) -> f64 {
+    let ax = x.abs();
+    if ax < 2.5 {
+        let mut sum = 0.0;
+        let mut term = x; // (-1)^n x^(2n+1) / n!
+        let mut n = 0.0;
+        loop {
+            let add = term / (2.0 * n + 1.0);
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs().max(1e-300) {
+                break;
+            }
+            n += 1.0;
+            term *= -x * x / n;
+        }
+        return sum * 2.0 / std::f64::consts::PI.sqrt();
+    }
+    // erfc(x) = exp(-x^2)/sqrt(pi) / (x + (1/2)/(x + (2/2)/(x + (3/2)/(x + ...)))), evaluated backwards.
+    let mut f = ax;
+    for n in (1..200).rev() {
+        f = ax + (n as f64 / 2.0) / f;
+    }
+    let erfc = (-ax * ax).exp() / std::f64::consts::PI.sqrt() / f;
+    x.signum() * (1.0 - erfc)
+}
+
+fn gelu64(v: f64) -> f64 {
+    0.5 * v * (1.0 + erf64(v / std::f64::consts::SQRT_2))
+}
+
+/// Reference linear with per-element error bounds: (values, bounds).
+fn linear_ref(
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    gelu: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> (Vec<f32>, Vec<f64>) {
+    let gamma = (k as f64 * U) / (1.0 - k as f64 * U);
+    let mut out = vec![0f32; m * n];
+    let mut bound = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            let mut mag = 0f64;
+            for kk in 0..k {
+                let p = x[i * k + kk] as f64 * w[j * k + kk] as f64;
+                s += p;
+                mag += p.abs();
+            }
+            let mut b = gamma * mag;
+            if let Some(bb) = bias {
+                s += bb[j] as f64;
+            }
+            b += 2.0 * U * s.abs() + 1e-30;
+            let v = if gelu {
+                b = 1.13 * b + 0.5 * 1.5e-7 * s.abs() + U * gelu64(s).abs();
+                gelu64(s)
+            } else {
+                s
+            };
+            out[i * n + j] = v as f32;
+            bound[i * n + j] = b + U * v.abs();
+        }
+    }
+    (out, bound)
+}
+
+fn check(name: &str, got: &[f32], want: &[f32], bound: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    let mut maxd = 0f64;
+    let mut worst_ratio = 0f64;
+    for (idx, ((&g, &w), &b)) in got.iter().zip(want).zip(bound).enumerate() {
+        assert!(g.is_finite(), "{name}: non-finite output at {idx}");
+        let d = (g as f64 - w as f64).abs();
+        maxd = maxd.max(d);
+        worst_ratio = worst_ratio.max(d / b);
+        assert!(
+            d <= b,
+            "{name}: element {idx}: got {g}, want {w}, |diff| {d:e} > bound {b:e}"
+        );
+    }
+    eprintln!("{name}: max |diff| = {maxd:.3e} (worst diff/bound = {worst_ratio:.3})");
+}
+
+fn round_f16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_linear(
+    g: &Arc<Gpu>,
+    rng: &mut Rng,
+    m: usize,
+    n: usize,
+    k: usize,
+    with_bias: bool,
+    act: Act,
+    w_dtype: DType,
+) {
+    let x = rng.vec(m * k, 1.0);
+    let mut w = rng.vec(n * k, 0.5);
+    let bias = rng.vec(n, 1.0);
+    let tx = Tensor::from_f32(g, &[m, k], &x, "x").unwrap();
+    let tw = match w_dtype {
+        DType::F16 => {
+            w = round_f16(&w);
+            Tensor::from_f32_as_f16(g, &[n, k], &w, "w").unwrap()
+        }
+        _ => Tensor::from_f32(g, &[n, k], &w, "w").unwrap(),
+    };
+    let tb = Tensor::from_f32(g, &[n], &bias, "bias").unwrap();
+    let to = Tensor::zeros(g, &[m, n], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(g);
+    matmul::linear(&mut rec, &tx, &tw, with_bias.then_some(&tb), act, &to).unwrap();
+    rec.submit().unwrap();
+    let got = readback::to_f32_blocking(g, &to).unwrap();
+    let (want, bound) = linear_ref(
+        &x,
+        &w,
+        with_bias.then_some(&bias[..]),
+        act == Act::Gelu,
+        m,
+        n,
+        k,
+    );
+    check(
+        &format!("linear m={m} n={n} k={k} bias={with_bias} {act:?} {w_dtype:?}"),
+        &got,
+        &want,
+        &bound,
+    );
+}
+
+#[test]
+fn linear_f32_odd_shapes_bias_and_gelu() {
+    let g = gpu();
+    let mut rng = Rng::new(11);
+    // Non-multiples of every tile, degenerate M/N/K, and a decode GEMV.
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (1, 37, 5),
+        (3, 1, 7),
+        (70, 67, 1),
+        (65, 130, 33),
+        (1, 200, 96),
+        (5, 9, 3072),
+    ] {
+        run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F32);
+    }
+    run_linear(&g, &mut rng, 33, 45, 29, false, Act::None, DType::F32);
+    run_linear(&g, &mut rng, 33, 45, 29, true, Act::Gelu, DType::F32);
+    run_linear(&g, &mut rng, 2, 45, 64, false, Act::Gelu, DType::F32);
+}
+
+#[test]
+fn linear_f16_weights() {
+    let g = gpu();
+    let mut rng = Rng::new(12);
+    // Odd K puts rows across u32 word boundaries of the packed f16 pairs.
+    for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (66, 70, 40), (1, 130, 768)] {
+        run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F16);
+    }
+    run_linear(&g, &mut rng, 9, 21, 17, true, Act::Gelu, DType::F16);
+}
+
+/// A device whose storage bindings are limited to 64 KiB, so a 100x257 f32 weight (102.8 KB) and a
+/// 300x257 f16 weight (154 KB) must be split into row chunks.
+#[test]
+fn linear_weight_larger_than_binding_limit() {
+    let g = pollster::block_on(Gpu::new(GpuOptions {
+        max_storage_binding_size: Some(64 * 1024),
+        ..Default::default()
+    }))
+    .unwrap();
+    assert_eq!(g.caps.max_storage_binding, 64 * 1024);
+    // The weights really are split (the kernel must place each chunk's columns correctly).
+    for (shape, dt) in [([100, 257], DType::F32), ([300, 257], DType::F16)] {
+        let w = Tensor::zeros(&g, &shape, dt, "w").unwrap();
+        assert!(
+            w.row_chunks(&g, 257).unwrap().len() >= 2,
+            "{shape:?} {dt:?}"
+        );
+    }
+    let mut rng = Rng::new(13);
+    run_linear(&g, &mut rng, 3, 100, 257, true, Act::None, DType::F32);
+    run_linear(&g, &mut rng, 1, 300, 257, true, Act::Gelu, DType::F16);
+    run_linear(&g, &mut rng, 1, 300, 257, false, Act::None, DType::F32);
+}
+
+#[test]
+fn linear_rejects_bad_shapes() {
+    let g = gpu();
+    let x = Tensor::zeros(&g, &[2, 3], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[4, 5], DType::F32, "w").unwrap();
+    let out = Tensor::zeros(&g, &[2, 4], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    let err = matmul::linear(&mut rec, &x, &w, None, Act::None, &out).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::Shape { op: "linear", .. }),
+        "{err}"
+    );
+    let w = Tensor::zeros(&g, &[4, 3], DType::F32, "w").unwrap();
+    let bias = Tensor::zeros(&g, &[3], DType::F32, "b").unwrap();
+    let err = matmul::linear(&mut rec, &x, &w, Some(&bias), Act::None, &out).unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+}
+
+fn bmm_ref(a: &[f32], b: &[f32], bt: usize, m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f64>) {
+    let gamma = (k as f64 * U) / (1.0 - k as f64 * U);
+    let mut out = vec![0f32; bt * m * n];
+    let mut bound = vec![0f64; bt * m * n];
+    for z in 0..bt {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0f64;
+                let mut mag = 0f64;
+                for kk in 0..k {
+                    let p = a[(z * m + i) * k + kk] as f64 * b[(z * k + kk) * n + j] as f64;
+                    s += p;
+                    mag += p.abs();
+                }
+                out[(z * m + i) * n + j] = s as f32;
+                bound[(z * m + i) * n + j] = gamma * mag + U * s.abs() + 1e-30;
+            }
+        }
+    }
+    (out, bound)
+}
+
+#[test]
+fn matmul_batched_odd_shapes() {
+    let g = gpu();
+    let mut rng = Rng::new(21);
+    for &(bt, m, k, n) in &[
+        (1, 1, 1, 1),
+        (3, 5, 7, 9),
+        (2, 70, 33, 65),
+        (4, 1, 64, 1),
+        (1, 3, 3072, 5),
+    ] {
+        let a = rng.vec(bt * m * k, 1.0);
+        let b = rng.vec(bt * k * n, 1.0);
+        let ta = Tensor::from_f32(&g, &[bt, m, k], &a, "a").unwrap();
+        let tb = Tensor::from_f32(&g, &[bt, k, n], &b, "b").unwrap();
+        let to = Tensor::zeros(&g, &[bt, m, n], DType::F32, "out").unwrap();
+        let mut rec = Recorder::new(&g);
+        matmul::matmul(&mut rec, &ta, &tb, &to).unwrap();
+        rec.submit().unwrap();
+        let got = readback::to_f32_blocking(&g, &to).unwrap();
+        let (want, bound) = bmm_ref(&a, &b, bt, m, k, n);
+        check(
+            &format!("matmul b={bt} m={m} k={k} n={n}"),
+            &got,
+            &want,
+            &bound,
+        );
+    }
+}
+
+#[test]
+fn matmul_rejects_bad_shapes() {
+    let g = gpu();
+    let a = Tensor::zeros(&g, &[2, 3, 4], DType::F32, "a").unwrap();
+    let b = Tensor::zeros(&g, &[2, 5, 6], DType::F32, "b").unwrap();
+    let out = Tensor::zeros(&g, &[2, 3, 6], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    let err = matmul::matmul(&mut rec, &a, &b, &out).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::Shape { op: "matmul", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn reference_erf_is_accurate() {
+    // Known values (Abramowitz & Stegun table 7.1 / high-precision references).
+    for (x, want) in [
+        (0.5, 0.520_499_877_813_046_5),
+        (1.0, 0.842_700_792_949_714_9),
+        (2.0, 0.995_322_265_018_952_7),
+        (3.0, 0.999_977_909_503_001_4),
+        (-4.0, -0.999_999_984_582_742_1),
+    ] {
+        assert!((erf64(x) - want).abs() < 1e-13, "erf({x}) = {}", erf64(x));
+    }
+}
