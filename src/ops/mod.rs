@@ -2,5 +2,6 @@
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
+pub mod attention;
 pub mod elementwise;
 pub mod matmul;

@@ -1,0 +1,185 @@
+// Scaled dot-product attention, flash style (online softmax), heads interleaved in columns.
+//
+// q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1 (1 = K/V shared by every batch row, e.g. the image's
+// cross-attention K/V shared by all beams), out (B, Tq, H*D). Tokens are rows and head h owns columns
+// h*D .. h*D+D, exactly as a Linear writes them, so no permutes are needed around the kernel.
+//
+// One workgroup per (batch row, head, block of QB query rows). The block's queries (pre-scaled, as the
+// reference scales q before q k^T) and its running output live in workgroup memory. Keys are consumed
+// in tiles of KT rows: the tile of K and V is staged in workgroup memory, the QB x KT scores are computed
+// by all invocations, one invocation per query row folds them into the running max / sum (online
+// softmax: rescale the old sum and output by exp(m_old - m_new)), and the output block is updated by all
+// invocations. Every value is f32; scores are never materialised beyond one tile, so Tk is unbounded.
+//
+// Masking: key j is visible to query row i iff j < kv_len (KV-cache fill) and, when causal,
+// j <= q_offset + i (q_offset = absolute position of query row 0). The optional additive mask (Tq, Tk)
+// is added to the scaled score. Masked scores contribute exactly 0 (not exp(-huge)); a row that sees no
+// key at all outputs zeros. Causal blocks stop at their last visible key, so decode (Tq = 1) and
+// prefill never read past the cache fill.
+//
+// Sizes: D (head dim), QB, KT are override constants chosen by the launcher so that QB*D <= 1024,
+// KT*D <= 768 and QB*KT <= 256 (15.2 KiB of workgroup memory in all). Per-call sizes are uniforms.
+
+override WG: u32 = 64;
+override D: u32 = 64;   // head dim
+override QB: u32 = 16;  // query rows per workgroup (<= 16)
+override KT: u32 = 16;  // keys per tile
+
+struct Params {
+    batch: u32,     // B
+    tq: u32,        // query rows per batch row
+    tk: u32,        // key rows per K/V batch row (allocated)
+    heads: u32,     // H
+    bk: u32,        // K/V batch rows: B or 1
+    kv_len: u32,    // valid key rows (<= tk)
+    q_offset: u32,  // absolute position of query row 0 (causal)
+    causal: u32,    // 0 / 1
+    has_mask: u32,  // 0 / 1
+    n_qblocks: u32, // ceil(tq / QB)
+    scale: f32,     // multiplies q
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;          // (B, Tq, H*D)
+@group(0) @binding(2) var<storage, read> k: array<f32>;          // (Bk, Tk, H*D)
+@group(0) @binding(3) var<storage, read> v: array<f32>;          // (Bk, Tk, H*D)
+@group(0) @binding(4) var<storage, read> mask: array<f32>;       // (Tq, Tk) additive; unused unless has_mask
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;  // (B, Tq, H*D)
+
+const NEG: f32 = -3.0e38;      // running-max start: below any real score
+const VISIBLE: f32 = -1.0e38;  // scores at or below this are masked (additive -inf / finfo.min masks)
+
+var<workgroup> qs: array<f32, 1024>;   // (QB, D) scaled queries
+var<workgroup> acc: array<f32, 1024>;  // (QB, D) unnormalised output
+var<workgroup> ks: array<f32, 768>;    // (KT, D) key tile
+var<workgroup> vs: array<f32, 768>;    // (KT, D) value tile
+var<workgroup> ss: array<f32, 256>;    // (QB, KT) scores, then probabilities
+var<workgroup> m_run: array<f32, 16>;  // (QB) running max
+var<workgroup> l_run: array<f32, 16>;  // (QB) running sum
+var<workgroup> alpha: array<f32, 16>;  // (QB) rescale factor of this tile
+
+@compute @workgroup_size(WG)
+fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= p.batch * p.heads * p.n_qblocks) {
+        return;
+    }
+    let qblk = g % p.n_qblocks;
+    let bh = g / p.n_qblocks;
+    let h = bh % p.heads;
+    let b = bh / p.heads;
+    let hd = p.heads * D;
+    let kb = select(b, 0u, p.bk == 1u);
+    let row0 = qblk * QB;
+    let rows = min(QB, p.tq - row0);
+
+    for (var i = lid; i < QB * D; i += WG) {
+        let r = i / D;
+        var val = 0.0;
+        if (r < rows) {
+            val = q[(b * p.tq + row0 + r) * hd + h * D + i % D] * p.scale;
+        }
+        qs[i] = val;
+        acc[i] = 0.0;
+    }
+    if (lid < QB) {
+        m_run[lid] = NEG;
+        l_run[lid] = 0.0;
+    }
+    var kend = p.kv_len;
+    if (p.causal != 0u) {
+        kend = min(kend, p.q_offset + row0 + rows);
+    }
+    workgroupBarrier();
+
+    for (var t0 = 0u; t0 < kend; t0 += KT) {
+        let kn = min(KT, kend - t0);
+        for (var i = lid; i < KT * D; i += WG) {
+            let j = i / D;
+            var kx = 0.0;
+            var vx = 0.0;
+            if (j < kn) {
+                let idx = (kb * p.tk + t0 + j) * hd + h * D + i % D;
+                kx = k[idx];
+                vx = v[idx];
+            }
+            ks[i] = kx;
+            vs[i] = vx;
+        }
+        workgroupBarrier();
+
+        for (var i = lid; i < QB * KT; i += WG) {
+            let r = i / KT;
+            let j = i % KT;
+            let key = t0 + j;
+            let qrow = row0 + r;
+            var ok = r < rows && j < kn;
+            if (p.causal != 0u) {
+                ok = ok && key <= p.q_offset + qrow;
+            }
+            var s = NEG;
+            if (ok) {
+                var dot = 0.0;
+                for (var d = 0u; d < D; d++) {
+                    dot += qs[r * D + d] * ks[j * D + d];
+                }
+                if (p.has_mask != 0u) {
+                    dot += mask[qrow * p.tk + key];
+                }
+                s = dot;
+            }
+            ss[i] = s;
+        }
+        workgroupBarrier();
+
+        if (lid < QB) {
+            let r = lid;
+            let m_old = m_run[r];
+            var mx = m_old;
+            for (var j = 0u; j < KT; j++) {
+                mx = max(mx, ss[r * KT + j]);
+            }
+            let a = exp(m_old - mx);
+            var sum = 0.0;
+            for (var j = 0u; j < KT; j++) {
+                let s = ss[r * KT + j];
+                var pj = 0.0;
+                if (s > VISIBLE) {
+                    pj = exp(s - mx);
+                }
+                ss[r * KT + j] = pj;
+                sum += pj;
+            }
+            l_run[r] = l_run[r] * a + sum;
+            m_run[r] = mx;
+            alpha[r] = a;
+        }
+        workgroupBarrier();
+
+        for (var i = lid; i < QB * D; i += WG) {
+            let r = i / D;
+            let d = i % D;
+            var o = acc[i] * alpha[r];
+            for (var j = 0u; j < KT; j++) {
+                o += ss[r * KT + j] * vs[j * D + d];
+            }
+            acc[i] = o;
+        }
+        workgroupBarrier();
+    }
+
+    // Each invocation writes the acc elements it updated itself; l_run was published by the last barrier.
+    for (var i = lid; i < QB * D; i += WG) {
+        let r = i / D;
+        if (r < rows) {
+            let l = l_run[r];
+            var o = 0.0;
+            if (l > 0.0) {
+                o = acc[i] / l;
+            }
+            out[(b * p.tq + row0 + r) * hd + h * D + i % D] = o;
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Multi-head scaled dot-product attention (`shaders/attention.wgsl`): online softmax over key tiles,
+//! heads interleaved in columns, optional causal rule, KV-cache fill, additive mask and K/V shared
+//! across the batch (Bk = 1).
+
+use crate::error::{Error, Result};
+use crate::gpu::{grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+
+pub static SHADER: Shader = Shader {
+    name: "attention",
+    source: include_str!("../../shaders/attention.wgsl"),
+};
+
+const WG: u32 = 64;
+/// Workgroup-memory capacities in the shader (f32 elements): Q block and output block, K/V tile,
+/// score tile, per-row statistics.
+const Q_CAP: usize = 1024;
+const KV_CAP: usize = 768;
+const S_CAP: usize = 256;
+const QB_MAX: usize = 16;
+const KT_MAX: usize = 64;
+
+/// Options of one attention call.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnOpts<'a> {
+    /// Number of heads H; the column count H*D must be divisible by it.
+    pub heads: usize,
+    /// Multiplier applied to q before q k^T (usually head_dim^-0.5).
+    pub scale: f32,
+    /// Key j is visible to query row i only if j <= q_offset + i.
+    pub causal: bool,
+    /// Rows of k/v that are valid (KV-cache fill); `None` = all Tk.
+    pub kv_len: Option<u32>,
+    /// Absolute position of query row 0 (for the causal rule).
+    pub q_offset: u32,
+    /// Additive mask (Tq, Tk), shared by every batch row and head.
+    pub mask: Option<&'a Tensor>,
+}
+
+impl Default for AttnOpts<'_> {
+    fn default() -> Self {
+        AttnOpts {
+            heads: 1,
+            scale: 1.0,
+            causal: false,
+            kv_len: None,
+            q_offset: 0,
+            mask: None,
+        }
+    }
+}
+
+/// Mirrors `Params` in `shaders/attention.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    batch: u32,
+    tq: u32,
+    tk: u32,
+    heads: u32,
+    bk: u32,
+    kv_len: u32,
+    q_offset: u32,
+    causal: u32,
+    has_mask: u32,
+    n_qblocks: u32,
+    scale: f32,
+    _pad: u32,
+}
+
+/// Tile sizes (QB query rows, KT keys) for head dim `d` and `tq` query rows, within the shader's
+/// workgroup-memory capacities.
+fn tiles(d: usize, tq: usize) -> (usize, usize) {
+    let qb = QB_MAX.min(tq.max(1)).min(Q_CAP / d).max(1);
+    let kt = KT_MAX.min(KV_CAP / d).min(S_CAP / qb).max(1);
+    (qb, kt)
+}
+
+fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::shape(op, format!("{what} {v} exceeds u32")))
+}
+
+/// out = softmax(scale * q k^T + mask) v per head. q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
+/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask.
+pub fn attention(
+    rec: &mut Recorder,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "attention";
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+        if t.dtype() != DType::F32 || t.rank() != 3 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "{name} must be a rank-3 f32 tensor, got {:?} {:?}",
+                    t.dtype(),
+                    t.shape()
+                ),
+            ));
+        }
+    }
+    let (b, tq, hd) = (q.dim(0), q.dim(1), q.dim(2));
+    let (bk, tk) = (k.dim(0), k.dim(1));
+    if k.shape() != v.shape() || k.dim(2) != hd {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "q {:?}, k {:?}, v {:?}: k and v must match and share q's width",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            ),
+        ));
+    }
+    if bk != b && bk != 1 {
+        return Err(Error::shape(
+            OP,
+            format!("k/v batch {bk} must be 1 or q's batch {b}"),
+        ));
+    }
+    if out.shape() != q.shape() {
+        return Err(Error::shape(
+            OP,
+            format!("out {:?} must match q {:?}", out.shape(), q.shape()),
+        ));
+    }
+    let heads = opts.heads;
+    if heads == 0 || hd == 0 || !hd.is_multiple_of(heads) {
+        return Err(Error::shape(
+            OP,
+            format!("width {hd} is not a positive multiple of {heads} heads"),
+        ));
+    }
+    let d = hd / heads;
+    if d > KV_CAP {
+        return Err(Error::shape(
+            OP,
+            format!("head dim {d} exceeds the kernel's {KV_CAP}"),
+        ));
+    }
+    let kv_len = opts.kv_len.map(|l| l as usize).unwrap_or(tk);
+    if kv_len > tk {
+        return Err(Error::shape(
+            OP,
+            format!("kv_len {kv_len} exceeds the {tk} key rows"),
+        ));
+    }
+    let gpu = rec.gpu().clone();
+    let mask = match opts.mask {
+        Some(m) => {
+            if m.dtype() != DType::F32 || m.shape() != [tq, tk] {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "mask must be f32 ({tq}, {tk}), got {:?} {:?}",
+                        m.dtype(),
+                        m.shape()
+                    ),
+                ));
+            }
+            m
+        }
+        None => q, // placeholder binding, never read
+    };
+    if b == 0 || tq == 0 {
+        return Ok(());
+    }
+    let (qb, kt) = tiles(d, tq);
+    let n_qblocks = tq.div_ceil(qb);
+    let groups = b
+        .checked_mul(heads)
+        .and_then(|x| x.checked_mul(n_qblocks))
+        .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
+    let params = Params {
+        batch: u32_of(OP, "batch", b)?,
+        tq: u32_of(OP, "Tq", tq)?,
+        tk: u32_of(OP, "Tk", tk)?,
+        heads: u32_of(OP, "heads", heads)?,
+        bk: u32_of(OP, "Bk", bk)?,
+        kv_len: kv_len as u32,
+        q_offset: opts.q_offset,
+        causal: opts.causal as u32,
+        has_mask: opts.mask.is_some() as u32,
+        n_qblocks: n_qblocks as u32,
+        scale: opts.scale,
+        _pad: 0,
+    };
+    let overrides = [
+        ("WG", WG as f64),
+        ("D", d as f64),
+        ("QB", qb as f64),
+        ("KT", kt as f64),
+    ];
+    rec.dispatch(
+        &Kernel::new(&SHADER, "attention").with(&overrides),
+        &params,
+        &[
+            q.binding(&gpu)?,
+            k.binding(&gpu)?,
+            v.binding(&gpu)?,
+            mask.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
+        grid_1d(u32_of(OP, "workgroups", groups)?),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_fit_the_shader_capacities() {
+        for d in [1usize, 8, 24, 32, 48, 64, 80, 128, 256, 768] {
+            for tq in [1usize, 2, 7, 16, 144, 1000] {
+                let (qb, kt) = tiles(d, tq);
+                assert!((1..=QB_MAX).contains(&qb) && qb <= tq.max(1));
+                assert!(qb * d <= Q_CAP, "d {d} tq {tq}");
+                assert!(kt >= 1 && kt * d <= KV_CAP && qb * kt <= S_CAP);
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! `ops::attention::attention` against a plain f64 CPU reference (two-pass softmax).
+//!
+//! Tolerance: 2e-6 absolute on outputs of magnitude <= 1 (convex combinations of v in [-1, 1]). The GPU
+//! works in f32 in another order (online softmax, tile by tile): a score of magnitude <= ~4 summed over
+//! D <= 64 terms carries random-signed rounding of ~sqrt(D) * 2^-24 * 4 ~ 2e-6, which moves each softmax
+//! weight by about that relative amount; the weighted sums add ~sqrt(Tk) * 2^-24. Measured: <= 4e-7 on
+//! every case. A wrong mask, offset or broadcast changes outputs by O(0.1).
+mod common;
+
+use common::{assert_close, gpu, Rng};
+use florence2_wasm::gpu::{readback, DType, Recorder, Tensor};
+use florence2_wasm::ops::attention::{attention, AttnOpts};
+
+const TOL: f32 = 2e-6;
+
+struct Case {
+    b: usize,
+    bk: usize,
+    tq: usize,
+    tk: usize,
+    heads: usize,
+    d: usize,
+    causal: bool,
+    kv_len: Option<usize>,
+    q_offset: usize,
+    mask: bool,
+    scale: f32,
+}
+
+impl Case {
+    fn new(b: usize, tq: usize, tk: usize, heads: usize, d: usize) -> Self {
+        Case {
+            b,
+            bk: b,
+            tq,
+            tk,
+            heads,
+            d,
+            causal: false,
+            kv_len: None,
+            q_offset: 0,
+            mask: false,
+            scale: (d as f32).powf(-0.5),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cpu_attention(c: &Case, q: &[f32], k: &[f32], v: &[f32], mask: Option<&[f32]>) -> Vec<f32> {
+    let hd = c.heads * c.d;
+    let kv_len = c.kv_len.unwrap_or(c.tk);
+    let mut out = vec![0f32; c.b * c.tq * hd];
+    for b in 0..c.b {
+        let kb = if c.bk == 1 { 0 } else { b };
+        for h in 0..c.heads {
+            for i in 0..c.tq {
+                let qrow = &q[(b * c.tq + i) * hd + h * c.d..][..c.d];
+                let mut scores: Vec<Option<f64>> = Vec::with_capacity(c.tk);
+                for j in 0..c.tk {
+                    let visible = j < kv_len && (!c.causal || j <= c.q_offset + i);
+                    if !visible {
+                        scores.push(None);
+                        continue;
+                    }
+                    let krow = &k[(kb * c.tk + j) * hd + h * c.d..][..c.d];
+                    let mut s: f64 = qrow
+                        .iter()
+                        .zip(krow)
+                        .map(|(&a, &b)| (a * c.scale) as f64 * b as f64)
+                        .sum();
+                    if let Some(m) = mask {
+                        s += m[i * c.tk + j] as f64;
+                    }
+                    scores.push(if s.is_finite() { Some(s) } else { None });
+                }
+                let mx = scores.iter().flatten().cloned().fold(f64::MIN, f64::max);
+                let w: Vec<f64> = scores
+                    .iter()
+                    .map(|s| s.map(|s| (s - mx).exp()).unwrap_or(0.0))
+                    .collect();
+                let sum: f64 = w.iter().sum();
+                for dd in 0..c.d {
+                    let mut o = 0f64;
+                    for (j, wj) in w.iter().enumerate() {
+                        if *wj != 0.0 {
+                            o += wj * v[(kb * c.tk + j) * hd + h * c.d + dd] as f64;
+                        }
+                    }
+                    out[(b * c.tq + i) * hd + h * c.d + dd] =
+                        if sum > 0.0 { (o / sum) as f32 } else { 0.0 };
+                }
+            }
+        }
+    }
+    out
+}
+
+fn run(name: &str, c: &Case, seed: u64) {
+    let g = gpu();
+    let mut rng = Rng::new(seed);
+    let hd = c.heads * c.d;
+    // Scores of a few units: q, k in [-2, 2) gives |q.k| * scale up to ~4 for D = 16, so the softmax is
+    // neither flat nor one-hot.
+    let q = rng.vec(c.b * c.tq * hd, 2.0);
+    let k = rng.vec(c.bk * c.tk * hd, 2.0);
+    let v = rng.vec(c.bk * c.tk * hd, 1.0);
+    let mask: Option<Vec<f32>> = c.mask.then(|| {
+        (0..c.tq * c.tk)
+            .map(|i| {
+                // Mix of finite biases and hard -inf / finfo.min bans (never a whole row).
+                match i % 7 {
+                    3 if i % c.tk != 0 => f32::NEG_INFINITY,
+                    5 if i % c.tk != 0 => f32::MIN,
+                    _ => rng.uniform() * 3.0,
+                }
+            })
+            .collect()
+    });
+    let tq_ = Tensor::from_f32(&g, &[c.b, c.tq, hd], &q, "q").unwrap();
+    let tk_ = Tensor::from_f32(&g, &[c.bk, c.tk, hd], &k, "k").unwrap();
+    let tv_ = Tensor::from_f32(&g, &[c.bk, c.tk, hd], &v, "v").unwrap();
+    let tm = mask
+        .as_ref()
+        .map(|m| Tensor::from_f32(&g, &[c.tq, c.tk], m, "mask").unwrap());
+    let to = Tensor::zeros(&g, &[c.b, c.tq, hd], DType::F32, "out").unwrap();
+    let opts = AttnOpts {
+        heads: c.heads,
+        scale: c.scale,
+        causal: c.causal,
+        kv_len: c.kv_len.map(|l| l as u32),
+        q_offset: c.q_offset as u32,
+        mask: tm.as_ref(),
+    };
+    let mut rec = Recorder::new(&g);
+    attention(&mut rec, &tq_, &tk_, &tv_, &opts, &to).unwrap();
+    rec.submit().unwrap();
+    let got = readback::to_f32_blocking(&g, &to).unwrap();
+    let want = cpu_attention(c, &q, &k, &v, mask.as_deref());
+    assert_close(name, &got, &want, TOL);
+}
+
+#[test]
+fn plain_odd_sizes_several_tiles() {
+    // Tq not a multiple of the q block, Tk not a multiple of the key tile, odd head dim.
+    run("plain b2 h3 d20 tq19 tk37", &Case::new(2, 19, 37, 3, 20), 1);
+    run("plain b1 h2 d64 tq33 tk70", &Case::new(1, 33, 70, 2, 64), 2);
+}
+
+#[test]
+fn window_shape_many_batches() {
+    // DaViT window attention: Tq = Tk = 144 (12x12 window), head dim 32, many windows.
+    run("window b9 h2 d32 t144", &Case::new(9, 144, 144, 2, 32), 3);
+}
+
+#[test]
+fn causal_self_attention_prefill_and_offset() {
+    let mut c = Case::new(2, 13, 13, 2, 16);
+    c.causal = true;
+    run("causal prefill", &c, 4);
+    // Queries at absolute positions 5.. over a cache of 20 rows holding 5 + 7 valid rows.
+    let mut c = Case::new(2, 7, 20, 2, 16);
+    c.causal = true;
+    c.q_offset = 5;
+    c.kv_len = Some(12);
+    run("causal q_offset 5 kv_len 12", &c, 5);
+}
+
+#[test]
+fn decode_step_kv_len_and_shared_kv() {
+    // Decoder self-attention step: Tq = 1, cache of 40 rows filled to 23, per-beam caches.
+    let mut c = Case::new(3, 1, 40, 4, 16);
+    c.kv_len = Some(23);
+    c.causal = true;
+    c.q_offset = 22;
+    run("decode self kv_len 23", &c, 6);
+    // Cross-attention: Tq = 1, K/V of one image shared by 3 beams (Bk = 1).
+    let mut c = Case::new(3, 1, 61, 4, 64);
+    c.bk = 1;
+    run("decode cross bk=1", &c, 7);
+    // Bk = 1 with several query rows.
+    let mut c = Case::new(2, 5, 17, 2, 8);
+    c.bk = 1;
+    run("bk=1 tq5", &c, 8);
+}
+
+#[test]
+fn additive_mask_with_hard_bans() {
+    let mut c = Case::new(2, 9, 29, 2, 16);
+    c.mask = true;
+    run("mask", &c, 9);
+    let mut c = Case::new(1, 6, 11, 1, 8);
+    c.mask = true;
+    c.causal = true;
+    run("mask + causal", &c, 10);
+}
+
+#[test]
+fn empty_cache_gives_zeros_and_long_keys_work() {
+    let mut c = Case::new(1, 2, 8, 1, 8);
+    c.kv_len = Some(0);
+    run("kv_len 0", &c, 11);
+    // Long key range (encoder-sized), one query row per block boundary.
+    run("long tk 600", &Case::new(1, 3, 600, 2, 64), 12);
+}
+
+#[test]
+fn rejects_bad_shapes() {
+    let g = gpu();
+    let z = |s: &[usize]| Tensor::zeros(&g, s, DType::F32, "t").unwrap();
+    let (q, k, out) = (z(&[2, 3, 8]), z(&[2, 5, 8]), z(&[2, 3, 8]));
+    let opts = AttnOpts {
+        heads: 2,
+        scale: 1.0,
+        ..Default::default()
+    };
+    let mut rec = Recorder::new(&g);
+    // k/v batch 3 is neither 1 nor 2.
+    let bad_k = z(&[3, 5, 8]);
+    assert!(attention(&mut rec, &q, &bad_k, &bad_k, &opts, &out).is_err());
+    // heads do not divide the width.
+    let o3 = AttnOpts { heads: 3, ..opts };
+    assert!(attention(&mut rec, &q, &k, &k, &o3, &out).is_err());
+    // kv_len beyond Tk.
+    let o = AttnOpts {
+        kv_len: Some(6),
+        ..opts
+    };
+    assert!(attention(&mut rec, &q, &k, &k, &o, &out).is_err());
+    // mask of the wrong shape.
+    let m = z(&[3, 4]);
+    let o = AttnOpts {
+        mask: Some(&m),
+        ..opts
+    };
+    assert!(attention(&mut rec, &q, &k, &k, &o, &out).is_err());
+    // out shape mismatch.
+    assert!(attention(&mut rec, &q, &k, &k, &opts, &z(&[2, 3, 4])).is_err());
+    // Good call still records.
+    attention(&mut rec, &q, &k, &k, &opts, &out).unwrap();
+}
