@@ -40,6 +40,37 @@ pub enum Error {
     /// config.json (or another model JSON file) is invalid.
     #[error("invalid model config: {0}")]
     Config(String),
+
+    // ---- checkpoints (src/weights) -----------------------------------------------------------------
+    /// A tensor the model needs is absent from the checkpoint.
+    #[error("checkpoint is missing tensor '{name}'")]
+    MissingTensor { name: String },
+    /// A tensor has a different shape than the config implies.
+    #[error("tensor '{name}' has shape {got:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+    /// A tensor's dtype is not F32, F16 or BF16 (or not a safetensors dtype at all).
+    #[error("tensor '{name}' has unsupported dtype {dtype} (F32, F16, BF16 are supported)")]
+    UnsupportedDtype { name: String, dtype: String },
+    /// A safetensors header is malformed (length, JSON, offsets, overlaps, ...).
+    #[error("bad safetensors header in {file}: {msg}")]
+    SafetensorsHeader { file: String, msg: String },
+    /// A file ended before the bytes its header promises.
+    #[error("{file} is truncated: expected {expected} bytes, got {got}")]
+    Truncated {
+        file: String,
+        expected: u64,
+        got: u64,
+    },
+    /// `model.safetensors.index.json` is malformed or names a bad shard.
+    #[error("bad checkpoint index {file}: {msg}")]
+    CheckpointIndex { file: String, msg: String },
+    /// A model file could not be read (missing file, I/O error, HTTP error in the browser).
+    #[error("cannot read {file}: {msg}")]
+    FileRead { file: String, msg: String },
 }
 
 impl Error {
@@ -52,7 +83,14 @@ impl Error {
             Error::Readback(_) => "Florence2GpuError",
             Error::Limit { .. } => "Florence2LimitError",
             Error::Shape { .. } => "Florence2ShapeError",
-            Error::Config(_) => "Florence2LoadError",
+            Error::Config(_)
+            | Error::MissingTensor { .. }
+            | Error::TensorShape { .. }
+            | Error::UnsupportedDtype { .. }
+            | Error::SafetensorsHeader { .. }
+            | Error::Truncated { .. }
+            | Error::CheckpointIndex { .. }
+            | Error::FileRead { .. } => "Florence2LoadError",
         }
     }
 

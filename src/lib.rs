@@ -9,5 +9,6 @@ pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod ops;
+pub mod weights;
 
 pub use error::{Error, Result};

@@ -1,0 +1,439 @@
+//! The loading core shared by the ranged loader ([`crate::weights::load_files`]) and the push-style
+//! streaming loader ([`crate::weights::StreamLoader`]): an [`Assembler`] decides, per source tensor, what it
+//! becomes (canonical name, expected shape, layout fix-up, or ignored), opens a [`TensorWriter`] that
+//! converts its bytes to f32 chunk by chunk straight into a GPU buffer, and at the end checks the table
+//! of expected tensors, ties the LM head and synthesizes the temporal table if absent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu, Tensor};
+use crate::model::config::Florence2Config;
+use crate::weights::convert::ElemConverter;
+use crate::weights::expected::{
+    expected_tensors, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
+};
+use crate::weights::header::{Header, TensorInfo};
+use crate::weights::names::{canonical_name, detect_layout, Layout};
+use crate::weights::store::Weights;
+
+/// Loader tuning.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Largest byte range read (ranged loader) or converted (per push) at once.
+    pub chunk_bytes: usize,
+    /// Natively, submit the queue (flushing wgpu's staging copies of `write_buffer`) after this many
+    /// bytes were written, so host staging memory stays bounded.
+    pub flush_bytes: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            chunk_bytes: 8 << 20,
+            flush_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A layout fix-up applied after a tensor's bytes arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fixup {
+    None,
+    /// Output dim `i` is source dim `perm[i]` (`[1, 0]`: transpose; `[0, 3, 1, 2]`: channels-last conv
+    /// `(O, kH, kW, I)` to `(O, I, kH, kW)`).
+    Permute(Vec<usize>),
+}
+
+/// What a source tensor becomes.
+#[derive(Clone, Debug)]
+pub struct TensorPlan {
+    pub canonical: String,
+    pub src: TensorInfo,
+    /// Canonical shape (after the fix-up).
+    pub shape: Vec<usize>,
+    pub fixup: Fixup,
+}
+
+/// Host-memory accounting of the loader's own buffers (bytes held by the loader, not by wgpu).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemStats {
+    pub current: u64,
+    pub peak: u64,
+}
+
+impl MemStats {
+    pub fn set(&mut self, current: u64) {
+        self.current = current;
+        self.peak = self.peak.max(current);
+    }
+}
+
+enum Dest {
+    Gpu(Tensor),
+    /// Whole tensor gathered on the host for a CPU permute (small tensors only).
+    Host(Vec<f32>),
+}
+
+/// Receives one tensor's bytes in order, in pieces of any size.
+pub struct TensorWriter {
+    plan: TensorPlan,
+    conv: ElemConverter,
+    dest: Dest,
+    written: usize,
+}
+
+impl TensorWriter {
+    pub fn plan(&self) -> &TensorPlan {
+        &self.plan
+    }
+
+    /// Bytes held on the host by this writer (partial element + gathered tensor).
+    pub fn host_bytes(&self) -> u64 {
+        let gathered = match &self.dest {
+            Dest::Host(v) => v.capacity() * 4,
+            Dest::Gpu(_) => 0,
+        };
+        (gathered + self.conv.pending()) as u64
+    }
+}
+
+/// Collects tensors from one or more safetensors files into [`Weights`].
+pub struct Assembler {
+    gpu: Arc<Gpu>,
+    opts: LoadOptions,
+    /// Canonical name -> (shape, required).
+    table: BTreeMap<String, (Vec<usize>, bool)>,
+    layout: Option<Layout>,
+    /// Channels-last conv weights seen (or declared by metadata): resolves ambiguous conv shapes.
+    channels_last: bool,
+    weights: Weights,
+    planned: BTreeSet<String>,
+    ignored: Vec<String>,
+    scratch: Vec<f32>,
+    since_flush: u64,
+    stats: MemStats,
+}
+
+impl Assembler {
+    pub fn new(gpu: &Arc<Gpu>, cfg: &Florence2Config, opts: LoadOptions) -> Self {
+        let mut table = BTreeMap::new();
+        for (n, s) in expected_tensors(cfg) {
+            table.insert(n, (s, true));
+        }
+        for (n, s) in optional_tensors(cfg) {
+            table.insert(n, (s, false));
+        }
+        Assembler {
+            gpu: gpu.clone(),
+            opts,
+            table,
+            layout: None,
+            channels_last: false,
+            weights: Weights::new(),
+            planned: BTreeSet::new(),
+            ignored: Vec::new(),
+            scratch: Vec::new(),
+            since_flush: 0,
+            stats: MemStats::default(),
+        }
+    }
+
+    pub fn options(&self) -> &LoadOptions {
+        &self.opts
+    }
+
+    /// Fix the layout (e.g. from an index's names) before any header is planned.
+    pub fn set_layout(&mut self, layout: Layout) {
+        self.layout = Some(layout);
+    }
+
+    pub fn layout(&self) -> Option<Layout> {
+        self.layout
+    }
+
+    /// Peak host bytes held by the loader's own buffers so far (conversion scratch, partial elements,
+    /// tensors gathered for CPU permutes, and whatever the caller reported via [`Assembler::note_held`]).
+    pub fn mem_stats(&self) -> MemStats {
+        self.stats
+    }
+
+    /// Report host bytes held by the caller (e.g. the streaming loader's header buffer) for accounting.
+    pub fn note_held(&mut self, bytes: u64) {
+        let cur = bytes + (self.scratch.capacity() * 4) as u64;
+        self.stats.set(cur);
+    }
+
+    /// Plan every tensor of a header (file order). `None` entries are not needed and are skipped.
+    pub fn plan_header(&mut self, file: &str, header: &Header) -> Result<Vec<Option<TensorPlan>>> {
+        let layout = *self
+            .layout
+            .get_or_insert_with(|| detect_layout(header.tensors.iter().map(|t| t.name.as_str())));
+        if header
+            .metadata
+            .get("format")
+            .is_some_and(|f| f.eq_ignore_ascii_case("mlx"))
+        {
+            self.channels_last = true;
+        }
+        let mut plans = Vec::with_capacity(header.tensors.len());
+        for t in &header.tensors {
+            let plan = self.plan_one(file, layout, t)?;
+            if plan.is_none() {
+                log::debug!(
+                    "{file}: ignoring tensor '{}' (not used by the model)",
+                    t.name
+                );
+                self.ignored.push(t.name.clone());
+            }
+            plans.push(plan);
+        }
+        Ok(plans)
+    }
+
+    fn plan_one(
+        &mut self,
+        file: &str,
+        layout: Layout,
+        t: &TensorInfo,
+    ) -> Result<Option<TensorPlan>> {
+        let Some(canonical) = canonical_name(layout, &t.name) else {
+            return Ok(None);
+        };
+        let Some((shape, _)) = self.table.get(&canonical) else {
+            return Ok(None);
+        };
+        let shape = shape.clone();
+        if !t.dtype.is_loadable() {
+            return Err(Error::UnsupportedDtype {
+                name: t.name.clone(),
+                dtype: t.dtype.as_str().to_owned(),
+            });
+        }
+        if !self.planned.insert(canonical.clone()) {
+            return Err(Error::SafetensorsHeader {
+                file: file.to_owned(),
+                msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
+            });
+        }
+        let mismatch = || Error::TensorShape {
+            name: canonical.clone(),
+            expected: shape.clone(),
+            got: t.shape.clone(),
+        };
+        let fixup = if canonical == crate::weights::expected::IMAGE_PROJECTION
+            && layout == Layout::Original
+        {
+            // Raw (C_last, D) parameter applied as x @ P; HF-native stores its transpose.
+            match shape.as_slice() {
+                [d, c] if t.shape == [*c, *d] => Fixup::Permute(vec![1, 0]),
+                _ => return Err(mismatch()),
+            }
+        } else if let [o, i, kh, kw] = shape.as_slice() {
+            let cl = [*o, *kh, *kw, *i];
+            let is_cf = t.shape == shape;
+            let is_cl = t.shape == cl;
+            match (is_cf, is_cl) {
+                (true, true) if self.channels_last => Fixup::Permute(vec![0, 3, 1, 2]),
+                (true, _) => Fixup::None,
+                (false, true) => {
+                    self.channels_last = true;
+                    Fixup::Permute(vec![0, 3, 1, 2])
+                }
+                (false, false) => return Err(mismatch()),
+            }
+        } else if t.shape == shape {
+            Fixup::None
+        } else {
+            return Err(mismatch());
+        };
+        Ok(Some(TensorPlan {
+            canonical,
+            src: t.clone(),
+            shape,
+            fixup,
+        }))
+    }
+
+    /// Open a writer for a planned tensor (allocates its GPU buffer, or a host buffer for a permute).
+    pub fn begin(&mut self, plan: TensorPlan) -> Result<TensorWriter> {
+        let conv = ElemConverter::new(plan.src.dtype).map_err(|_| Error::UnsupportedDtype {
+            name: plan.src.name.clone(),
+            dtype: plan.src.dtype.as_str().to_owned(),
+        })?;
+        let dest = match plan.fixup {
+            Fixup::None => Dest::Gpu(Tensor::zeros(
+                &self.gpu,
+                &plan.shape,
+                DType::F32,
+                &plan.canonical,
+            )?),
+            Fixup::Permute(_) => Dest::Host(Vec::with_capacity(plan.src.numel())),
+        };
+        Ok(TensorWriter {
+            plan,
+            conv,
+            dest,
+            written: 0,
+        })
+    }
+
+    /// Feed the next bytes of the writer's tensor.
+    pub fn push(&mut self, w: &mut TensorWriter, bytes: &[u8]) -> Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let res = self.push_inner(w, bytes, &mut scratch);
+        self.scratch = scratch;
+        res
+    }
+
+    fn push_inner(&mut self, w: &mut TensorWriter, bytes: &[u8], out: &mut Vec<f32>) -> Result<()> {
+        w.conv.push(bytes, out)?;
+        let numel = w.plan.src.numel();
+        if w.written + out.len() > numel {
+            return Err(Error::SafetensorsHeader {
+                file: w.plan.src.name.clone(),
+                msg: "more bytes than the tensor holds".into(),
+            });
+        }
+        let held = w.host_bytes() + (out.capacity() * 4) as u64;
+        self.stats.set(held.max(self.stats.current));
+        match &mut w.dest {
+            Dest::Gpu(t) => {
+                if !out.is_empty() {
+                    t.write_bytes(&self.gpu, (w.written * 4) as u64, bytemuck::cast_slice(out))?;
+                    self.since_flush += (out.len() * 4) as u64;
+                }
+            }
+            Dest::Host(v) => v.extend_from_slice(out),
+        }
+        w.written += out.len();
+        if self.since_flush >= self.opts.flush_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Submit pending buffer writes (natively this lets wgpu free its staging copies).
+    pub fn flush(&mut self) -> Result<()> {
+        self.since_flush = 0;
+        self.gpu.queue.submit(std::iter::empty());
+        #[cfg(not(target_arch = "wasm32"))]
+        self.gpu.wait_idle()?;
+        Ok(())
+    }
+
+    /// Close a writer: every element must have arrived; apply the fix-up; store the tensor.
+    pub fn finish_tensor(&mut self, w: TensorWriter) -> Result<()> {
+        let numel = w.plan.src.numel();
+        if w.written != numel || w.conv.pending() != 0 {
+            return Err(Error::Truncated {
+                file: w.plan.src.name.clone(),
+                expected: w.plan.src.byte_len(),
+                got: (w.written * w.plan.src.dtype.size() + w.conv.pending()) as u64,
+            });
+        }
+        let TensorWriter { plan, dest, .. } = w;
+        let tensor = match (dest, &plan.fixup) {
+            (Dest::Gpu(t), _) => t,
+            (Dest::Host(v), Fixup::Permute(perm)) => {
+                let p = permute_host(&v, &plan.src.shape, perm)?;
+                Tensor::from_f32(&self.gpu, &plan.shape, &p, &plan.canonical)?
+            }
+            (Dest::Host(v), Fixup::None) => {
+                Tensor::from_f32(&self.gpu, &plan.shape, &v, &plan.canonical)?
+            }
+        };
+        self.weights.insert(plan.canonical, tensor);
+        Ok(())
+    }
+
+    /// Names of source tensors that were skipped as unused.
+    pub fn ignored(&self) -> &[String] {
+        &self.ignored
+    }
+
+    /// Check the table, tie the LM head, synthesize the temporal table if absent; flush the queue.
+    pub fn finish(mut self) -> Result<Weights> {
+        if !self.weights.has(TEMPORAL_TABLE) {
+            if let Some((shape, _)) = self.table.get(TEMPORAL_TABLE) {
+                if let [n, c] = shape.as_slice() {
+                    let data = temporal_cosine_table(*n, *c);
+                    let t = Tensor::from_f32(&self.gpu, shape, &data, TEMPORAL_TABLE)?;
+                    self.weights.insert(TEMPORAL_TABLE, t);
+                }
+            }
+        }
+        let missing: BTreeSet<&String> = self
+            .table
+            .iter()
+            .filter(|(n, (_, req))| *req && !self.weights.has(n))
+            .map(|(n, _)| n)
+            .collect();
+        if let Some(first) = missing.first() {
+            if missing.len() > 1 {
+                log::debug!("{} tensors missing: {missing:?}", missing.len());
+            }
+            return Err(Error::MissingTensor {
+                name: (*first).clone(),
+            });
+        }
+        if !self.weights.has(LM_HEAD) {
+            let shared = self.weights.get_any(SHARED)?;
+            self.weights.insert(LM_HEAD, shared);
+        }
+        if !self.ignored.is_empty() {
+            log::debug!(
+                "{} checkpoint tensors not used: {:?}",
+                self.ignored.len(),
+                self.ignored
+            );
+        }
+        self.flush()?;
+        Ok(self.weights)
+    }
+}
+
+/// Permute a row-major host tensor: output dim `i` is input dim `perm[i]`.
+pub fn permute_host(x: &[f32], shape: &[usize], perm: &[usize]) -> Result<Vec<f32>> {
+    let bad = || {
+        Error::shape(
+            "permute_host",
+            format!("bad permutation {perm:?} of {shape:?}"),
+        )
+    };
+    let r = shape.len();
+    let numel: usize = shape.iter().product();
+    if perm.len() != r || x.len() != numel {
+        return Err(bad());
+    }
+    let mut seen = vec![false; r];
+    for &p in perm {
+        match seen.get_mut(p) {
+            Some(s) if !*s => *s = true,
+            _ => return Err(bad()),
+        }
+    }
+    // Input strides.
+    let mut stride = vec![1usize; r];
+    for i in (0..r.saturating_sub(1)).rev() {
+        stride[i] = stride[i + 1] * shape[i + 1];
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let out_stride: Vec<usize> = perm.iter().map(|&p| stride[p]).collect();
+    let mut out = Vec::with_capacity(numel);
+    let mut idx = vec![0usize; r];
+    for _ in 0..numel {
+        let src: usize = idx.iter().zip(&out_stride).map(|(i, s)| i * s).sum();
+        out.push(x.get(src).copied().ok_or_else(bad)?);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(out)
+}

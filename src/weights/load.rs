@@ -1,0 +1,233 @@
+//! The ranged loader: config.json, then `model.safetensors` or the shards named by
+//! `model.safetensors.index.json`, each read through a [`ByteSource`] in bounded ranges (header first,
+//! then only the tensors the model needs, `chunk_bytes` at a time).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::config::Florence2Config;
+use crate::weights::assemble::{Assembler, LoadOptions};
+use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
+use crate::weights::names::detect_layout;
+use crate::weights::source::{check_relative_name, ByteSource, ModelFiles};
+use crate::weights::store::Weights;
+
+pub const CONFIG_FILE: &str = "config.json";
+pub const SINGLE_FILE: &str = "model.safetensors";
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// A parsed, validated `model.safetensors.index.json`.
+#[derive(Clone, Debug)]
+pub struct CheckpointIndex {
+    /// Tensor name -> shard file name.
+    pub weight_map: BTreeMap<String, String>,
+    /// Distinct shard file names, sorted.
+    pub shards: Vec<String>,
+}
+
+/// Most shards an index may name.
+const MAX_SHARDS: usize = 4096;
+
+impl CheckpointIndex {
+    pub fn parse(bytes: &[u8]) -> Result<Self> {
+        let bad = |msg: String| Error::CheckpointIndex {
+            file: INDEX_FILE.into(),
+            msg,
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let wm = v
+            .get("weight_map")
+            .and_then(|w| w.as_object())
+            .ok_or_else(|| bad("no weight_map object".into()))?;
+        if wm.is_empty() {
+            return Err(bad("weight_map is empty".into()));
+        }
+        let mut weight_map = BTreeMap::new();
+        let mut shards = BTreeSet::new();
+        for (name, shard) in wm {
+            let shard = shard
+                .as_str()
+                .ok_or_else(|| bad(format!("weight_map['{name}'] is not a string")))?;
+            if !check_relative_name(shard) {
+                return Err(bad(format!(
+                    "shard name '{shard}' is not a plain relative file name"
+                )));
+            }
+            if !shard.ends_with(".safetensors") {
+                return Err(bad(format!("shard '{shard}' is not a .safetensors file")));
+            }
+            shards.insert(shard.to_owned());
+            weight_map.insert(name.clone(), shard.to_owned());
+        }
+        if shards.len() > MAX_SHARDS {
+            return Err(bad(format!("{} shards is too many", shards.len())));
+        }
+        Ok(CheckpointIndex {
+            weight_map,
+            shards: shards.into_iter().collect(),
+        })
+    }
+
+    /// Tensor names the index places in `shard`.
+    pub fn names_in(&self, shard: &str) -> impl Iterator<Item = &str> {
+        let shard = shard.to_owned();
+        self.weight_map
+            .iter()
+            .filter(move |(_, s)| **s == shard)
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+/// Read and validate a safetensors header through ranged reads: 8 bytes, then the JSON, then check the
+/// header against the file length. Returns the header and the file length.
+pub async fn read_header<S: ByteSource>(src: &mut S) -> Result<(Header, u64)> {
+    let file = src.name().to_owned();
+    let len = src.len().await?;
+    if len < 8 {
+        return Err(Error::Truncated {
+            file,
+            expected: 8,
+            got: len,
+        });
+    }
+    let first = src.read_range(0, 8).await?;
+    let header = match parse_header(&first, &file)? {
+        HeaderState::Done(h) => h,
+        HeaderState::NeedMore(total) => {
+            if total > len {
+                return Err(Error::SafetensorsHeader {
+                    file,
+                    msg: format!(
+                        "header length {} runs past the end of the {len}-byte file",
+                        total - 8
+                    ),
+                });
+            }
+            if total > MAX_HEADER_LEN + 8 {
+                return Err(Error::SafetensorsHeader {
+                    file,
+                    msg: "header too large".into(),
+                });
+            }
+            let all = src.read_range(0, total as usize).await?;
+            match parse_header(&all, &file)? {
+                HeaderState::Done(h) => h,
+                HeaderState::NeedMore(_) => {
+                    return Err(Error::SafetensorsHeader {
+                        file,
+                        msg: "header incomplete".into(),
+                    })
+                }
+            }
+        }
+    };
+    header.check_file_len(&file, len)?;
+    Ok((header, len))
+}
+
+/// Load the tensors of one safetensors source into `asm`, reading only the needed ranges.
+/// `expect_names`: tensors an index places in this file (each must be in its header).
+pub async fn load_source<S: ByteSource>(
+    asm: &mut Assembler,
+    src: &mut S,
+    expect_names: &[&str],
+) -> Result<()> {
+    let file = src.name().to_owned();
+    let (header, _) = read_header(src).await?;
+    for n in expect_names {
+        if header.get(n).is_none() {
+            return Err(Error::CheckpointIndex {
+                file: file.clone(),
+                msg: format!("index places tensor '{n}' in this shard, but it is not there"),
+            });
+        }
+    }
+    let plans = asm.plan_header(&file, &header)?;
+    let chunk = asm.options().chunk_bytes.max(16);
+    for plan in plans.into_iter().flatten() {
+        let start = header.data_start + plan.src.start;
+        let len = plan.src.byte_len();
+        let mut w = asm.begin(plan)?;
+        let mut off = 0u64;
+        while off < len {
+            let n = (len - off).min(chunk as u64) as usize;
+            let bytes = src.read_range(start + off, n).await?;
+            asm.note_held(bytes.capacity() as u64 + w.host_bytes());
+            asm.push(&mut w, &bytes)?;
+            off += n as u64;
+        }
+        asm.finish_tensor(w)?;
+    }
+    Ok(())
+}
+
+/// Parse config.json from a model directory.
+pub async fn load_config<F: ModelFiles>(files: &F) -> Result<Florence2Config> {
+    let cfg = files
+        .read_small(CONFIG_FILE)
+        .await?
+        .ok_or_else(|| Error::FileRead {
+            file: CONFIG_FILE.into(),
+            msg: "not found".into(),
+        })?;
+    let text = std::str::from_utf8(&cfg)
+        .map_err(|e| Error::Config(format!("config.json is not UTF-8: {e}")))?;
+    Florence2Config::from_json_str(text)
+}
+
+/// Load config and weights from a model directory (any [`ModelFiles`]): `model.safetensors.index.json`
+/// and its shards if the index exists, else `model.safetensors`.
+pub async fn load_files<F: ModelFiles>(
+    gpu: &Arc<Gpu>,
+    files: &F,
+    opts: LoadOptions,
+) -> Result<(Florence2Config, Weights)> {
+    let cfg = load_config(files).await?;
+    let weights = load_weights(gpu, files, &cfg, opts).await?;
+    Ok((cfg, weights))
+}
+
+/// Load the weights for a known config.
+pub async fn load_weights<F: ModelFiles>(
+    gpu: &Arc<Gpu>,
+    files: &F,
+    cfg: &Florence2Config,
+    opts: LoadOptions,
+) -> Result<Weights> {
+    let mut asm = Assembler::new(gpu, cfg, opts);
+    if let Some(idx) = files.read_small(INDEX_FILE).await? {
+        let index = CheckpointIndex::parse(&idx)?;
+        asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
+        for shard in &index.shards {
+            let mut src = files
+                .open(shard)
+                .await?
+                .ok_or_else(|| Error::CheckpointIndex {
+                    file: INDEX_FILE.into(),
+                    msg: format!("shard '{shard}' does not exist"),
+                })?;
+            let names: Vec<&str> = index.names_in(shard).collect();
+            load_source(&mut asm, &mut src, &names).await?;
+        }
+    } else {
+        let mut src = files
+            .open(SINGLE_FILE)
+            .await?
+            .ok_or_else(|| Error::FileRead {
+                file: SINGLE_FILE.into(),
+                msg: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
+            })?;
+        load_source(&mut asm, &mut src, &[]).await?;
+    }
+    asm.finish()
+}
+
+/// Native: load `dir/config.json` and its checkpoint onto the GPU.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load_dir(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Result<(Florence2Config, Weights)> {
+    let files = crate::weights::source::DirFiles::new(dir);
+    pollster::block_on(load_files(gpu, &files, LoadOptions::default()))
+}

@@ -1,0 +1,39 @@
+//! Checkpoint loading: safetensors files (f32/f16/bf16, single or sharded) in any of the three Florence-2
+//! layouts (HF-native, original Microsoft, mlx-community) become f32 GPU tensors under their canonical
+//! HF-native names.
+//!
+//! - [`header`]: our own validated, incremental safetensors header parser.
+//! - [`source`]: where bytes come from ([`ByteSource`] ranges, [`ModelFiles`] directories; native files,
+//!   memory).
+//! - [`names`]: layout detection and the original -> HF-native naming rules.
+//! - [`expected`]: the table of tensors (name, shape) the config implies; the temporal cosine table.
+//! - [`assemble`]: per-tensor plans (fix-ups: mlx channels-last convs, original transposed
+//!   `image_projection`), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
+//!   head).
+//! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
+//! - [`store`]: [`Weights`] and [`WeightsView`].
+//!
+//! Optional tensors: `lm_head.weight` (aliased to `model.language_model.shared.weight` when absent) and
+//! `final_logits_bias` `(1, V)` (original checkpoints only; HF-native conversions drop it, so when it is
+//! present and non-zero the model should add it to the logits).
+
+pub mod assemble;
+pub mod convert;
+pub mod expected;
+pub mod header;
+pub mod load;
+pub mod names;
+pub mod source;
+pub mod store;
+
+pub use assemble::{Assembler, LoadOptions, MemStats};
+pub use expected::{expected_tensors, optional_tensors, temporal_cosine_table};
+pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
+#[cfg(not(target_arch = "wasm32"))]
+pub use load::load_dir;
+pub use load::{load_config, load_files, load_weights, CheckpointIndex};
+pub use names::{detect_layout, Layout, FINAL_LOGITS_BIAS};
+pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
+#[cfg(not(target_arch = "wasm32"))]
+pub use source::{DirFiles, FileSource};
+pub use store::{Weights, WeightsView};

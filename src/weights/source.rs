@@ -1,0 +1,242 @@
+//! Where checkpoint bytes come from. Model code never touches files: a loader asks a [`ModelFiles`] for
+//! small JSON files whole and for each safetensors file as a [`ByteSource`] that serves byte ranges.
+//! Natively that is [`DirFiles`] / [`FileSource`] (positioned reads, never the whole file); tests use
+//! [`MemFiles`] / [`MemSource`]; the browser plugs in HTTP range or streamed fetch (or, for a strictly
+//! sequential stream, feeds the push-style [`crate::weights::StreamLoader`] instead).
+//!
+//! The futures carry no `Send` bound: wasm is single-threaded and the native implementations resolve
+//! immediately (`pollster::block_on` drives them).
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// A random-access byte source (one file).
+#[allow(clippy::len_without_is_empty)]
+#[allow(async_fn_in_trait)]
+pub trait ByteSource {
+    /// A name for error messages (the file name).
+    fn name(&self) -> &str;
+    /// Total length in bytes.
+    async fn len(&mut self) -> Result<u64>;
+    /// Exactly `len` bytes starting at `start`; a short read is [`Error::Truncated`].
+    async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>>;
+}
+
+/// A model directory: small files read whole, safetensors files opened as [`ByteSource`]s.
+#[allow(async_fn_in_trait)]
+pub trait ModelFiles {
+    type Source: ByteSource;
+    /// The whole file, or `None` if it does not exist.
+    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// Open a (possibly large) file for ranged reads, or `None` if it does not exist.
+    async fn open(&self, name: &str) -> Result<Option<Self::Source>>;
+}
+
+/// Largest "small" file we read whole (config, index, tokenizer files).
+pub const MAX_SMALL_FILE: u64 = 64 << 20;
+
+/// A shard or file name as it appears in an index: a plain relative file name, no directories going up,
+/// no absolute paths, no drive prefixes, no backslashes, no NUL. Subdirectories (`a/b.safetensors`) are
+/// allowed.
+pub fn check_relative_name(name: &str) -> bool {
+    if name.is_empty() || name.contains('\\') || name.contains('\0') || name.contains(':') {
+        return false;
+    }
+    let p = Path::new(name);
+    p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+// ---- in memory -------------------------------------------------------------------------------------
+
+/// An in-memory file (tests, or bytes already fetched).
+#[derive(Clone, Debug)]
+pub struct MemSource {
+    name: String,
+    data: std::sync::Arc<[u8]>,
+}
+
+impl MemSource {
+    pub fn new(name: impl Into<String>, data: impl Into<std::sync::Arc<[u8]>>) -> Self {
+        MemSource {
+            name: name.into(),
+            data: data.into(),
+        }
+    }
+}
+
+impl ByteSource for MemSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn len(&mut self) -> Result<u64> {
+        Ok(self.data.len() as u64)
+    }
+    async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>> {
+        let total = self.data.len() as u64;
+        let end = start.saturating_add(len as u64);
+        if end > total {
+            return Err(Error::Truncated {
+                file: self.name.clone(),
+                expected: end,
+                got: total,
+            });
+        }
+        Ok(self
+            .data
+            .get(start as usize..end as usize)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default())
+    }
+}
+
+/// In-memory model files by name.
+#[derive(Clone, Debug, Default)]
+pub struct MemFiles {
+    files: std::collections::BTreeMap<String, std::sync::Arc<[u8]>>,
+}
+
+impl MemFiles {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn insert(&mut self, name: impl Into<String>, data: impl Into<std::sync::Arc<[u8]>>) {
+        self.files.insert(name.into(), data.into());
+    }
+}
+
+impl ModelFiles for MemFiles {
+    type Source = MemSource;
+    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.files.get(name).map(|d| d.to_vec()))
+    }
+    async fn open(&self, name: &str) -> Result<Option<MemSource>> {
+        Ok(self
+            .files
+            .get(name)
+            .map(|d| MemSource::new(name, d.clone())))
+    }
+}
+
+// ---- native files ----------------------------------------------------------------------------------
+
+/// A file on disk, read by positioned reads (never whole).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug)]
+pub struct FileSource {
+    name: String,
+    file: std::fs::File,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn io_err(file: &str, e: std::io::Error) -> Error {
+    Error::FileRead {
+        file: file.to_owned(),
+        msg: e.to_string(),
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl FileSource {
+    pub fn open(path: &Path) -> Result<Self> {
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|e| io_err(&name, e))?;
+        Ok(FileSource { name, file })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ByteSource for FileSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    async fn len(&mut self) -> Result<u64> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(|e| io_err(&self.name, e))?
+            .len())
+    }
+    async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let total = self.len().await?;
+        let end = start.saturating_add(len as u64);
+        if end > total {
+            return Err(Error::Truncated {
+                file: self.name.clone(),
+                expected: end,
+                got: total,
+            });
+        }
+        self.file
+            .seek(SeekFrom::Start(start))
+            .map_err(|e| io_err(&self.name, e))?;
+        let mut buf = vec![0u8; len];
+        self.file.read_exact(&mut buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::Truncated {
+                    file: self.name.clone(),
+                    expected: end,
+                    got: total,
+                }
+            } else {
+                io_err(&self.name, e)
+            }
+        })?;
+        Ok(buf)
+    }
+}
+
+/// A model directory on disk.
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Clone, Debug)]
+pub struct DirFiles {
+    dir: PathBuf,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl DirFiles {
+    pub fn new(dir: &Path) -> Self {
+        DirFiles {
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf> {
+        if !check_relative_name(name) {
+            return Err(Error::FileRead {
+                file: name.to_owned(),
+                msg: "not a plain relative file name".into(),
+            });
+        }
+        Ok(self.dir.join(name))
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ModelFiles for DirFiles {
+    type Source = FileSource;
+    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let p = self.path(name)?;
+        let shown = p.display().to_string();
+        let meta = match std::fs::metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&shown, e)),
+        };
+        if meta.len() > MAX_SMALL_FILE {
+            return Err(Error::FileRead {
+                file: shown,
+                msg: format!("{} bytes is too large for a metadata file", meta.len()),
+            });
+        }
+        std::fs::read(&p).map(Some).map_err(|e| io_err(&shown, e))
+    }
+    async fn open(&self, name: &str) -> Result<Option<FileSource>> {
+        let p = self.path(name)?;
+        if !p.is_file() {
+            return Ok(None);
+        }
+        FileSource::open(&p).map(Some)
+    }
+}
