@@ -1,0 +1,112 @@
+// Convolutions over channels-last images (B, H, W, C), the layout every DaViT stage keeps its tokens in.
+//
+// `im2col`: a dense convolution is a GEMM. This kernel gathers, for each output pixel (row), the
+// Cin*kh*kw input values its kernel window covers (zero outside the image) into a (rows, Cin*kh*kw) matrix
+// whose column order (ci, ky, kx) is exactly the flattened PyTorch weight (Cout, Cin, kh, kw). The launcher
+// then runs the tuned `linear` GEMM with that weight as a (Cout, Cin*kh*kw) Linear weight. One invocation
+// writes one element of the matrix; the grid is folded by `grid_1d` (flat workgroup = wid.x + wid.y*nwg.x).
+// `row0` lets the launcher build the matrix in row chunks that each fit one storage binding.
+//
+// `dwconv3x3_residual`: DaViT's depthwise positional conv (groups = C, 3x3, pad 1) with its bias and the
+// residual fused: out = x + dwconv(x) + bias. One invocation per output element; neighbouring invocations
+// read neighbouring channels of the same pixel, so the nine taps are contiguous loads across a workgroup.
+
+override WG: u32 = 256;
+
+struct Im2colParams {
+    h: u32,       // input height
+    w: u32,       // input width
+    cin: u32,     // input channels
+    ho: u32,      // output height
+    wo: u32,      // output width
+    kh: u32,      // kernel height
+    kw: u32,      // kernel width
+    stride: u32,
+    pad: u32,
+    row0: u32,    // first output row (b*ho*wo + oy*wo + ox) of this chunk
+    rows: u32,    // rows in this chunk
+    _pad0: u32,
+}
+
+struct DwParams {
+    n: u32,       // B*H*W*C elements
+    h: u32,
+    w: u32,
+    c: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Im2colParams;
+@group(0) @binding(1) var<storage, read> x: array<f32>;            // (B, H, W, Cin)
+@group(0) @binding(2) var<storage, read_write> cols: array<f32>;   // (rows, Cin*kh*kw)
+
+fn flat(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.x + wid.y * nwg.x) * WG + lid;
+}
+
+@compute @workgroup_size(WG)
+fn im2col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    let kk = p.kh * p.kw;
+    let k = p.cin * kk;
+    if (i >= p.rows * k) {
+        return;
+    }
+    let r = i / k;
+    let col = i - r * k;
+    let ci = col / kk;
+    let t = col - ci * kk;
+    let ky = t / p.kw;
+    let kx = t - ky * p.kw;
+    let row = p.row0 + r;
+    let hw = p.ho * p.wo;
+    let b = row / hw;
+    let q = row - b * hw;
+    let oy = q / p.wo;
+    let ox = q - oy * p.wo;
+    // Signed arithmetic for the padded border.
+    let iy = i32(oy * p.stride + ky) - i32(p.pad);
+    let ix = i32(ox * p.stride + kx) - i32(p.pad);
+    var v = 0.0;
+    if (iy >= 0 && ix >= 0 && iy < i32(p.h) && ix < i32(p.w)) {
+        v = x[((b * p.h + u32(iy)) * p.w + u32(ix)) * p.cin + ci];
+    }
+    cols[i] = v;
+}
+
+@group(0) @binding(0) var<uniform> dp: DwParams;
+@group(0) @binding(1) var<storage, read> dx: array<f32>;           // (B, H, W, C)
+@group(0) @binding(2) var<storage, read> dw: array<f32>;           // (C, 1, 3, 3)
+@group(0) @binding(3) var<storage, read> db: array<f32>;           // (C)
+@group(0) @binding(4) var<storage, read_write> dout: array<f32>;   // (B, H, W, C)
+
+@compute @workgroup_size(WG)
+fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i >= dp.n) {
+        return;
+    }
+    let c = i % dp.c;
+    let pix = i / dp.c;
+    let xx = pix % dp.w;
+    let bh = pix / dp.w;
+    let y = bh % dp.h;
+    let b = bh / dp.h;
+    let center = dx[i];
+    var acc = db[c];
+    for (var ky = 0u; ky < 3u; ky++) {
+        let iy = i32(y) + i32(ky) - 1;
+        if (iy < 0 || iy >= i32(dp.h)) {
+            continue;
+        }
+        for (var kx = 0u; kx < 3u; kx++) {
+            let ix = i32(xx) + i32(kx) - 1;
+            if (ix < 0 || ix >= i32(dp.w)) {
+                continue;
+            }
+            acc += dw[c * 9u + ky * 3u + kx] * dx[((b * dp.h + u32(iy)) * dp.w + u32(ix)) * dp.c + c];
+        }
+    }
+    dout[i] = center + acc;
+}

@@ -1,0 +1,143 @@
+//! DaViT channel attention core (`shaders/channel_attn.wgsl`): grouped attention across channels, with
+//! the token count N as the reduction axis of the (d x d) logits and N^-0.5 as the scale.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor, MAX_GRID_DIM};
+
+pub static SHADER: Shader = Shader {
+    name: "channel_attn",
+    source: include_str!("../../shaders/channel_attn.wgsl"),
+};
+
+const WG: u32 = 256;
+/// Tokens summed by one `gram_partial` workgroup. 256 keeps stage 0 of a 768 image (36864 tokens) at
+/// 144 splits x groups workgroups: enough parallelism, and the partial buffer stays small.
+const CHUNK: usize = 256;
+/// (i, j) tile edge of one `gram_partial` workgroup (8x8 invocations x 4x4 outputs).
+const TILE: usize = 32;
+
+/// Mirrors `Params` in `shaders/channel_attn.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    c: u32,
+    d: u32,
+    g: u32,
+    chunk: u32,
+    nsplit: u32,
+    tiles_j: u32,
+    total: u32,
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+/// Channel attention for qkv (B, N, 3C) (columns: q | k | v, each split into `groups` groups of d = C /
+/// groups channels, as the reference's reshape (B, N, 3, groups, d) lays them out) -> out (B, N, C):
+/// per group, attn = softmax_j(sum_n q[n, i] k[n, j] * N^-0.5) and out[n, g*d + i] = sum_j attn[i, j]
+/// v[n, j]. The `qkv` and `proj` Linears around it are separate `linear` calls.
+pub fn channel_attention(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    groups: usize,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "channel_attention";
+    for (name, t) in [("qkv", qkv), ("out", out)] {
+        if t.dtype() != DType::F32 {
+            return Err(Error::shape(
+                OP,
+                format!("{name}: expected F32, got {:?}", t.dtype()),
+            ));
+        }
+    }
+    if qkv.rank() != 3 || out.rank() != 3 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "qkv {:?} must be (B, N, 3C), out {:?} (B, N, C)",
+                qkv.shape(),
+                out.shape()
+            ),
+        ));
+    }
+    let (b, n, c3) = (qkv.dim(0), qkv.dim(1), qkv.dim(2));
+    let c = c3 / 3;
+    if c3 % 3 != 0 || out.shape() != [b, n, c] {
+        return Err(Error::shape(
+            OP,
+            format!("qkv {:?} and out {:?} disagree", qkv.shape(), out.shape()),
+        ));
+    }
+    if groups == 0 || c == 0 || c % groups != 0 {
+        return Err(Error::shape(
+            OP,
+            format!("{c} channels do not split into {groups} groups"),
+        ));
+    }
+    if b == 0 || n == 0 {
+        return Ok(());
+    }
+    let d = c / groups;
+    let nsplit = n.div_ceil(CHUNK);
+    let tiles = d.div_ceil(TILE);
+    if b * groups > MAX_GRID_DIM as usize
+        || nsplit > MAX_GRID_DIM as usize
+        || tiles * tiles > MAX_GRID_DIM as usize
+    {
+        return Err(Error::shape(
+            OP,
+            format!("batch {b} x groups {groups}, {n} tokens or {d} channels per group is too large"),
+        ));
+    }
+    let numel = qkv.numel();
+    if u32::try_from(numel).is_err() {
+        return Err(Error::shape(OP, format!("{numel} elements do not fit in u32")));
+    }
+    let gpu = rec.gpu().clone();
+    let part = Tensor::zeros(
+        &gpu,
+        &[b, nsplit, groups, d, d],
+        DType::F32,
+        "channel_attn.partials",
+    )?;
+    let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn")?;
+    let mut params = Params {
+        n: n as u32,
+        c: c as u32,
+        d: d as u32,
+        g: groups as u32,
+        chunk: CHUNK as u32,
+        nsplit: nsplit as u32,
+        tiles_j: tiles as u32,
+        total: 0,
+        scale: (n as f64).powf(-0.5) as f32,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, "gram_partial"),
+        &params,
+        &[qkv.binding(&gpu)?, part.binding(&gpu)?],
+        [(tiles * tiles) as u32, (b * groups) as u32, nsplit as u32],
+    )?;
+    let rows = b * groups * d;
+    params.total = rows as u32;
+    rec.dispatch(
+        &Kernel::new(&SHADER, "softmax_rows").with(&[("WG", WG as f64)]),
+        &params,
+        &[part.binding(&gpu)?, attn.binding(&gpu)?],
+        grid_1d(ceil_div(rows, WG as usize)),
+    )?;
+    let total = b * n * c;
+    params.total = total as u32;
+    rec.dispatch(
+        &Kernel::new(&SHADER, "attn_apply").with(&[("WG", WG as f64)]),
+        &params,
+        &[qkv.binding(&gpu)?, attn.binding(&gpu)?, out.binding(&gpu)?],
+        grid_1d(ceil_div(total, WG as usize)),
+    )
+}

@@ -1,0 +1,272 @@
+//! Convolutions over channels-last images (`shaders/conv.wgsl`): the patch-embedding `conv2d`
+//! (im2col + the tuned `linear` GEMM) and DaViT's depthwise positional conv with its residual fused.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::matmul::{linear, Act};
+
+pub static SHADER: Shader = Shader {
+    name: "conv",
+    source: include_str!("../../shaders/conv.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Largest im2col scratch chunk, in bytes. Bigger chunks only save dispatches; keeping the chunk well
+/// under the 128 MiB binding limit common to lavapipe and browsers bounds the transient memory.
+const IM2COL_CHUNK_BYTES: u64 = 64 << 20;
+
+/// Mirrors `Im2colParams` in `shaders/conv.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Im2colParams {
+    h: u32,
+    w: u32,
+    cin: u32,
+    ho: u32,
+    wo: u32,
+    kh: u32,
+    kw: u32,
+    stride: u32,
+    pad: u32,
+    row0: u32,
+    rows: u32,
+    _pad0: u32,
+}
+
+/// Mirrors `DwParams` in `shaders/conv.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DwParams {
+    n: u32,
+    h: u32,
+    w: u32,
+    c: u32,
+}
+
+fn f32_only(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
+    if t.dtype() != DType::F32 {
+        return Err(Error::shape(
+            op,
+            format!("{name}: expected F32, got {:?}", t.dtype()),
+        ));
+    }
+    Ok(())
+}
+
+fn u32_of(op: &'static str, what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::shape(op, format!("{what} = {n} does not fit in u32")))
+}
+
+/// Output size of a convolution along one axis: floor((n + 2 pad - k) / stride) + 1, or an error when
+/// the padded input is smaller than the kernel.
+pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
+    if stride == 0 || n == 0 {
+        return None;
+    }
+    (n + 2 * pad).checked_sub(k).map(|r| r / stride + 1)
+}
+
+/// Dense 2-D convolution: out (B, Ho, Wo, Cout) = conv(x (B, H, W, Cin), w (Cout, Cin, kh, kw)) + bias
+/// (Cout), zero padding `pad` on every side, `stride` in both directions (PyTorch `nn.Conv2d` semantics,
+/// channels-last activations, PyTorch weight layout). `w` may be F32 or F16.
+///
+/// Runs as im2col into a scratch (rows, Cin*kh*kw) matrix followed by `linear`, whose weight is exactly
+/// `w` viewed as (Cout, Cin*kh*kw). Large inputs are processed in row chunks so the scratch never
+/// exceeds [`IM2COL_CHUNK_BYTES`] (nor the device's binding limit).
+pub fn conv2d(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    stride: usize,
+    pad: usize,
+    out: &Tensor,
+) -> Result<()> {
+    conv2d_chunked(rec, x, w, bias, stride, pad, out, IM2COL_CHUNK_BYTES)
+}
+
+/// [`conv2d`] with an explicit im2col scratch budget in bytes (tests use a tiny one to exercise the
+/// chunked path on small shapes).
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_chunked(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    stride: usize,
+    pad: usize,
+    out: &Tensor,
+    scratch_bytes: u64,
+) -> Result<()> {
+    const OP: &str = "conv2d";
+    f32_only(OP, "x", x)?;
+    f32_only(OP, "bias", bias)?;
+    f32_only(OP, "out", out)?;
+    if x.rank() != 4 || w.rank() != 4 || out.rank() != 4 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "expected x (B, H, W, Cin), w (Cout, Cin, kh, kw), out (B, Ho, Wo, Cout); got {:?}, {:?}, {:?}",
+                x.shape(),
+                w.shape(),
+                out.shape()
+            ),
+        ));
+    }
+    let (b, h, wd, cin) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    let (cout, wcin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+    if wcin != cin || cout == 0 || kh == 0 || kw == 0 {
+        return Err(Error::shape(
+            OP,
+            format!("weight {:?} does not fit input {:?}", w.shape(), x.shape()),
+        ));
+    }
+    if bias.shape() != [cout] {
+        return Err(Error::shape(
+            OP,
+            format!("bias {:?} must be ({cout})", bias.shape()),
+        ));
+    }
+    let (ho, wo) = match (
+        conv_out_len(h, kh, stride, pad),
+        conv_out_len(wd, kw, stride, pad),
+    ) {
+        (Some(ho), Some(wo)) => (ho, wo),
+        _ => {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "input {h}x{wd} with kernel {kh}x{kw}, stride {stride}, pad {pad} gives no output"
+                ),
+            ))
+        }
+    };
+    if out.shape() != [b, ho, wo, cout] {
+        return Err(Error::shape(
+            OP,
+            format!("out {:?} must be {:?}", out.shape(), [b, ho, wo, cout]),
+        ));
+    }
+    let k = cin * kh * kw;
+    let rows = b * ho * wo;
+    if rows == 0 {
+        return Ok(());
+    }
+    u32_of(OP, "input elements", x.numel())?;
+    u32_of(OP, "im2col elements", rows.saturating_mul(k).min(usize::MAX))?;
+    let gpu = rec.gpu().clone();
+    let w2 = w.reshape(&[cout, k])?; // (Cout, Cin*kh*kw): a Linear weight
+    let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
+    let row_bytes = (k * 4) as u64;
+    let chunk_rows = ((budget / row_bytes) as usize).clamp(1, rows);
+    let kernel = Kernel::new(&SHADER, "im2col").with(&[("WG", WG as f64)]);
+    let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
+    // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
+    // only overwrites it after the previous linear has read it); the shorter tail gets its own.
+    let full = Tensor::zeros(&gpu, &[chunk_rows, k], DType::F32, "conv2d.im2col")?;
+    let full_out = if chunk_rows < rows {
+        Some(Tensor::zeros(&gpu, &[chunk_rows, cout], DType::F32, "conv2d.chunk_out")?)
+    } else {
+        None
+    };
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = chunk_rows.min(rows - r0);
+        let (cols, dst) = if n == chunk_rows {
+            let dst = full_out.clone().unwrap_or_else(|| out2.clone());
+            (full.clone(), dst)
+        } else {
+            (
+                Tensor::zeros(&gpu, &[n, k], DType::F32, "conv2d.im2col_tail")?,
+                Tensor::zeros(&gpu, &[n, cout], DType::F32, "conv2d.chunk_out_tail")?,
+            )
+        };
+        let params = Im2colParams {
+            h: h as u32,
+            w: wd as u32,
+            cin: cin as u32,
+            ho: ho as u32,
+            wo: wo as u32,
+            kh: kh as u32,
+            kw: kw as u32,
+            stride: stride as u32,
+            pad: pad as u32,
+            row0: r0 as u32,
+            rows: n as u32,
+            _pad0: 0,
+        };
+        rec.dispatch(
+            &kernel,
+            &params,
+            &[x.binding(&gpu)?, cols.binding(&gpu)?],
+            grid_1d(ceil_div(n * k, WG as usize)),
+        )?;
+        linear(rec, &cols, &w2, Some(bias), Act::None, &dst)?;
+        if chunk_rows < rows {
+            let bytes = (n * cout * 4) as u64;
+            rec.copy_range(&dst, 0, out, (r0 * cout * 4) as u64, bytes)?;
+        }
+        r0 += n;
+    }
+    Ok(())
+}
+
+/// out = x + depthwise_conv3x3(x, pad 1) + bias, for x, out (B, H, W, C), w (C, 1, 3, 3), bias (C):
+/// DaViT's `conv1` / `conv2` positional convs with the residual around them. `out` must not be `x`.
+pub fn dwconv3x3_residual(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "dwconv3x3_residual";
+    for (n, t) in [("x", x), ("w", w), ("bias", bias), ("out", out)] {
+        f32_only(OP, n, t)?;
+    }
+    if x.rank() != 4 {
+        return Err(Error::shape(
+            OP,
+            format!("x {:?} must be (B, H, W, C)", x.shape()),
+        ));
+    }
+    let (h, wd, c) = (x.dim(1), x.dim(2), x.dim(3));
+    if w.shape() != [c, 1, 3, 3] || bias.shape() != [c] || out.shape() != x.shape() {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "x {:?}, w {:?}, bias {:?}, out {:?}: want w (C, 1, 3, 3), bias (C), out = x",
+                x.shape(),
+                w.shape(),
+                bias.shape(),
+                out.shape()
+            ),
+        ));
+    }
+    if x.buffer() == out.buffer() {
+        return Err(Error::shape(OP, "out must not share x's buffer"));
+    }
+    let n = x.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let gpu = rec.gpu().clone();
+    let params = DwParams {
+        n: u32_of(OP, "elements", n)?,
+        h: h as u32,
+        w: wd as u32,
+        c: c as u32,
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, "dwconv3x3_residual").with(&[("WG", WG as f64)]),
+        &params,
+        &[
+            x.binding(&gpu)?,
+            w.binding(&gpu)?,
+            bias.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
+        grid_1d(ceil_div(n, WG as usize)),
+    )
+}

@@ -1,0 +1,146 @@
+//! DaViT window partition / reverse (`shaders/window.wgsl`): zero-pad to multiples of the window, cut
+//! into ws x ws windows (row-major windows, row-major tokens), and the inverse with the padding cropped.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+
+pub static SHADER: Shader = Shader {
+    name: "window",
+    source: include_str!("../../shaders/window.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/window.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    h: u32,
+    w: u32,
+    c: u32,
+    ws: u32,
+    nwh: u32,
+    nww: u32,
+    _pad0: u32,
+}
+
+fn f32_only(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
+    if t.dtype() != DType::F32 {
+        return Err(Error::shape(
+            op,
+            format!("{name}: expected F32, got {:?}", t.dtype()),
+        ));
+    }
+    Ok(())
+}
+
+/// Number of windows along each axis for an h x w image: (ceil(h / ws), ceil(w / ws)).
+pub fn window_grid(h: usize, w: usize, ws: usize) -> (usize, usize) {
+    if ws == 0 {
+        return (0, 0);
+    }
+    (h.div_ceil(ws), w.div_ceil(ws))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    rec: &mut Recorder,
+    entry: &'static str,
+    src: &Tensor,
+    dst: &Tensor,
+    h: usize,
+    w: usize,
+    c: usize,
+    ws: usize,
+) -> Result<()> {
+    let n = dst.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = u32::try_from(n)
+        .map_err(|_| Error::shape(entry, format!("{n} elements do not fit in u32")))?;
+    let (nwh, nww) = window_grid(h, w, ws);
+    let gpu = rec.gpu().clone();
+    let params = Params {
+        n: n32,
+        h: h as u32,
+        w: w as u32,
+        c: c as u32,
+        ws: ws as u32,
+        nwh: nwh as u32,
+        nww: nww as u32,
+        _pad0: 0,
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &params,
+        &[src.binding(&gpu)?, dst.binding(&gpu)?],
+        grid_1d(ceil_div(n, WG as usize)),
+    )
+}
+
+/// x (B, H, W, C) -> out (B*nWh*nWw, ws*ws, C), zero-padding H and W up to multiples of `ws` first
+/// (bottom/right, like the reference's `F.pad`). Window order: batch, window row, window column.
+pub fn window_partition(rec: &mut Recorder, x: &Tensor, ws: usize, out: &Tensor) -> Result<()> {
+    const OP: &str = "window_partition";
+    f32_only(OP, "x", x)?;
+    f32_only(OP, "out", out)?;
+    if x.rank() != 4 || ws == 0 {
+        return Err(Error::shape(
+            OP,
+            format!("x {:?} must be (B, H, W, C), ws {ws} > 0", x.shape()),
+        ));
+    }
+    let (b, h, w, c) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+    let (nwh, nww) = window_grid(h, w, ws);
+    let want = [b * nwh * nww, ws * ws, c];
+    if out.shape() != want {
+        return Err(Error::shape(
+            OP,
+            format!("out {:?} must be {want:?}", out.shape()),
+        ));
+    }
+    launch(rec, OP, x, out, h, w, c, ws)
+}
+
+/// x (B*nWh*nWw, ws*ws, C) -> out (B, H, W, C): the inverse of [`window_partition`], dropping the rows
+/// and columns that were padding.
+pub fn window_reverse(
+    rec: &mut Recorder,
+    x: &Tensor,
+    ws: usize,
+    h: usize,
+    w: usize,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "window_reverse";
+    f32_only(OP, "x", x)?;
+    f32_only(OP, "out", out)?;
+    if out.rank() != 4 || x.rank() != 3 || ws == 0 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "x {:?} must be (nW, ws*ws, C), out {:?} (B, H, W, C), ws {ws} > 0",
+                x.shape(),
+                out.shape()
+            ),
+        ));
+    }
+    let (b, c) = (out.dim(0), out.dim(3));
+    if out.dim(1) != h || out.dim(2) != w {
+        return Err(Error::shape(
+            OP,
+            format!("out {:?} is not {h}x{w}", out.shape()),
+        ));
+    }
+    let (nwh, nww) = window_grid(h, w, ws);
+    let want = [b * nwh * nww, ws * ws, c];
+    if x.shape() != want {
+        return Err(Error::shape(
+            OP,
+            format!("x {:?} must be {want:?}", x.shape()),
+        ));
+    }
+    launch(rec, OP, x, out, h, w, c, ws)
+}

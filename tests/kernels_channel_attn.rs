@@ -1,0 +1,112 @@
+//! `channel_attention` against an f64 CPU transcription of the reference's grouped channel attention
+//! (qkv reshaped (B, N, 3, groups, d); logits = q^T k over the token axis * N^-0.5; softmax over the last
+//! axis; out[n, g*d + i] = sum_j attn[i, j] v[n, j]).
+//!
+//! Tolerance, per test from the data: a logit is a sum of N products, so its f32 error is at most
+//! delta = gamma_N * scale * max_ij sum_n |q_i k_j| (any summation order, including the split one). A softmax
+//! whose inputs move by <= delta moves each weight by a factor within e^(+-2 delta), so an output
+//! sum_j attn_j v_j moves by <= (e^(2 delta) - 1) max|v| plus its own d-term rounding gamma_d max|v|; the exp
+//! itself adds a few ulps (counted as 8u). The check uses that bound.
+mod common;
+
+use common::{gpu, max_diff, Rng};
+use florence2_wasm::gpu::{readback, DType, Recorder, Tensor};
+use florence2_wasm::ops;
+
+const U: f64 = f32::EPSILON as f64 / 2.0;
+
+/// Returns (out (B, N, C), tolerance).
+fn channel_attn_ref(qkv: &[f32], b: usize, n: usize, c: usize, groups: usize) -> (Vec<f32>, f64) {
+    let d = c / groups;
+    let scale = (n as f64).powf(-0.5);
+    let mut out = vec![0f32; b * n * c];
+    let mut delta: f64 = 0.0;
+    let mut vmax: f64 = 0.0;
+    let at = |bi: usize, t: usize, col: usize| qkv[(bi * n + t) * 3 * c + col] as f64;
+    for bi in 0..b {
+        for gi in 0..groups {
+            let mut attn = vec![0f64; d * d];
+            for i in 0..d {
+                let mut row = vec![0f64; d];
+                for (j, r) in row.iter_mut().enumerate() {
+                    let (mut s, mut abs) = (0f64, 0f64);
+                    for t in 0..n {
+                        let p = at(bi, t, gi * d + i) * at(bi, t, c + gi * d + j);
+                        s += p;
+                        abs += p.abs();
+                    }
+                    *r = s * scale;
+                    delta = delta.max(n as f64 * U * abs * scale);
+                }
+                let mx = row.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = row.iter().map(|v| (v - mx).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for j in 0..d {
+                    attn[i * d + j] = e[j] / sum;
+                }
+            }
+            for t in 0..n {
+                for i in 0..d {
+                    let mut s = 0f64;
+                    for j in 0..d {
+                        let v = at(bi, t, 2 * c + gi * d + j);
+                        vmax = vmax.max(v.abs());
+                        s += attn[i * d + j] * v;
+                    }
+                    out[(bi * n + t) * c + gi * d + i] = s as f32;
+                }
+            }
+        }
+    }
+    let tol = ((2.0 * delta).exp_m1() + (d as f64 + 8.0) * U) * vmax + U;
+    (out, tol)
+}
+
+fn run(seed: u64, b: usize, n: usize, c: usize, groups: usize) {
+    let g = gpu();
+    let mut rng = Rng::new(seed);
+    let qkv = rng.vec(b * n * 3 * c, 1.0);
+    let (want, tol) = channel_attn_ref(&qkv, b, n, c, groups);
+    let tq = Tensor::from_f32(&g, &[b, n, 3 * c], &qkv, "qkv").unwrap();
+    let to = Tensor::zeros(&g, &[b, n, c], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    ops::channel_attn::channel_attention(&mut rec, &tq, groups, &to).unwrap();
+    rec.submit().unwrap();
+    let got = readback::to_f32_blocking(&g, &to).unwrap();
+    let (dmax, peak) = max_diff(&got, &want);
+    eprintln!(
+        "channel_attention B{b} N{n} C{c} groups{groups}: max |diff| = {dmax:.3e} (peak {peak:.3e}, tol {tol:.2e})"
+    );
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
+    assert!((dmax as f64) <= tol, "max |diff| {dmax:e} > tol {tol:e}");
+}
+
+#[test]
+fn channel_attention_small_groups() {
+    run(1, 1, 20, 12, 3); // d = 4
+}
+
+#[test]
+fn channel_attention_long_n_splits_and_odd_group_width() {
+    // N = 600 > 2 chunks of 256 with a partial third; d = 37 spans two 32-wide tiles, not a multiple of 4.
+    run(2, 1, 600, 74, 2);
+}
+
+#[test]
+fn channel_attention_batched_and_single_token() {
+    run(3, 2, 33, 16, 4);
+    run(4, 1, 1, 8, 2); // one token: logits are a single product
+}
+
+#[test]
+fn channel_attention_rejects_bad_shapes() {
+    let g = gpu();
+    let q = Tensor::zeros(&g, &[1, 4, 12], DType::F32, "qkv").unwrap();
+    let o = Tensor::zeros(&g, &[1, 4, 4], DType::F32, "o").unwrap();
+    let mut rec = Recorder::new(&g);
+    let e = ops::channel_attn::channel_attention(&mut rec, &q, 3, &o).unwrap_err(); // 4 % 3 != 0
+    assert!(matches!(e, florence2_wasm::Error::Shape { op: "channel_attention", .. }), "{e}");
+    let o_bad = Tensor::zeros(&g, &[1, 5, 4], DType::F32, "o").unwrap();
+    let e = ops::channel_attn::channel_attention(&mut rec, &q, 2, &o_bad).unwrap_err();
+    assert!(matches!(e, florence2_wasm::Error::Shape { op: "channel_attention", .. }), "{e}");
+}
