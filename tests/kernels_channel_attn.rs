@@ -105,8 +105,26 @@ fn channel_attention_rejects_bad_shapes() {
     let o = Tensor::zeros(&g, &[1, 4, 4], DType::F32, "o").unwrap();
     let mut rec = Recorder::new(&g);
     let e = ops::channel_attn::channel_attention(&mut rec, &q, 3, &o).unwrap_err(); // 4 % 3 != 0
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "channel_attention", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "channel_attention",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let o_bad = Tensor::zeros(&g, &[1, 5, 4], DType::F32, "o").unwrap();
     let e = ops::channel_attn::channel_attention(&mut rec, &q, 2, &o_bad).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "channel_attention", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "channel_attention",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

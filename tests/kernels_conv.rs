@@ -96,7 +96,8 @@ fn run_conv(
             .collect();
     }
     let bias = rng.vec(cout, 0.5);
-    let (want, bound, ho, wo) = conv_ref(&x, (b, h, w, cin), &wt, (cout, kh, kw), &bias, stride, pad);
+    let (want, bound, ho, wo) =
+        conv_ref(&x, (b, h, w, cin), &wt, (cout, kh, kw), &bias, stride, pad);
     let tx = Tensor::from_f32(&g, &[b, h, w, cin], &x, "x").unwrap();
     let tw = if f16_weights {
         Tensor::from_f32_as_f16(&g, &[cout, cin, kh, kw], &wt, "w").unwrap()
@@ -108,9 +109,7 @@ fn run_conv(
     let mut rec = Recorder::new(&g);
     match scratch {
         None => ops::conv::conv2d(&mut rec, &tx, &tw, &tb, stride, pad, &to).unwrap(),
-        Some(s) => {
-            ops::conv::conv2d_chunked(&mut rec, &tx, &tw, &tb, stride, pad, &to, s).unwrap()
-        }
+        Some(s) => ops::conv::conv2d_chunked(&mut rec, &tx, &tw, &tb, stride, pad, &to, s).unwrap(),
     }
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(&g, &to).unwrap();
@@ -163,15 +162,24 @@ fn conv2d_rejects_bad_shapes() {
     let o = Tensor::zeros(&g, &[1, 4, 4, 4], DType::F32, "o").unwrap();
     let mut rec = Recorder::new(&g);
     let e = ops::conv::conv2d(&mut rec, &x, &w, &b, 2, 1, &o).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }), "{e}");
+    assert!(
+        matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
+        "{e}"
+    );
     let w = Tensor::zeros(&g, &[4, 3, 3, 3], DType::F32, "w").unwrap();
     let o_bad = Tensor::zeros(&g, &[1, 5, 4, 4], DType::F32, "o").unwrap();
     let e = ops::conv::conv2d(&mut rec, &x, &w, &b, 2, 1, &o_bad).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }), "{e}");
+    assert!(
+        matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
+        "{e}"
+    );
     // A kernel larger than the padded input gives no output.
     let big = Tensor::zeros(&g, &[4, 3, 11, 11], DType::F32, "w").unwrap();
     let e = ops::conv::conv2d(&mut rec, &x, &big, &b, 1, 1, &o).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }), "{e}");
+    assert!(
+        matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
+        "{e}"
+    );
 }
 
 fn run_dw(seed: u64, (b, h, w, c): (usize, usize, usize, usize)) {
@@ -216,7 +224,12 @@ fn run_dw(seed: u64, (b, h, w, c): (usize, usize, usize, usize)) {
     ops::conv::dwconv3x3_residual(&mut rec, &tx, &tw, &tb, &to).unwrap();
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(&g, &to).unwrap();
-    check_bound(&format!("dwconv3x3_residual B{b} {h}x{w}x{c}"), &got, &want, &bound);
+    check_bound(
+        &format!("dwconv3x3_residual B{b} {h}x{w}x{c}"),
+        &got,
+        &want,
+        &bound,
+    );
 }
 
 #[test]
@@ -234,9 +247,27 @@ fn dwconv3x3_residual_rejects_bad_shapes_and_aliasing() {
     let b = Tensor::zeros(&g, &[3], DType::F32, "b").unwrap();
     let mut rec = Recorder::new(&g);
     let e = ops::conv::dwconv3x3_residual(&mut rec, &x, &w, &b, &x).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "dwconv3x3_residual", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "dwconv3x3_residual",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let w_bad = Tensor::zeros(&g, &[3, 3, 3, 1], DType::F32, "w").unwrap(); // channels-last: not fixed up
     let o = Tensor::zeros(&g, &[1, 4, 4, 3], DType::F32, "o").unwrap();
     let e = ops::conv::dwconv3x3_residual(&mut rec, &x, &w_bad, &b, &o).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "dwconv3x3_residual", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "dwconv3x3_residual",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

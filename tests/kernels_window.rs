@@ -96,7 +96,25 @@ fn window_rejects_bad_shapes() {
     let bad = Tensor::zeros(&g, &[3, 9, 2], DType::F32, "w").unwrap(); // needs 4 windows of 9
     let mut rec = Recorder::new(&g);
     let e = ops::window::window_partition(&mut rec, &x, 3, &bad).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "window_partition", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "window_partition",
+                ..
+            }
+        ),
+        "{e}"
+    );
     let e = ops::window::window_reverse(&mut rec, &bad, 3, 5, 5, &x).unwrap_err();
-    assert!(matches!(e, florence2_wasm::Error::Shape { op: "window_reverse", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            florence2_wasm::Error::Shape {
+                op: "window_reverse",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

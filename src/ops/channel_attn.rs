@@ -89,12 +89,17 @@ pub fn channel_attention(
     {
         return Err(Error::shape(
             OP,
-            format!("batch {b} x groups {groups}, {n} tokens or {d} channels per group is too large"),
+            format!(
+                "batch {b} x groups {groups}, {n} tokens or {d} channels per group is too large"
+            ),
         ));
     }
     let numel = qkv.numel();
     if u32::try_from(numel).is_err() {
-        return Err(Error::shape(OP, format!("{numel} elements do not fit in u32")));
+        return Err(Error::shape(
+            OP,
+            format!("{numel} elements do not fit in u32"),
+        ));
     }
     let gpu = rec.gpu().clone();
     let part = Tensor::zeros(

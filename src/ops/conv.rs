@@ -133,14 +133,12 @@ pub fn conv2d_chunked(
         conv_out_len(wd, kw, stride, pad),
     ) {
         (Some(ho), Some(wo)) => (ho, wo),
-        _ => {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "input {h}x{wd} with kernel {kh}x{kw}, stride {stride}, pad {pad} gives no output"
-                ),
-            ))
-        }
+        _ => return Err(Error::shape(
+            OP,
+            format!(
+                "input {h}x{wd} with kernel {kh}x{kw}, stride {stride}, pad {pad} gives no output"
+            ),
+        )),
     };
     if out.shape() != [b, ho, wo, cout] {
         return Err(Error::shape(
@@ -154,7 +152,11 @@ pub fn conv2d_chunked(
         return Ok(());
     }
     u32_of(OP, "input elements", x.numel())?;
-    u32_of(OP, "im2col elements", rows.saturating_mul(k).min(usize::MAX))?;
+    u32_of(
+        OP,
+        "im2col elements",
+        rows.saturating_mul(k).min(usize::MAX),
+    )?;
     let gpu = rec.gpu().clone();
     let w2 = w.reshape(&[cout, k])?; // (Cout, Cin*kh*kw): a Linear weight
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
@@ -162,11 +164,16 @@ pub fn conv2d_chunked(
     let chunk_rows = ((budget / row_bytes) as usize).clamp(1, rows);
     let kernel = Kernel::new(&SHADER, "im2col").with(&[("WG", WG as f64)]);
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
-    // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
-    // only overwrites it after the previous linear has read it); the shorter tail gets its own.
+                                            // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
+                                            // only overwrites it after the previous linear has read it); the shorter tail gets its own.
     let full = Tensor::zeros(&gpu, &[chunk_rows, k], DType::F32, "conv2d.im2col")?;
     let full_out = if chunk_rows < rows {
-        Some(Tensor::zeros(&gpu, &[chunk_rows, cout], DType::F32, "conv2d.chunk_out")?)
+        Some(Tensor::zeros(
+            &gpu,
+            &[chunk_rows, cout],
+            DType::F32,
+            "conv2d.chunk_out",
+        )?)
     } else {
         None
     };

@@ -3,5 +3,8 @@
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
 pub mod attention;
+pub mod channel_attn;
+pub mod conv;
 pub mod elementwise;
 pub mod matmul;
+pub mod window;
