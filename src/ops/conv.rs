@@ -152,11 +152,7 @@ pub fn conv2d_chunked(
         return Ok(());
     }
     u32_of(OP, "input elements", x.numel())?;
-    u32_of(
-        OP,
-        "im2col elements",
-        rows.saturating_mul(k).min(usize::MAX),
-    )?;
+    u32_of(OP, "output rows", rows)?;
     let gpu = rec.gpu().clone();
     let w2 = w.reshape(&[cout, k])?; // (Cout, Cin*kh*kw): a Linear weight
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
