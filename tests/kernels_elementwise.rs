@@ -37,3 +37,135 @@ fn add_rejects_mismatched_shapes() {
         "{err}"
     );
 }
+
+// scale, add_row, add_rows_at: one f32 rounding per element on both sides, so results are bit-exact
+// (tolerance 0).
+
+use common::cpu::{add_row_ref, add_rows_at_ref};
+use common::{assert_shape_err, run_f32, tf32, zf32};
+
+#[test]
+fn add_in_place_variants() {
+    let g = gpu();
+    let mut rng = Rng::new(2);
+    let n = 777;
+    let a = rng.vec(n, 1.0);
+    let b = rng.vec(n, 1.0);
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    // out == a
+    let ta = tf32(&g, &[n], &a);
+    let tb = tf32(&g, &[n], &b);
+    let got = run_f32(&g, &ta, |r| {
+        ops::elementwise::add(r, &ta, &tb, &ta).unwrap()
+    });
+    assert_close("add out==a", &got, &want, 0.0);
+    // out == b
+    let ta = tf32(&g, &[n], &a);
+    let got = run_f32(&g, &tb, |r| {
+        ops::elementwise::add(r, &ta, &tb, &tb).unwrap()
+    });
+    assert_close("add out==b", &got, &want, 0.0);
+    // out == a == b
+    let ta = tf32(&g, &[n], &a);
+    let got = run_f32(&g, &ta, |r| {
+        ops::elementwise::add(r, &ta, &ta, &ta).unwrap()
+    });
+    let want2: Vec<f32> = a.iter().map(|x| x + x).collect();
+    assert_close("add out==a==b", &got, &want2, 0.0);
+}
+
+#[test]
+fn scale_matches_cpu() {
+    let g = gpu();
+    let mut rng = Rng::new(3);
+    for n in [1usize, 1000, 65_537] {
+        let x = rng.vec(n, 3.0);
+        let s = 0.125_f32 * 1.7;
+        let want: Vec<f32> = x.iter().map(|v| v * s).collect();
+        let tx = tf32(&g, &[n], &x);
+        let to = zf32(&g, &[n]);
+        let got = run_f32(&g, &to, |r| {
+            ops::elementwise::scale(r, &tx, s, &to).unwrap()
+        });
+        assert_close(&format!("scale n={n}"), &got, &want, 0.0);
+        let got = run_f32(&g, &tx, |r| {
+            ops::elementwise::scale(r, &tx, s, &tx).unwrap()
+        });
+        assert_close(&format!("scale in place n={n}"), &got, &want, 0.0);
+    }
+}
+
+#[test]
+fn add_row_matches_cpu() {
+    let g = gpu();
+    let mut rng = Rng::new(4);
+    for (rows, c) in [(1usize, 1usize), (1, 300), (7, 1), (13, 257)] {
+        let x = rng.vec(rows * c, 2.0);
+        let row = rng.vec(c, 2.0);
+        let want = add_row_ref(&x, &row);
+        let tx = tf32(&g, &[rows, c], &x);
+        let tr = tf32(&g, &[c], &row);
+        let to = zf32(&g, &[rows, c]);
+        let got = run_f32(&g, &to, |r| {
+            ops::elementwise::add_row(r, &tx, &tr, &to).unwrap()
+        });
+        assert_close(&format!("add_row ({rows}, {c})"), &got, &want, 0.0);
+        let got = run_f32(&g, &tx, |r| {
+            ops::elementwise::add_row(r, &tx, &tr, &tx).unwrap()
+        });
+        assert_close(&format!("add_row in place ({rows}, {c})"), &got, &want, 0.0);
+    }
+}
+
+#[test]
+fn add_rows_at_matches_cpu() {
+    let g = gpu();
+    let mut rng = Rng::new(5);
+    // (T, P, C, start): full table, offset start, one token at the last row (decode step).
+    for (t, p, c, start) in [
+        (12usize, 12usize, 33usize, 0u32),
+        (5, 12, 33, 4),
+        (1, 9, 7, 8),
+    ] {
+        let x = rng.vec(t * c, 1.0);
+        let table = rng.vec(p * c, 1.0);
+        let want = add_rows_at_ref(&x, &table, start as usize, c);
+        let tx = tf32(&g, &[t, c], &x);
+        let tt = tf32(&g, &[p, c], &table);
+        let to = zf32(&g, &[t, c]);
+        let got = run_f32(&g, &to, |r| {
+            ops::elementwise::add_rows_at(r, &tx, &tt, start, &to).unwrap()
+        });
+        let name = format!("add_rows_at T={t} P={p} C={c} start={start}");
+        assert_close(&name, &got, &want, 0.0);
+        let got = run_f32(&g, &tx, |r| {
+            ops::elementwise::add_rows_at(r, &tx, &tt, start, &tx).unwrap()
+        });
+        assert_close(&format!("{name} in place"), &got, &want, 0.0);
+    }
+}
+
+#[test]
+fn scale_add_row_add_rows_at_reject_mismatched_shapes() {
+    let g = gpu();
+    let mut rec = Recorder::new(&g);
+    let x = zf32(&g, &[3, 4]);
+    assert_shape_err(
+        ops::elementwise::scale(&mut rec, &x, 2.0, &zf32(&g, &[4, 3])),
+        "scale",
+    );
+    assert_shape_err(
+        ops::elementwise::add_row(&mut rec, &x, &zf32(&g, &[3]), &zf32(&g, &[3, 4])),
+        "add_row",
+    );
+    let table = zf32(&g, &[5, 4]);
+    // start + T = 3 + 3 > 5 rows
+    assert_shape_err(
+        ops::elementwise::add_rows_at(&mut rec, &x, &table, 3, &zf32(&g, &[3, 4])),
+        "add_rows_at",
+    );
+    assert_shape_err(
+        ops::elementwise::add_rows_at(&mut rec, &x, &zf32(&g, &[5, 3]), 0, &zf32(&g, &[3, 4])),
+        "add_rows_at",
+    );
+}

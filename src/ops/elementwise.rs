@@ -1,7 +1,11 @@
-//! Element-wise ops (`shaders/elementwise.wgsl`).
+//! Element-wise ops (`shaders/elementwise.wgsl`): `add`, `scale`, `add_row` (broadcast bias) and
+//! `add_rows_at` (learned positional rows). Every op accepts `out` sharing its buffer with `x` (in-place);
+//! the launcher then picks the shader's `_inplace` entry, since WebGPU forbids binding one buffer both
+//! read-only and writable in one dispatch.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "elementwise",
@@ -16,24 +20,42 @@ const WG: u32 = 256;
 struct Params {
     n: u32,
     scale: f32,
-    _pad0: u32,
-    _pad1: u32,
+    c: u32,
+    start: u32,
 }
 
-fn check_f32(op: &'static str, t: &Tensor) -> Result<()> {
-    if t.dtype() != DType::F32 {
-        return Err(Error::shape(
-            op,
-            format!("expected f32, got {:?}", t.dtype()),
-        ));
-    }
-    Ok(())
+fn launch(
+    rec: &mut Recorder,
+    entry: &'static str,
+    params: Params,
+    tensors: &[&Tensor],
+) -> Result<()> {
+    let gpu = rec.gpu().clone();
+    let bindings = tensors
+        .iter()
+        .map(|t| t.binding(&gpu))
+        .collect::<Result<Vec<_>>>()?;
+    rec.dispatch(
+        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &params,
+        &bindings,
+        grid_1d(ceil_div(params.n as usize, WG as usize)),
+    )
 }
 
-/// out = a + b (same shapes).
+fn params(op: &'static str, n: usize) -> Result<Params> {
+    Ok(Params {
+        n: check::u32_of(op, "element count", n)?,
+        scale: 1.0,
+        c: 1,
+        start: 0,
+    })
+}
+
+/// out = a + b (same shapes). `out` may share a buffer with `a` and/or `b`.
 pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-    for t in [a, b, out] {
-        check_f32("add", t)?;
+    for (n, t) in [("a", a), ("b", b), ("out", out)] {
+        check::f32("add", n, t)?;
     }
     if a.shape() != b.shape() || a.shape() != out.shape() {
         return Err(Error::shape(
@@ -46,18 +68,101 @@ pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<(
             ),
         ));
     }
-    let n = a.numel();
-    let gpu = rec.gpu().clone();
-    let params = Params {
-        n: n as u32,
-        scale: 1.0,
-        _pad0: 0,
-        _pad1: 0,
+    let p = params("add", a.numel())?;
+    let (sa, sb) = (check::same_buffer(a, out), check::same_buffer(b, out));
+    match (sa, sb) {
+        (false, false) => launch(rec, "add", p, &[a, b, out]),
+        (true, false) => launch(rec, "add_inplace", p, &[out, b]),
+        (false, true) => launch(rec, "add_inplace", p, &[out, a]),
+        // out = out + out
+        (true, true) => launch(rec, "scale_inplace", Params { scale: 2.0, ..p }, &[out]),
+    }
+}
+
+/// out = x * s (same shapes; `out` may be `x`).
+pub fn scale(rec: &mut Recorder, x: &Tensor, s: f32, out: &Tensor) -> Result<()> {
+    check::f32("scale", "x", x)?;
+    check::f32("scale", "out", out)?;
+    check::shape("scale", "out", out, x.shape())?;
+    let p = Params {
+        scale: s,
+        ..params("scale", x.numel())?
     };
-    rec.dispatch(
-        &Kernel::new(&SHADER, "add").with(&[("WG", WG as f64)]),
-        &params,
-        &[a.binding(&gpu)?, b.binding(&gpu)?, out.binding(&gpu)?],
-        grid_1d(ceil_div(n, WG as usize)),
-    )
+    if check::same_buffer(x, out) {
+        launch(rec, "scale_inplace", p, &[out])
+    } else {
+        launch(rec, "scale", p, &[x, out])
+    }
+}
+
+/// out[r, :] = x[r, :] + row for x, out (R, C) and row (C) (any leading dims of x are flattened into R).
+/// `out` may be `x`.
+pub fn add_row(rec: &mut Recorder, x: &Tensor, row: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "add_row";
+    for (n, t) in [("x", x), ("row", row), ("out", out)] {
+        check::f32(OP, n, t)?;
+    }
+    check::shape(OP, "out", out, x.shape())?;
+    let c = x.dim(-1);
+    if x.rank() == 0 || c == 0 || row.shape() != [c] {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "x {:?} + row {:?}: row must be (C) = last dim of x",
+                x.shape(),
+                row.shape()
+            ),
+        ));
+    }
+    check::distinct(OP, ("row", row), ("out", out))?;
+    let p = Params {
+        c: check::u32_of(OP, "C", c)?,
+        ..params(OP, x.numel())?
+    };
+    if check::same_buffer(x, out) {
+        launch(rec, "add_row_inplace", p, &[out, row])
+    } else {
+        launch(rec, "add_row", p, &[x, row, out])
+    }
+}
+
+/// out[t, :] = x[t, :] + table[start + t, :] for x, out (T, C) and table (P, C) with start + T <= P.
+/// `out` may be `x`.
+pub fn add_rows_at(
+    rec: &mut Recorder,
+    x: &Tensor,
+    table: &Tensor,
+    start: u32,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "add_rows_at";
+    for (n, t) in [("x", x), ("table", table), ("out", out)] {
+        check::f32(OP, n, t)?;
+    }
+    let xs = check::rank(OP, "x", x, 2)?;
+    let ts = check::rank(OP, "table", table, 2)?;
+    check::shape(OP, "out", out, xs)?;
+    let (t, c) = (xs[0], xs[1]);
+    if ts[1] != c || start as usize + t > ts[0] {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "x {xs:?} + table {ts:?} rows {start}..{}: needs table (>= start + T, C)",
+                start as usize + t
+            ),
+        ));
+    }
+    check::distinct(OP, ("table", table), ("out", out))?;
+    let p = Params {
+        c: check::u32_of(OP, "C", c)?,
+        start,
+        ..params(OP, x.numel())?
+    };
+    // start * C + T * C <= P * C must be indexable in u32.
+    check::u32_of(OP, "table elements", table.numel())?;
+    if check::same_buffer(x, out) {
+        launch(rec, "add_rows_at_inplace", p, &[out, table])
+    } else {
+        launch(rec, "add_rows_at", p, &[x, table, out])
+    }
 }

@@ -2,9 +2,16 @@
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
+pub mod activation;
 pub mod attention;
 pub mod channel_attn;
 pub mod conv;
 pub mod elementwise;
+pub mod embedding;
+pub mod layout;
 pub mod matmul;
+pub mod norm;
+pub mod softmax;
 pub mod window;
+
+pub(crate) mod check;

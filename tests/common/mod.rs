@@ -2,6 +2,8 @@
 //! max-abs-difference reporting.
 #![allow(dead_code)]
 
+pub mod cpu;
+
 use std::sync::{Arc, OnceLock};
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
@@ -64,4 +66,48 @@ pub fn assert_close(name: &str, got: &[f32], want: &[f32], tol: f32) {
         "{name}: non-finite output"
     );
     assert!(d <= tol, "{name}: max |diff| {d:e} > tol {tol:e}");
+}
+
+/// Upload f32 data.
+pub fn tf32(g: &Arc<Gpu>, shape: &[usize], data: &[f32]) -> florence2_wasm::gpu::Tensor {
+    florence2_wasm::gpu::Tensor::from_f32(g, shape, data, "test-in").unwrap()
+}
+
+/// Upload u32 data.
+pub fn tu32(g: &Arc<Gpu>, shape: &[usize], data: &[u32]) -> florence2_wasm::gpu::Tensor {
+    florence2_wasm::gpu::Tensor::from_u32(g, shape, data, "test-in").unwrap()
+}
+
+/// A zero f32 tensor.
+pub fn zf32(g: &Arc<Gpu>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
+    florence2_wasm::gpu::Tensor::zeros(g, shape, florence2_wasm::gpu::DType::F32, "test-out")
+        .unwrap()
+}
+
+/// A zero u32 tensor.
+pub fn zu32(g: &Arc<Gpu>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
+    florence2_wasm::gpu::Tensor::zeros(g, shape, florence2_wasm::gpu::DType::U32, "test-out")
+        .unwrap()
+}
+
+/// Record with `f`, submit, and read `out` back as f32.
+pub fn run_f32(
+    g: &Arc<Gpu>,
+    out: &florence2_wasm::gpu::Tensor,
+    f: impl FnOnce(&mut florence2_wasm::gpu::Recorder),
+) -> Vec<f32> {
+    let mut rec = florence2_wasm::gpu::Recorder::new(g);
+    f(&mut rec);
+    rec.submit().unwrap();
+    florence2_wasm::gpu::readback::to_f32_blocking(g, out).unwrap()
+}
+
+/// Assert an op failed with `Error::Shape` for `op`.
+pub fn assert_shape_err(res: florence2_wasm::Result<()>, op: &str) {
+    match res {
+        Err(florence2_wasm::Error::Shape { op: o, msg }) if o == op => {
+            eprintln!("{op}: rejected as expected: {msg}")
+        }
+        other => panic!("{op}: expected Error::Shape, got {other:?}"),
+    }
 }

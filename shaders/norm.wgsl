@@ -1,0 +1,92 @@
+// LayerNorm over the last dimension: out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * gamma + beta,
+// with the biased variance, exactly as torch.nn.LayerNorm.
+//
+// One workgroup per row (the grid is folded by `grid_1d`, so the row index is rebuilt from wid.x and
+// wid.y). Each invocation strides over the row; partial sums are combined by a tree reduction in
+// workgroup memory. Two passes over the row (mean, then the sum of squared deviations) instead of the
+// one-pass E[x^2] - E[x]^2, which cancels badly when |mean| >> std. A third pass normalises; each element
+// is read and written by the same invocation, so `layer_norm_inplace` (x == out) is race-free.
+
+override WG: u32 = 256; // power of two, <= 256 (the size of `red`)
+
+struct Params {
+    rows: u32, // R
+    c: u32,    // C
+    eps: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;         // (R, C)
+@group(0) @binding(2) var<storage, read> gamma: array<f32>;     // (C)
+@group(0) @binding(3) var<storage, read> beta: array<f32>;      // (C)
+@group(0) @binding(4) var<storage, read_write> out: array<f32>; // (R, C)
+
+// layer_norm_inplace: x and out are one buffer
+@group(0) @binding(1) var<storage, read_write> io: array<f32>;  // (R, C)
+@group(0) @binding(2) var<storage, read> gamma_i: array<f32>;   // (C)
+@group(0) @binding(3) var<storage, read> beta_i: array<f32>;    // (C)
+
+var<workgroup> red: array<f32, 256>;
+
+fn reduce_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            red[lid] = red[lid] + red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier(); // `red` is reused by the next reduction
+    return r;
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    var s = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        s += x[base + j];
+    }
+    let mean = reduce_sum(lid, s) / f32(p.c);
+    var q = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        let d = x[base + j] - mean;
+        q += d * d;
+    }
+    let inv = inverseSqrt(reduce_sum(lid, q) / f32(p.c) + p.eps);
+    for (var j = lid; j < p.c; j += WG) {
+        out[base + j] = (x[base + j] - mean) * inv * gamma[j] + beta[j];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    var s = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        s += io[base + j];
+    }
+    let mean = reduce_sum(lid, s) / f32(p.c);
+    var q = 0.0;
+    for (var j = lid; j < p.c; j += WG) {
+        let d = io[base + j] - mean;
+        q += d * d;
+    }
+    let inv = inverseSqrt(reduce_sum(lid, q) / f32(p.c) + p.eps);
+    for (var j = lid; j < p.c; j += WG) {
+        io[base + j] = (io[base + j] - mean) * inv * gamma_i[j] + beta_i[j];
+    }
+}

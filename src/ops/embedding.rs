@@ -1,0 +1,72 @@
+//! Embedding gather (`shaders/embedding.wgsl`), for tables larger than one storage binding.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "embedding",
+    source: include_str!("../../shaders/embedding.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/embedding.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    c: u32,
+    row_start: u32,
+    rows: u32,
+    v: u32,
+    zero_oob: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+/// out[t, :] = table[ids[t], :] for ids U32 (T), table f32 (V, C), out f32 (T, C). Ids >= V give zero
+/// rows (never an out-of-bounds read). The table may exceed the device's storage-binding limit: it is
+/// bound in row chunks, one dispatch per chunk.
+pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "embedding";
+    check::dtype(OP, "ids", ids, DType::U32)?;
+    check::f32(OP, "table", table)?;
+    check::f32(OP, "out", out)?;
+    let t = check::rank(OP, "ids", ids, 1)?[0];
+    let ts = check::rank(OP, "table", table, 2)?;
+    let (v, c) = (ts[0], ts[1]);
+    if c == 0 {
+        return Err(Error::shape(OP, format!("table {ts:?} has no columns")));
+    }
+    check::shape(OP, "out", out, &[t, c])?;
+    check::distinct(OP, ("table", table), ("out", out))?;
+    let n = check::u32_of(OP, "T * C", t * c)?;
+    let v32 = check::u32_of(OP, "V", v)?;
+    check::u32_of(OP, "table elements", table.numel())?;
+    let gpu = rec.gpu().clone();
+    let chunks = table.row_chunks(&gpu, c)?;
+    for (k, ch) in chunks.iter().enumerate() {
+        let params = Params {
+            n,
+            c: c as u32,
+            row_start: ch.row_start as u32,
+            rows: ch.rows as u32,
+            v: v32,
+            zero_oob: u32::from(k == 0),
+            _pad0: 0,
+            _pad1: 0,
+        };
+        rec.dispatch(
+            &Kernel::new(&SHADER, "embedding").with(&[("WG", WG as f64)]),
+            &params,
+            &[
+                ids.binding(&gpu)?,
+                table.binding_range(ch.byte_offset, ch.byte_size),
+                out.binding(&gpu)?,
+            ],
+            grid_1d(ceil_div(n as usize, WG as usize)),
+        )?;
+    }
+    Ok(())
+}

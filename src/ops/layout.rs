@@ -1,0 +1,183 @@
+//! Data movement (`shaders/layout.wgsl`): `permute` (rank <= 4), `gather_batch` (beam reorder) and
+//! `split_qkv` (DaViT's fused qkv output into separate q, k, v).
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "layout",
+    source: include_str!("../../shaders/layout.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/layout.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    a: u32,
+    b: u32,
+    _pad: u32,
+    out_dims: [u32; 4],
+    in_strides: [u32; 4],
+}
+
+impl Params {
+    fn new(n: u32) -> Self {
+        Params {
+            n,
+            a: 1,
+            b: 1,
+            _pad: 0,
+            out_dims: [1; 4],
+            in_strides: [0; 4],
+        }
+    }
+}
+
+/// f32 or u32: the layout kernels move 4-byte elements as raw bits.
+fn check_word(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
+    if t.dtype() == DType::F16 {
+        return Err(Error::shape(
+            op,
+            format!("{name}: packed f16 is not supported, expected f32 or u32"),
+        ));
+    }
+    Ok(())
+}
+
+fn launch(
+    rec: &mut Recorder,
+    entry: &'static str,
+    params: Params,
+    tensors: &[&Tensor],
+) -> Result<()> {
+    let gpu = rec.gpu().clone();
+    let bindings = tensors
+        .iter()
+        .map(|t| t.binding(&gpu))
+        .collect::<Result<Vec<_>>>()?;
+    rec.dispatch(
+        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &params,
+        &bindings,
+        grid_1d(ceil_div(params.n as usize, WG as usize)),
+    )
+}
+
+/// out = x.permute(dims) (materialised, contiguous). `dims` is a permutation of 0..rank, rank <= 4;
+/// out's shape must be `[x.shape[dims[0]], x.shape[dims[1]], ..]`. f32 or u32; `out` must not be `x`.
+/// Example: mlx channels-last conv weights (O, kH, kW, I) -> (O, I, kH, kW) is `dims = [0, 3, 1, 2]`.
+pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> Result<()> {
+    const OP: &str = "permute";
+    check_word(OP, "x", x)?;
+    if out.dtype() != x.dtype() {
+        return Err(Error::shape(
+            OP,
+            format!("out dtype {:?} != x dtype {:?}", out.dtype(), x.dtype()),
+        ));
+    }
+    let rank = x.rank();
+    let mut seen = [false; 4];
+    let mut valid = (1..=4).contains(&rank) && dims.len() == rank;
+    for &d in dims {
+        match seen.get_mut(d) {
+            Some(s) if d < rank && !*s => *s = true,
+            _ => valid = false,
+        }
+    }
+    if !valid {
+        return Err(Error::shape(
+            OP,
+            format!("dims {dims:?} is not a permutation of x's {rank} axes (rank 1..=4)"),
+        ));
+    }
+    let xs = x.shape();
+    let want: Vec<usize> = dims.iter().map(|&d| xs[d]).collect();
+    check::shape(OP, "out", out, &want)?;
+    check::distinct(OP, ("x", x), ("out", out))?;
+    let n = check::u32_of(OP, "elements", x.numel())?;
+    // Row-major strides of x.
+    let mut stride = vec![1usize; rank];
+    for i in (0..rank.saturating_sub(1)).rev() {
+        stride[i] = stride[i + 1] * xs[i + 1];
+    }
+    let mut p = Params::new(n);
+    let pad = 4 - rank;
+    for (i, &d) in dims.iter().enumerate() {
+        p.out_dims[pad + i] = want[i].max(1) as u32;
+        p.in_strides[pad + i] = check::u32_of(OP, "stride", stride[d])?;
+    }
+    launch(rec, "permute", p, &[x, out])
+}
+
+/// out[b] = x[idx[b]] for x (B, L, C), idx U32 (B2), out (B2, L, C) (f32 or u32; any trailing shape
+/// after the leading dim). Indices >= B give zero rows. `out` must not be `x` (the reorder would race).
+pub fn gather_batch(rec: &mut Recorder, x: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "gather_batch";
+    check_word(OP, "x", x)?;
+    check::dtype(OP, "idx", idx, DType::U32)?;
+    if out.dtype() != x.dtype() {
+        return Err(Error::shape(
+            OP,
+            format!("out dtype {:?} != x dtype {:?}", out.dtype(), x.dtype()),
+        ));
+    }
+    let b2 = check::rank(OP, "idx", idx, 1)?[0];
+    let xs = x.shape();
+    let Some((&b, inner)) = xs.split_first() else {
+        return Err(Error::shape(OP, "x must have a leading batch dim"));
+    };
+    let mut want = vec![b2];
+    want.extend_from_slice(inner);
+    check::shape(OP, "out", out, &want)?;
+    check::distinct(OP, ("x", x), ("out", out))?;
+    check::u32_of(OP, "x elements", x.numel())?;
+    let per: usize = inner.iter().product();
+    let mut p = Params::new(check::u32_of(OP, "out elements", out.numel())?);
+    p.a = check::u32_of(OP, "B", b)?;
+    p.b = per.max(1) as u32;
+    if per == 0 {
+        return Ok(());
+    }
+    launch(rec, "gather_batch", p, &[x, idx, out])
+}
+
+/// q, k, v = qkv[:, :C], qkv[:, C:2C], qkv[:, 2C:] for qkv (R, 3C) and q, k, v (R, C) (any leading dims
+/// flattened into R, the same in all four).
+pub fn split_qkv(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<()> {
+    const OP: &str = "split_qkv";
+    for (n, t) in [("qkv", qkv), ("q", q), ("k", k), ("v", v)] {
+        check::f32(OP, n, t)?;
+    }
+    let c3 = qkv.dim(-1);
+    if qkv.rank() == 0 || c3 == 0 || !c3.is_multiple_of(3) {
+        return Err(Error::shape(
+            OP,
+            format!("qkv {:?}: last dim must be 3C", qkv.shape()),
+        ));
+    }
+    let mut want = qkv.shape().to_vec();
+    if let Some(last) = want.last_mut() {
+        *last = c3 / 3;
+    }
+    for (n, t) in [("q", q), ("k", k), ("v", v)] {
+        check::shape(OP, n, t, &want)?;
+        check::distinct(OP, ("qkv", qkv), (n, t))?;
+    }
+    check::distinct(OP, ("q", q), ("k", k))?;
+    check::distinct(OP, ("q", q), ("v", v))?;
+    check::distinct(OP, ("k", k), ("v", v))?;
+    check::u32_of(OP, "qkv elements", qkv.numel())?;
+    let mut p = Params::new(q.numel() as u32);
+    p.a = (c3 / 3) as u32;
+    launch(rec, "split_qkv", p, &[qkv, q, k, v])
+}

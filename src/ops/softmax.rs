@@ -1,0 +1,62 @@
+//! Row softmax and log-softmax (`shaders/softmax.wgsl`), numerically stable (max-subtracted).
+
+use crate::error::{Error, Result};
+use crate::gpu::{grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "softmax",
+    source: include_str!("../../shaders/softmax.wgsl"),
+};
+
+/// Mirrors `Params` in `shaders/softmax.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    c: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Result<()> {
+    check::f32(op, "x", x)?;
+    check::f32(op, "out", out)?;
+    check::shape(op, "out", out, x.shape())?;
+    let c = x.dim(-1);
+    if x.rank() == 0 || c == 0 {
+        return Err(Error::shape(op, format!("x {:?} has no rows", x.shape())));
+    }
+    check::u32_of(op, "elements", x.numel())?;
+    let params = Params {
+        rows: check::u32_of(op, "rows", x.numel() / c)?,
+        c: c as u32,
+        _pad0: 0,
+        _pad1: 0,
+    };
+    let wg = check::pow2_wg(c, 32, 256);
+    let gpu = rec.gpu().clone();
+    let (entry, bindings) = match (op, check::same_buffer(x, out)) {
+        ("softmax_rows", false) => ("softmax", vec![x.binding(&gpu)?, out.binding(&gpu)?]),
+        ("softmax_rows", true) => ("softmax_inplace", vec![out.binding(&gpu)?]),
+        (_, false) => ("log_softmax", vec![x.binding(&gpu)?, out.binding(&gpu)?]),
+        (_, true) => ("log_softmax_inplace", vec![out.binding(&gpu)?]),
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, entry).with(&[("WG", wg as f64)]),
+        &params,
+        &bindings,
+        grid_1d(params.rows),
+    )
+}
+
+/// out[r, :] = softmax(x[r, :]) over the last dim; x, out (R, C) (leading dims flattened into R).
+/// `out` may be `x`. Mask with a large negative finite value, not -inf.
+pub fn softmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
+    launch(rec, "softmax_rows", x, out)
+}
+
+/// out[r, :] = log_softmax(x[r, :]) over the last dim; x, out (R, C). `out` may be `x`.
+pub fn log_softmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
+    launch(rec, "log_softmax_rows", x, out)
+}

@@ -1,0 +1,87 @@
+//! Embedding gather against a CPU gather. A gather copies values: bit-exact (tolerance 0).
+mod common;
+
+use std::sync::Arc;
+
+use common::cpu::embedding_ref;
+use common::{assert_close, assert_shape_err, gpu, run_f32, tf32, tu32, zf32, Rng};
+use florence2_wasm::gpu::{Gpu, GpuOptions, Recorder};
+use florence2_wasm::ops;
+
+fn case(g: &Arc<Gpu>, v: usize, c: usize, ids: &[u32], seed: u64) {
+    let mut rng = Rng::new(seed);
+    let table = rng.vec(v * c, 1.0);
+    let want = embedding_ref(ids, &table, c);
+    let tt = tf32(g, &[v, c], &table);
+    let ti = tu32(g, &[ids.len()], ids);
+    // Pre-fill out with garbage so zero rows for out-of-range ids are really written.
+    let to = tf32(g, &[ids.len(), c], &vec![7.0; ids.len() * c]);
+    let chunks = tt.row_chunks(g, c).unwrap().len();
+    let got = run_f32(g, &to, |r| {
+        ops::embedding::embedding(r, &ti, &tt, &to).unwrap()
+    });
+    assert_close(
+        &format!("embedding V={v} C={c} T={} ({chunks} chunks)", ids.len()),
+        &got,
+        &want,
+        0.0,
+    );
+}
+
+#[test]
+fn embedding_matches_cpu() {
+    let g = gpu();
+    case(
+        &g,
+        50,
+        37,
+        &[0, 49, 3, 3, 17, 50, 1_000_000, u32::MAX, 25],
+        41,
+    );
+    case(&g, 1, 1, &[0], 42); // degenerate: 1 row, 1 column, 1 token
+    case(&g, 9, 5, &[8], 43);
+}
+
+#[test]
+fn embedding_table_larger_than_binding_limit() {
+    // A second device whose storage bindings are capped at 64 KiB; the table is 1000 x 33 f32 = 132 KB,
+    // so it is bound in (at least) 3 row chunks and ids from every chunk, chunk edges and out of range
+    // must all come out right.
+    let g2 = pollster::block_on(Gpu::new(GpuOptions {
+        max_storage_binding_size: Some(64 * 1024),
+        ..Default::default()
+    }))
+    .unwrap();
+    let (v, c) = (1000usize, 33usize);
+    let t = Tensor::zeros(&g2, &[v, c], florence2_wasm::gpu::DType::F32, "t").unwrap();
+    let chunks = t.row_chunks(&g2, c).unwrap();
+    assert!(chunks.len() >= 3, "expected a split table, got {chunks:?}");
+    let mut ids: Vec<u32> = vec![0, 999, 1000, 5000];
+    for ch in &chunks {
+        let s = ch.row_start as u32;
+        let e = (ch.row_start + ch.rows) as u32;
+        ids.extend([s, s + 1, e - 1]);
+    }
+    let mut rng = Rng::new(44);
+    ids.extend((0..40).map(|_| (rng.next_u64() % 1100) as u32));
+    case(&g2, v, c, &ids, 45);
+}
+
+use florence2_wasm::gpu::Tensor;
+
+#[test]
+fn embedding_rejects_mismatched_shapes() {
+    let g = gpu();
+    let mut rec = Recorder::new(&g);
+    let table = zf32(&g, &[10, 4]);
+    let ids = tu32(&g, &[3], &[0, 1, 2]);
+    assert_shape_err(
+        ops::embedding::embedding(&mut rec, &ids, &table, &zf32(&g, &[3, 5])),
+        "embedding",
+    );
+    // f32 ids are rejected
+    assert_shape_err(
+        ops::embedding::embedding(&mut rec, &zf32(&g, &[3]), &table, &zf32(&g, &[3, 4])),
+        "embedding",
+    );
+}
