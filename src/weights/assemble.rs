@@ -113,6 +113,8 @@ pub struct Assembler {
     ignored: Vec<String>,
     scratch: Vec<f32>,
     since_flush: u64,
+    /// Host bytes the caller reported holding (header buffer, the chunk being read).
+    external: u64,
     stats: MemStats,
 }
 
@@ -136,6 +138,7 @@ impl Assembler {
             ignored: Vec::new(),
             scratch: Vec::new(),
             since_flush: 0,
+            external: 0,
             stats: MemStats::default(),
         }
     }
@@ -161,6 +164,7 @@ impl Assembler {
 
     /// Report host bytes held by the caller (e.g. the streaming loader's header buffer) for accounting.
     pub fn note_held(&mut self, bytes: u64) {
+        self.external = bytes;
         let cur = bytes + (self.scratch.capacity() * 4) as u64;
         self.stats.set(cur);
     }
@@ -176,6 +180,20 @@ impl Assembler {
             .is_some_and(|f| f.eq_ignore_ascii_case("mlx"))
         {
             self.channels_last = true;
+        }
+        // Pre-pass: an unambiguous channels-last conv anywhere in this file (every DaViT block has
+        // depthwise convs, (C, 1, 3, 3) vs (C, 3, 3, 1)) decides how ambiguous ones (I == kH == kW) read.
+        for t in &header.tensors {
+            let Some(canonical) = canonical_name(layout, &t.name) else {
+                continue;
+            };
+            if let Some((shape, _)) = self.table.get(&canonical) {
+                if let [o, i, kh, kw] = shape.as_slice() {
+                    if t.shape == [*o, *kh, *kw, *i] && t.shape != *shape {
+                        self.channels_last = true;
+                    }
+                }
+            }
         }
         let mut plans = Vec::with_capacity(header.tensors.len());
         for t in &header.tensors {
@@ -297,8 +315,8 @@ impl Assembler {
                 msg: "more bytes than the tensor holds".into(),
             });
         }
-        let held = w.host_bytes() + (out.capacity() * 4) as u64;
-        self.stats.set(held.max(self.stats.current));
+        let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
+        self.stats.set(held);
         match &mut w.dest {
             Dest::Gpu(t) => {
                 if !out.is_empty() {

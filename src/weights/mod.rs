@@ -11,6 +11,7 @@
 //!   `image_projection`), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
 //!   head).
 //! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
+//! - [`stream`]: the push-style streaming loader (browser `fetch()` bodies), one [`StreamLoader`] per file.
 //! - [`store`]: [`Weights`] and [`WeightsView`].
 //!
 //! Optional tensors: `lm_head.weight` (aliased to `model.language_model.shared.weight` when absent) and
@@ -25,6 +26,7 @@ pub mod load;
 pub mod names;
 pub mod source;
 pub mod store;
+pub mod stream;
 
 pub use assemble::{Assembler, LoadOptions, MemStats};
 pub use expected::{expected_tensors, optional_tensors, temporal_cosine_table};
@@ -37,3 +39,4 @@ pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::{DirFiles, FileSource};
 pub use store::{Weights, WeightsView};
+pub use stream::StreamLoader;

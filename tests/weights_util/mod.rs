@@ -140,3 +140,182 @@ pub fn canonical_tensors(cfg: &Florence2Config, seed: u64) -> Vec<(String, Vec<u
         })
         .collect()
 }
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use florence2_wasm::gpu::readback::to_f32_blocking;
+use florence2_wasm::gpu::Gpu;
+use florence2_wasm::weights::{load_files, LoadOptions, MemFiles, Weights};
+
+/// A config whose names are exactly those of the reference original->HF mapping (2 stages of depth 1,
+/// 2 encoder and 2 decoder layers).
+pub fn mapping_config_json() -> serde_json::Value {
+    let mut v = tiny_config_json();
+    v["vision_config"]["depths"] = serde_json::json!([1, 1]);
+    v["text_config"]["encoder_layers"] = serde_json::json!(2);
+    v["text_config"]["decoder_layers"] = serde_json::json!(2);
+    v
+}
+
+/// The reference mapping `original -> HF-native` (read from `../shared/reference`; fails if missing).
+pub fn reference_mapping() -> BTreeMap<String, String> {
+    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/reference/key_mapping_original_to_hf_native.json");
+    let text = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("reference mapping {} is missing: {e}", p.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["original_to_hf"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect()
+}
+
+/// Checkpoint naming/layout variants the tests build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    HfNative,
+    /// Original names (from the reference mapping), raw `[C_last, D]` image projection, plus unused
+    /// `vision_tower.norms.*` / `head.*` tensors, a zero `final_logits_bias` and an untied lm_head copy.
+    Original,
+    /// Original names with channels-last conv weights (mlx-community).
+    Mlx,
+}
+
+/// Row-major 4-D permute for the test side (`out dim i = in dim perm[i]`).
+pub fn permute4(x: &[f32], s: &[usize], perm: [usize; 4]) -> (Vec<f32>, Vec<usize>) {
+    let os: Vec<usize> = perm.iter().map(|&p| s[p]).collect();
+    let st = [s[1] * s[2] * s[3], s[2] * s[3], s[3], 1];
+    let mut out = Vec::with_capacity(x.len());
+    for a in 0..os[0] {
+        for b in 0..os[1] {
+            for c in 0..os[2] {
+                for d in 0..os[3] {
+                    let idx = [a, b, c, d];
+                    let mut src = 0;
+                    for i in 0..4 {
+                        src += idx[i] * st[perm[i]];
+                    }
+                    out.push(x[src]);
+                }
+            }
+        }
+    }
+    (out, os)
+}
+
+pub fn transpose2(x: &[f32], r: usize, c: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for i in 0..r {
+        for j in 0..c {
+            out[j * r + i] = x[i * c + j];
+        }
+    }
+    out
+}
+
+/// Source tensors of a checkpoint variant built from canonical tensors (names from the reference
+/// mapping for original/mlx). Returns the raw tensors in a shuffled-but-deterministic order.
+pub fn variant_tensors(
+    canon: &[(String, Vec<usize>, Vec<f32>)],
+    variant: Variant,
+    dt: Dt,
+) -> Vec<RawTensor> {
+    let inverse: BTreeMap<String, String> = if variant == Variant::HfNative {
+        BTreeMap::new()
+    } else {
+        reference_mapping()
+            .into_iter()
+            .map(|(o, h)| (h, o))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (n, s, v) in canon {
+        let (name, shape, vals) = match variant {
+            Variant::HfNative => (n.clone(), s.clone(), v.clone()),
+            _ => {
+                let o = inverse
+                    .get(n)
+                    .unwrap_or_else(|| panic!("no original name for {n}"))
+                    .clone();
+                if o == "image_projection" {
+                    (o, vec![s[1], s[0]], transpose2(v, s[0], s[1]))
+                } else if s.len() == 4 && variant == Variant::Mlx {
+                    let (p, ps) = permute4(v, s, [0, 2, 3, 1]);
+                    (o, ps, p)
+                } else {
+                    (o, s.clone(), v.clone())
+                }
+            }
+        };
+        out.push(RawTensor::new(&name, dt, &shape, &vals));
+    }
+    if variant != Variant::HfNative {
+        let c = canon
+            .iter()
+            .find(|(n, _, _)| n.ends_with("shared.weight"))
+            .unwrap();
+        out.push(RawTensor::new(
+            "vision_tower.norms.1.weight",
+            dt,
+            &[12],
+            &[3.0; 12],
+        ));
+        out.push(RawTensor::new(
+            "vision_tower.head.weight",
+            dt,
+            &[2, 12],
+            &[1.0; 24],
+        ));
+        out.push(RawTensor::new(
+            "language_model.final_logits_bias",
+            dt,
+            &[1, c.1[0]],
+            &vec![0.0; c.1[0]],
+        ));
+        out.push(RawTensor::new(
+            "language_model.lm_head.weight",
+            dt,
+            &c.1,
+            &c.2,
+        ));
+    }
+    // Deterministic shuffle so file order differs from table order.
+    let mut rng = Rng::new(99);
+    for i in (1..out.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        out.swap(i, j);
+    }
+    out
+}
+
+/// A model directory in memory.
+pub fn mem_model(config: &serde_json::Value, files: &[(&str, Vec<u8>)]) -> MemFiles {
+    let mut m = MemFiles::new();
+    m.insert("config.json", config.to_string().into_bytes());
+    for (n, b) in files {
+        m.insert(*n, b.clone());
+    }
+    m
+}
+
+pub fn load_mem(
+    gpu: &Arc<Gpu>,
+    files: &MemFiles,
+) -> florence2_wasm::Result<(florence2_wasm::model::config::Florence2Config, Weights)> {
+    pollster::block_on(load_files(gpu, files, LoadOptions::default()))
+}
+
+/// Read every tensor back.
+pub fn readback_all(gpu: &Arc<Gpu>, w: &Weights) -> BTreeMap<String, Vec<f32>> {
+    w.names()
+        .map(|n| {
+            (
+                n.to_owned(),
+                to_f32_blocking(gpu, &w.get_any(n).unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
