@@ -6,7 +6,7 @@ mod weights_util;
 use florence2_wasm::Error;
 use weights_util::*;
 
-fn tiny_raw(seed: u64, dt: Dt) -> (Vec<(String, Vec<usize>, Vec<f32>)>, Vec<RawTensor>) {
+fn tiny_raw(seed: u64, dt: Dt) -> (Canon, Vec<RawTensor>) {
     let cfg = tiny_config();
     let canon = canonical_tensors(&cfg, seed);
     let raw = variant_tensors(&canon, Variant::HfNative, dt);

@@ -8,7 +8,11 @@ use florence2_wasm::weights::expected_tensors;
 #[path = "../common/mod.rs"]
 pub mod common;
 
+#[allow(unused_imports)]
 pub use common::{gpu, Rng};
+
+/// Canonical tensors: (name, shape, values).
+pub type Canon = Vec<(String, Vec<usize>, Vec<f32>)>;
 
 /// A tiny two-stage config (HF-native spelling).
 pub fn tiny_config_json() -> serde_json::Value {
