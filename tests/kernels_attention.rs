@@ -238,3 +238,20 @@ fn rejects_bad_shapes() {
     // Good call still records.
     attention(&mut rec, &q, &k, &k, &opts, &out).unwrap();
 }
+
+#[test]
+fn decode_kernel_paths() {
+    // Tq = 1 takes the decode kernel: with a mask + causal, with a head dim above its 64 invocations
+    // (each invocation owns whole output columns), and with several groups of keys per column (D = 8).
+    let mut c = Case::new(2, 1, 30, 2, 16);
+    c.mask = true;
+    c.causal = true;
+    c.q_offset = 20;
+    run("decode mask + causal", &c, 13);
+    run("decode d80", &Case::new(2, 1, 33, 2, 80), 14);
+    let mut c = Case::new(3, 1, 50, 3, 8);
+    c.bk = 1;
+    run("decode d8 bk=1", &c, 15);
+    // A key range beyond the decode kernel's 2048-score buffer falls back to the tiled kernel.
+    run("decode tk 2100 (tiled)", &Case::new(1, 1, 2100, 1, 8), 16);
+}

@@ -17,6 +17,8 @@ const Q_CAP: usize = 1024;
 const KV_CAP: usize = 768;
 const S_CAP: usize = 256;
 const QB_MAX: usize = 16;
+/// Longest key range of the decode kernel (its score buffer).
+const DEC_MAXK: usize = 2048;
 const KT_MAX: usize = 64;
 
 /// Options of one attention call.
@@ -168,7 +170,9 @@ pub fn attention(
     if b == 0 || tq == 0 {
         return Ok(());
     }
-    let (qb, kt) = tiles(d, tq);
+    // Decode: one query row; all visible keys' scores fit the decode kernel's workgroup buffer.
+    let decode = tq == 1 && kv_len <= DEC_MAXK;
+    let (qb, kt) = if decode { (1, 1) } else { tiles(d, tq) };
     let n_qblocks = tq.div_ceil(qb);
     let groups = b
         .checked_mul(heads)
@@ -194,8 +198,13 @@ pub fn attention(
         ("QB", qb as f64),
         ("KT", kt as f64),
     ];
+    let entry = if decode {
+        "attention_decode"
+    } else {
+        "attention"
+    };
     rec.dispatch(
-        &Kernel::new(&SHADER, "attention").with(&overrides),
+        &Kernel::new(&SHADER, entry).with(&overrides),
         &params,
         &[
             q.binding(&gpu)?,
