@@ -1,0 +1,134 @@
+//! Row reductions (`shaders/reduce.wgsl`): `argmax_rows`, `topk_rows` (beam search), `mean_rows`
+//! (DaViT's final spatial mean pooling).
+//!
+//! Ordering rule of argmax/topk: values rank by float order with NaN above everything (like
+//! torch.argmax / torch.topk) and -0 == +0; equal values rank by LOWER index first. So argmax returns
+//! the first maximal index (torch.argmax's documented rule) and topk's output order is that of a stable
+//! descending sort.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "reduce",
+    source: include_str!("../../shaders/reduce.wgsl"),
+};
+
+/// Largest k supported by `topk_rows`.
+pub const MAX_TOPK: usize = 16;
+
+/// Mirrors `Params` in `shaders/reduce.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    rows: u32,
+    v: u32,
+    k: u32,
+    _pad: u32,
+}
+
+/// (R, V) of a row-reduction input; any leading dims are flattened into R.
+fn rows_of(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
+    check::f32(op, "x", x)?;
+    let v = x.dim(-1);
+    if x.rank() == 0 || v == 0 {
+        return Err(Error::shape(
+            op,
+            format!("x {:?} has empty rows", x.shape()),
+        ));
+    }
+    check::u32_of(op, "elements", x.numel())?;
+    Ok((x.numel() / v, v))
+}
+
+/// out[r] = the index of the largest value of x[r, :] (lowest index among equals; NaN ranks highest),
+/// for x f32 (R, V) and out U32 (R). Leading dims of x are flattened into R; out must have R elements
+/// as a 1-D tensor.
+pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "argmax_rows";
+    let (r, v) = rows_of(OP, x)?;
+    check::dtype(OP, "out", out, DType::U32)?;
+    check::shape(OP, "out", out, &[r])?;
+    let params = Params {
+        rows: r as u32,
+        v: v as u32,
+        k: 1,
+        _pad: 0,
+    };
+    let wg = check::pow2_wg(v, 32, 256);
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "argmax_rows").with(&[("WG", wg as f64)]),
+        &params,
+        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        grid_1d(params.rows),
+    )
+}
+
+/// The k largest values of each row of x f32 (R, V), descending, into vals f32 (R, k) and their column
+/// indices into ids U32 (R, k); 1 <= k <= min(16, V). Equal values come lowest index first; NaN ranks
+/// highest. For beam search over beams x vocabulary, view the scores as (B, beams * V).
+pub fn topk_rows(
+    rec: &mut Recorder,
+    x: &Tensor,
+    k: usize,
+    vals: &Tensor,
+    ids: &Tensor,
+) -> Result<()> {
+    const OP: &str = "topk_rows";
+    let (r, v) = rows_of(OP, x)?;
+    if k == 0 || k > MAX_TOPK || k > v {
+        return Err(Error::shape(
+            OP,
+            format!("k = {k} must be in 1..={} (and <= V = {v})", MAX_TOPK),
+        ));
+    }
+    check::f32(OP, "vals", vals)?;
+    check::dtype(OP, "ids", ids, DType::U32)?;
+    check::shape(OP, "vals", vals, &[r, k])?;
+    check::shape(OP, "ids", ids, &[r, k])?;
+    check::distinct(OP, ("x", x), ("vals", vals))?;
+    let params = Params {
+        rows: r as u32,
+        v: v as u32,
+        k: k as u32,
+        _pad: 0,
+    };
+    let wg = check::pow2_wg(v, 32, 256);
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "topk_rows").with(&[("WG", wg as f64)]),
+        &params,
+        &[x.binding(&gpu)?, vals.binding(&gpu)?, ids.binding(&gpu)?],
+        grid_1d(params.rows),
+    )
+}
+
+/// out[b, c] = mean over n of x[b, n, c], for x (B, N, C) and out (B, C); N >= 1.
+pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "mean_rows";
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "out", out)?;
+    let xs = check::rank(OP, "x", x, 3)?;
+    let (b, n, c) = (xs[0], xs[1], xs[2]);
+    if n == 0 {
+        return Err(Error::shape(OP, format!("x {xs:?}: mean over N = 0")));
+    }
+    check::shape(OP, "out", out, &[b, c])?;
+    check::distinct(OP, ("x", x), ("out", out))?;
+    check::u32_of(OP, "elements", x.numel())?;
+    let params = Params {
+        rows: b as u32,
+        v: n as u32,
+        k: c as u32,
+        _pad: 0,
+    };
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "mean_rows").with(&[("WG", 256.0)]),
+        &params,
+        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        grid_1d(ceil_div(b * c, 256)),
+    )
+}
