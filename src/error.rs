@@ -71,6 +71,11 @@ pub enum Error {
     /// A model file could not be read (missing file, I/O error, HTTP error in the browser).
     #[error("cannot read {file}: {msg}")]
     FileRead { file: String, msg: String },
+
+    // ---- tasks -------------------------------------------------------------------------------------
+    /// A task prompt failed validation (unknown marker, missing/unexpected input, bad region, ...).
+    #[error("invalid task prompt: {0}")]
+    Prompt(String),
 }
 
 impl Error {
@@ -91,6 +96,7 @@ impl Error {
             | Error::Truncated { .. }
             | Error::CheckpointIndex { .. }
             | Error::FileRead { .. } => "Florence2LoadError",
+            Error::Prompt(_) => "Florence2PromptError",
         }
     }
 

@@ -9,6 +9,9 @@ pub mod error;
 pub mod gpu;
 pub mod model;
 pub mod ops;
+pub mod postprocess;
+pub mod processor;
+pub mod render;
 pub mod weights;
 
 pub use error::{Error, Result};

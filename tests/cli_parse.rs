@@ -1,0 +1,135 @@
+//! The built `florence2 parse` binary: reference-shaped JSON, the rendering, stdin, usage errors.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::processor::prompt::Task;
+use florence2_wasm::render::render;
+
+const BIN: &str = env!("CARGO_BIN_EXE_florence2");
+const OD_TEXT: &str =
+    "</s><s>cat<loc_26><loc_112><loc_497><loc_982>cat<loc_541><loc_53><loc_998><loc_776>\
+                       remote<loc_63><loc_153><loc_274><loc_243></s>";
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn parse_prints_the_rendering() {
+    let (code, stdout, stderr) = run(&[
+        "parse",
+        "--task",
+        "<OD>",
+        "--image-size",
+        "640,480",
+        "--text",
+        OD_TEXT,
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "cat: [17.0, 54.0, 318.4, 471.6]\ncat: [346.6, 25.7, 639.0, 372.7]\nremote: [40.6, 73.7, 175.7, 116.9]\n"
+    );
+}
+
+#[test]
+fn parse_json_is_exactly_the_library_result() {
+    for task in Task::ALL {
+        let (code, stdout, stderr) = run(&[
+            "parse",
+            "--task",
+            &task.marker()[1..task.marker().len() - 1],
+            "--image-size",
+            "640x480",
+            "--json",
+            "--text",
+            OD_TEXT,
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        let got: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let expected = post_process_generation(OD_TEXT, task, (640, 480)).unwrap();
+        assert_eq!(got["task"], task.marker());
+        assert_eq!(got["result"], expected.to_json(task), "{task}");
+        assert_eq!(got["text"], render(&expected), "{task}");
+        let obj = got["result"].as_object().unwrap();
+        assert_eq!(obj.len(), 1);
+        assert!(obj.contains_key(task.marker()));
+    }
+}
+
+#[test]
+fn parse_reads_stdin() {
+    let mut child = Command::new(BIN)
+        .args([
+            "parse",
+            "--task",
+            "CAPTION",
+            "--image-size",
+            "1,1",
+            "--text",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"</s><s>Two cats.</s>")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "Two cats.\n");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec![
+            "parse",
+            "--task",
+            "<NOPE>",
+            "--image-size",
+            "1,1",
+            "--text",
+            "x",
+        ],
+        vec![
+            "parse",
+            "--task",
+            "OD",
+            "--image-size",
+            "0,5",
+            "--text",
+            "x",
+        ],
+        vec!["parse", "--task", "OD", "--image-size", "12", "--text", "x"],
+        vec!["parse", "--task", "OD", "--image-size", "1,1"],
+        vec![
+            "parse",
+            "--task",
+            "OD",
+            "--image-size",
+            "1,1",
+            "--text",
+            "x",
+            "--bogus",
+        ],
+        vec!["frobnicate"],
+        vec![],
+    ] {
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains("usage:"), "{stderr}");
+    }
+}
