@@ -47,6 +47,7 @@ fn hf_native_f32_roundtrip() {
         to_f32_blocking(&gpu, &head).unwrap(),
         to_f32_blocking(&gpu, &shared).unwrap()
     );
+    assert!(w.same_buffer("lm_head.weight", "model.language_model.shared.weight"));
     // Views.
     let vt = w.pp("model").pp("vision_tower");
     assert!(vt.has("convs.0.conv.weight"));

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Tensor};
+use crate::gpu::{DType, Gpu, Recorder, Tensor};
 use crate::model::config::Florence2Config;
+use crate::ops::layout::permute;
 use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
     expected_tensors, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
@@ -57,6 +58,7 @@ pub struct TensorPlan {
 }
 
 /// Host-memory accounting of the loader's own buffers (bytes held by the loader, not by wgpu).
+/// `current` is the latest figure, `peak` the largest seen.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MemStats {
     pub current: u64,
@@ -70,17 +72,12 @@ impl MemStats {
     }
 }
 
-enum Dest {
-    Gpu(Tensor),
-    /// Whole tensor gathered on the host for a CPU permute (small tensors only).
-    Host(Vec<f32>),
-}
-
 /// Receives one tensor's bytes in order, in pieces of any size.
 pub struct TensorWriter {
     plan: TensorPlan,
     conv: ElemConverter,
-    dest: Dest,
+    /// GPU buffer receiving the source-layout f32 values (permuted on the GPU when complete).
+    dest: Tensor,
     written: usize,
 }
 
@@ -89,13 +86,9 @@ impl TensorWriter {
         &self.plan
     }
 
-    /// Bytes held on the host by this writer (partial element + gathered tensor).
+    /// Bytes held on the host by this writer (a partial element).
     pub fn host_bytes(&self) -> u64 {
-        let gathered = match &self.dest {
-            Dest::Host(v) => v.capacity() * 4,
-            Dest::Gpu(_) => 0,
-        };
-        (gathered + self.conv.pending()) as u64
+        self.conv.pending() as u64
     }
 }
 
@@ -157,7 +150,7 @@ impl Assembler {
     }
 
     /// Peak host bytes held by the loader's own buffers so far (conversion scratch, partial elements,
-    /// tensors gathered for CPU permutes, and whatever the caller reported via [`Assembler::note_held`]).
+    /// and whatever the caller reported via [`Assembler::note_held`]).
     pub fn mem_stats(&self) -> MemStats {
         self.stats
     }
@@ -274,21 +267,17 @@ impl Assembler {
         }))
     }
 
-    /// Open a writer for a planned tensor (allocates its GPU buffer, or a host buffer for a permute).
+    /// Open a writer for a planned tensor (allocates its GPU buffer in the source layout).
     pub fn begin(&mut self, plan: TensorPlan) -> Result<TensorWriter> {
         let conv = ElemConverter::new(plan.src.dtype).map_err(|_| Error::UnsupportedDtype {
             name: plan.src.name.clone(),
             dtype: plan.src.dtype.as_str().to_owned(),
         })?;
-        let dest = match plan.fixup {
-            Fixup::None => Dest::Gpu(Tensor::zeros(
-                &self.gpu,
-                &plan.shape,
-                DType::F32,
-                &plan.canonical,
-            )?),
-            Fixup::Permute(_) => Dest::Host(Vec::with_capacity(plan.src.numel())),
+        let shape = match plan.fixup {
+            Fixup::None => &plan.shape,
+            Fixup::Permute(_) => &plan.src.shape,
         };
+        let dest = Tensor::zeros(&self.gpu, shape, DType::F32, &plan.canonical)?;
         Ok(TensorWriter {
             plan,
             conv,
@@ -317,14 +306,10 @@ impl Assembler {
         }
         let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
         self.stats.set(held);
-        match &mut w.dest {
-            Dest::Gpu(t) => {
-                if !out.is_empty() {
-                    t.write_bytes(&self.gpu, (w.written * 4) as u64, bytemuck::cast_slice(out))?;
-                    self.since_flush += (out.len() * 4) as u64;
-                }
-            }
-            Dest::Host(v) => v.extend_from_slice(out),
+        if !out.is_empty() {
+            w.dest
+                .write_bytes(&self.gpu, (w.written * 4) as u64, bytemuck::cast_slice(out))?;
+            self.since_flush += (out.len() * 4) as u64;
         }
         w.written += out.len();
         if self.since_flush >= self.opts.flush_bytes {
@@ -353,14 +338,15 @@ impl Assembler {
             });
         }
         let TensorWriter { plan, dest, .. } = w;
-        let tensor = match (dest, &plan.fixup) {
-            (Dest::Gpu(t), _) => t,
-            (Dest::Host(v), Fixup::Permute(perm)) => {
-                let p = permute_host(&v, &plan.src.shape, perm)?;
-                Tensor::from_f32(&self.gpu, &plan.shape, &p, &plan.canonical)?
-            }
-            (Dest::Host(v), Fixup::None) => {
-                Tensor::from_f32(&self.gpu, &plan.shape, &v, &plan.canonical)?
+        let tensor = match &plan.fixup {
+            Fixup::None => dest,
+            Fixup::Permute(perm) => {
+                // On the GPU: the staged source-layout tensor is permuted into the canonical one.
+                let out = Tensor::zeros(&self.gpu, &plan.shape, DType::F32, &plan.canonical)?;
+                let mut rec = Recorder::new(&self.gpu);
+                permute(&mut rec, &dest, perm, &out)?;
+                rec.submit()?;
+                out
             }
         };
         self.weights.insert(plan.canonical, tensor);
@@ -411,47 +397,4 @@ impl Assembler {
         self.flush()?;
         Ok(self.weights)
     }
-}
-
-/// Permute a row-major host tensor: output dim `i` is input dim `perm[i]`.
-pub fn permute_host(x: &[f32], shape: &[usize], perm: &[usize]) -> Result<Vec<f32>> {
-    let bad = || {
-        Error::shape(
-            "permute_host",
-            format!("bad permutation {perm:?} of {shape:?}"),
-        )
-    };
-    let r = shape.len();
-    let numel: usize = shape.iter().product();
-    if perm.len() != r || x.len() != numel {
-        return Err(bad());
-    }
-    let mut seen = vec![false; r];
-    for &p in perm {
-        match seen.get_mut(p) {
-            Some(s) if !*s => *s = true,
-            _ => return Err(bad()),
-        }
-    }
-    // Input strides.
-    let mut stride = vec![1usize; r];
-    for i in (0..r.saturating_sub(1)).rev() {
-        stride[i] = stride[i + 1] * shape[i + 1];
-    }
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let out_stride: Vec<usize> = perm.iter().map(|&p| stride[p]).collect();
-    let mut out = Vec::with_capacity(numel);
-    let mut idx = vec![0usize; r];
-    for _ in 0..numel {
-        let src: usize = idx.iter().zip(&out_stride).map(|(i, s)| i * s).sum();
-        out.push(x.get(src).copied().ok_or_else(bad)?);
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < out_shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    Ok(out)
 }

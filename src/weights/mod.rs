@@ -8,7 +8,7 @@
 //! - [`names`]: layout detection and the original -> HF-native naming rules.
 //! - [`expected`]: the table of tensors (name, shape) the config implies; the temporal cosine table.
 //! - [`assemble`]: per-tensor plans (fix-ups: mlx channels-last convs, original transposed
-//!   `image_projection`), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
+//!   `image_projection`, permuted on the GPU), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
 //!   head).
 //! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
 //! - [`stream`]: the push-style streaming loader (browser `fetch()` bodies), one [`StreamLoader`] per file.

@@ -72,9 +72,25 @@ impl Weights {
         self.map.keys().map(String::as_str)
     }
 
-    /// Total GPU bytes held.
+    /// Total GPU bytes held (a buffer shared by two names, e.g. the tied LM head, counts once).
     pub fn byte_size(&self) -> u64 {
-        self.map.values().map(Tensor::byte_size).sum()
+        let mut seen: Vec<&wgpu::Buffer> = Vec::new();
+        let mut total = 0;
+        for t in self.map.values() {
+            if !seen.contains(&t.buffer()) {
+                seen.push(t.buffer());
+                total += t.byte_size();
+            }
+        }
+        total
+    }
+
+    /// True when `a` and `b` are the same GPU buffer (e.g. `lm_head.weight` tied to the shared embedding).
+    pub fn same_buffer(&self, a: &str, b: &str) -> bool {
+        match (self.map.get(a), self.map.get(b)) {
+            (Some(x), Some(y)) => x.buffer() == y.buffer(),
+            _ => false,
+        }
     }
 }
 
