@@ -90,3 +90,106 @@ fn layer_norm_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         io[base + j] = (io[base + j] - mean) * inv * gamma_i[j] + beta_i[j];
     }
 }
+
+// Row-per-invocation variants: no workgroup memory, no barriers. On CPU adapters (lavapipe,
+// SwiftShader) a workgroup barrier is a coroutine switch and dominates a per-row tree reduction, so
+// one invocation walks its whole row. A long sequential f32 sum loses precision (~C * eps relative in
+// the worst case), so: four interleaved partial sums (also four independent dependency chains), and
+// the second pass accumulates d = x - m1 and d^2 around the first-pass mean m1, then corrects it:
+// mean = m1 + sum(d) / C, var = sum(d^2) / C - (sum(d) / C)^2, where sum(d) / C is only m1's tiny
+// rounding error, so the correction cannot cancel.
+
+// (mean, 1/sqrt(var + eps)) of one row; one copy per buffer variable, since a function that touches
+// both `x` and `io` would make every entry point calling it use both bindings.
+fn stats_x(base: u32) -> vec2<f32> {
+    let c = p.c;
+    let c4 = c / 4u * 4u;
+    var a = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j += 4u) {
+        a += vec4<f32>(x[base + j], x[base + j + 1u], x[base + j + 2u], x[base + j + 3u]);
+    }
+    var t = 0.0;
+    for (var j = c4; j < c; j++) {
+        t += x[base + j];
+    }
+    let m1 = ((a.x + a.y) + (a.z + a.w) + t) / f32(c);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j += 4u) {
+        let v = vec4<f32>(x[base + j], x[base + j + 1u], x[base + j + 2u], x[base + j + 3u]);
+        let d = v - vec4<f32>(m1);
+        d1 += d;
+        d2 += d * d;
+    }
+    var e1 = 0.0;
+    var e2 = 0.0;
+    for (var j = c4; j < c; j++) {
+        let d = x[base + j] - m1;
+        e1 += d;
+        e2 += d * d;
+    }
+    let corr = ((d1.x + d1.y) + (d1.z + d1.w) + e1) / f32(c);
+    let var_ = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(var_ + p.eps));
+}
+
+fn stats_io(base: u32) -> vec2<f32> {
+    let c = p.c;
+    let c4 = c / 4u * 4u;
+    var a = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j += 4u) {
+        a += vec4<f32>(io[base + j], io[base + j + 1u], io[base + j + 2u], io[base + j + 3u]);
+    }
+    var t = 0.0;
+    for (var j = c4; j < c; j++) {
+        t += io[base + j];
+    }
+    let m1 = ((a.x + a.y) + (a.z + a.w) + t) / f32(c);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j += 4u) {
+        let v = vec4<f32>(io[base + j], io[base + j + 1u], io[base + j + 2u], io[base + j + 3u]);
+        let d = v - vec4<f32>(m1);
+        d1 += d;
+        d2 += d * d;
+    }
+    var e1 = 0.0;
+    var e2 = 0.0;
+    for (var j = c4; j < c; j++) {
+        let d = io[base + j] - m1;
+        e1 += d;
+        e2 += d * d;
+    }
+    let corr = ((d1.x + d1.y) + (d1.z + d1.w) + e1) / f32(c);
+    let var_ = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(var_ + p.eps));
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm_rowwise(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let st = stats_x(base);
+    for (var j = 0u; j < p.c; j++) {
+        out[base + j] = (x[base + j] - st.x) * st.y * gamma[j] + beta[j];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm_rowwise_inplace(@builtin(workgroup_id) wid: vec3<u32>,
+                              @builtin(num_workgroups) nwg: vec3<u32>,
+                              @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let st = stats_io(base);
+    for (var j = 0u; j < p.c; j++) {
+        io[base + j] = (io[base + j] - st.x) * st.y * gamma_i[j] + beta_i[j];
+    }
+}
