@@ -235,6 +235,36 @@ PROMPTS = [
 ]
 
 
+# Seeded random "token soups" (pieces generations and malformed generations are made of), a differential
+# check of every scanner beyond the hand-written cases above.
+FUZZ_SEED = 20261130
+FUZZ_CASES = 400
+FUZZ_PIECES = [
+    "<sep>", "<poly>", "</poly>", "<s>", "</s>", "<pad>", "<od>", "</od>", "<box>", "<bbox>", "<loc_", "<", ">",
+    "\n", " ", "  ", "\u3000", "\x1c", "٣", "é", "東", "cat", "a red car", "the image", "it", "I", "7", "0042",
+]
+
+
+def fuzz_cases():
+    import random
+
+    rng = random.Random(FUZZ_SEED)
+    tasks = list(processor().tasks_answer_post_processing_type)
+    out = []
+    for i in range(FUZZ_CASES):
+        parts = []
+        for _ in range(rng.randrange(0, 40)):
+            r = rng.random()
+            if r < 0.5:
+                b = rng.randrange(0, 1000) if rng.random() < 0.97 else rng.choice([1000, 10**19, 10**30])
+                parts.append(f"<loc_{b}>")
+            else:
+                parts.append(rng.choice(FUZZ_PIECES))
+        size = rng.choice([(640, 480), (1, 1), (333, 517), (4000, 3000), (768, 768)])
+        out.append((f"fuzz_{i:03d}", rng.choice(tasks), size, "".join(parts)))
+    return out
+
+
 def empty_answer(answer_type):
     return {
         "pure_text": "",
@@ -254,7 +284,7 @@ def main():
     names = set()
     cases = []
     covered = set()
-    for name, task, size, text in CASES:
+    for name, task, size, text in CASES + fuzz_cases():
         assert name not in names, name
         names.add(name)
         answer_type = proc.tasks_answer_post_processing_type[task]

@@ -206,3 +206,66 @@ pub(crate) fn loc_chain(s: &str, at: usize) -> Vec<Loc> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_digits_are_pythons() {
+        for (c, v) in [
+            ('0', 0),
+            ('9', 9),
+            ('٣', 3),
+            ('४', 4),
+            ('９', 9),
+            ('\u{1D7CE}', 0),
+            ('\u{1D7FF}', 9),
+        ] {
+            assert_eq!(decimal_value(c), Some(v), "{c:?}");
+        }
+        for c in [
+            'a',
+            '½',
+            '²',
+            '\u{2160}',
+            '/',
+            ':',
+            '\u{65F}',
+            '\u{66A}',
+            '\u{1FBFA}',
+        ] {
+            assert_eq!(decimal_value(c), None, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn whitespace_is_pythons() {
+        for c in ['\u{1c}', '\u{1f}', ' ', '\u{85}', '\u{3000}', '\u{2029}'] {
+            assert!(py_isspace(c), "{c:?}");
+        }
+        for c in ['\u{200b}', '\u{180e}', '\u{feff}', 'a', '\u{0}'] {
+            assert!(!py_isspace(c), "{c:?}");
+        }
+        assert_eq!(py_strip("\u{1c} a b \u{3000}"), "a b");
+    }
+
+    #[test]
+    fn python_int_limits() {
+        assert_eq!(py_int("0042"), Ok(Some(42)));
+        assert_eq!(py_int("١٢"), Ok(Some(12)));
+        assert_eq!(py_int("9223372036854775807"), Ok(Some(i64::MAX as u64)));
+        assert_eq!(py_int("9223372036854775808"), Ok(None));
+        assert_eq!(py_int(&"9".repeat(4300)), Ok(None));
+        assert_eq!(py_int(&"0".repeat(4301)), Err(Raise));
+        assert_eq!(to_int64(None), Err(Raise));
+    }
+
+    #[test]
+    fn lookahead_phrase() {
+        assert_eq!(leading_phrase("  cat <loc_1>", &["<loc_"]), Some("  cat "));
+        assert_eq!(leading_phrase("\n cat<loc_1>", &["<loc_"]), Some("\n cat"));
+        assert_eq!(leading_phrase("a\ncat<loc_1>", &["<loc_"]), None);
+        assert_eq!(leading_phrase("cat", &["<loc_"]), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! Property tests: random strings and bytes never panic the prompt parser, the post-processor or the
+//! renderer, results are always well formed, and adversarial inputs finish in linear time.
+
+use std::time::{Duration, Instant};
+
+use florence2_wasm::postprocess::{post_process_generation, TaskResult};
+use florence2_wasm::processor::prompt::{
+    parse_task_prompt, region_tokens, InputKind, Task, MAX_INPUT_BYTES,
+};
+use florence2_wasm::render::render;
+use proptest::prelude::*;
+
+/// Structural invariants of any answer.
+fn check_well_formed(result: &TaskResult, task: Task) {
+    let finite = |v: &f64| v.is_finite();
+    match result {
+        TaskResult::Text(_) => {}
+        TaskResult::Ocr(r) => {
+            assert_eq!(r.quad_boxes.len(), r.labels.len());
+            assert!(r.quad_boxes.iter().flatten().all(finite));
+        }
+        TaskResult::Boxes(r) => {
+            assert_eq!(r.bboxes.len(), r.labels.len());
+            assert!(r.bboxes.iter().flatten().all(finite));
+        }
+        TaskResult::Polygons(r) => {
+            assert_eq!(r.polygons.len(), r.labels.len());
+            for p in r.polygons.iter().flatten() {
+                assert_eq!(p.len() % 2, 0);
+                assert!(p.iter().all(finite));
+            }
+        }
+        TaskResult::BoxesOrPolygons(r) => {
+            assert_eq!(r.bboxes.len(), r.bboxes_labels.len());
+            assert_eq!(r.polygons.len(), r.polygons_labels.len());
+            assert!(r.bboxes.is_empty() || r.polygons.is_empty());
+            for p in r.polygons.iter().flatten() {
+                assert_eq!(p.len() % 2, 0);
+            }
+        }
+    }
+    let json = result.to_json(task);
+    assert!(json.get(task.marker()).is_some());
+    let rendered = render(result);
+    if !matches!(result, TaskResult::Text(_)) {
+        assert!(
+            !rendered.chars().any(|c| c.is_control() && c != '\n'),
+            "{rendered:?}"
+        );
+    }
+}
+
+fn all_tasks(text: &str, size: (u32, u32)) {
+    for task in Task::ALL {
+        let r = post_process_generation(text, task, size).unwrap();
+        check_well_formed(&r, task);
+    }
+}
+
+/// Pieces Florence-2 generations (and malformed ones) are made of.
+fn piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u32..1200).prop_map(|b| format!("<loc_{b}>")),
+        Just("<sep>".to_string()),
+        Just("<poly>".to_string()),
+        Just("</poly>".to_string()),
+        Just("<s>".to_string()),
+        Just("</s>".to_string()),
+        Just("<pad>".to_string()),
+        Just("<od>".to_string()),
+        Just("<loc_".to_string()),
+        Just("<".to_string()),
+        Just(">".to_string()),
+        Just("\n".to_string()),
+        Just(" ".to_string()),
+        Just("٣".to_string()),
+        "[a-z]{1,6}",
+        "[0-9]{1,25}",
+        "\\PC{0,4}",
+    ]
+}
+
+fn soup() -> impl Strategy<Value = String> {
+    prop::collection::vec(piece(), 0..60).prop_map(|v| v.concat())
+}
+
+fn size() -> impl Strategy<Value = (u32, u32)> {
+    (0u32..=u32::MAX, 0u32..=u32::MAX)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_string_post_processes(text in any::<String>(), size in size()) {
+        all_tasks(&text, size);
+    }
+
+    #[test]
+    fn any_bytes_post_process(bytes in prop::collection::vec(any::<u8>(), 0..400), size in size()) {
+        all_tasks(&String::from_utf8_lossy(&bytes), size);
+    }
+
+    #[test]
+    fn token_soup_post_processes(text in soup(), size in size()) {
+        all_tasks(&text, size);
+    }
+
+    #[test]
+    fn any_prompt_parses_or_fails_cleanly(prompt in prop_oneof![
+        any::<String>(),
+        (prop::sample::select(Task::ALL.to_vec()), soup()).prop_map(|(t, s)| format!("{}{s}", t.marker())),
+    ]) {
+        match parse_task_prompt(&prompt) {
+            Ok(p) => {
+                let text = p.encoder_text();
+                match (p.task().input_kind(), p.input()) {
+                    (InputKind::None, None) => prop_assert_eq!(text, p.task().prompt_template()),
+                    (InputKind::Text, Some(input)) => {
+                        prop_assert!(input.len() <= MAX_INPUT_BYTES);
+                        prop_assert!(!input.contains(['<', '>']));
+                        prop_assert!(!input.chars().any(char::is_control));
+                        prop_assert!(text.contains(input));
+                    }
+                    (InputKind::Region, Some(input)) => {
+                        prop_assert_eq!(region_tokens(p.region().unwrap()), input);
+                    }
+                    other => prop_assert!(false, "inconsistent prompt {:?}", other),
+                }
+            }
+            Err(e) => {
+                prop_assert_eq!(e.name(), "Florence2PromptError");
+                // bounded: the valid-marker list plus a short echo
+                prop_assert!(e.to_string().len() < 1200, "{} bytes", e.to_string().len());
+            }
+        }
+    }
+
+    #[test]
+    fn region_prompts_round_trip(bins in prop::array::uniform4(0u32..1000)) {
+        let p = parse_task_prompt(&format!("<REGION_TO_OCR>{}", region_tokens(bins))).unwrap();
+        prop_assert_eq!(p.region(), Some(bins));
+    }
+}
+
+/// Inputs that make a backtracking or naive scanner quadratic (or worse). Each (~100-300 KB) must
+/// post-process, for all 15 tasks, within the budget. Linear scanning takes ~0.1-0.5 s per input in a debug
+/// build on an idle core (up to ~2.5 s measured under a load average of 15 on 2 cores); a quadratic scan of
+/// 150 KB is ~10^10 steps, minutes in a debug build, so the generous budget cannot hide one.
+#[test]
+fn adversarial_inputs_finish_fast() {
+    let n = 10_000;
+    let inputs = [
+        "a".repeat(15 * n),
+        "<loc_1>".repeat(2 * n),
+        "x<loc_1><loc_2><loc_3>".repeat(n),
+        format!("{}a", "<loc_7>".repeat(7)).repeat(n / 3),
+        "<poly>".repeat(2 * n),
+        "<poly><loc_1><loc_2><loc_3>".repeat(n),
+        "<loc_1><sep>".repeat(n),
+        format!("<loc_{}", "9".repeat(1000)).repeat(100),
+        format!("cat<loc_{}>", "1".repeat(5000)).repeat(20),
+        "<".repeat(15 * n),
+        "\n<loc_1>".repeat(2 * n),
+        format!("{}\n", "a".repeat(999)).repeat(75),
+        "<<s>/s>".repeat(2 * n),
+        format!("{}<", "\u{3000}".repeat(100)).repeat(n / 10),
+        format!("a{}\nb", "<loc_5>".repeat(3)).repeat(n),
+    ];
+    let budget = Duration::from_secs(10);
+    for (i, text) in inputs.iter().enumerate() {
+        let start = Instant::now();
+        for task in Task::ALL {
+            let r = post_process_generation(text, task, (640, 480)).unwrap();
+            check_well_formed(&r, task);
+        }
+        let took = start.elapsed();
+        println!("input {i}: {} bytes, 15 tasks in {took:?}", text.len());
+        assert!(
+            took < budget,
+            "input {i} ({} bytes) took {took:?}",
+            text.len()
+        );
+    }
+    let start = Instant::now();
+    for prompt in [
+        format!("<{}", "A".repeat(1 << 20)),
+        format!("<OPEN_VOCABULARY_DETECTION>{}", "<".repeat(1 << 20)),
+        format!("<REGION_TO_OCR>{}", "<loc_1>".repeat(1 << 17)),
+    ] {
+        assert!(parse_task_prompt(&prompt).is_err());
+    }
+    assert!(start.elapsed() < budget);
+}
