@@ -1,5 +1,7 @@
 //! The Florence-2 model: configuration, DaViT vision tower, projector, BART encoder-decoder, generation.
 
 pub mod config;
+pub mod davit;
+pub mod projector;
 
 pub use config::{Florence2Config, TextConfig, VisionConfig};

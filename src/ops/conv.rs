@@ -133,12 +133,14 @@ pub fn conv2d_chunked(
         conv_out_len(wd, kw, stride, pad),
     ) {
         (Some(ho), Some(wo)) => (ho, wo),
-        _ => return Err(Error::shape(
-            OP,
-            format!(
+        _ => {
+            return Err(Error::shape(
+                OP,
+                format!(
                 "input {h}x{wd} with kernel {kh}x{kw}, stride {stride}, pad {pad} gives no output"
             ),
-        )),
+            ))
+        }
     };
     if out.shape() != [b, ho, wo, cout] {
         return Err(Error::shape(

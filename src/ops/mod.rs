@@ -11,6 +11,7 @@ pub mod embedding;
 pub mod layout;
 pub mod matmul;
 pub mod norm;
+pub mod pos_embed;
 pub mod reduce;
 pub mod softmax;
 pub mod window;

@@ -1,0 +1,202 @@
+//! The multi-modal projector (`model.multi_modal_projector.*`), following transformers'
+//! `Florence2MultiModalProjector` (and the original `_encode_image`):
+//! 1. tokens + learned 2-D position embedding (COLUMN half first: concat(col[x], row[y])),
+//! 2. + the cosine temporal table's row 0 (sin 0, cos 0, ... = 0, 1, 0, 1: not zero),
+//! 3. pooled features in `image_feature_source` order: `spatial_avg_pool` = the mean over all tokens (one
+//!    token), `temporal_avg_pool` / `last_frame` = the tokens themselves (one frame). The released configs
+//!    say [spatial_avg_pool, temporal_avg_pool]: the pooled token comes first, then the N tokens.
+//! 4. `image_projection` (a Linear without bias, (D, C_last)), then `image_proj_norm` (LayerNorm).
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Recorder, Tensor};
+use crate::model::config::Florence2Config;
+use crate::model::davit::{LayerNorm, LN_EPS};
+use crate::ops;
+use crate::ops::matmul::Act;
+use crate::weights::WeightsView;
+
+/// One entry of `image_feature_source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FeatureSource {
+    /// Mean over the token grid: one token.
+    SpatialAvgPool,
+    /// Mean over frames (one frame: the tokens themselves).
+    TemporalAvgPool,
+    /// The last frame's tokens (one frame: the tokens themselves).
+    LastFrame,
+}
+
+/// `image_position_embed`: learned row / column tables.
+#[derive(Clone, Debug)]
+pub struct ImagePositionEmbed {
+    pub row_embeddings: Tensor,
+    pub column_embeddings: Tensor,
+}
+
+#[derive(Clone, Debug)]
+pub struct Projector {
+    pub image_position_embed: ImagePositionEmbed,
+    /// `visual_temporal_embed.pos_idx_to_embed` (T, C_last); row 0 is used.
+    pub visual_temporal_embed: Tensor,
+    /// (D, C_last), applied as a Linear without bias.
+    pub image_projection: Tensor,
+    pub image_proj_norm: LayerNorm,
+    pub sources: Vec<FeatureSource>,
+    pub max_positions: usize,
+}
+
+impl Projector {
+    /// Load the projector from `w` (the `model.multi_modal_projector` view), checking shapes against `cfg`.
+    pub fn new(cfg: &Florence2Config, w: WeightsView) -> Result<Self> {
+        let v = &cfg.vision;
+        let c = *v
+            .embed_dim
+            .last()
+            .ok_or_else(|| Error::Config("vision_config has no stages".into()))?;
+        let d = v.projection_dim;
+        let p = v.max_position_embeddings;
+        let sources = v
+            .image_feature_source
+            .iter()
+            .map(|s| match s.as_str() {
+                "spatial_avg_pool" => Ok(FeatureSource::SpatialAvgPool),
+                "temporal_avg_pool" => Ok(FeatureSource::TemporalAvgPool),
+                "last_frame" => Ok(FeatureSource::LastFrame),
+                other => Err(Error::Config(format!(
+                    "unknown image_feature_source '{other}'"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if sources.is_empty() {
+            return Err(Error::Config("image_feature_source is empty".into()));
+        }
+        let pe = w.pp("image_position_embed");
+        Ok(Projector {
+            image_position_embed: ImagePositionEmbed {
+                row_embeddings: pe.get("row_embeddings.weight", &[p, c / 2])?,
+                column_embeddings: pe.get("column_embeddings.weight", &[p, c - c / 2])?,
+            },
+            visual_temporal_embed: w.get(
+                "visual_temporal_embed.pos_idx_to_embed",
+                &[v.max_temporal_embeddings, c],
+            )?,
+            image_projection: w.get("image_projection.weight", &[d, c])?,
+            image_proj_norm: LayerNorm {
+                weight: w.get("image_proj_norm.weight", &[d])?,
+                bias: w.get("image_proj_norm.bias", &[d])?,
+            },
+            sources,
+            max_positions: p,
+        })
+    }
+
+    /// Number of image tokens produced for an (h, w) token grid.
+    pub fn num_tokens(&self, grid: (usize, usize)) -> usize {
+        self.sources
+            .iter()
+            .map(|s| match s {
+                FeatureSource::SpatialAvgPool => 1,
+                _ => grid.0 * grid.1,
+            })
+            .sum()
+    }
+
+    /// Record the projector on `feats` (B, N = h*w, C_last) from the vision tower. Returns (B, T, D) with
+    /// T = [`Projector::num_tokens`] (1 + N for the released configs).
+    pub fn forward(
+        &self,
+        rec: &mut Recorder,
+        feats: &Tensor,
+        grid: (usize, usize),
+    ) -> Result<Tensor> {
+        const OP: &str = "Projector::forward";
+        let c = self.image_projection.dim(1);
+        let d = self.image_projection.dim(0);
+        let (h, w) = grid;
+        if feats.rank() != 3 || feats.dim(1) != h * w || feats.dim(2) != c || h * w == 0 {
+            return Err(Error::shape(
+                OP,
+                format!("feats {:?} must be (B, {h}*{w}, {c})", feats.shape()),
+            ));
+        }
+        if h > self.max_positions || w > self.max_positions {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a {h}x{w} token grid exceeds the {} learned positions",
+                    self.max_positions
+                ),
+            ));
+        }
+        let bsz = feats.dim(0);
+        let n = h * w;
+        let gpu = rec.gpu().clone();
+        let pe = &self.image_position_embed;
+        // x = feats + pos2d + temporal[0]
+        let x = Tensor::zeros(&gpu, &[bsz, n, c], DType::F32, "projector.pos")?;
+        ops::pos_embed::pos2d_temporal_add(
+            rec,
+            feats,
+            &pe.column_embeddings,
+            &pe.row_embeddings,
+            &self.visual_temporal_embed,
+            grid,
+            &x,
+        )?; // (B, N, C)
+            // Pooled features, concatenated along tokens in config order.
+        let t = self.num_tokens(grid);
+        let tokens = Tensor::zeros(&gpu, &[bsz, t, c], DType::F32, "projector.tokens")?;
+        let pooled = if self.sources.contains(&FeatureSource::SpatialAvgPool) {
+            let m = Tensor::zeros(&gpu, &[bsz, c], DType::F32, "projector.mean")?;
+            ops::reduce::mean_rows(rec, &x, &m)?; // (B, C)
+            Some(m)
+        } else {
+            None
+        };
+        let row_bytes = (c * 4) as u64;
+        for b in 0..bsz as u64 {
+            let mut at = 0u64; // token index inside this batch row
+            let dst0 = b * t as u64 * row_bytes;
+            for src in &self.sources {
+                match (src, &pooled) {
+                    (FeatureSource::SpatialAvgPool, Some(m)) => {
+                        rec.copy_range(
+                            m,
+                            b * row_bytes,
+                            &tokens,
+                            dst0 + at * row_bytes,
+                            row_bytes,
+                        )?;
+                        at += 1;
+                    }
+                    _ => {
+                        let bytes = n as u64 * row_bytes;
+                        rec.copy_range(&x, b * bytes, &tokens, dst0 + at * row_bytes, bytes)?;
+                        at += n as u64;
+                    }
+                }
+            }
+        }
+        // image_projection (no bias), then image_proj_norm.
+        let rows = bsz * t;
+        let proj = Tensor::zeros(&gpu, &[rows, d], DType::F32, "projector.proj")?;
+        ops::matmul::linear(
+            rec,
+            &tokens.reshape(&[rows, c])?,
+            &self.image_projection,
+            None,
+            Act::None,
+            &proj,
+        )?; // (B*T, D)
+        let out = Tensor::zeros(&gpu, &[bsz, t, d], DType::F32, "projector.out")?;
+        ops::norm::layer_norm(
+            rec,
+            &proj,
+            &self.image_proj_norm.weight,
+            &self.image_proj_norm.bias,
+            LN_EPS,
+            &out.reshape(&[rows, d])?,
+        )?; // (B*T, D)
+        Ok(out)
+    }
+}

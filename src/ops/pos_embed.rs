@@ -1,0 +1,124 @@
+//! Florence-2 projector position terms (`shaders/pos_embed.wgsl`): the learned 2-D position embedding
+//! (column half first) plus the cosine temporal row 0, added to the image tokens in one pass.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+
+pub static SHADER: Shader = Shader {
+    name: "pos_embed",
+    source: include_str!("../../shaders/pos_embed.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/pos_embed.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    h: u32,
+    w: u32,
+    c: u32,
+    ccol: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+/// out[b, y*w + x] = (feats[b, y*w + x] + concat(col[x], row[y])) + temporal[0] for feats, out
+/// (B, h*w, C), col (P, C - C/2), row (P, C/2) with h, w <= P, temporal (T, C) with T >= 1.
+pub fn pos2d_temporal_add(
+    rec: &mut Recorder,
+    feats: &Tensor,
+    col: &Tensor,
+    row: &Tensor,
+    temporal: &Tensor,
+    grid: (usize, usize),
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "pos2d_temporal_add";
+    for (n, t) in [
+        ("feats", feats),
+        ("col", col),
+        ("row", row),
+        ("temporal", temporal),
+        ("out", out),
+    ] {
+        if t.dtype() != DType::F32 {
+            return Err(Error::shape(
+                OP,
+                format!("{n}: expected F32, got {:?}", t.dtype()),
+            ));
+        }
+    }
+    let (h, w) = grid;
+    if feats.rank() != 3 || out.shape() != feats.shape() || feats.dim(1) != h * w {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "feats {:?} / out {:?} must be (B, {h}*{w}, C)",
+                feats.shape(),
+                out.shape()
+            ),
+        ));
+    }
+    let c = feats.dim(2);
+    let ccol = c - c / 2;
+    if col.rank() != 2 || row.rank() != 2 || col.dim(1) != ccol || row.dim(1) != c / 2 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "col {:?} / row {:?} must be (P, {ccol}) / (P, {})",
+                col.shape(),
+                row.shape(),
+                c / 2
+            ),
+        ));
+    }
+    if w > col.dim(0) || h > row.dim(0) {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "a {h}x{w} token grid exceeds the {}-row position tables",
+                col.dim(0).min(row.dim(0))
+            ),
+        ));
+    }
+    if temporal.rank() != 2 || temporal.dim(0) == 0 || temporal.dim(1) != c {
+        return Err(Error::shape(
+            OP,
+            format!("temporal {:?} must be (T >= 1, {c})", temporal.shape()),
+        ));
+    }
+    if feats.buffer() == out.buffer() {
+        return Err(Error::shape(OP, "out must not share feats' buffer"));
+    }
+    let n = feats.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
+    let gpu = rec.gpu().clone();
+    let params = Params {
+        n: n32,
+        h: h as u32,
+        w: w as u32,
+        c: c as u32,
+        ccol: ccol as u32,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, "pos2d_temporal_add").with(&[("WG", WG as f64)]),
+        &params,
+        &[
+            feats.binding(&gpu)?,
+            col.binding(&gpu)?,
+            row.binding(&gpu)?,
+            temporal.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
+        grid_1d(ceil_div(n, WG as usize)),
+    )
+}
