@@ -10,6 +10,7 @@
 //!   Window attention zero-pads H, W up to multiples of the window AFTER norm1 (padded tokens then carry
 //!   qkv = bias, and take part in their windows' attention, exactly as in the reference), attends within
 //!   ws x ws windows with scale head_dim^-0.5, and crops. Channel attention scales by N^-0.5 (N = tokens).
+//!
 //! DropPath is the identity at inference; every LayerNorm uses eps 1e-5 (PyTorch's default).
 //!
 //! Buffers: one set per stage, reused by every block of the stage (dispatches execute in recording
@@ -448,7 +449,7 @@ impl DaVit {
         }
         let c_last = x.dim(3);
         let out = x.reshape(&[bsz, h * w, c_last])?; // (B, N, C_last)
-        if let Some(v) = taps.as_deref_mut() {
+        if let Some(v) = taps {
             // The last stage's stream is not written again: tap it without a copy.
             v.push(("vision.out".to_owned(), out.clone()));
         }
