@@ -76,6 +76,22 @@ pub enum Error {
     /// A task prompt failed validation (unknown marker, missing/unexpected input, bad region, ...).
     #[error("invalid task prompt: {0}")]
     Prompt(String),
+
+    // ---- processor ---------------------------------------------------------------------------------
+    /// Image bytes could not be decoded (unknown format, truncated or corrupt data, decoder limits) or a
+    /// pixel buffer is malformed.
+    #[error("image error: {0}")]
+    Image(String),
+    /// The image header announces more pixels than the configured limit; nothing was decoded.
+    #[error("image of {width}x{height} pixels exceeds the limit of {max_pixels} pixels")]
+    ImageTooLarge {
+        width: u64,
+        height: u64,
+        max_pixels: u64,
+    },
+    /// tokenizer.json could not be loaded, or encoding/decoding failed.
+    #[error("tokenizer error: {0}")]
+    Tokenizer(String),
 }
 
 impl Error {
@@ -97,6 +113,9 @@ impl Error {
             | Error::CheckpointIndex { .. }
             | Error::FileRead { .. } => "Florence2LoadError",
             Error::Prompt(_) => "Florence2PromptError",
+            Error::Image(_) => "Florence2ImageError",
+            Error::ImageTooLarge { .. } => "Florence2ImageTooLargeError",
+            Error::Tokenizer(_) => "Florence2TokenizerError",
         }
     }
 

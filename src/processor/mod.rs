@@ -1,6 +1,8 @@
-//! The processor: what turns user inputs into model inputs (task prompts; image and tokenizer modules join
-//! here).
+//! The processor: what turns user inputs into model inputs: task prompts (`prompt`), image decoding and
+//! preprocessing (`image`), the BART tokenizer with the Florence-2 tokens (`tokenizer`).
 
+pub mod image;
 pub mod prompt;
+pub mod tokenizer;
 
 pub use prompt::{parse_task_prompt, AnswerType, InputKind, Task, TaskPrompt};
