@@ -110,6 +110,15 @@ def make_resize():
         cases.append({"name": name, "in": [iw, ih], "out": [ow, oh]})
     with open(os.path.join(ROOT, "resize", "cases.json"), "w") as f:
         json.dump(cases, f, indent=1)
+    # Many random small size pairs (noise images, all filters' worst case for rounding), both pass orders.
+    rng = np.random.RandomState(42)
+    tensors = {}
+    for i in range(60):
+        iw, ih, ow, oh = (int(v) for v in rng.randint(1, 48, 4))
+        arr = rng.randint(0, 256, (ih, iw, 3)).astype(np.uint8)
+        tensors[f"{i}.in"] = arr
+        tensors[f"{i}.out"] = np.array(Image.fromarray(arr).resize((ow, oh), Image.BICUBIC))
+    save_file(tensors, os.path.join(ROOT, "resize", "random.safetensors"))
 
 
 def reference_rgb(path):

@@ -382,3 +382,73 @@ fn corrupt_and_unsupported_inputs_are_named_errors() {
             .map_err(|e| e.to_string())
     );
 }
+
+/// 60 random size pairs (1..48 in each of the four sides, noise content) vs Pillow: exact.
+#[test]
+fn resize_matches_pil_on_random_sizes() {
+    let bytes = read("resize/random.safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (mut cases, mut values, mut differ) = (0, 0, 0);
+    for i in 0.. {
+        let Ok(inp) = st.tensor(&format!("{i}.in")) else {
+            break;
+        };
+        let out = st.tensor(&format!("{i}.out")).unwrap();
+        let (ih, iw) = (inp.shape()[0] as u32, inp.shape()[1] as u32);
+        let (oh, ow) = (out.shape()[0] as u32, out.shape()[1] as u32);
+        let src = RgbImage::from_raw(iw, ih, inp.data().to_vec()).unwrap();
+        let want = RgbImage::from_raw(ow, oh, out.data().to_vec()).unwrap();
+        let got = resize_pil(&src, ow, oh, Filter::Bicubic).unwrap();
+        let (n, m) = diff_u8(&got, &want);
+        if n > 0 {
+            println!("case {i}: {iw}x{ih} -> {ow}x{oh}: {n} values differ (max {m})");
+        }
+        cases += 1;
+        values += want.as_raw().len();
+        differ += n;
+    }
+    println!("{cases} random cases: {differ} of {values} values differ");
+    assert_eq!(cases, 60);
+    assert_eq!(differ, 0);
+}
+
+/// Mutated and truncated PNG/JPEG bytes never panic: every outcome is Ok or a named error.
+#[test]
+fn mutated_images_never_panic() {
+    let limits = ImageLimits::default();
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut ok, mut err) = (0, 0);
+    for file in [
+        "convert/rgba16.png",
+        "convert/palette_trns.png",
+        "jpeg/color420.jpg",
+        "jpeg/grey.jpg",
+    ] {
+        let orig = read(file);
+        for _ in 0..150 {
+            let mut b = orig.clone();
+            for _ in 0..1 + next() % 4 {
+                let i = (next() as usize) % b.len();
+                b[i] = next() as u8;
+            }
+            if next() % 3 == 0 {
+                b.truncate((next() as usize) % b.len());
+            }
+            match decode_image(&b, &limits) {
+                Ok(img) => {
+                    assert!(img.width() > 0 && img.height() > 0);
+                    ok += 1
+                }
+                Err(Error::Image(_)) | Err(Error::ImageTooLarge { .. }) => err += 1,
+                Err(e) => panic!("{file}: unexpected error kind {e:?}"),
+            }
+        }
+    }
+    println!("mutated inputs: {ok} decoded, {err} named errors, 0 panics");
+}
