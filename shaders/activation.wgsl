@@ -66,3 +66,32 @@ fn gelu_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         io[i] = gelu_f32(io[i]);
     }
 }
+
+// vec4 variants (n % 4 == 0, chosen by the launcher): a quarter of the invocations and one 16-byte
+// load per 4 elements. On lavapipe, where every dynamically addressed load is a loop over the lanes,
+// this is 5-10x faster; on GPUs it is the usual vectorised access.
+@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;         // (n / 4)
+@group(0) @binding(2) var<storage, read_write> out4: array<vec4<f32>>; // (n / 4)
+@group(0) @binding(1) var<storage, read_write> io4: array<vec4<f32>>;  // (n / 4), in place
+
+fn gelu_v4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(gelu_f32(v.x), gelu_f32(v.y), gelu_f32(v.z), gelu_f32(v.w));
+}
+
+@compute @workgroup_size(WG)
+fn gelu4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i < p.n / 4u) {
+        out4[i] = gelu_v4(x4[i]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn gelu4_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i < p.n / 4u) {
+        io4[i] = gelu_v4(io4[i]);
+    }
+}

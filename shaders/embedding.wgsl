@@ -44,3 +44,25 @@ fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         out[i] = 0.0;
     }
 }
+
+// vec4 variant (C % 4 == 0, chosen by the launcher): one invocation per 4 columns, 16-byte accesses.
+@group(0) @binding(2) var<storage, read> table4: array<vec4<f32>>;     // (rows, C / 4)
+@group(0) @binding(3) var<storage, read_write> out4: array<vec4<f32>>; // (T, C / 4)
+
+@compute @workgroup_size(WG)
+fn embedding4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.n / 4u) {
+        return;
+    }
+    let c4 = p.c / 4u;
+    let t = i / c4;
+    let col = i - t * c4;
+    let id = ids[t];
+    if (id >= p.row_start && id - p.row_start < p.rows) {
+        out4[i] = table4[(id - p.row_start) * c4 + col];
+    } else if (p.zero_oob == 1u && id >= p.v) {
+        out4[i] = vec4<f32>(0.0);
+    }
+}

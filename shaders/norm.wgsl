@@ -129,8 +129,8 @@ fn stats_x(base: u32) -> vec2<f32> {
         e2 += d * d;
     }
     let corr = ((d1.x + d1.y) + (d1.z + d1.w) + e1) / f32(c);
-    let var_ = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
-    return vec2<f32>(m1 + corr, inverseSqrt(var_ + p.eps));
+    let vr = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(vr + p.eps));
 }
 
 fn stats_io(base: u32) -> vec2<f32> {
@@ -161,8 +161,8 @@ fn stats_io(base: u32) -> vec2<f32> {
         e2 += d * d;
     }
     let corr = ((d1.x + d1.y) + (d1.z + d1.w) + e1) / f32(c);
-    let var_ = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
-    return vec2<f32>(m1 + corr, inverseSqrt(var_ + p.eps));
+    let vr = max(((d2.x + d2.y) + (d2.z + d2.w) + e2) / f32(c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(vr + p.eps));
 }
 
 @compute @workgroup_size(WG)

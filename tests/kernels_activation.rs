@@ -42,7 +42,8 @@ fn erf_reference_is_accurate() {
 fn gelu_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(11);
-    for n in [1usize, 1000, 70_001] {
+    // 1000 and 4096 run the vec4 entry, 1 and 70001 the scalar one.
+    for n in [1usize, 1000, 4096, 70_001] {
         let x = rng.vec(n, 8.0);
         let tx = tf32(&g, &[n], &x);
         let to = zf32(&g, &[n]);
@@ -63,6 +64,11 @@ fn gelu_special_points_and_in_place() {
     // In place: x is both input and output.
     let got = run_f32(&g, &tx, |r| ops::activation::gelu(r, &tx, &tx).unwrap());
     check("gelu special points (in place)", &x, &got);
+    // In place, vec4 entry (a multiple of 4 elements).
+    let x = &x[..24];
+    let tx = tf32(&g, &[24], x);
+    let got = run_f32(&g, &tx, |r| ops::activation::gelu(r, &tx, &tx).unwrap());
+    check("gelu special points (in place, vec4)", x, &got);
 }
 
 #[test]

@@ -39,16 +39,21 @@ fn add_rejects_mismatched_shapes() {
 }
 
 // scale, add_row, add_rows_at: one f32 rounding per element on both sides, so results are bit-exact
-// (tolerance 0).
+// (tolerance 0). Sizes alternate between multiples of 4 (the vec4 entries) and not (scalar entries).
 
 use common::cpu::{add_row_ref, add_rows_at_ref};
 use common::{assert_shape_err, run_f32, tf32, zf32};
 
 #[test]
 fn add_in_place_variants() {
+    for n in [777, 776] {
+        add_in_place_case(n);
+    }
+}
+
+fn add_in_place_case(n: usize) {
     let g = gpu();
     let mut rng = Rng::new(2);
-    let n = 777;
     let a = rng.vec(n, 1.0);
     let b = rng.vec(n, 1.0);
     let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
@@ -58,27 +63,27 @@ fn add_in_place_variants() {
     let got = run_f32(&g, &ta, |r| {
         ops::elementwise::add(r, &ta, &tb, &ta).unwrap()
     });
-    assert_close("add out==a", &got, &want, 0.0);
+    assert_close(&format!("add out==a n={n}"), &got, &want, 0.0);
     // out == b
     let ta = tf32(&g, &[n], &a);
     let got = run_f32(&g, &tb, |r| {
         ops::elementwise::add(r, &ta, &tb, &tb).unwrap()
     });
-    assert_close("add out==b", &got, &want, 0.0);
+    assert_close(&format!("add out==b n={n}"), &got, &want, 0.0);
     // out == a == b
     let ta = tf32(&g, &[n], &a);
     let got = run_f32(&g, &ta, |r| {
         ops::elementwise::add(r, &ta, &ta, &ta).unwrap()
     });
     let want2: Vec<f32> = a.iter().map(|x| x + x).collect();
-    assert_close("add out==a==b", &got, &want2, 0.0);
+    assert_close(&format!("add out==a==b n={n}"), &got, &want2, 0.0);
 }
 
 #[test]
 fn scale_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(3);
-    for n in [1usize, 1000, 65_537] {
+    for n in [1usize, 1000, 65_537, 65_536] {
         let x = rng.vec(n, 3.0);
         let s = 0.125_f32 * 1.7;
         let want: Vec<f32> = x.iter().map(|v| v * s).collect();
@@ -99,7 +104,14 @@ fn scale_matches_cpu() {
 fn add_row_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(4);
-    for (rows, c) in [(1usize, 1usize), (1, 300), (7, 1), (13, 257)] {
+    for (rows, c) in [
+        (1usize, 1usize),
+        (1, 300),
+        (7, 1),
+        (13, 257),
+        (5, 4),
+        (9, 96),
+    ] {
         let x = rng.vec(rows * c, 2.0);
         let row = rng.vec(c, 2.0);
         let want = add_row_ref(&x, &row);
@@ -121,11 +133,14 @@ fn add_row_matches_cpu() {
 fn add_rows_at_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(5);
-    // (T, P, C, start): full table, offset start, one token at the last row (decode step).
+    // (T, P, C, start): full table, offset start, one token at the last row (decode step); C = 32, 8
+    // run the vec4 entries.
     for (t, p, c, start) in [
         (12usize, 12usize, 33usize, 0u32),
         (5, 12, 33, 4),
         (1, 9, 7, 8),
+        (5, 12, 32, 4),
+        (1, 9, 8, 8),
     ] {
         let x = rng.vec(t * c, 1.0);
         let table = rng.vec(p * c, 1.0);

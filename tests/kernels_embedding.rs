@@ -40,31 +40,41 @@ fn embedding_matches_cpu() {
     );
     case(&g, 1, 1, &[0], 42); // degenerate: 1 row, 1 column, 1 token
     case(&g, 9, 5, &[8], 43);
+    // C multiple of 4: the vec4 entry.
+    case(
+        &g,
+        50,
+        36,
+        &[0, 49, 3, 3, 17, 50, 1_000_000, u32::MAX, 25],
+        46,
+    );
 }
 
 #[test]
 fn embedding_table_larger_than_binding_limit() {
-    // A second device whose storage bindings are capped at 64 KiB; the table is 1000 x 33 f32 = 132 KB,
-    // so it is bound in (at least) 3 row chunks and ids from every chunk, chunk edges and out of range
-    // must all come out right.
+    // A second device whose storage bindings are capped at 64 KiB; tables of 1000 x 33 f32 = 132 KB
+    // (scalar entry) and 1000 x 32 = 128 KB (vec4 entry) are bound in row chunks, and ids from every
+    // chunk, at chunk edges and out of range must all come out right.
     let g2 = pollster::block_on(Gpu::new(GpuOptions {
         max_storage_binding_size: Some(64 * 1024),
         ..Default::default()
     }))
     .unwrap();
-    let (v, c) = (1000usize, 33usize);
-    let t = Tensor::zeros(&g2, &[v, c], florence2_wasm::gpu::DType::F32, "t").unwrap();
-    let chunks = t.row_chunks(&g2, c).unwrap();
-    assert!(chunks.len() >= 3, "expected a split table, got {chunks:?}");
-    let mut ids: Vec<u32> = vec![0, 999, 1000, 5000];
-    for ch in &chunks {
-        let s = ch.row_start as u32;
-        let e = (ch.row_start + ch.rows) as u32;
-        ids.extend([s, s + 1, e - 1]);
+    for (c, seed) in [(33usize, 45u64), (32, 47)] {
+        let v = 1000usize;
+        let t = Tensor::zeros(&g2, &[v, c], florence2_wasm::gpu::DType::F32, "t").unwrap();
+        let chunks = t.row_chunks(&g2, c).unwrap();
+        assert!(chunks.len() >= 2, "expected a split table, got {chunks:?}");
+        let mut ids: Vec<u32> = vec![0, 999, 1000, 5000];
+        for ch in &chunks {
+            let s = ch.row_start as u32;
+            let e = (ch.row_start + ch.rows) as u32;
+            ids.extend([s, s + 1, e - 1]);
+        }
+        let mut rng = Rng::new(seed);
+        ids.extend((0..40).map(|_| (rng.next_u64() % 1100) as u32));
+        case(&g2, v, c, &ids, seed);
     }
-    let mut rng = Rng::new(44);
-    ids.extend((0..40).map(|_| (rng.next_u64() % 1100) as u32));
-    case(&g2, v, c, &ids, 45);
 }
 
 use florence2_wasm::gpu::Tensor;

@@ -11,7 +11,8 @@ use florence2_wasm::ops;
 fn split_qkv_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(51);
-    for (rows, c) in [(1usize, 1usize), (7, 33), (300, 96)] {
+    // C = 4 and 96 run the vec4 entry, 1 and 33 the scalar one.
+    for (rows, c) in [(1usize, 1usize), (7, 33), (300, 96), (1, 4)] {
         let qkv = rng.vec(rows * 3 * c, 1.0);
         let (wq, wk, wv) = split_qkv_ref(&qkv, c);
         let tqkv = tf32(&g, &[rows, 3 * c], &qkv);
@@ -72,9 +73,15 @@ fn permute_matches_cpu() {
 
 #[test]
 fn gather_batch_matches_cpu() {
-    let g = gpu();
     let mut rng = Rng::new(53);
-    let (b, l, c) = (3usize, 5usize, 7usize);
+    // L * C = 35: scalar entry; 40: vec4 entry.
+    for (b, l, c) in [(3usize, 5usize, 7usize), (3, 5, 8)] {
+        gather_case(&mut rng, b, l, c);
+    }
+}
+
+fn gather_case(rng: &mut Rng, b: usize, l: usize, c: usize) {
+    let g = gpu();
     let x = rng.vec(b * l * c, 1.0);
     let tx = tf32(&g, &[b, l, c], &x);
     for idx in [
@@ -89,7 +96,12 @@ fn gather_batch_matches_cpu() {
         let got = run_f32(&g, &to, |r| {
             ops::layout::gather_batch(r, &tx, &ti, &to).unwrap()
         });
-        assert_close(&format!("gather_batch idx {idx:?}"), &got, &want, 0.0);
+        assert_close(
+            &format!("gather_batch ({b}, {l}, {c}) idx {idx:?}"),
+            &got,
+            &want,
+            0.0,
+        );
     }
 }
 

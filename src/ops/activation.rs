@@ -35,11 +35,20 @@ pub fn gelu(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         _pad2: 0,
     };
     let gpu = rec.gpu().clone();
-    let (entry, bindings) = if check::same_buffer(x, out) {
-        ("gelu_inplace", vec![out.binding(&gpu)?])
-    } else {
-        ("gelu", vec![x.binding(&gpu)?, out.binding(&gpu)?])
+    // vec4 entries when the element count allows (5-10x faster on lavapipe).
+    let vec4 = n % 4 == 0;
+    let entry = match (check::same_buffer(x, out), vec4) {
+        (true, true) => "gelu4_inplace",
+        (true, false) => "gelu_inplace",
+        (false, true) => "gelu4",
+        (false, false) => "gelu",
     };
+    let bindings = if check::same_buffer(x, out) {
+        vec![out.binding(&gpu)?]
+    } else {
+        vec![x.binding(&gpu)?, out.binding(&gpu)?]
+    };
+    let n = if vec4 { n / 4 } else { n };
     rec.dispatch(
         &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
         &params,

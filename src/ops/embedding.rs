@@ -46,6 +46,12 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     check::u32_of(OP, "table elements", table.numel())?;
     let gpu = rec.gpu().clone();
     let chunks = table.row_chunks(&gpu, c)?;
+    // vec4 entry when rows are whole vec4s (then every chunk's offset and size are multiples of 16).
+    let (entry, items) = if c % 4 == 0 {
+        ("embedding4", n as usize / 4)
+    } else {
+        ("embedding", n as usize)
+    };
     for (k, ch) in chunks.iter().enumerate() {
         let params = Params {
             n,
@@ -58,14 +64,14 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
             _pad1: 0,
         };
         rec.dispatch(
-            &Kernel::new(&SHADER, "embedding").with(&[("WG", WG as f64)]),
+            &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
             &params,
             &[
                 ids.binding(&gpu)?,
                 table.binding_range(ch.byte_offset, ch.byte_size),
                 out.binding(&gpu)?,
             ],
-            grid_1d(ceil_div(n as usize, WG as usize)),
+            grid_1d(ceil_div(items, WG as usize)),
         )?;
     }
     Ok(())

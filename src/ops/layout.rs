@@ -48,9 +48,11 @@ fn check_word(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Record `entry` over `items` invocations.
 fn launch(
     rec: &mut Recorder,
     entry: &'static str,
+    items: usize,
     params: Params,
     tensors: &[&Tensor],
 ) -> Result<()> {
@@ -63,7 +65,7 @@ fn launch(
         &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
         &params,
         &bindings,
-        grid_1d(ceil_div(params.n as usize, WG as usize)),
+        grid_1d(ceil_div(items, WG as usize)),
     )
 }
 
@@ -110,7 +112,7 @@ pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> 
         p.out_dims[pad + i] = want[i].max(1) as u32;
         p.in_strides[pad + i] = check::u32_of(OP, "stride", stride[d])?;
     }
-    launch(rec, "permute", p, &[x, out])
+    launch(rec, "permute", n as usize, p, &[x, out])
 }
 
 /// out[b] = x[idx[b]] for x (B, L, C), idx U32 (B2), out (B2, L, C) (f32 or u32; any trailing shape
@@ -142,7 +144,11 @@ pub fn gather_batch(rec: &mut Recorder, x: &Tensor, idx: &Tensor, out: &Tensor) 
     if per == 0 {
         return Ok(());
     }
-    launch(rec, "gather_batch", p, &[x, idx, out])
+    if per.is_multiple_of(4) {
+        launch(rec, "gather_batch4", out.numel() / 4, p, &[x, idx, out])
+    } else {
+        launch(rec, "gather_batch", out.numel(), p, &[x, idx, out])
+    }
 }
 
 /// q, k, v = qkv[:, :C], qkv[:, C:2C], qkv[:, 2C:] for qkv (R, 3C) and q, k, v (R, C) (any leading dims
@@ -179,5 +185,9 @@ pub fn split_qkv(
     check::u32_of(OP, "qkv elements", qkv.numel())?;
     let mut p = Params::new(q.numel() as u32);
     p.a = (c3 / 3) as u32;
-    launch(rec, "split_qkv", p, &[qkv, q, k, v])
+    if (c3 / 3).is_multiple_of(4) {
+        launch(rec, "split_qkv4", q.numel() / 4, p, &[qkv, q, k, v])
+    } else {
+        launch(rec, "split_qkv", q.numel(), p, &[qkv, q, k, v])
+    }
 }
