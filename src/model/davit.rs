@@ -164,6 +164,10 @@ pub struct DaVit {
     pub num_groups: Vec<usize>,
     pub window_size: usize,
     pub in_channels: usize,
+    /// Largest MLP hidden activation, in bytes, computed in one piece. Above it (Florence-2-large's stage
+    /// 0 hidden is 36864 x 1024 f32 = 151 MB, over the 128 MiB binding limit of lavapipe and of browsers'
+    /// default limits) the MLP runs in row chunks. Defaults to the device's binding limit; tests lower it.
+    pub mlp_chunk_bytes: u64,
 }
 
 /// Per-stage working buffers (allocated once per stage per forward, reused by every block).
@@ -176,8 +180,10 @@ struct StageBufs {
     n: Tensor,
     /// Projection output, (B*H*W, C).
     p: Tensor,
-    /// MLP hidden, (B*H*W, hidden).
+    /// MLP hidden, (rows per MLP chunk, hidden).
     hid: Tensor,
+    /// Row-chunk input and output of the MLP when it runs in chunks, (rows per chunk, C).
+    mlp_io: Option<(Tensor, Tensor)>,
     /// Channel-attention qkv, (B, H*W, 3C).
     cqkv: Tensor,
     /// Windows, (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C), q, k, v (nW, ws*ws, C).
@@ -198,6 +204,7 @@ impl StageBufs {
         (b, h, w, c): (usize, usize, usize, usize),
         hidden: usize,
         ws: usize,
+        mlp_rows: usize,
     ) -> Result<Self> {
         let rows = b * h * w;
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
@@ -208,7 +215,15 @@ impl StageBufs {
             b: zeros(rec, &[b, h, w, c], "davit.b")?,
             n: zeros(rec, &[b, h, w, c], "davit.n")?,
             p: zeros(rec, &[rows, c], "davit.p")?,
-            hid: zeros(rec, &[rows, hidden], "davit.hid")?,
+            hid: zeros(rec, &[mlp_rows.min(rows), hidden], "davit.hid")?,
+            mlp_io: if mlp_rows < rows {
+                Some((
+                    zeros(rec, &[mlp_rows, c], "davit.mlp_in")?,
+                    zeros(rec, &[mlp_rows, c], "davit.mlp_out")?,
+                ))
+            } else {
+                None
+            },
             cqkv: zeros(rec, &[b, h * w, 3 * c], "davit.cqkv")?,
             win: zeros(rec, &[nw, t, c], "davit.win")?,
             wqkv: zeros(rec, &[nw, t, 3 * c], "davit.wqkv")?,
@@ -331,6 +346,7 @@ impl DaVit {
             num_groups: cfg.num_groups.clone(),
             window_size: cfg.window_size,
             in_channels: cfg.in_channels,
+            mlp_chunk_bytes: u64::MAX,
         })
     }
 
@@ -397,7 +413,9 @@ impl DaVit {
                 .first()
                 .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
                 .unwrap_or(1);
-            let bufs = StageBufs::new(rec, (bsz, nh, nw, c), hidden, self.window_size)?;
+            let budget = self.mlp_chunk_bytes.min(rec.gpu().caps.max_storage_binding);
+            let mlp_rows = ((budget / (hidden.max(1) as u64 * 4)) as usize).max(1);
+            let bufs = StageBufs::new(rec, (bsz, nh, nw, c), hidden, self.window_size, mlp_rows)?;
             // ---- ConvEmbed ----
             if ce.pre_norm {
                 let normed = zeros(rec, &[bsz, h, w, ce.in_channels], "davit.prenorm")?;
@@ -470,8 +488,36 @@ impl DaVit {
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let n2 = bufs.n.reshape(&[rows, c])?;
         norm.forward(rec, &x2, &n2)?; // (B*H*W, C)
-        ffn.fc1.forward(rec, &n2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
-        ffn.fc2.forward(rec, &bufs.hid, Act::None, &bufs.p)?; // (B*H*W, C)
+        match &bufs.mlp_io {
+            None => {
+                ffn.fc1.forward(rec, &n2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
+                ffn.fc2.forward(rec, &bufs.hid, Act::None, &bufs.p)?; // (B*H*W, C)
+            }
+            Some((xin, xout)) => {
+                // Row chunks through copies: the hidden activation never exceeds one binding.
+                let chunk = xin.dim(0);
+                let row_bytes = (c * 4) as u64;
+                let mut r0 = 0;
+                while r0 < rows {
+                    let n = chunk.min(rows - r0);
+                    let (i, hid, o) = if n == chunk {
+                        (xin.clone(), bufs.hid.clone(), xout.clone())
+                    } else {
+                        (
+                            zeros(rec, &[n, c], "davit.mlp_in_tail")?,
+                            zeros(rec, &[n, bufs.hid.dim(1)], "davit.hid_tail")?,
+                            zeros(rec, &[n, c], "davit.mlp_out_tail")?,
+                        )
+                    };
+                    let (off, bytes) = (r0 as u64 * row_bytes, n as u64 * row_bytes);
+                    rec.copy_range(&n2, off, &i, 0, bytes)?;
+                    ffn.fc1.forward(rec, &i, Act::Gelu, &hid)?; // (n, hidden)
+                    ffn.fc2.forward(rec, &hid, Act::None, &o)?; // (n, C)
+                    rec.copy_range(&o, 0, &bufs.p, off, bytes)?;
+                    r0 += n;
+                }
+            }
+        }
         let a2 = bufs.a.reshape(&[rows, c])?;
         ops::elementwise::add(rec, &x2, &bufs.p, &a2) // (B*H*W, C)
     }
