@@ -234,6 +234,15 @@ impl StageBufs {
     }
 }
 
+fn stage_param(list: &[usize], s: usize, what: &str) -> Result<usize> {
+    list.get(s).copied().ok_or_else(|| {
+        Error::shape(
+            "DaVit::forward",
+            format!("{what} has no entry for stage {s}"),
+        )
+    })
+}
+
 /// Record a copy of `t` (viewed as `shape`) into a fresh tensor and push it as tap `name`.
 fn tap(
     rec: &mut Recorder,
@@ -406,10 +415,17 @@ impl DaVit {
         let mut x = zeros(rec, &[bsz, ih, iw, cin], "davit.pixels_nhwc")?;
         ops::layout::permute(rec, pixels, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
         let (mut h, mut w) = (ih, iw);
-        for (s, ce) in self.convs.iter().enumerate() {
-            let (nh, nw) = grids[s];
+        if self.blocks.len() != self.convs.len() {
+            return Err(Error::shape(
+                OP,
+                "blocks and convs disagree on the stage count",
+            ));
+        }
+        for (s, ((ce, stage_blocks), &(nh, nw))) in
+            self.convs.iter().zip(&self.blocks).zip(&grids).enumerate()
+        {
             let c = ce.embed_dim;
-            let hidden = self.blocks[s]
+            let hidden = stage_blocks
                 .first()
                 .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
                 .unwrap_or(1);
@@ -445,7 +461,7 @@ impl DaVit {
             let tok = [bsz, h * w, c];
             tap(rec, &mut taps, format!("vision.convs.{s}"), &bufs.a, &tok)?;
             // ---- blocks ----
-            for (bi, block) in self.blocks[s].iter().enumerate() {
+            for (bi, block) in stage_blocks.iter().enumerate() {
                 self.spatial(rec, &block.spatial_block, s, &bufs, (bsz, h, w, c))?;
                 tap(
                     rec,
@@ -532,7 +548,7 @@ impl DaVit {
     ) -> Result<()> {
         let rows = bsz * h * w;
         let ws = self.window_size;
-        let heads = self.num_heads[s];
+        let heads = stage_param(&self.num_heads, s, "num_heads")?;
         // x = x + dwconv(x)
         ops::conv::dwconv3x3_residual(rec, &bufs.a, &blk.conv1.weight, &blk.conv1.bias, &bufs.b)?; // (B, H, W, C)
                                                                                                    // x = x + window_attn(norm1(x))
@@ -583,7 +599,8 @@ impl DaVit {
             .qkv
             .forward(rec, &n2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
         let attn_out = bufs.n.reshape(&[bsz, h * w, c])?;
-        ops::channel_attn::channel_attention(rec, &bufs.cqkv, self.num_groups[s], &attn_out)?; // (B, N, C)
+        let groups = stage_param(&self.num_groups, s, "num_groups")?;
+        ops::channel_attn::channel_attention(rec, &bufs.cqkv, groups, &attn_out)?; // (B, N, C)
         blk.channel_attn
             .proj
             .forward(rec, &n2, Act::None, &bufs.p)?; // (B*H*W, C)
