@@ -18,6 +18,14 @@
 //!   well-formed empty answer of the task's type.
 //! - `<OPEN_VOCABULARY_DETECTION>` parses polygons if the raw text contains `<poly>` anywhere, boxes
 //!   otherwise.
+//! - Segmentation tasks ignore text (their pattern matches runs of four or more location/polygon tokens
+//!   only); a label is whatever precedes the first `<loc_`/`<poly>` of such a run, so it is usually empty
+//!   but can be markup such as `<sep>`. A polygon can be empty (`<loc_1><sep>...`: one value, dropped as
+//!   an odd count), and an odd last bin is parsed by `int()` (and can raise) before it is dropped.
+//! - Text preceding a run of fewer than four location tokens is not a label on its own: the scan restarts
+//!   inside the markup, so `cat<loc_1><loc_2><loc_3>dog<loc_4>...` labels the next box `loc_3>dog`.
+//! - An OCR line is the shortest text before eight location tokens, so location tokens that do not
+//!   complete a quadrilateral become part of the next line's label.
 //!
 //! Coordinates: `(bin + 0.5) * size / 1000` in original-image pixels, computed in f32 exactly as the
 //! reference's torch float32 arithmetic does, then widened to f64 through the f32's shortest decimal form

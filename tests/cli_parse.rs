@@ -65,6 +65,39 @@ fn parse_json_is_exactly_the_library_result() {
 }
 
 #[test]
+fn parse_takes_a_whole_prompt_as_task() {
+    let (code, stdout, stderr) = run(&[
+        "parse",
+        "--task",
+        "<OPEN_VOCABULARY_DETECTION>a cat",
+        "--image-size",
+        "1000,1000",
+        "--json",
+        "--text",
+        "</s><s>a cat<loc_1><loc_2><loc_3><loc_4></s>",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let got: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        got["result"],
+        serde_json::json!({"<OPEN_VOCABULARY_DETECTION>": {
+            "bboxes": [[1.5, 2.5, 3.5, 4.5]], "bboxes_labels": ["a cat"], "polygons": [], "polygons_labels": []
+        }})
+    );
+    // An invalid prompt is still a usage error.
+    let (code, _, _) = run(&[
+        "parse",
+        "--task",
+        "<OPEN_VOCABULARY_DETECTION>a <s>",
+        "--image-size",
+        "1,1",
+        "--text",
+        "",
+    ]);
+    assert_eq!(code, 2);
+}
+
+#[test]
 fn parse_reads_stdin() {
     let mut child = Command::new(BIN)
         .args([

@@ -19,13 +19,14 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use florence2_wasm::postprocess::{post_process_generation, TaskResult};
-use florence2_wasm::processor::prompt::Task;
+use florence2_wasm::processor::prompt::{parse_task_prompt, Task};
 use florence2_wasm::render::render;
 
 const USAGE: &str = "\
 usage:
   florence2 parse --task TASK --image-size W,H --text RAW [--json]
-      post-process a raw generation (RAW '-' reads stdin); TASK is a marker such as <OD> or OD
+      post-process a raw generation (RAW '-' reads stdin); TASK is a marker (<OD>), a name (OD) or a
+      whole prompt ('<OPEN_VOCABULARY_DETECTION>cat')
   florence2 run --model DIR --image FILE --task PROMPT [--json]
       run the model on an image (PROMPT e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats')
   florence2 help";
@@ -132,10 +133,14 @@ fn print_answer(task: Task, result: &TaskResult, json: bool) -> Result<(), Failu
 
 fn parse_cmd(args: &[String]) -> Result<(), Failure> {
     let opts = Opts::parse(args, &["task", "image-size", "text"])?;
-    let task: Task = opts
-        .required("task")?
-        .parse()
-        .map_err(|e: florence2_wasm::Error| Failure::Usage(e.to_string()))?;
+    // A marker (`<OD>`), a bare name (`OD`), or a whole prompt (`<OPEN_VOCABULARY_DETECTION>cat`).
+    let task_arg = opts.required("task")?;
+    let task: Task = match task_arg.parse() {
+        Ok(task) => task,
+        Err(e) => parse_task_prompt(task_arg)
+            .map(|p| p.task())
+            .map_err(|_| Failure::Usage(e.to_string()))?,
+    };
     let size = parse_image_size(opts.required("image-size")?)?;
     let raw = match opts.required("text")? {
         "-" => {
