@@ -339,7 +339,7 @@ pub fn parse_task_prompt(prompt: &str) -> Result<TaskPrompt> {
                 )));
             }
             let region = if kind == InputKind::Region {
-                Some(parse_region(input).ok_or_else(|| {
+                Some(region_bins(input).ok_or_else(|| {
                     Error::Prompt(format!(
                         "{marker} takes a region as exactly four location tokens \
                          <loc_x1><loc_y1><loc_x2><loc_y2> with bins 0..=999; got {}",
@@ -364,8 +364,10 @@ pub fn parse_task_prompt(prompt: &str) -> Result<TaskPrompt> {
     }
 }
 
-/// Exactly `<loc_a><loc_b><loc_c><loc_d>`, each bin canonical decimal (no sign, no leading zero) in 0..=999.
-fn parse_region(s: &str) -> Option<[u32; 4]> {
+/// The bins of a region input: exactly `<loc_a><loc_b><loc_c><loc_d>`, each bin canonical decimal (no sign,
+/// no leading zero) in 0..=999; `None` otherwise. The inverse of [`region_tokens`]; pixel coordinates with
+/// [`dequantize_box`].
+pub fn region_bins(s: &str) -> Option<[u32; 4]> {
     let mut bins = [0u32; 4];
     let mut rest = s;
     for bin in &mut bins {
