@@ -2,8 +2,8 @@
 //! `_construct_prompts` (recorded by `scripts/make_postprocess_golden.py`), quantization round trips.
 
 use florence2_wasm::processor::prompt::{
-    dequantize, dequantize_box, parse_task_prompt, quantize, quantize_box, region_tokens,
-    AnswerType, InputKind, Task, MAX_INPUT_BYTES,
+    dequantize, dequantize_box, parse_task_prompt, quantize, quantize_box, region_bins,
+    region_tokens, AnswerType, InputKind, Task, MAX_INPUT_BYTES,
 };
 use florence2_wasm::Error;
 
@@ -322,4 +322,12 @@ fn region_tokens_feed_region_tasks() {
         region_tokens([0, 999, 1000, u32::MAX]),
         "<loc_0><loc_999><loc_999><loc_999>"
     );
+    // and back: tokens -> bins -> pixel box (bin centres)
+    assert_eq!(region_bins(&tokens), Some(bins));
+    assert_eq!(region_bins("<loc_1><loc_2><loc_3>"), None);
+    let px = dequantize_box(
+        region_bins("<loc_26><loc_112><loc_497><loc_982>").unwrap(),
+        (640, 480),
+    );
+    assert_eq!(px, [16.96f32, 54.0, 318.4, 471.6]);
 }
