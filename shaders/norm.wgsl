@@ -193,3 +193,80 @@ fn layer_norm_rowwise_inplace(@builtin(workgroup_id) wid: vec3<u32>,
         io[base + j] = (io[base + j] - st.x) * st.y * gamma_i[j] + beta_i[j];
     }
 }
+
+// vec4 row-per-invocation variants (C % 4 == 0): the same arithmetic with 16-byte loads, ~4x fewer
+// load loops on lavapipe.
+@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;         // (R, C / 4)
+@group(0) @binding(2) var<storage, read> gamma4: array<vec4<f32>>;     // (C / 4)
+@group(0) @binding(3) var<storage, read> beta4: array<vec4<f32>>;      // (C / 4)
+@group(0) @binding(4) var<storage, read_write> out4: array<vec4<f32>>; // (R, C / 4)
+@group(0) @binding(1) var<storage, read_write> io4: array<vec4<f32>>;  // (R, C / 4), in place
+
+fn stats4_x4(base4: u32) -> vec2<f32> {
+    let c4 = p.c / 4u;
+    var a = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j++) {
+        a += x4[base4 + j];
+    }
+    let m1 = ((a.x + a.y) + (a.z + a.w)) / f32(p.c);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j++) {
+        let d = x4[base4 + j] - vec4<f32>(m1);
+        d1 += d;
+        d2 += d * d;
+    }
+    let corr = ((d1.x + d1.y) + (d1.z + d1.w)) / f32(p.c);
+    let vr = max(((d2.x + d2.y) + (d2.z + d2.w)) / f32(p.c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(vr + p.eps));
+}
+
+fn stats4_io4(base4: u32) -> vec2<f32> {
+    let c4 = p.c / 4u;
+    var a = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j++) {
+        a += io4[base4 + j];
+    }
+    let m1 = ((a.x + a.y) + (a.z + a.w)) / f32(p.c);
+    var d1 = vec4<f32>(0.0);
+    var d2 = vec4<f32>(0.0);
+    for (var j = 0u; j < c4; j++) {
+        let d = io4[base4 + j] - vec4<f32>(m1);
+        d1 += d;
+        d2 += d * d;
+    }
+    let corr = ((d1.x + d1.y) + (d1.z + d1.w)) / f32(p.c);
+    let vr = max(((d2.x + d2.y) + (d2.z + d2.w)) / f32(p.c) - corr * corr, 0.0);
+    return vec2<f32>(m1 + corr, inverseSqrt(vr + p.eps));
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm_rowwise4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                       @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (row >= p.rows) {
+        return;
+    }
+    let c4 = p.c / 4u;
+    let base4 = row * c4;
+    let st = stats4_x4(base4);
+    for (var j = 0u; j < c4; j++) {
+        out4[base4 + j] = (x4[base4 + j] - vec4<f32>(st.x)) * st.y * gamma4[j] + beta4[j];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn layer_norm_rowwise4_inplace(@builtin(workgroup_id) wid: vec3<u32>,
+                               @builtin(num_workgroups) nwg: vec3<u32>,
+                               @builtin(local_invocation_index) lid: u32) {
+    let row = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (row >= p.rows) {
+        return;
+    }
+    let c4 = p.c / 4u;
+    let base4 = row * c4;
+    let st = stats4_io4(base4);
+    for (var j = 0u; j < c4; j++) {
+        io4[base4 + j] = (io4[base4 + j] - vec4<f32>(st.x)) * st.y * gamma4[j] + beta4[j];
+    }
+}
