@@ -10,9 +10,14 @@
 //      each of its 8x8 invocations keeps a 4x4 register block (4 q + 4 k loads feed 16 multiply-adds, no
 //      barriers: barriers are expensive on CPU adapters). Partials go to (B, nsplit, g, d, d).
 //   2. `softmax_rows`: one invocation per (b, gi, i) row adds the splits in a fixed order (deterministic),
-//      scales, and applies a max-subtracted softmax over j, writing attn (B, g, d, d).
+//      scales, and applies a max-subtracted softmax over j (using `attn` as scratch), and writes the result
+//      TRANSPOSED, attn_t (B, g, d(j), d(i)), so that 4 consecutive output channels i are one vec4 load.
 //   3. `attn_apply`: one invocation per output element (b, n, c), a d-long dot of attn row and v row.
 // Out-of-range rows/columns of a partial tile load clamped (valid) addresses and are never stored.
+// `gram_partial4` / `attn_apply4` are the same with vec4 loads, used when C and d are multiples of 4 (all
+// released models): on CPU adapters every non-constant load is a per-lane loop, so loading 4 floats at
+// once is what pays; `attn_apply4` produces 4 channels per invocation from d/4 vec4 loads of v and d
+// vec4 loads of attn_t (1.25 d loads per 4 outputs instead of 8 d).
 
 override WG: u32 = 256;
 
@@ -82,9 +87,63 @@ fn gram_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     }
 }
 
+// ---- 1b. gram_partial4 (C % 4 == 0, d % 4 == 0) -----------------------------------------------------
+@group(0) @binding(1) var<storage, read> qkv4: array<vec4<f32>>;     // (B, N, 3C/4)
+
+@compute @workgroup_size(8, 8)
+fn gram_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
+    let ti = wid.x / p.tiles_j;
+    let tj = wid.x % p.tiles_j;
+    let b = wid.y / p.g;
+    let gi = wid.y % p.g;
+    let sp = wid.z;
+    let i0 = ti * 32u + l.y * 4u;
+    let j0 = tj * 32u + l.x * 4u;
+    let qc = (gi * p.d + min(i0, p.d - 4u)) / 4u;
+    let kc = (p.c + gi * p.d + min(j0, p.d - 4u)) / 4u;
+    let c34 = 3u * p.c / 4u;
+    let n0 = sp * p.chunk;
+    let n1 = min(n0 + p.chunk, p.n);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    for (var n = n0; n < n1; n++) {
+        let row = (b * p.n + n) * c34;
+        let qa = qkv4[row + qc];
+        let kb = qkv4[row + kc];
+        a0 += qa.x * kb;
+        a1 += qa.y * kb;
+        a2 += qa.z * kb;
+        a3 += qa.w * kb;
+    }
+    if (i0 >= p.d || j0 >= p.d) {
+        return;
+    }
+    let base = ((b * p.nsplit + sp) * p.g + gi) * p.d * p.d + i0 * p.d + j0;
+    let dd = p.d;
+    part[base] = a0.x;
+    part[base + 1u] = a0.y;
+    part[base + 2u] = a0.z;
+    part[base + 3u] = a0.w;
+    part[base + dd] = a1.x;
+    part[base + dd + 1u] = a1.y;
+    part[base + dd + 2u] = a1.z;
+    part[base + dd + 3u] = a1.w;
+    part[base + 2u * dd] = a2.x;
+    part[base + 2u * dd + 1u] = a2.y;
+    part[base + 2u * dd + 2u] = a2.z;
+    part[base + 2u * dd + 3u] = a2.w;
+    part[base + 3u * dd] = a3.x;
+    part[base + 3u * dd + 1u] = a3.y;
+    part[base + 3u * dd + 2u] = a3.z;
+    part[base + 3u * dd + 3u] = a3.w;
+}
+
 // ---- 2. softmax_rows ---------------------------------------------------------------------------------
 @group(0) @binding(1) var<storage, read> part_in: array<f32>;         // (B, nsplit, g, d, d)
-@group(0) @binding(2) var<storage, read_write> attn: array<f32>;      // (B, g, d, d)
+@group(0) @binding(2) var<storage, read_write> attn: array<f32>;      // (B, g, d, d) scratch (row-major)
+@group(0) @binding(3) var<storage, read_write> attn_t: array<f32>;    // (B, g, d(j), d(i)) result
 
 fn flat(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
@@ -121,14 +180,16 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         sum += e;
     }
     let inv = 1.0 / sum;
+    let i = gi_i % dd;
+    let t0 = (r - i) * dd + i;     // ((b*g + gi)*d)*d + i: column i of the transposed block
     for (var j = 0u; j < dd; j++) {
-        attn[dst0 + j] = attn[dst0 + j] * inv;
+        attn_t[t0 + j * dd] = attn[dst0 + j] * inv;
     }
 }
 
 // ---- 3. attn_apply -----------------------------------------------------------------------------------
 @group(0) @binding(1) var<storage, read> qkv_v: array<f32>;           // (B, N, 3C)
-@group(0) @binding(2) var<storage, read> attn_in: array<f32>;         // (B, g, d, d)
+@group(0) @binding(2) var<storage, read> attn_in: array<f32>;         // (B, g, d(j), d(i)) transposed
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;       // (B, N, C)
 
 @compute @workgroup_size(WG)
@@ -142,11 +203,44 @@ fn attn_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let bn = e / p.c;              // b*N + n
     let b = bn / p.n;
     let gi = ch / p.d;
-    let arow = (b * p.c + ch) * p.d;          // ((b*g + gi)*d + i)*d
+    let i = ch % p.d;
+    let a0 = (b * p.c + ch - i) * p.d + i;    // ((b*g + gi)*d)*d + i
     let vrow = bn * 3u * p.c + 2u * p.c + gi * p.d;
     var acc = 0.0;
     for (var j = 0u; j < p.d; j++) {
-        acc += attn_in[arow + j] * qkv_v[vrow + j];
+        acc += attn_in[a0 + j * p.d] * qkv_v[vrow + j];
     }
     out[e] = acc;
+}
+
+// ---- 3b. attn_apply4 (C % 4 == 0, d % 4 == 0): 4 output channels per invocation -------------------------
+@group(0) @binding(1) var<storage, read> qkv_v4: array<vec4<f32>>;    // (B, N, 3C/4)
+@group(0) @binding(2) var<storage, read> attn_t4: array<vec4<f32>>;   // (B, g, d(j), d(i)/4)
+@group(0) @binding(3) var<storage, read_write> out4: array<vec4<f32>>; // (B, N, C/4)
+
+@compute @workgroup_size(WG)
+fn attn_apply4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let e = flat(wid, nwg, lid);   // (b*N + n)*C/4 + ch/4
+    if (e >= p.total) {
+        return;
+    }
+    let c4 = p.c / 4u;
+    let d4 = p.d / 4u;
+    let ch = (e % c4) * 4u;
+    let bn = e / c4;
+    let b = bn / p.n;
+    let i = ch % p.d;
+    let a0 = ((b * p.c + ch - i) * p.d + i) / 4u;   // vec4 index of attn_t[b, gi, 0, i..i+4]
+    let v0 = (bn * 3u * p.c + 2u * p.c + ch - i) / 4u;
+    var acc = vec4<f32>(0.0);
+    for (var j4 = 0u; j4 < d4; j4++) {
+        let v = qkv_v4[v0 + j4];
+        let a = a0 + j4 * 4u * d4;
+        acc += attn_t4[a] * v.x;
+        acc += attn_t4[a + d4] * v.y;
+        acc += attn_t4[a + 2u * d4] * v.z;
+        acc += attn_t4[a + 3u * d4] * v.w;
+    }
+    out4[e] = acc;
 }

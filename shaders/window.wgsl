@@ -71,3 +71,50 @@ fn window_reverse(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let t = (y % p.ws) * p.ws + x % p.ws;
     dst[i] = src[(win * p.ws * p.ws + t) * p.c + ch];
 }
+
+// vec4 variants (C % 4 == 0): each invocation moves 4 channels of one token; `p.c` is then C/4 and `p.n`
+// the output element count / 4. On CPU adapters a vec4 load costs about what a scalar one does.
+@group(0) @binding(1) var<storage, read> src4: array<vec4<f32>>;            // as `src`, C/4 vec4s per token
+@group(0) @binding(2) var<storage, read_write> dst4: array<vec4<f32>>;      // as `dst`, C/4 vec4s per token
+
+@compute @workgroup_size(WG)
+fn window_partition4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i >= p.n) {
+        return;
+    }
+    let ch = i % p.c;
+    let tok = i / p.c;
+    let wsz = p.ws * p.ws;
+    let t = tok % wsz;
+    let win_all = tok / wsz;
+    let nw = p.nwh * p.nww;
+    let win = win_all % nw;
+    let b = win_all / nw;
+    let y = (win / p.nww) * p.ws + t / p.ws;
+    let x = (win % p.nww) * p.ws + t % p.ws;
+    var v = vec4<f32>(0.0);
+    if (y < p.h && x < p.w) {
+        v = src4[((b * p.h + y) * p.w + x) * p.c + ch];
+    }
+    dst4[i] = v;
+}
+
+@compute @workgroup_size(WG)
+fn window_reverse4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i >= p.n) {
+        return;
+    }
+    let ch = i % p.c;
+    let pix = i / p.c;
+    let x = pix % p.w;
+    let by = pix / p.w;
+    let y = by % p.h;
+    let b = by / p.h;
+    let win = (b * p.nwh + y / p.ws) * p.nww + x / p.ws;
+    let t = (y % p.ws) * p.ws + x % p.ws;
+    dst4[i] = src4[(win * p.ws * p.ws + t) * p.c + ch];
+}

@@ -81,21 +81,32 @@ fn run(seed: u64, b: usize, n: usize, c: usize, groups: usize) {
     assert!((dmax as f64) <= tol, "max |diff| {dmax:e} > tol {tol:e}");
 }
 
+// C and d multiples of 4 take the vec4 kernels (`gram_partial4`, `attn_apply4`), anything else the scalar
+// ones; both paths are covered below.
+
 #[test]
 fn channel_attention_small_groups() {
-    run(1, 1, 20, 12, 3); // d = 4
+    run(1, 1, 20, 12, 3); // d = 4 (vec4)
+}
+
+#[test]
+fn channel_attention_vec4_long_n_two_tiles() {
+    // vec4 path: N = 600 (3 splits, the last partial), d = 40 spans two 32-wide tiles (second one partial).
+    run(5, 1, 600, 80, 2);
 }
 
 #[test]
 fn channel_attention_long_n_splits_and_odd_group_width() {
-    // N = 600 > 2 chunks of 256 with a partial third; d = 37 spans two 32-wide tiles, not a multiple of 4.
+    // Scalar path: N = 600 > 2 chunks of 256 with a partial third; d = 37 spans two 32-wide tiles, not a
+    // multiple of 4.
     run(2, 1, 600, 74, 2);
 }
 
 #[test]
 fn channel_attention_batched_and_single_token() {
-    run(3, 2, 33, 16, 4);
-    run(4, 1, 1, 8, 2); // one token: logits are a single product
+    run(3, 2, 33, 16, 4); // vec4
+    run(4, 1, 1, 8, 2); // one token: logits are a single product (vec4)
+    run(6, 2, 7, 6, 3); // d = 2: scalar path, batched
 }
 
 #[test]

@@ -234,9 +234,13 @@ fn run_dw(seed: u64, (b, h, w, c): (usize, usize, usize, usize)) {
 
 #[test]
 fn dwconv3x3_residual_matches_cpu() {
+    // C % 4 == 0 takes the vec4 kernel (weights transposed to (9, C) first), other widths the scalar one.
     run_dw(10, (2, 5, 7, 3));
     run_dw(11, (1, 1, 1, 5)); // single pixel: only the centre tap
     run_dw(12, (1, 3, 2, 130)); // channels off the workgroup size
+    run_dw(13, (2, 5, 7, 8)); // vec4, batched, borders on every side
+    run_dw(14, (1, 1, 1, 4)); // vec4, single pixel
+    run_dw(15, (1, 3, 4, 132)); // vec4, 33 vec4s per pixel
 }
 
 #[test]

@@ -73,14 +73,17 @@ fn run(seed: u64, b: usize, h: usize, w: usize, c: usize, ws: usize) {
     assert_close(&format!("window_reverse {name}"), &got_y, &want_y, 0.0);
 }
 
+// C % 4 == 0 takes the vec4 kernels, other widths the scalar ones: both are covered.
+
 #[test]
 fn window_padding_both_axes_batched() {
-    run(1, 2, 5, 7, 3, 3);
+    run(1, 2, 5, 7, 3, 3); // scalar
+    run(5, 2, 5, 7, 8, 3); // vec4
 }
 
 #[test]
 fn window_exact_multiple() {
-    run(2, 1, 6, 9, 4, 3);
+    run(2, 1, 6, 9, 4, 3); // vec4
 }
 
 #[test]

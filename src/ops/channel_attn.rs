@@ -108,7 +108,10 @@ pub fn channel_attention(
         DType::F32,
         "channel_attn.partials",
     )?;
-    let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn")?;
+    let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
+    let attn_t = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn_t")?;
+    // vec4 kernels when every group starts on a 4-float boundary and spans whole vec4s.
+    let vec4 = c % 4 == 0 && d % 4 == 0;
     let mut params = Params {
         n: n as u32,
         c: c as u32,
@@ -124,7 +127,14 @@ pub fn channel_attention(
         _pad2: 0,
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, "gram_partial"),
+        &Kernel::new(
+            &SHADER,
+            if vec4 {
+                "gram_partial4"
+            } else {
+                "gram_partial"
+            },
+        ),
         &params,
         &[qkv.binding(&gpu)?, part.binding(&gpu)?],
         [(tiles * tiles) as u32, (b * groups) as u32, nsplit as u32],
@@ -134,15 +144,27 @@ pub fn channel_attention(
     rec.dispatch(
         &Kernel::new(&SHADER, "softmax_rows").with(&[("WG", WG as f64)]),
         &params,
-        &[part.binding(&gpu)?, attn.binding(&gpu)?],
+        &[
+            part.binding(&gpu)?,
+            attn.binding(&gpu)?,
+            attn_t.binding(&gpu)?,
+        ],
         grid_1d(ceil_div(rows, WG as usize)),
     )?;
-    let total = b * n * c;
+    let (entry, total) = if vec4 {
+        ("attn_apply4", b * n * c / 4)
+    } else {
+        ("attn_apply", b * n * c)
+    };
     params.total = total as u32;
     rec.dispatch(
-        &Kernel::new(&SHADER, "attn_apply").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
         &params,
-        &[qkv.binding(&gpu)?, attn.binding(&gpu)?, out.binding(&gpu)?],
+        &[
+            qkv.binding(&gpu)?,
+            attn_t.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
         grid_1d(ceil_div(total, WG as usize)),
     )
 }

@@ -257,8 +257,31 @@ pub fn dwconv3x3_residual(
         return Ok(());
     }
     let gpu = rec.gpu().clone();
+    let n32 = u32_of(OP, "elements", n)?;
+    if c % 4 == 0 {
+        // vec4 path: transpose the (C, 9) taps to (9, C) so each tap's 4 channels are one vec4.
+        let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;
+        crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)
+        let params = DwParams {
+            n: n32 / 4,
+            h: h as u32,
+            w: wd as u32,
+            c: (c / 4) as u32,
+        };
+        return rec.dispatch(
+            &Kernel::new(&SHADER, "dwconv3x3_residual4").with(&[("WG", WG as f64)]),
+            &params,
+            &[
+                x.binding(&gpu)?,
+                wt.binding(&gpu)?,
+                bias.binding(&gpu)?,
+                out.binding(&gpu)?,
+            ],
+            grid_1d(ceil_div(n / 4, WG as usize)),
+        );
+    }
     let params = DwParams {
-        n: u32_of(OP, "elements", n)?,
+        n: n32,
         h: h as u32,
         w: wd as u32,
         c: c as u32,

@@ -54,10 +54,24 @@ fn launch(
     c: usize,
     ws: usize,
 ) -> Result<()> {
-    let n = dst.numel();
+    let mut n = dst.numel();
     if n == 0 {
         return Ok(());
     }
+    // vec4 kernels when whole tokens are whole vec4s.
+    let (entry, c) = if c % 4 == 0 {
+        n /= 4;
+        (
+            if entry == "window_partition" {
+                "window_partition4"
+            } else {
+                "window_reverse4"
+            },
+            c / 4,
+        )
+    } else {
+        (entry, c)
+    };
     let n32 = u32::try_from(n)
         .map_err(|_| Error::shape(entry, format!("{n} elements do not fit in u32")))?;
     let (nwh, nww) = window_grid(h, w, ws);
