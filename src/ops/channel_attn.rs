@@ -111,7 +111,7 @@ pub fn channel_attention(
     let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
     let attn_t = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn_t")?;
     // vec4 kernels when every group starts on a 4-float boundary and spans whole vec4s.
-    let vec4 = c % 4 == 0 && d % 4 == 0;
+    let vec4 = c.is_multiple_of(4) && d.is_multiple_of(4);
     let mut params = Params {
         n: n as u32,
         c: c as u32,

@@ -258,7 +258,7 @@ pub fn dwconv3x3_residual(
     }
     let gpu = rec.gpu().clone();
     let n32 = u32_of(OP, "elements", n)?;
-    if c % 4 == 0 {
+    if c.is_multiple_of(4) {
         // vec4 path: transpose the (C, 9) taps to (9, C) so each tap's 4 channels are one vec4.
         let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;
         crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)

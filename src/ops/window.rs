@@ -59,7 +59,7 @@ fn launch(
         return Ok(());
     }
     // vec4 kernels when whole tokens are whole vec4s.
-    let (entry, c) = if c % 4 == 0 {
+    let (entry, c) = if c.is_multiple_of(4) {
         n /= 4;
         (
             if entry == "window_partition" {
