@@ -186,7 +186,8 @@ struct StageBufs {
     mlp_io: Option<(Tensor, Tensor)>,
     /// Channel-attention qkv, (B, H*W, 3C).
     cqkv: Tensor,
-    /// Windows, (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C), q, k, v (nW, ws*ws, C).
+    /// Windows, (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C) (views of `p` / `cqkv` when the grid needs
+    /// no padding), q, k, v (nW, ws*ws, C).
     win: Tensor,
     wqkv: Tensor,
     q: Tensor,
@@ -210,11 +211,24 @@ impl StageBufs {
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
         let nw = b * nwh * nww;
         let t = ws * ws;
+        let p = zeros(rec, &[rows, c], "davit.p")?;
+        let cqkv = zeros(rec, &[b, h * w, 3 * c], "davit.cqkv")?;
+        // Without window padding the windowed tensors have exactly the sizes of `p` and `cqkv`, whose
+        // contents are dead while the window attention runs (p is next written by `proj`, after the
+        // windows are reversed; cqkv only lives inside the channel half): share their storage.
+        let (win, wqkv) = if nw * t == rows {
+            (p.reshape(&[nw, t, c])?, cqkv.reshape(&[nw, t, 3 * c])?)
+        } else {
+            (
+                zeros(rec, &[nw, t, c], "davit.win")?,
+                zeros(rec, &[nw, t, 3 * c], "davit.wqkv")?,
+            )
+        };
         Ok(StageBufs {
             a: zeros(rec, &[b, h, w, c], "davit.a")?,
             b: zeros(rec, &[b, h, w, c], "davit.b")?,
             n: zeros(rec, &[b, h, w, c], "davit.n")?,
-            p: zeros(rec, &[rows, c], "davit.p")?,
+            p,
             hid: zeros(rec, &[mlp_rows.min(rows), hidden], "davit.hid")?,
             mlp_io: if mlp_rows < rows {
                 Some((
@@ -224,9 +238,9 @@ impl StageBufs {
             } else {
                 None
             },
-            cqkv: zeros(rec, &[b, h * w, 3 * c], "davit.cqkv")?,
-            win: zeros(rec, &[nw, t, c], "davit.win")?,
-            wqkv: zeros(rec, &[nw, t, 3 * c], "davit.wqkv")?,
+            cqkv,
+            win,
+            wqkv,
             q: zeros(rec, &[nw, t, c], "davit.q")?,
             k: zeros(rec, &[nw, t, c], "davit.k")?,
             v: zeros(rec, &[nw, t, c], "davit.v")?,
