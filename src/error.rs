@@ -92,6 +92,15 @@ pub enum Error {
     /// tokenizer.json could not be loaded, or encoding/decoding failed.
     #[error("tokenizer error: {0}")]
     Tokenizer(String),
+
+    // ---- generation (src/model) --------------------------------------------------------------------
+    /// The caller's cancellation hook asked generation to stop.
+    #[error("generation was cancelled")]
+    Cancelled,
+    /// Model inputs the model cannot take (token id outside the vocabulary, prompt longer than the
+    /// position table, image-token count not matching the image features, ...).
+    #[error("invalid model input: {0}")]
+    InvalidInput(String),
 }
 
 impl Error {
@@ -116,6 +125,8 @@ impl Error {
             Error::Image(_) => "Florence2ImageError",
             Error::ImageTooLarge { .. } => "Florence2ImageTooLargeError",
             Error::Tokenizer(_) => "Florence2TokenizerError",
+            Error::Cancelled => "Florence2CancelledError",
+            Error::InvalidInput(_) => "Florence2InputError",
         }
     }
 

@@ -5,3 +5,5 @@ pub mod davit;
 pub mod projector;
 
 pub use config::{Florence2Config, TextConfig, VisionConfig};
+pub mod bart;
+pub mod generate;

@@ -1,0 +1,471 @@
+//! BART decoder, one token per batch row per step, with GPU-resident caches.
+//!
+//! Per layer: x = LN1(x + self_attn(x) over the cache rows 0..=pos); x = LN2(x + cross_attn(x, encoder
+//! K/V)); x = LN3(x + fc2(gelu(fc1(x)))). The LM head is the tied shared embedding (V, D) plus the
+//! optional `final_logits_bias`.
+//!
+//! Caches: each layer's self-attention K and V are (B, max_len, D) tensors allocated once by
+//! [`Decoder::new_state`]; a step writes row `pos` of every batch row (a buffer copy per row) and attends
+//! over rows 0..=pos. The cross-attention K/V ([`CrossKv`]) are projected once per image, (1, S, D) per
+//! layer, and shared by every batch row (beam). [`DecoderState::reorder`] permutes the cache rows by beam
+//! index on the GPU (buffer copies of the filled rows only) for beam search.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::model::bart::encoder::POS_OFFSET;
+use crate::model::bart::{ffn_act, LayerNorm, Linear};
+use crate::model::config::TextConfig;
+use crate::ops;
+use crate::ops::attention::AttnOpts;
+use crate::ops::matmul::Act;
+use crate::weights::WeightsView;
+
+#[derive(Clone, Debug)]
+struct DecoderLayer {
+    sq: Linear,
+    sk: Linear,
+    sv: Linear,
+    so: Linear,
+    ln_self: LayerNorm,
+    cq: Linear,
+    ck: Linear,
+    cv: Linear,
+    co: Linear,
+    ln_cross: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    ln_ffn: LayerNorm,
+}
+
+/// The BART decoder and the tied LM head.
+#[derive(Clone, Debug)]
+pub struct Decoder {
+    d: usize,
+    heads: usize,
+    ffn: usize,
+    vocab: usize,
+    act: Act,
+    embed_scale: f32,
+    /// (V, D), shared with the encoder side and the LM head.
+    embed_tokens: Tensor,
+    /// (max_position_embeddings + 2, D)
+    positions: Tensor,
+    ln_emb: LayerNorm,
+    layers: Vec<DecoderLayer>,
+    /// (V, D)
+    lm_head: Tensor,
+    /// (V)
+    final_logits_bias: Option<Tensor>,
+}
+
+/// Cross-attention K and V of one image for every decoder layer, each (1, S, D).
+#[derive(Clone, Debug)]
+pub struct CrossKv {
+    pub k: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    pub len: usize,
+}
+
+/// Everything one generation needs on the GPU, allocated once: the self-attention caches, the
+/// cross-attention K/V, the per-step scratch buffers and the logits.
+pub struct DecoderState {
+    gpu: Arc<Gpu>,
+    batch: usize,
+    max_len: usize,
+    cross: CrossKv,
+    /// Per layer (B, max_len, D).
+    self_k: Vec<Tensor>,
+    self_v: Vec<Tensor>,
+    /// One (B, max_len, D) buffer reused by [`DecoderState::reorder`] for every cache in turn.
+    spare: Option<Tensor>,
+    /// U32 (B): the tokens fed to the next step.
+    tokens: Tensor,
+    x: Tensor,
+    q: Tensor,
+    kn: Tensor,
+    vn: Tensor,
+    a: Tensor,
+    t: Tensor,
+    f: Tensor,
+    pos_row: Tensor,
+    logits: Tensor,
+}
+
+impl Decoder {
+    /// `w` is the decoder's view (`model.language_model.decoder`); `embed_tokens` the shared embedding
+    /// (V, D); `lm_head` (V, D) (the same tensor when tied); `final_logits_bias` (1, V) or (V) when the
+    /// checkpoint has one.
+    pub fn new(
+        cfg: &TextConfig,
+        w: WeightsView,
+        embed_tokens: Tensor,
+        lm_head: Tensor,
+        final_logits_bias: Option<Tensor>,
+    ) -> Result<Self> {
+        let d = cfg.d_model;
+        let f = cfg.decoder_ffn_dim;
+        let v = cfg.vocab_size;
+        if cfg.decoder_attention_heads == 0 || !d.is_multiple_of(cfg.decoder_attention_heads) {
+            return Err(Error::Config(format!(
+                "d_model {d} is not divisible by {} decoder heads",
+                cfg.decoder_attention_heads
+            )));
+        }
+        for (name, t) in [("shared embedding", &embed_tokens), ("lm_head", &lm_head)] {
+            if t.shape() != [v, d] {
+                return Err(Error::TensorShape {
+                    name: name.into(),
+                    expected: vec![v, d],
+                    got: t.shape().to_vec(),
+                });
+            }
+        }
+        let final_logits_bias = match final_logits_bias {
+            None => None,
+            Some(b) if b.numel() == v => Some(b.reshape(&[v])?),
+            Some(b) => {
+                return Err(Error::TensorShape {
+                    name: "final_logits_bias".into(),
+                    expected: vec![1, v],
+                    got: b.shape().to_vec(),
+                })
+            }
+        };
+        let layers = (0..cfg.decoder_layers)
+            .map(|i| {
+                let l = w.pp("layers").pp(&i.to_string());
+                let s = l.pp("self_attn");
+                let c = l.pp("encoder_attn");
+                Ok(DecoderLayer {
+                    sq: Linear::load(&s, "q_proj", d, d)?,
+                    sk: Linear::load(&s, "k_proj", d, d)?,
+                    sv: Linear::load(&s, "v_proj", d, d)?,
+                    so: Linear::load(&s, "out_proj", d, d)?,
+                    ln_self: LayerNorm::load(&l, "self_attn_layer_norm", d)?,
+                    cq: Linear::load(&c, "q_proj", d, d)?,
+                    ck: Linear::load(&c, "k_proj", d, d)?,
+                    cv: Linear::load(&c, "v_proj", d, d)?,
+                    co: Linear::load(&c, "out_proj", d, d)?,
+                    ln_cross: LayerNorm::load(&l, "encoder_attn_layer_norm", d)?,
+                    fc1: Linear::load(&l, "fc1", f, d)?,
+                    fc2: Linear::load(&l, "fc2", d, f)?,
+                    ln_ffn: LayerNorm::load(&l, "final_layer_norm", d)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Decoder {
+            d,
+            heads: cfg.decoder_attention_heads,
+            ffn: f,
+            vocab: v,
+            act: ffn_act(&cfg.activation_function)?,
+            embed_scale: if cfg.scale_embedding {
+                (d as f32).sqrt()
+            } else {
+                1.0
+            },
+            embed_tokens,
+            positions: w.get(
+                "embed_positions.weight",
+                &[cfg.max_position_embeddings + POS_OFFSET, d],
+            )?,
+            ln_emb: LayerNorm::load(&w, "layernorm_embedding", d)?,
+            layers,
+            lm_head,
+            final_logits_bias,
+        })
+    }
+
+    /// Number of decoder positions the position table allows (= max_position_embeddings).
+    pub fn max_positions(&self) -> usize {
+        self.positions.dim(0) - POS_OFFSET
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    pub fn layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Record the projection of the encoder output (1, S, D) to every layer's cross-attention K/V.
+    pub fn cross_kv(&self, rec: &mut Recorder, encoder_out: &Tensor) -> Result<CrossKv> {
+        let d = self.d;
+        if encoder_out.rank() != 3 || encoder_out.dim(0) != 1 || encoder_out.dim(2) != d {
+            return Err(Error::shape(
+                "cross_kv",
+                format!(
+                    "encoder output {:?} must be (1, S, {d})",
+                    encoder_out.shape()
+                ),
+            ));
+        }
+        let s = encoder_out.dim(1);
+        let gpu = rec.gpu().clone();
+        let x = encoder_out.reshape(&[s, d])?;
+        let mut k = Vec::with_capacity(self.layers.len());
+        let mut v = Vec::with_capacity(self.layers.len());
+        for (i, l) in self.layers.iter().enumerate() {
+            let kt = Tensor::zeros(&gpu, &[s, d], DType::F32, &format!("cross.k{i}"))?;
+            let vt = Tensor::zeros(&gpu, &[s, d], DType::F32, &format!("cross.v{i}"))?;
+            l.ck.forward(rec, &x, Act::None, &kt)?; // (S, D)
+            l.cv.forward(rec, &x, Act::None, &vt)?; // (S, D)
+            k.push(kt.reshape(&[1, s, d])?);
+            v.push(vt.reshape(&[1, s, d])?);
+        }
+        Ok(CrossKv { k, v, len: s })
+    }
+
+    /// Allocate the caches and scratch buffers for `batch` rows (beams) and at most `max_len` decoder
+    /// positions (<= max_position_embeddings).
+    pub fn new_state(
+        &self,
+        gpu: &Arc<Gpu>,
+        cross: &CrossKv,
+        batch: usize,
+        max_len: usize,
+    ) -> Result<DecoderState> {
+        const OP: &str = "decoder state";
+        if batch == 0 || max_len == 0 || max_len > self.max_positions() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "batch {batch}, max_len {max_len}: need batch >= 1 and 1 <= max_len <= {}",
+                    self.max_positions()
+                ),
+            ));
+        }
+        if cross.k.len() != self.layers.len() || cross.v.len() != self.layers.len() {
+            return Err(Error::shape(
+                OP,
+                "cross K/V do not match the decoder layers",
+            ));
+        }
+        let (d, b) = (self.d, batch);
+        let z = |shape: &[usize], label: &str| Tensor::zeros(gpu, shape, DType::F32, label);
+        let mut self_k = Vec::with_capacity(self.layers.len());
+        let mut self_v = Vec::with_capacity(self.layers.len());
+        for i in 0..self.layers.len() {
+            self_k.push(z(&[b, max_len, d], &format!("cache.k{i}"))?);
+            self_v.push(z(&[b, max_len, d], &format!("cache.v{i}"))?);
+        }
+        Ok(DecoderState {
+            gpu: gpu.clone(),
+            batch: b,
+            max_len,
+            cross: cross.clone(),
+            self_k,
+            self_v,
+            spare: None,
+            tokens: Tensor::zeros(gpu, &[b], DType::U32, "dec.tokens")?,
+            x: z(&[b, d], "dec.x")?,
+            q: z(&[b, d], "dec.q")?,
+            kn: z(&[b, d], "dec.k")?,
+            vn: z(&[b, d], "dec.v")?,
+            a: z(&[b, d], "dec.attn")?,
+            t: z(&[b, d], "dec.tmp")?,
+            f: z(&[b, self.ffn], "dec.ffn")?,
+            pos_row: z(&[d], "dec.pos")?,
+            logits: z(&[b, self.vocab], "dec.logits")?,
+        })
+    }
+
+    /// Record one decoder step: `tokens` U32 (B) sit at position `pos` (0 = the decoder start token);
+    /// their K/V are written to cache row `pos`, attention covers rows 0..=pos. Returns the logits
+    /// (B, V) (a buffer owned by `state`, overwritten by the next step).
+    pub fn step(
+        &self,
+        rec: &mut Recorder,
+        tokens: &Tensor,
+        pos: u32,
+        state: &mut DecoderState,
+    ) -> Result<Tensor> {
+        const OP: &str = "decoder step";
+        let (b, d) = (state.batch, self.d);
+        let p = pos as usize;
+        if tokens.dtype() != DType::U32 || tokens.shape() != [b] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "tokens must be U32 ({b}), got {:?} {:?}",
+                    tokens.dtype(),
+                    tokens.shape()
+                ),
+            ));
+        }
+        if p >= state.max_len {
+            return Err(Error::shape(
+                OP,
+                format!("position {p} is past the cache of {} rows", state.max_len),
+            ));
+        }
+        let s = &*state;
+        let f4 = 4u64;
+        let row_bytes = d as u64 * f4;
+
+        // Embedding, position, layernorm_embedding.
+        ops::embedding::embedding(rec, tokens, &self.embed_tokens, &s.x)?; // (B, D)
+        if self.embed_scale != 1.0 {
+            ops::elementwise::scale(rec, &s.x, self.embed_scale, &s.x)?; // (B, D)
+        }
+        rec.copy_range(
+            &self.positions,
+            (p + POS_OFFSET) as u64 * row_bytes,
+            &s.pos_row,
+            0,
+            row_bytes,
+        )?;
+        ops::elementwise::add_row(rec, &s.x, &s.pos_row, &s.x)?; // (B, D)
+        self.ln_emb.forward(rec, &s.x, &s.x)?; // (B, D)
+
+        let scale = ((d / self.heads) as f32).powf(-0.5);
+        let q3 = s.q.reshape(&[b, 1, d])?;
+        let a3 = s.a.reshape(&[b, 1, d])?;
+        let self_opts = AttnOpts {
+            heads: self.heads,
+            scale,
+            causal: false,
+            kv_len: Some(pos + 1),
+            q_offset: pos,
+            mask: None,
+        };
+        let cross_opts = AttnOpts {
+            heads: self.heads,
+            scale,
+            ..Default::default()
+        };
+        for (i, l) in self.layers.iter().enumerate() {
+            let (ck, cv) = (&s.self_k[i], &s.self_v[i]);
+            // Self-attention with the cache.
+            l.sq.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
+            l.sk.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
+            l.sv.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
+            for r in 0..b {
+                let dst = ((r * s.max_len + p) as u64) * row_bytes;
+                rec.copy_range(&s.kn, r as u64 * row_bytes, ck, dst, row_bytes)?;
+                rec.copy_range(&s.vn, r as u64 * row_bytes, cv, dst, row_bytes)?;
+            }
+            ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
+            l.so.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
+            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+            l.ln_self.forward(rec, &s.t, &s.x)?; // (B, D)
+                                                 // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
+            l.cq.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
+            ops::attention::attention(rec, &q3, &s.cross.k[i], &s.cross.v[i], &cross_opts, &a3)?; // (B, 1, D)
+            l.co.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
+            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+            l.ln_cross.forward(rec, &s.t, &s.x)?; // (B, D)
+                                                  // Feed-forward.
+            l.fc1.forward(rec, &s.x, self.act, &s.f)?; // (B, F)
+            l.fc2.forward(rec, &s.f, Act::None, &s.t)?; // (B, D)
+            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+            l.ln_ffn.forward(rec, &s.t, &s.x)?; // (B, D)
+        }
+        ops::matmul::linear(
+            rec,
+            &s.x,
+            &self.lm_head,
+            self.final_logits_bias.as_ref(),
+            Act::None,
+            &s.logits,
+        )?; // (B, V)
+        Ok(s.logits.clone())
+    }
+}
+
+impl DecoderState {
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    pub fn cross(&self) -> &CrossKv {
+        &self.cross
+    }
+
+    /// The U32 (B) input-token buffer (pass it to [`Decoder::step`]).
+    pub fn tokens(&self) -> &Tensor {
+        &self.tokens
+    }
+
+    /// Upload the next step's input tokens (one per batch row). Queue writes are ordered before the
+    /// next submit, so this may be called right before recording the step.
+    pub fn write_tokens(&self, ids: &[u32]) -> Result<()> {
+        if ids.len() != self.batch {
+            return Err(Error::shape(
+                "write_tokens",
+                format!("{} ids for a batch of {}", ids.len(), self.batch),
+            ));
+        }
+        self.tokens
+            .write_bytes(&self.gpu, 0, bytemuck::cast_slice(ids))
+    }
+
+    /// Record a reorder of every self-attention cache by beam index: new row b = old row `src[b]`,
+    /// rows 0..`fill` (the positions written so far). GPU buffer copies only: rows that stay in place
+    /// are not copied; the others go through one spare cache-sized buffer (allocated on first use).
+    pub fn reorder(&mut self, rec: &mut Recorder, src: &[usize], fill: usize) -> Result<()> {
+        const OP: &str = "reorder caches";
+        if src.len() != self.batch || src.iter().any(|&s| s >= self.batch) || fill > self.max_len {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "indices {src:?} for a batch of {}, fill {fill} of {}",
+                    self.batch, self.max_len
+                ),
+            ));
+        }
+        if fill == 0 || src.iter().enumerate().all(|(b, &s)| b == s) {
+            return Ok(());
+        }
+        let Some(first) = self.self_k.first() else {
+            return Ok(());
+        };
+        let row_bytes = (first.dim(2) * 4) as u64;
+        let beam_bytes = self.max_len as u64 * row_bytes;
+        let span = fill as u64 * row_bytes;
+        if self.spare.is_none() {
+            self.spare = Some(Tensor::zeros(
+                &self.gpu,
+                first.shape(),
+                DType::F32,
+                "cache.spare",
+            )?);
+        }
+        let Some(spare) = self.spare.as_ref() else {
+            return Ok(());
+        };
+        for cache in self.self_k.iter().chain(self.self_v.iter()) {
+            // Gather the moved rows into the spare buffer, then copy them back in place.
+            for (b, &s) in src.iter().enumerate() {
+                if b != s {
+                    rec.copy_range(
+                        cache,
+                        s as u64 * beam_bytes,
+                        spare,
+                        b as u64 * beam_bytes,
+                        span,
+                    )?;
+                }
+            }
+            for (b, &s) in src.iter().enumerate() {
+                if b != s {
+                    rec.copy_range(
+                        spare,
+                        b as u64 * beam_bytes,
+                        cache,
+                        b as u64 * beam_bytes,
+                        span,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,97 @@
+//! Greedy decoding with the reference's logits processors, one submit and a few bytes of readback per
+//! step.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::model::bart::{CrossKv, Decoder};
+use crate::model::generate::processors::{argmax_allowed, pick, NextToken};
+use crate::model::generate::{GenerateOptions, TOPK_MAX};
+use crate::ops;
+
+/// Greedy decoding from `opts.decoder_start_token_id` against one image's cross-attention K/V. Returns
+/// the sequence with the start token first (as the reference's `generate` does), ending at an EOS id or
+/// at `max_length`. `cancel` is polled before every step.
+pub async fn greedy(
+    decoder: &Decoder,
+    gpu: &Arc<Gpu>,
+    cross: &CrossKv,
+    opts: &GenerateOptions,
+    cancel: &dyn Fn() -> bool,
+) -> Result<Vec<u32>> {
+    let max_length = opts.max_length(decoder.max_positions());
+    let procs = opts.processors(decoder.max_positions());
+    let mut seq = vec![opts.decoder_start_token_id];
+    if max_length <= 1 {
+        return Ok(seq);
+    }
+    let vocab = decoder.vocab_size();
+    if seq.iter().any(|&t| t as usize >= vocab) {
+        return Err(Error::shape(
+            "generate",
+            format!("decoder start token {} >= vocab {vocab}", seq[0]),
+        ));
+    }
+    // Positions fed to the decoder: 0 ..= max_length - 2 (the last token is never fed back).
+    let mut state = decoder.new_state(gpu, cross, 1, max_length - 1)?;
+    let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;
+    let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
+    let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;
+    let tokens = state.tokens().clone();
+    while seq.len() < max_length {
+        if cancel() {
+            return Err(Error::Cancelled);
+        }
+        let rule = procs.rule(&seq);
+        let last = *seq.last().unwrap_or(&opts.decoder_start_token_id);
+        if let NextToken::Forced(t) = rule {
+            // The final token needs no decoder run at all.
+            if seq.len() + 1 == max_length || opts.eos_token_ids.contains(&t) {
+                seq.push(t);
+                break;
+            }
+        }
+        state.write_tokens(&[last])?;
+        let pos = (seq.len() - 1) as u32;
+        let mut rec = Recorder::new(gpu);
+        let logits = decoder.step(&mut rec, &tokens, pos, &mut state)?; // (1, V)
+        let next = match &rule {
+            NextToken::Forced(t) => {
+                rec.submit()?;
+                *t
+            }
+            NextToken::Banned(b) if b.is_empty() => {
+                ops::reduce::argmax_rows(&mut rec, &logits, &ids)?; // (1)
+                let p = rec.read_back(&ids);
+                rec.submit()?;
+                let got = p.u32s(gpu).await?;
+                *got.first()
+                    .ok_or_else(|| Error::Readback("empty argmax".into()))?
+            }
+            NextToken::Banned(b) if b.len() < TOPK_MAX && vocab >= TOPK_MAX => {
+                // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
+                ops::reduce::topk_rows(&mut rec, &logits, TOPK_MAX, &tk_vals, &tk_ids)?; // (1, 16)
+                let p = rec.read_back(&tk_ids);
+                rec.submit()?;
+                let got = p.u32s(gpu).await?;
+                let cands: Vec<(u32, f32)> = got.iter().map(|&i| (i, 0.0)).collect();
+                pick(&cands, &rule)
+                    .ok_or_else(|| Error::Readback("top-k returned only banned tokens".into()))?
+            }
+            NextToken::Banned(_) => {
+                let p = rec.read_back(&logits);
+                rec.submit()?;
+                let row = p.f32s(gpu).await?;
+                argmax_allowed(row.get(..vocab).unwrap_or(&row), &rule).ok_or_else(|| {
+                    Error::shape("generate", "every token is banned by no_repeat_ngram_size")
+                })?
+            }
+        };
+        seq.push(next);
+        if opts.eos_token_ids.contains(&next) {
+            break;
+        }
+    }
+    Ok(seq)
+}
