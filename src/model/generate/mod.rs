@@ -9,6 +9,9 @@
 pub mod greedy;
 pub mod processors;
 
+use serde_json::Value;
+
+use crate::error::{Error, Result};
 use crate::model::config::Florence2Config;
 
 pub use greedy::greedy;
@@ -45,6 +48,61 @@ impl GenerateOptions {
         }
     }
 
+    /// Override the settings with the keys a `generation_config.json` sets (`no_repeat_ngram_size`,
+    /// `forced_bos_token_id`, `forced_eos_token_id`, `eos_token_id` (an id or a list),
+    /// `decoder_start_token_id`); absent or null keys keep the current value. `num_beams`,
+    /// `early_stopping` and `length_penalty` belong to beam search and are not read here.
+    pub fn with_generation_config(mut self, json: &[u8]) -> Result<Self> {
+        let bad =
+            |k: &str, v: &Value| Error::Config(format!("generation_config.json: bad {k} {v}"));
+        let v: Value = serde_json::from_slice(json)
+            .map_err(|e| Error::Config(format!("generation_config.json: {e}")))?;
+        let id = |k: &str| -> Result<Option<u32>> {
+            match v.get(k).filter(|x| !x.is_null()) {
+                None => Ok(None),
+                Some(x) => x
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .map(Some)
+                    .ok_or_else(|| bad(k, x)),
+            }
+        };
+        if let Some(x) = v.get("no_repeat_ngram_size").filter(|x| !x.is_null()) {
+            self.no_repeat_ngram_size =
+                x.as_u64()
+                    .filter(|&n| n <= 1 << 16)
+                    .ok_or_else(|| bad("no_repeat_ngram_size", x))? as usize;
+        }
+        if let Some(t) = id("forced_bos_token_id")? {
+            self.forced_bos_token_id = Some(t);
+        }
+        if let Some(t) = id("forced_eos_token_id")? {
+            self.forced_eos_token_id = Some(t);
+        }
+        if let Some(t) = id("decoder_start_token_id")? {
+            self.decoder_start_token_id = t;
+        }
+        match v.get("eos_token_id").filter(|x| !x.is_null()) {
+            None => {}
+            Some(Value::Array(a)) => {
+                self.eos_token_ids = a
+                    .iter()
+                    .map(|x| {
+                        x.as_u64()
+                            .and_then(|n| u32::try_from(n).ok())
+                            .ok_or_else(|| bad("eos_token_id", x))
+                    })
+                    .collect::<Result<_>>()?;
+            }
+            Some(_) => {
+                if let Some(t) = id("eos_token_id")? {
+                    self.eos_token_ids = vec![t];
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// The reference's `max_length` (decoder sequence length incl. the start token), capped so that no
     /// position exceeds the decoder's position table.
     pub fn max_length(&self, max_positions: usize) -> usize {
@@ -60,5 +118,60 @@ impl GenerateOptions {
             forced_eos_token_id: self.forced_eos_token_id,
             max_length: self.max_length(max_positions),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens: 7,
+            no_repeat_ngram_size: 0,
+            forced_bos_token_id: None,
+            forced_eos_token_id: Some(2),
+            eos_token_ids: vec![2],
+            decoder_start_token_id: 2,
+        }
+    }
+
+    #[test]
+    fn generation_config_overrides_present_keys_only() {
+        let o = base()
+            .with_generation_config(
+                br#"{"no_repeat_ngram_size": 3, "forced_bos_token_id": 0, "eos_token_id": [2, 5],
+                     "num_beams": 3, "forced_eos_token_id": null}"#,
+            )
+            .unwrap();
+        assert_eq!(o.no_repeat_ngram_size, 3);
+        assert_eq!(o.forced_bos_token_id, Some(0));
+        assert_eq!(o.forced_eos_token_id, Some(2));
+        assert_eq!(o.eos_token_ids, vec![2, 5]);
+        assert_eq!(o.max_new_tokens, 7);
+        let o = base()
+            .with_generation_config(br#"{"eos_token_id": 9}"#)
+            .unwrap();
+        assert_eq!(o.eos_token_ids, vec![9]);
+        for bad in [
+            &br#"{"eos_token_id": -1}"#[..],
+            br#"{"forced_bos_token_id": "x"}"#,
+            br#"{"no_repeat_ngram_size": 1e9}"#,
+            br#"not json"#,
+        ] {
+            assert!(matches!(
+                base().with_generation_config(bad),
+                Err(Error::Config(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn max_length_is_capped_by_the_position_table() {
+        let mut o = base();
+        assert_eq!(o.max_length(1024), 8);
+        o.max_new_tokens = usize::MAX;
+        assert_eq!(o.max_length(1024), 1024);
+        assert_eq!(o.processors(16).max_length, 16);
     }
 }
