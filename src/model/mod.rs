@@ -6,4 +6,5 @@ pub mod projector;
 
 pub use config::{Florence2Config, TextConfig, VisionConfig};
 pub mod bart;
+pub mod florence2;
 pub mod generate;

@@ -1,0 +1,244 @@
+//! The assembled Florence-2: DaViT -> projector -> [image features ++ embedded prompt] -> BART encoder ->
+//! decoder with greedy decoding.
+//!
+//! GPU work is recorded per stage: one submit for vision + projector, one for the prompt embedding +
+//! encoder + the cross-attention K/V of every decoder layer, then one per decode step.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::model::bart::{CrossKv, Decoder, Encoder};
+use crate::model::config::Florence2Config;
+use crate::model::davit::DaVit;
+use crate::model::generate::{self, GenerateOptions};
+use crate::model::projector::Projector;
+use crate::ops;
+use crate::weights::{Weights, FINAL_LOGITS_BIAS};
+
+/// Canonical names of the tied embedding / LM head and the optional logits bias.
+pub const SHARED: &str = "model.language_model.shared.weight";
+pub const LM_HEAD: &str = "lm_head.weight";
+
+/// The model on the GPU.
+pub struct Florence2 {
+    pub config: Florence2Config,
+    gpu: Arc<Gpu>,
+    pub vision: DaVit,
+    pub projector: Projector,
+    pub encoder: Encoder,
+    pub decoder: Decoder,
+    /// The shared token embedding (V, D).
+    pub shared: Tensor,
+}
+
+/// One image + prompt, encoded: everything generation needs, resident on the GPU.
+pub struct EncoderOutput {
+    /// (1, S, D) the encoder input ([image features ++ embedded prompt]).
+    pub inputs_embeds: Tensor,
+    /// (1, S, D) the encoder output.
+    pub hidden: Tensor,
+    /// Cross-attention K/V of every decoder layer, projected once.
+    pub cross: CrossKv,
+    /// Image feature tokens at the front of the sequence (577 for a 768x768 base model).
+    pub image_tokens: usize,
+    /// Wall time of the vision + projector submit (natively waited for; 0 in the browser).
+    pub vision_ms: f64,
+    /// Wall time of the embedding + encoder + cross K/V submit (natively waited for; 0 in the browser).
+    pub encoder_ms: f64,
+}
+
+/// Block until the GPU has finished everything submitted (native only: timings).
+fn wait_idle(gpu: &Gpu) -> Result<()> {
+    #[cfg(not(target_arch = "wasm32"))]
+    gpu.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| Error::Gpu(e.to_string()))?;
+    #[cfg(target_arch = "wasm32")]
+    let _ = gpu;
+    Ok(())
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+impl Florence2 {
+    /// Assemble the model from loaded weights (canonical HF-native names).
+    pub fn new(gpu: &Arc<Gpu>, config: Florence2Config, weights: &Weights) -> Result<Self> {
+        let t = &config.text;
+        let (v, d) = (t.vocab_size, t.d_model);
+        let shared = weights.get(SHARED, &[v, d])?;
+        let lm_head = if weights.has(LM_HEAD) {
+            weights.get(LM_HEAD, &[v, d])?
+        } else {
+            shared.clone()
+        };
+        let flb = if weights.has(FINAL_LOGITS_BIAS) {
+            Some(weights.get_any(FINAL_LOGITS_BIAS)?)
+        } else {
+            None
+        };
+        let lm = weights.pp("model").pp("language_model");
+        let vision = DaVit::new(&config.vision, weights.pp("model").pp("vision_tower"))?;
+        let projector = Projector::new(&config, weights.pp("model").pp("multi_modal_projector"))?;
+        let encoder = Encoder::new(t, lm.pp("encoder"))?;
+        let decoder = Decoder::new(t, lm.pp("decoder"), shared.clone(), lm_head, flb)?;
+        Ok(Florence2 {
+            config,
+            gpu: gpu.clone(),
+            vision,
+            projector,
+            encoder,
+            decoder,
+            shared,
+        })
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Run vision + projector on `pixels` (1, 3, H, W), embed `input_ids`, and run the encoder.
+    ///
+    /// `input_ids` is the processor's prompt (`<s>` ... `</s>`). HF-native processors also put one
+    /// `<image>` placeholder per image feature in it: then the features replace those placeholders (the
+    /// reference's `masked_scatter`); without placeholders the features are prepended (the original
+    /// model-card behaviour). Either way the encoder sees [image features ++ embedded prompt].
+    pub fn encode(&self, pixels: &Tensor, input_ids: &[u32]) -> Result<EncoderOutput> {
+        let gpu = &self.gpu;
+        let (v, d) = (self.config.text.vocab_size, self.config.text.d_model);
+        if let Some(bad) = input_ids.iter().find(|&&i| i as usize >= v) {
+            return Err(Error::InvalidInput(format!(
+                "token id {bad} is outside the vocabulary of {v}"
+            )));
+        }
+
+        // Vision tower + projector: one submit.
+        let t0 = Instant::now();
+        let mut rec = Recorder::new(gpu);
+        let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
+        let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
+        rec.submit()?;
+        wait_idle(gpu)?;
+        let vision_ms = ms(t0);
+        if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
+            return Err(Error::shape(
+                "encode",
+                format!("projector output {:?} is not (1, N, {d})", image.shape()),
+            ));
+        }
+        let n_img = image.dim(1);
+
+        // Prompt embedding + concat + encoder + cross K/V: one submit.
+        let t1 = Instant::now();
+        let mut rec = Recorder::new(gpu);
+        let placeholders: Vec<usize> = match self.config.image_token_id {
+            Some(img) => input_ids
+                .iter()
+                .enumerate()
+                .filter(|(_, &t)| t == img)
+                .map(|(i, _)| i)
+                .collect(),
+            None => Vec::new(),
+        };
+        let seq = if placeholders.is_empty() {
+            n_img + input_ids.len()
+        } else if placeholders.len() == n_img {
+            input_ids.len()
+        } else {
+            return Err(Error::InvalidInput(format!(
+                "{} <image> tokens in the prompt for {n_img} image features",
+                placeholders.len()
+            )));
+        };
+        if seq > self.encoder.max_len() {
+            return Err(Error::InvalidInput(format!(
+                "{seq} encoder tokens exceed max_position_embeddings {}",
+                self.encoder.max_len()
+            )));
+        }
+        let embeds = Tensor::zeros(gpu, &[seq, d], DType::F32, "inputs_embeds")?;
+        let row = (d * 4) as u64;
+        if !input_ids.is_empty() {
+            let ids = Tensor::from_u32(gpu, &[input_ids.len()], input_ids, "input_ids")?;
+            let text = Tensor::zeros(gpu, &[input_ids.len(), d], DType::F32, "prompt_embeds")?;
+            ops::embedding::embedding(&mut rec, &ids, &self.shared, &text)?; // (T, D)
+            if self.config.text.scale_embedding {
+                ops::elementwise::scale(&mut rec, &text, (d as f32).sqrt(), &text)?;
+                // (T, D)
+            }
+            let at = if placeholders.is_empty() { n_img } else { 0 };
+            rec.copy_range(
+                &text,
+                0,
+                &embeds,
+                at as u64 * row,
+                input_ids.len() as u64 * row,
+            )?;
+        }
+        if placeholders.is_empty() {
+            rec.copy_range(&image, 0, &embeds, 0, n_img as u64 * row)?;
+        } else {
+            // Scatter feature rows onto the placeholder positions, one copy per contiguous run.
+            let mut k = 0;
+            while k < placeholders.len() {
+                let mut run = 1;
+                while k + run < placeholders.len() && placeholders[k + run] == placeholders[k] + run
+                {
+                    run += 1;
+                }
+                rec.copy_range(
+                    &image,
+                    k as u64 * row,
+                    &embeds,
+                    placeholders[k] as u64 * row,
+                    run as u64 * row,
+                )?;
+                k += run;
+            }
+        }
+        let inputs_embeds = embeds.reshape(&[1, seq, d])?;
+        let hidden = self.encoder.forward(&mut rec, &inputs_embeds)?; // (1, S, D)
+        let cross = self.decoder.cross_kv(&mut rec, &hidden)?; // per layer (1, S, D)
+        rec.submit()?;
+        wait_idle(gpu)?;
+        let encoder_ms = ms(t1);
+        Ok(EncoderOutput {
+            inputs_embeds,
+            hidden,
+            cross,
+            image_tokens: n_img,
+            vision_ms,
+            encoder_ms,
+        })
+    }
+
+    /// Default generation settings of this model (its config) with `max_new_tokens`.
+    pub fn generate_options(&self, max_new_tokens: usize) -> GenerateOptions {
+        GenerateOptions::from_config(&self.config, max_new_tokens)
+    }
+
+    /// Greedy decoding (async: each step awaits a few bytes of readback). Returns the ids with the
+    /// decoder start token first.
+    pub async fn generate_greedy_async(
+        &self,
+        enc: &EncoderOutput,
+        opts: &GenerateOptions,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Vec<u32>> {
+        generate::greedy(&self.decoder, &self.gpu, &enc.cross, opts, cancel).await
+    }
+
+    /// Blocking greedy decoding (native).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate_greedy(
+        &self,
+        enc: &EncoderOutput,
+        opts: &GenerateOptions,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Vec<u32>> {
+        pollster::block_on(self.generate_greedy_async(enc, opts, cancel))
+    }
+}
