@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use common::{gpu, Rng};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::ops::matmul::{self, Act};
+use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
@@ -109,6 +109,23 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
+/// Every variant that can run (M, K) on this device; `None` is the automatic choice.
+fn variants(g: &Gpu, m: usize, k: usize) -> Vec<Option<LinearVariant>> {
+    let mut v = vec![None, Some(LinearVariant::Scalar)];
+    if k % 8 == 0 {
+        v.push(Some(LinearVariant::Vec4));
+        if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {
+            v.push(Some(LinearVariant::Subgroup));
+        } else {
+            eprintln!("no subgroups of >= 8 lanes on this adapter: subgroup variant not tested");
+        }
+        if m <= matmul::GEMV_MAX_ROWS {
+            v.push(Some(LinearVariant::Gemv));
+        }
+    }
+    v
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_linear(
     g: &Arc<Gpu>,
@@ -119,6 +136,23 @@ fn run_linear(
     with_bias: bool,
     act: Act,
     w_dtype: DType,
+) {
+    for v in variants(g, m, k) {
+        run_linear_variant(g, rng, m, n, k, with_bias, act, w_dtype, v);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_linear_variant(
+    g: &Arc<Gpu>,
+    rng: &mut Rng,
+    m: usize,
+    n: usize,
+    k: usize,
+    with_bias: bool,
+    act: Act,
+    w_dtype: DType,
+    variant: Option<LinearVariant>,
 ) {
     let x = rng.vec(m * k, 1.0);
     let mut w = rng.vec(n * k, 0.5);
@@ -147,7 +181,7 @@ fn run_linear(
         k,
     );
     check(
-        &format!("linear m={m} n={n} k={k} bias={with_bias} {act:?} {w_dtype:?}"),
+        &format!("linear {variant:?} m={m} n={n} k={k} bias={with_bias} {act:?} {w_dtype:?}"),
         &got,
         &want,
         &bound,
@@ -167,6 +201,13 @@ fn linear_f32_odd_shapes_bias_and_gelu() {
         (65, 130, 33),
         (1, 200, 96),
         (5, 9, 3072),
+        // K % 8 == 0: the vec4, subgroup and GEMV kernels too. N = 600 spans two workgroup columns of
+        // every kernel; M = 17 leaves a partial 8-row block.
+        (1, 37, 8),
+        (3, 1, 8),
+        (4, 70, 64),
+        (17, 600, 24),
+        (9, 13, 3072),
     ] {
         run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F32);
     }
@@ -180,14 +221,23 @@ fn linear_f16_weights() {
     let g = gpu();
     let mut rng = Rng::new(12);
     // Odd K puts rows across u32 word boundaries of the packed f16 pairs.
-    for &(m, n, k) in &[(1, 1, 1), (7, 13, 5), (66, 70, 40), (1, 130, 768)] {
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (7, 13, 5),
+        (66, 70, 40),
+        (1, 130, 768),
+        (2, 9, 8),
+        (19, 300, 64),
+    ] {
         run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F16);
     }
     run_linear(&g, &mut rng, 9, 21, 17, true, Act::Gelu, DType::F16);
+    run_linear(&g, &mut rng, 3, 21, 16, true, Act::Gelu, DType::F16);
+    run_linear(&g, &mut rng, 12, 21, 16, true, Act::Gelu, DType::F16);
 }
 
-/// A device whose storage bindings are limited to 64 KiB, so a 100x257 f32 weight (102.8 KB) and a
-/// 300x257 f16 weight (154 KB) must be split into row chunks.
+/// A device whose storage bindings are limited to 64 KiB, so a 100x257 f32 weight (102.8 KB), a
+/// 300x257 f16 weight (154 KB) and a 130x256 f32 weight (133 KB) must be split into row chunks.
 #[test]
 fn linear_weight_larger_than_binding_limit() {
     let g = pollster::block_on(Gpu::new(GpuOptions {
@@ -208,6 +258,10 @@ fn linear_weight_larger_than_binding_limit() {
     run_linear(&g, &mut rng, 3, 100, 257, true, Act::None, DType::F32);
     run_linear(&g, &mut rng, 1, 300, 257, true, Act::Gelu, DType::F16);
     run_linear(&g, &mut rng, 1, 300, 257, false, Act::None, DType::F32);
+    // K % 8 == 0: every variant, with decode and GEMM row counts.
+    run_linear(&g, &mut rng, 1, 130, 256, true, Act::None, DType::F32);
+    run_linear(&g, &mut rng, 11, 130, 256, true, Act::Gelu, DType::F32);
+    run_linear(&g, &mut rng, 3, 300, 256, true, Act::None, DType::F16);
 }
 
 #[test]
@@ -226,6 +280,45 @@ fn linear_rejects_bad_shapes() {
     let bias = Tensor::zeros(&g, &[3], DType::F32, "b").unwrap();
     let err = matmul::linear(&mut rec, &x, &w, Some(&bias), Act::None, &out).unwrap_err();
     assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+}
+
+#[test]
+fn linear_variant_choice_and_refusals() {
+    let g = gpu();
+    let c = &g.caps;
+    assert_eq!(
+        matmul::choose_linear_variant(c, 100, 12),
+        LinearVariant::Scalar
+    );
+    assert_eq!(
+        matmul::choose_linear_variant(c, 1, 768),
+        LinearVariant::Gemv
+    );
+    assert_eq!(
+        matmul::choose_linear_variant(c, 4, 768),
+        LinearVariant::Gemv
+    );
+    let big = matmul::choose_linear_variant(c, 585, 768);
+    if c.subgroups && c.subgroup_min_size >= 8 {
+        assert_eq!(big, LinearVariant::Subgroup);
+    } else {
+        assert_eq!(big, LinearVariant::Vec4);
+    }
+    let mut nosg = c.clone();
+    nosg.subgroups = false;
+    assert_eq!(
+        matmul::choose_linear_variant(&nosg, 585, 768),
+        LinearVariant::Vec4
+    );
+    // Forced variants refuse shapes they cannot run.
+    let x = Tensor::zeros(&g, &[5, 12], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[3, 12], DType::F32, "w").unwrap();
+    let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    for v in [LinearVariant::Vec4, LinearVariant::Gemv] {
+        let err = matmul::linear_variant(&mut rec, v, &x, &w, None, Act::None, &out).unwrap_err();
+        assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+    }
 }
 
 fn bmm_ref(a: &[f32], b: &[f32], bt: usize, m: usize, k: usize, n: usize) -> (Vec<f32>, Vec<f64>) {

@@ -5,11 +5,35 @@
 //! bound as row chunks ([`Tensor::row_chunks`]); each chunk is one dispatch writing its own output columns.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
 
 pub static SHADER: Shader = Shader {
     name: "matmul",
     source: include_str!("../../shaders/matmul.wgsl"),
+};
+
+pub static SHADER_V4: Shader = Shader {
+    name: "matmul_v4",
+    source: concat!(
+        include_str!("../../shaders/matmul_common.wgsl"),
+        include_str!("../../shaders/matmul_v4.wgsl")
+    ),
+};
+
+pub static SHADER_SG: Shader = Shader {
+    name: "matmul_sg",
+    source: concat!(
+        include_str!("../../shaders/matmul_common.wgsl"),
+        include_str!("../../shaders/matmul_sg.wgsl")
+    ),
+};
+
+pub static SHADER_GEMV: Shader = Shader {
+    name: "matmul_gemv",
+    source: concat!(
+        include_str!("../../shaders/matmul_common.wgsl"),
+        include_str!("../../shaders/matmul_gemv.wgsl")
+    ),
 };
 
 pub static SHADER_BATCHED: Shader = Shader {
@@ -25,7 +49,40 @@ pub enum Act {
     Gelu,
 }
 
-/// Mirrors `Params` in `shaders/matmul.wgsl`.
+/// Which kernel runs a [`linear`]. [`linear`] picks one with [`choose_linear_variant`];
+/// [`linear_variant`] forces one (tests and the benchmark compare them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinearVariant {
+    /// `matmul.wgsl`: 4x4 register blocks, scalar loads. Any shape; the fallback for K % 8 != 0.
+    Scalar,
+    /// `matmul_v4.wgsl`: 8x8 register blocks, vec4 loads, no subgroups. K % 8 == 0.
+    Vec4,
+    /// `matmul_sg.wgsl`: as `Vec4` but x is loaded once per subgroup and shared by `subgroupBroadcast`.
+    /// K % 8 == 0, SUBGROUP feature with subgroups of >= 8 lanes.
+    Subgroup,
+    /// `matmul_gemv.wgsl`: one output column per invocation, M <= 4 (decode). K % 8 == 0.
+    Gemv,
+}
+
+/// Largest M the GEMV kernel handles (one decode step with up to 4 beams).
+pub const GEMV_MAX_ROWS: usize = 4;
+
+/// The variant [`linear`] uses for an (M, K) input on this device: the GEMV for decode-sized M, the
+/// subgroup kernel where subgroups of >= 8 lanes exist, else the portable vec4 kernel; the scalar kernel
+/// only when K is not a multiple of 8.
+pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
+    if !k.is_multiple_of(8) {
+        LinearVariant::Scalar
+    } else if m <= GEMV_MAX_ROWS {
+        LinearVariant::Gemv
+    } else if caps.subgroups && caps.subgroup_min_size >= 8 {
+        LinearVariant::Subgroup
+    } else {
+        LinearVariant::Vec4
+    }
+}
+
+/// Mirrors `Params` in `shaders/matmul.wgsl` and `shaders/matmul_common.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct LinearParams {
@@ -49,6 +106,11 @@ struct BmmParams {
     batch: u32,
 }
 
+/// Workgroup sizes of the vec4, subgroup and GEMV kernels (invocations).
+const V4_WG: usize = 64;
+const SG_WG: usize = 32;
+const GEMV_WG: usize = 64;
+
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
 
@@ -70,6 +132,22 @@ fn to_u32(op: &'static str, v: usize) -> Result<u32> {
 /// the device's storage-binding limit, in which case it is processed in row chunks.
 pub fn linear(
     rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    act: Act,
+    out: &Tensor,
+) -> Result<()> {
+    let variant = choose_linear_variant(&rec.gpu().caps, x.dim(0), x.dim(-1));
+    linear_variant(rec, variant, x, w, bias, act, out)
+}
+
+/// [`linear`] with a forced kernel variant. Fails with [`Error::Shape`] if the variant cannot run this
+/// shape (K % 8 != 0 for the vec4 kernels, M > [`GEMV_MAX_ROWS`] for the GEMV) and [`Error::Limit`] if
+/// the device lacks what it needs (subgroups of >= 8 lanes).
+pub fn linear_variant(
+    rec: &mut Recorder,
+    variant: LinearVariant,
     x: &Tensor,
     w: &Tensor,
     bias: Option<&Tensor>,
@@ -124,14 +202,40 @@ pub fn linear(
     if k == 0 {
         return Err(Error::shape(OP, "K = 0"));
     }
+    if variant != LinearVariant::Scalar && !k.is_multiple_of(8) {
+        return Err(Error::shape(
+            OP,
+            format!("{variant:?} kernel needs K % 8 == 0, K = {k}"),
+        ));
+    }
+    if variant == LinearVariant::Gemv && m > GEMV_MAX_ROWS {
+        return Err(Error::shape(
+            OP,
+            format!("GEMV kernel handles M <= {GEMV_MAX_ROWS}, M = {m}"),
+        ));
+    }
     let gpu = rec.gpu().clone();
+    if variant == LinearVariant::Subgroup
+        && !(gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8)
+    {
+        return Err(Error::Limit {
+            what: "subgroup linear kernel: subgroup size".into(),
+            requested: 8,
+            max: gpu.caps.subgroup_min_size as u64,
+        });
+    }
     let flags = u32::from(bias.is_some()) | (u32::from(act == Act::Gelu) << 1);
-    let overrides: &[(&'static str, f64)] = if w.dtype() == DType::F16 {
-        &[("W_F16", 1.0)]
-    } else {
-        &[("W_F16", 0.0)]
+    let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
+    let overrides_scalar = [("W_F16", f16)];
+    let overrides_v4 = [("W_F16", f16), ("WG", V4_WG as f64)];
+    let overrides_sg = [("W_F16", f16), ("WG", SG_WG as f64)];
+    let overrides_gemv = [("W_F16", f16), ("WG", GEMV_WG as f64), ("MR", m as f64)];
+    let kernel = match variant {
+        LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
+        LinearVariant::Vec4 => Kernel::new(&SHADER_V4, "linear_v4").with(&overrides_v4),
+        LinearVariant::Subgroup => Kernel::new(&SHADER_SG, "linear_sg").with(&overrides_sg),
+        LinearVariant::Gemv => Kernel::new(&SHADER_GEMV, "linear_gemv").with(&overrides_gemv),
     };
-    let kernel = Kernel::new(&SHADER, "linear").with(overrides);
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
     // Without a bias the shader never reads binding 3; bind x (read-only) as a placeholder.
@@ -150,6 +254,12 @@ pub fn linear(
             _pad0: 0,
             _pad1: 0,
         };
+        let grid = match variant {
+            LinearVariant::Scalar => [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
+            LinearVariant::Vec4 => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * V4_WG), 1],
+            LinearVariant::Subgroup => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * SG_WG), 1],
+            LinearVariant::Gemv => grid_1d(ceil_div(chunk.rows, GEMV_WG)),
+        };
         rec.dispatch(
             &kernel,
             &params,
@@ -159,7 +269,7 @@ pub fn linear(
                 bias_b.clone(),
                 out_b.clone(),
             ],
-            [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
+            grid,
         )?;
     }
     Ok(())

@@ -1,0 +1,84 @@
+// Shared part of the vec4 linear kernels (`matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv*.wgsl`): the
+// Params uniform, the bindings and the epilogue. Concatenated in front of each kernel by the launcher.
+//
+// out[m, n_off + j] = act(sum_k x[m, k] * w[j, k] + bias[n_off + j]), w in PyTorch Linear layout (N, K),
+// possibly only a row chunk of it bound (see `matmul.wgsl`). These kernels need K % 8 == 0: x is read as
+// vec4<f32>, w as vec4<u32> words holding 4 f32 (bit patterns) or 8 packed f16 values.
+
+override W_F16: bool = false;
+
+struct Params {
+    m: u32,       // rows of x / out
+    n: u32,       // total columns of out (row stride of out)
+    k: u32,       // reduction length, a multiple of 8
+    n_off: u32,   // first output column of this weight chunk
+    n_rows: u32,  // weight rows (output columns) in this chunk
+    flags: u32,   // bit 0: add bias; bit 1: exact GELU
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // (M, K/4)
+@group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;    // (n_rows, K/4) f32 bits or (n_rows, K/8) f16
+@group(0) @binding(3) var<storage, read> bias: array<f32>;       // (N) (unused unless flags & 1)
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;  // (M, N)
+
+// Index of weight row `row`'s first vec4<u32> word.
+fn w_row_base(row: u32) -> u32 {
+    if (W_F16) {
+        return row * (p.k / 8u);
+    }
+    return row * (p.k / 4u);
+}
+
+// The 8 weights w[row, 8*k8 .. 8*k8 + 8] of the row starting at word `base`, as two vec4 (low, high k).
+fn w_load8(base: u32, k8: u32) -> array<vec4<f32>, 2> {
+    if (W_F16) {
+        let q = w[base + k8];
+        return array<vec4<f32>, 2>(
+            vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)),
+            vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w)));
+    }
+    let i = base + 2u * k8;
+    return array<vec4<f32>, 2>(bitcast<vec4<f32>>(w[i]), bitcast<vec4<f32>>(w[i + 1u]));
+}
+
+// erf with |error| <= 1.5e-7 (Abramowitz & Stegun 7.1.26), below f32 resolution at GELU's output scale.
+fn erf_approx(v: f32) -> f32 {
+    let s = sign(v);
+    let a = abs(v);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+        + 0.254829592) * t * exp(-a * a);
+    return s * y;
+}
+
+fn epilogue(v: f32, col: u32) -> f32 {
+    var r = v;
+    if ((p.flags & 1u) != 0u) {
+        r = r + bias[col];
+    }
+    if ((p.flags & 2u) != 0u) {
+        r = 0.5 * r * (1.0 + erf_approx(r * 0.70710678118654752));
+    }
+    return r;
+}
+
+// Store an 8-row x 8-column register block (acc[2 r + h] holds row r, columns 4 h .. 4 h + 4) at output
+// rows m0.., chunk columns j0.., skipping what lies outside the matrix.
+fn store_block(acc: ptr<function, array<vec4<f32>, 16>>, m0: u32, j0: u32) {
+    for (var r = 0u; r < 8u; r++) {
+        let m = m0 + r;
+        if (m >= p.m) {
+            return;
+        }
+        for (var c = 0u; c < 8u; c++) {
+            let j = j0 + c;
+            if (j < p.n_rows) {
+                let col = p.n_off + j;
+                out[m * p.n + col] = epilogue((*acc)[2u * r + c / 4u][c % 4u], col);
+            }
+        }
+    }
+}
