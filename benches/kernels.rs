@@ -1,1 +1,243 @@
-fn main() {}
+//! Kernel benchmark: GFLOP/s of the matmul kernels at the shapes Florence-2-base runs, per variant, side by
+//! side with a CPU baseline (`matrixmultiply` sgemm, 2 threads) measured in the same run.
+//!
+//! `cargo bench --bench kernels` (default: ~2-3 minutes on 2 cores with lavapipe; the slow scalar kernel
+//! only on the decode shapes). `KERNELS_BENCH_FULL=1` runs every variant on every shape with more repeats.
+//! Timing: each sample records the op into a fresh `Recorder`, submits and waits for the queue to go idle
+//! (submit + wait, as the model pays it); one warm-up sample (pipeline compilation) is excluded; the median
+//! of the samples is reported. `KERNELS_BENCH_ONLY=<substring>` runs only the linear shapes whose label
+//! contains it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+
+struct Cfg {
+    full: bool,
+    /// Timed samples per measurement (the median is reported).
+    reps: usize,
+    /// Stop sampling a measurement once it has used this much time (at least 1 sample).
+    budget: Duration,
+}
+
+/// (label, M, K, N) in the order the model runs them.
+const LINEAR_SHAPES: &[(&str, usize, usize, usize)] = &[
+    ("DaViT s0 mlp.fc1", 36864, 128, 512),
+    ("DaViT s2 mlp.fc1", 2304, 512, 2048),
+    ("DaViT s3 mlp.fc1", 576, 1024, 4096),
+    ("BART enc attn proj", 585, 768, 768),
+    ("BART enc ffn fc1", 585, 768, 3072),
+    ("decode proj", 1, 768, 768),
+    ("decode fc1", 1, 768, 3072),
+    ("LM head", 1, 768, 51328),
+];
+
+/// (label, B, M, K, N) for the batched matmul.
+const BMM_SHAPES: &[(&str, usize, usize, usize, usize)] =
+    &[("12 heads q k^T, 577 tok", 12, 577, 64, 577)];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median seconds of `f` (one untimed warm-up first).
+fn time_it(cfg: &Cfg, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while samples.len() < cfg.reps && (samples.is_empty() || start.elapsed() < cfg.budget) {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    median(samples)
+}
+
+fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            ((s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn gflops(m: usize, k: usize, n: usize, secs: f64) -> f64 {
+    2.0 * m as f64 * k as f64 * n as f64 / secs / 1e9
+}
+
+/// CPU baseline: C (M, N) = X (M, K) @ W (N, K)^T with matrixmultiply's sgemm.
+fn cpu_linear(cfg: &Cfg, m: usize, k: usize, n: usize) -> f64 {
+    let x = rand_vec(1, m * k);
+    let w = rand_vec(2, n * k);
+    let mut c = vec![0f32; m * n];
+    time_it(cfg, || unsafe {
+        // SAFETY: the pointers and strides describe the three live, correctly sized buffers above.
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            x.as_ptr(),
+            k as isize,
+            1,
+            w.as_ptr(),
+            1,
+            k as isize,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    })
+}
+
+fn gpu_linear(
+    cfg: &Cfg,
+    gpu: &Arc<Gpu>,
+    variant: LinearVariant,
+    dtype: DType,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> f64 {
+    let x = Tensor::from_f32(gpu, &[m, k], &rand_vec(1, m * k), "x").unwrap();
+    let wv = rand_vec(2, n * k);
+    let w = match dtype {
+        DType::F16 => Tensor::from_f32_as_f16(gpu, &[n, k], &wv, "w").unwrap(),
+        _ => Tensor::from_f32(gpu, &[n, k], &wv, "w").unwrap(),
+    };
+    drop(wv);
+    let b = Tensor::from_f32(gpu, &[n], &rand_vec(3, n), "b").unwrap();
+    let out = Tensor::zeros(gpu, &[m, n], DType::F32, "out").unwrap();
+    time_it(cfg, || {
+        let mut rec = Recorder::new(gpu);
+        matmul::linear_variant(&mut rec, variant, &x, &w, Some(&b), Act::None, &out).unwrap();
+        rec.submit().unwrap();
+        gpu.wait_idle().unwrap();
+    })
+}
+
+fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Gpu>, bt: usize, m: usize, k: usize, n: usize) -> f64 {
+    let a = Tensor::from_f32(gpu, &[bt, m, k], &rand_vec(1, bt * m * k), "a").unwrap();
+    let b = Tensor::from_f32(gpu, &[bt, k, n], &rand_vec(2, bt * k * n), "b").unwrap();
+    let out = Tensor::zeros(gpu, &[bt, m, n], DType::F32, "out").unwrap();
+    time_it(cfg, || {
+        let mut rec = Recorder::new(gpu);
+        matmul::matmul(&mut rec, &a, &b, &out).unwrap();
+        rec.submit().unwrap();
+        gpu.wait_idle().unwrap();
+    })
+}
+
+fn cell(v: Option<f64>) -> String {
+    match v {
+        Some(g) => format!("{g:>9.2}"),
+        None => format!("{:>9}", "-"),
+    }
+}
+
+fn main() {
+    let full = std::env::var("KERNELS_BENCH_FULL").is_ok_and(|v| v != "0");
+    let cfg = Cfg {
+        full,
+        reps: if full { 7 } else { 3 },
+        budget: Duration::from_secs_f64(if full { 20.0 } else { 2.0 }),
+    };
+    // matrixmultiply's `threading` feature reads its thread count from this variable at first use.
+    if std::env::var("MATMUL_NUM_THREADS").is_err() {
+        std::env::set_var("MATMUL_NUM_THREADS", "2");
+    }
+    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    println!("adapter: {}", gpu.describe());
+    println!(
+        "CPU baseline: matrixmultiply sgemm, {} threads (threading feature); timing: median of <= {} \
+         submit+wait samples after one warm-up{}",
+        std::env::var("MATMUL_NUM_THREADS").unwrap_or_default(),
+        cfg.reps,
+        if cfg.full { " (full run)" } else { "" }
+    );
+    let sg_ok = gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8;
+
+    println!();
+    println!("linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [GFLOP/s; '-' = not run]");
+    println!(
+        "{:<20} {:>6} {:>5} {:>6} | {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} | auto",
+        "shape",
+        "M",
+        "K",
+        "N",
+        "cpu sgemm",
+        "scalar",
+        "vec4",
+        "subgroup",
+        "gemv",
+        "auto f32",
+        "auto f16"
+    );
+    let only = std::env::var("KERNELS_BENCH_ONLY").unwrap_or_default();
+    for &(label, m, k, n) in LINEAR_SHAPES {
+        if !label.contains(only.as_str()) {
+            continue;
+        }
+        let decode = m <= matmul::GEMV_MAX_ROWS;
+        let cpu = gflops(m, k, n, cpu_linear(&cfg, m, k, n));
+        let run = |v: LinearVariant, dt: DType| {
+            Some(gflops(m, k, n, gpu_linear(&cfg, &gpu, v, dt, m, k, n)))
+        };
+        let scalar = if cfg.full || decode {
+            run(LinearVariant::Scalar, DType::F32)
+        } else {
+            None
+        };
+        let vec4 = run(LinearVariant::Vec4, DType::F32);
+        let sg = if sg_ok {
+            run(LinearVariant::Subgroup, DType::F32)
+        } else {
+            None
+        };
+        let gemv = if decode {
+            run(LinearVariant::Gemv, DType::F32)
+        } else {
+            None
+        };
+        let auto = matmul::choose_linear_variant(&gpu.caps, m, k);
+        let auto32 = match auto {
+            LinearVariant::Scalar => scalar,
+            LinearVariant::Vec4 => vec4,
+            LinearVariant::Subgroup => sg,
+            LinearVariant::Gemv => gemv,
+        };
+        let auto16 = run(auto, DType::F16);
+        println!(
+            "{label:<20} {m:>6} {k:>5} {n:>6} | {} | {} {} {} {} | {} {} | {auto:?}",
+            cell(Some(cpu)),
+            cell(scalar),
+            cell(vec4),
+            cell(sg),
+            cell(gemv),
+            cell(auto32),
+            cell(auto16),
+        );
+    }
+
+    println!();
+    println!("matmul  out (B, M, N) = a (B, M, K) @ b (B, K, N)   [GFLOP/s]");
+    for &(label, bt, m, k, n) in BMM_SHAPES {
+        let secs = gpu_bmm(&cfg, &gpu, bt, m, k, n);
+        println!(
+            "{label:<24} B={bt} M={m} K={k} N={n}: {:.2}",
+            gflops(bt * m, k, n, secs)
+        );
+    }
+
+    // Hooks: attention, conv2d and LayerNorm rows are added here once those kernels are on main
+    // (ops::attention::attention at 585 tokens x 12 heads, ops::conv::conv2d 7x7 s4 on 768x768x3,
+    // ops::norm::layer_norm at 36864 x 128).
+}

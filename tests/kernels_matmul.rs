@@ -112,7 +112,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
 /// Every variant that can run (M, K) on this device; `None` is the automatic choice.
 fn variants(g: &Gpu, m: usize, k: usize) -> Vec<Option<LinearVariant>> {
     let mut v = vec![None, Some(LinearVariant::Scalar)];
-    if k % 8 == 0 {
+    if k.is_multiple_of(8) {
         v.push(Some(LinearVariant::Vec4));
         if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {
             v.push(Some(LinearVariant::Subgroup));
