@@ -101,3 +101,34 @@ fn bad_pixels_and_oversized_grids_are_shape_errors() {
     let (_, grid) = davit.forward(&mut rec, &px, None).unwrap();
     assert_eq!(grid, (1, 1));
 }
+
+#[test]
+fn batch_of_two_images_matches_reference_per_image() {
+    // The tower and projector take any batch: two copies of the reference pixels must each reproduce
+    // the reference outputs (same 1e-4-of-peak tolerance as vision_parity.rs), so no kernel mixes batch
+    // rows (window order, channel-attention groups, pooled token per image).
+    let g = gpu();
+    let (cfg, w) = weights::load_dir(&g, &fixtures().join("models/tiny4")).unwrap();
+    let davit = DaVit::new(&cfg.vision, w.pp("model").pp("vision_tower")).unwrap();
+    let proj = Projector::new(&cfg, w.pp("model").pp("multi_modal_projector")).unwrap();
+    let (mut pshape, pvals) = reference("tiny4", "pixel_values");
+    pshape[0] = 2;
+    let both: Vec<f32> = pvals.iter().chain(pvals.iter()).copied().collect();
+    let px = Tensor::from_f32(&g, &pshape, &both, "pixels").unwrap();
+    let mut rec = Recorder::new(&g);
+    let (feats, grid) = davit.forward(&mut rec, &px, None).unwrap();
+    let out = proj.forward(&mut rec, &feats, grid).unwrap();
+    rec.submit().unwrap();
+    for (name, t) in [("vision.out", &feats), ("projector.out", &out)] {
+        let (shape, want) = reference("tiny4", name);
+        assert_eq!(t.shape()[0], 2);
+        assert_eq!(&t.shape()[1..], &shape[1..]);
+        let got = readback::to_f32_blocking(&g, t).unwrap();
+        let peak = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (b, half) in got.chunks_exact(want.len()).enumerate() {
+            let (d, _) = max_diff(half, &want);
+            eprintln!("{name} batch row {b}: max |diff| = {d:.3e} (peak {peak:.3e})");
+            assert!(d <= 1e-4 * peak, "{name} row {b}");
+        }
+    }
+}
