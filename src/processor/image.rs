@@ -14,7 +14,9 @@
 use std::io::Cursor;
 use std::ops::Range;
 
-use ::image::{DynamicImage, ImageFormat, ImageReader, Limits, RgbImage};
+/// The RGB8 image type used throughout (the `image` crate's).
+pub use ::image::RgbImage;
+use ::image::{DynamicImage, ImageFormat, ImageReader, Limits};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
