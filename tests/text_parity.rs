@@ -18,8 +18,14 @@ use std::sync::Arc;
 use common::{gpu, max_diff};
 use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
 use florence2_wasm::model::bart::{Decoder, Encoder};
+use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::generate::{self, GenerateOptions};
 use florence2_wasm::model::Florence2Config;
+use florence2_wasm::processor::image::{
+    decode_image, preprocess, ImageLimits, ImageProcessorConfig,
+};
+use florence2_wasm::processor::parse_task_prompt;
+use florence2_wasm::processor::tokenizer::Florence2Tokenizer;
 use florence2_wasm::weights::{self, Weights, FINAL_LOGITS_BIAS};
 use serde_json::Value;
 
@@ -94,6 +100,21 @@ fn activation(cfg_name: &str, name: &str) -> (Vec<usize>, Vec<f32>) {
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let t = st.tensor(name).unwrap();
     assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+    (
+        t.shape().to_vec(),
+        bytemuck::pod_collect_to_vec::<u8, f32>(t.data()),
+    )
+}
+
+/// The reference processor's pixel values of one fixture image.
+fn pixel_reference(cfg_name: &str, image: &str) -> (Vec<usize>, Vec<f32>) {
+    let path = fixtures()
+        .join("reference")
+        .join(cfg_name)
+        .join("pixels.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor(image).unwrap();
     (
         t.shape().to_vec(),
         bytemuck::pod_collect_to_vec::<u8, f32>(t.data()),
@@ -248,4 +269,160 @@ fn generation_is_cancellable_and_bounded() {
     opts.max_new_tokens = 0;
     let got = pollster::block_on(generate::greedy(&dec, &l.gpu, &cross, &opts, &|| false)).unwrap();
     assert_eq!(got, vec![l.cfg.text.decoder_start_token_id]);
+}
+
+// ---- the whole pipeline: image file -> processor -> model -> tokenizer ------------------------------
+
+struct Pipeline {
+    model: Florence2,
+    tok: Florence2Tokenizer,
+    pre: ImageProcessorConfig,
+}
+
+fn pipeline(cfg_name: &str) -> Pipeline {
+    let l = load(cfg_name);
+    let dir = fixtures().join("models").join(cfg_name);
+    let tok =
+        Florence2Tokenizer::from_json_bytes(&std::fs::read(dir.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let pre = ImageProcessorConfig::from_json_bytes(
+        &std::fs::read(dir.join("preprocessor_config.json")).unwrap(),
+    )
+    .unwrap();
+    Pipeline {
+        model: Florence2::new(&l.gpu, l.cfg, &l.weights).unwrap(),
+        tok,
+        pre,
+    }
+}
+
+impl Pipeline {
+    fn pixels(&self, image: &str) -> Tensor {
+        let bytes = std::fs::read(fixtures().join("images").join(image)).unwrap();
+        let rgb = decode_image(&bytes, &ImageLimits::default()).unwrap();
+        let px = preprocess(&rgb, &self.pre).unwrap();
+        Tensor::from_f32(
+            self.model.gpu(),
+            &[1, 3, self.pre.height, self.pre.width],
+            &px,
+            "pixels",
+        )
+        .unwrap()
+    }
+
+    fn prompt_ids(&self, prompt: &str) -> Vec<u32> {
+        let tp = parse_task_prompt(prompt).unwrap();
+        self.tok.encode_prompt(&tp.encoder_text()).unwrap()
+    }
+}
+
+/// scene.png + <CAPTION> through the processor and the whole model: the encoder input (vision tower +
+/// projector + prompt embedding, concatenated) and the encoder output match the reference's.
+#[test]
+fn full_pipeline_encoder_matches_reference() {
+    for name in CFGS {
+        let p = pipeline(name);
+        let ids = p.prompt_ids("<CAPTION>");
+        let enc = p.model.encode(&p.pixels("scene.png"), &ids).unwrap();
+        let (shape, want_in) = activation(name, "encoder.inputs_embeds");
+        let (_, want_out) = activation(name, "encoder.out");
+        assert_eq!(enc.inputs_embeds.shape(), &shape[..]);
+        let g = p.model.gpu();
+        let got_in = readback::to_f32_blocking(g, &enc.inputs_embeds).unwrap();
+        let got_out = readback::to_f32_blocking(g, &enc.hidden).unwrap();
+        check_rel(
+            &format!("{name} pipeline encoder.inputs_embeds"),
+            &got_in,
+            &want_in,
+        );
+        check_rel(&format!("{name} pipeline encoder.out"), &got_out, &want_out);
+    }
+}
+
+/// Every fixture case, every greedy result (num_beams 1; with and without no-repeat-n-gram): identical
+/// token ids and decoded text (special tokens kept) from the image file.
+#[test]
+fn full_pipeline_greedy_matches_reference_on_every_case() {
+    for name in CFGS {
+        let p = pipeline(name);
+        let mut checked = 0;
+        for case in cases(name) {
+            let image = case["image"].as_str().unwrap();
+            let prompt = case["prompt"].as_str().unwrap();
+            let ids = p.prompt_ids(prompt);
+            assert_eq!(
+                ids,
+                ids_of(&case["prompt_ids"]),
+                "{name} {prompt}: prompt ids"
+            );
+            let px = p.pixels(image);
+            // For information: the processor's pixels vs the reference processor's (the processor's
+            // own tests own that tolerance; here the token ids below are what must match).
+            let (_, want_px) = pixel_reference(name, image);
+            let got_px = readback::to_f32_blocking(p.model.gpu(), &px).unwrap();
+            let (d, _) = max_diff(&got_px, &want_px);
+            eprintln!("{name} {image}: pixels max |diff| vs reference processor {d:.3e}");
+            let enc = p.model.encode(&px, &ids).unwrap();
+            let max_new = case["max_new_tokens"].as_u64().unwrap() as usize;
+            for (kind, r) in case["results"].as_object().unwrap() {
+                if r["kwargs"]["num_beams"].as_u64() != Some(1) {
+                    continue;
+                }
+                let opts = options_of(r, max_new);
+                let got = p.model.generate_greedy(&enc, &opts, &|| false).unwrap();
+                let text = p.tok.decode(&got, false).unwrap();
+                assert_eq!(
+                    got,
+                    ids_of(&r["token_ids"]),
+                    "{name} {image} {prompt} {kind}"
+                );
+                assert_eq!(
+                    text,
+                    r["text"].as_str().unwrap(),
+                    "{name} {image} {prompt} {kind}"
+                );
+                checked += 1;
+            }
+        }
+        eprintln!("{name}: {checked} greedy results identical");
+        assert!(checked >= 12, "{name}: only {checked} greedy results");
+    }
+}
+
+/// HF-native prompts carry one `<image>` placeholder per feature: the features replace them (the
+/// reference's masked_scatter), which must give the same encoder input as prepending the features.
+#[test]
+fn image_placeholders_are_replaced_by_features() {
+    let p = pipeline("tiny4");
+    let case = &cases("tiny4")[0];
+    let with_ph = ids_of(&case["input_ids"]);
+    let n_img = case["num_image_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(with_ph.len(), n_img + ids_of(&case["prompt_ids"]).len());
+    let px = p.pixels(case["image"].as_str().unwrap());
+    let a = p.model.encode(&px, &with_ph).unwrap();
+    let b = p.model.encode(&px, &ids_of(&case["prompt_ids"])).unwrap();
+    let g = p.model.gpu();
+    let (ea, eb) = (
+        readback::to_f32_blocking(g, &a.inputs_embeds).unwrap(),
+        readback::to_f32_blocking(g, &b.inputs_embeds).unwrap(),
+    );
+    assert_eq!(ea, eb);
+    // A placeholder count that does not match the features is a named error.
+    let err = p.model.encode(&px, &with_ph[1..]).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::InvalidInput(_)),
+        "{err}"
+    );
+    // So is an id outside the vocabulary, and a prompt longer than the position table.
+    let err = p.model.encode(&px, &[0, u32::MAX, 2]).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::InvalidInput(_)),
+        "{err}"
+    );
+    let long = vec![5u32; p.model.config.text.max_position_embeddings];
+    let err = p.model.encode(&px, &long).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::InvalidInput(_)),
+        "{err}"
+    );
 }

@@ -34,6 +34,7 @@ pub struct Florence2 {
 }
 
 /// One image + prompt, encoded: everything generation needs, resident on the GPU.
+#[derive(Clone, Debug)]
 pub struct EncoderOutput {
     /// (1, S, D) the encoder input ([image features ++ embedded prompt]).
     pub inputs_embeds: Tensor,
