@@ -208,3 +208,52 @@ fn partially_present_tokens_are_completed_and_broken_files_rejected() {
     let e = Florence2Tokenizer::from_json_bytes(&bytes[..bytes.len() / 2]).unwrap_err();
     assert!(matches!(e, Error::Tokenizer(_)));
 }
+
+/// The fixtures' small BPE tokenizers (tests/fixtures/models/*/tokenizer.json: HF-native dirs carry all
+/// Florence tokens, `-orig`/`-mlx-bf16` dirs only the 421 base tokens) vs the reference's ids and texts
+/// in tests/fixtures/reference/<dir>/cases.json: `prompt_ids` from `constructed_prompt`, and every
+/// result's `text` = decode(token_ids, skip_special_tokens = false).
+#[test]
+fn fixture_tokenizers_match_reference_cases() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let mut checked = 0;
+    for dir in [
+        "tiny2",
+        "tiny2-orig",
+        "tiny2-mlx-bf16",
+        "tiny4",
+        "tiny4-orig",
+        "tiny4-f16-sharded",
+    ] {
+        let tok = Florence2Tokenizer::from_json_bytes(
+            &std::fs::read(format!("{root}/models/{dir}/tokenizer.json")).unwrap(),
+        )
+        .unwrap();
+        let expect = if dir.contains("orig") || dir.contains("mlx") {
+            FlorenceTokens::Added
+        } else {
+            FlorenceTokens::Present
+        };
+        assert_eq!(tok.florence_tokens(), expect, "{dir}");
+        assert_eq!(tok.loc_token_range(), 425..1425, "{dir}");
+        let cases: Value = serde_json::from_slice(
+            &std::fs::read(format!("{root}/reference/{dir}/cases.json")).unwrap(),
+        )
+        .unwrap();
+        for c in cases.as_array().unwrap() {
+            let prompt = c["constructed_prompt"].as_str().unwrap();
+            assert_eq!(
+                tok.encode_prompt(prompt).unwrap(),
+                ids(&c["prompt_ids"]),
+                "{dir}: {prompt}"
+            );
+            for (kind, r) in c["results"].as_object().unwrap() {
+                let text = tok.decode(&ids(&r["token_ids"]), false).unwrap();
+                assert_eq!(text, r["text"].as_str().unwrap(), "{dir} {kind}");
+                checked += 1;
+            }
+        }
+    }
+    println!("{checked} reference decodes identical");
+    assert!(checked > 0);
+}
