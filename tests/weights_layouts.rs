@@ -102,11 +102,11 @@ fn all_layouts_and_dtypes_load_identically() {
                 assert_eq!(got[n], want, "{variant:?} {dt:?} {n}");
                 n_checked += 1;
             }
-            let v = cfg.text.vocab_size;
             if variant == Variant::HfNative {
                 assert!(!w.has(FINAL_LOGITS_BIAS));
             } else {
-                assert_eq!(got[FINAL_LOGITS_BIAS], vec![0.0; v], "{variant:?}");
+                // All zeros: dropped (the model adds it only when it matters).
+                assert!(!w.has(FINAL_LOGITS_BIAS), "{variant:?}");
                 assert!(!w
                     .names()
                     .any(|n| n.contains("norms")
@@ -144,4 +144,32 @@ fn mlx_metadata_resolves_ambiguous_conv_shapes() {
         // With the metadata, or without it from the file's unambiguous depthwise convs.
         assert_eq!(&got[n], v, "meta {meta:?}: channels-last must be undone");
     }
+}
+
+#[test]
+fn nonzero_final_logits_bias_is_kept() {
+    let gpu = gpu();
+    let cfg_json = mapping_config_json();
+    let cfg = Florence2Config::from_json(&cfg_json).unwrap();
+    let canon = canonical_tensors(&cfg, 9);
+    let mut raw = variant_tensors(&canon, Variant::Original, Dt::BF16);
+    let v = cfg.text.vocab_size;
+    let bias: Vec<f32> = (0..v).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let t = raw
+        .iter_mut()
+        .find(|t| t.name == "language_model.final_logits_bias")
+        .unwrap();
+    *t = RawTensor::new(&t.name.clone(), Dt::BF16, &[1, v], &bias);
+    let (_, w) = load_mem(
+        &gpu,
+        &mem_model(
+            &cfg_json,
+            &[("model.safetensors", write_safetensors(&raw, None))],
+        ),
+    )
+    .unwrap();
+    let got = readback_all(&gpu, &w);
+    assert_eq!(got[FINAL_LOGITS_BIAS], bias);
+    // The original checkpoint's explicit lm_head is its own buffer (not tied).
+    assert!(!w.same_buffer("lm_head.weight", "model.language_model.shared.weight"));
 }

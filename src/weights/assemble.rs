@@ -16,7 +16,7 @@ use crate::weights::expected::{
     expected_tensors, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
 };
 use crate::weights::header::{Header, TensorInfo};
-use crate::weights::names::{canonical_name, detect_layout, Layout};
+use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
 use crate::weights::store::Weights;
 
 /// Loader tuning.
@@ -79,6 +79,8 @@ pub struct TensorWriter {
     /// GPU buffer receiving the source-layout f32 values (permuted on the GPU when complete).
     dest: Tensor,
     written: usize,
+    /// Every value seen so far is zero (tracked to drop an all-zero `final_logits_bias`).
+    all_zero: bool,
 }
 
 impl TensorWriter {
@@ -283,6 +285,7 @@ impl Assembler {
             conv,
             dest,
             written: 0,
+            all_zero: true,
         })
     }
 
@@ -306,6 +309,9 @@ impl Assembler {
         }
         let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
         self.stats.set(held);
+        if w.all_zero && w.plan.canonical == FINAL_LOGITS_BIAS {
+            w.all_zero = out.iter().all(|&x| x == 0.0);
+        }
         if !out.is_empty() {
             w.dest
                 .write_bytes(&self.gpu, (w.written * 4) as u64, bytemuck::cast_slice(out))?;
@@ -337,7 +343,16 @@ impl Assembler {
                 got: (w.written * w.plan.src.dtype.size() + w.conv.pending()) as u64,
             });
         }
-        let TensorWriter { plan, dest, .. } = w;
+        let TensorWriter {
+            plan,
+            dest,
+            all_zero,
+            ..
+        } = w;
+        if plan.canonical == FINAL_LOGITS_BIAS && all_zero {
+            log::debug!("final_logits_bias is all zeros: dropped");
+            return Ok(());
+        }
         let tensor = match &plan.fixup {
             Fixup::None => dest,
             Fixup::Permute(perm) => {

@@ -15,8 +15,14 @@
 //! - [`store`]: [`Weights`] and [`WeightsView`].
 //!
 //! Optional tensors: `lm_head.weight` (aliased to `model.language_model.shared.weight` when absent) and
-//! `final_logits_bias` `(1, V)` (original checkpoints only; HF-native conversions drop it, so when it is
-//! present and non-zero the model should add it to the logits).
+//! `final_logits_bias` `(1, V)` (original checkpoints only; HF-native conversions drop it; the loader keeps
+//! it only when non-zero, and then the model must add it to the logits).
+//!
+//! Browser streaming recipe (no whole file in memory): parse `config.json` ([`load_config`] or
+//! `Florence2Config::from_json_str`), parse `model.safetensors.index.json` if any
+//! ([`CheckpointIndex::parse`]), make an [`Assembler`] (`set_layout(detect_layout(index names))` for
+//! shards), then per file a [`StreamLoader`] (`expect_names(index.names_in(shard))`) fed with the
+//! `fetch()` body's chunks, `finish` it, and `Assembler::finish` gives the [`Weights`].
 
 pub mod assemble;
 pub mod convert;
