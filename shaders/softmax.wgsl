@@ -59,7 +59,7 @@ fn reduce_sum(lid: u32, v: f32) -> f32 {
     return r;
 }
 
-const LOWEST: f32 = -3.40282347e+38;
+const LOWEST: f32 = -0x1.fffffep+127f; // -f32::MAX (a decimal literal may round past it: Tint rejects that)
 
 @compute @workgroup_size(WG)
 fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
