@@ -426,3 +426,114 @@ fn image_placeholders_are_replaced_by_features() {
         "{err}"
     );
 }
+
+// ---- the CLI: `florence2 run --json` ------------------------------------------------------------------
+
+fn cli_run(dir: &str, case: &Value) -> Value {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
+    cmd.env("NODEVICE_SELECT", "1").args([
+        "run",
+        "--model",
+        fixtures().join("models").join(dir).to_str().unwrap(),
+        "--image",
+        fixtures()
+            .join("images")
+            .join(case["image"].as_str().unwrap())
+            .to_str()
+            .unwrap(),
+        "--task",
+        case["task"].as_str().unwrap(),
+        "--max-new-tokens",
+        &case["max_new_tokens"].to_string(),
+        "--json",
+    ]);
+    let text_input = case["text_input"].as_str().unwrap();
+    if !text_input.is_empty() {
+        cmd.args(["--text", text_input]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{dir}: florence2 run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `florence2 run --json` (generation settings from the model dir's generation_config.json, i.e. the
+/// reference's greedy kwargs) gives the reference's greedy ids and text: every case of the HF-native
+/// fixtures, and the first case of every other layout / dtype (original names, mlx bf16, f16 shards).
+#[test]
+fn cli_run_json_matches_reference_greedy() {
+    let dirs = [
+        ("tiny2", usize::MAX),
+        ("tiny4", usize::MAX),
+        ("tiny2-orig", 1),
+        ("tiny4-orig", 1),
+        ("tiny2-mlx-bf16", 1),
+        ("tiny4-mlx-bf16", 1),
+        ("tiny4-f16-sharded", 1),
+    ];
+    for (dir, n) in dirs {
+        for case in cases(dir).iter().take(n) {
+            let r = &case["results"]["greedy"];
+            let j = cli_run(dir, case);
+            let what = format!("{dir} {} {}", case["image"], case["prompt"]);
+            assert_eq!(j["task"], case["task"], "{what}");
+            assert_eq!(ids_of(&j["token_ids"]), ids_of(&r["token_ids"]), "{what}");
+            assert_eq!(j["generated_text"], r["text"], "{what}");
+            for k in ["load", "preprocess", "vision", "encoder", "decode"] {
+                assert!(j["timings_ms"][k].as_f64().unwrap() >= 0.0, "{what}: {k}");
+            }
+            assert!(j["result"].is_object(), "{what}: {j}");
+            eprintln!(
+                "{what}: identical ({} tokens)",
+                r["token_ids"].as_array().unwrap().len()
+            );
+        }
+    }
+}
+
+#[test]
+fn cli_run_usage_errors() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+            .env("NODEVICE_SELECT", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let model = fixtures().join("models/tiny2");
+    let image = fixtures().join("images/scene.png");
+    let (m, i) = (model.to_str().unwrap(), image.to_str().unwrap());
+    // Unknown task marker, bad --max-new-tokens, missing --image: usage errors (exit 2).
+    for args in [
+        vec!["run", "--model", m, "--image", i, "--task", "<NOPE>"],
+        vec![
+            "run",
+            "--model",
+            m,
+            "--image",
+            i,
+            "--task",
+            "<OD>",
+            "--max-new-tokens",
+            "x",
+        ],
+        vec!["run", "--model", m, "--task", "<OD>"],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+    // A missing model dir is a runtime error (exit 1).
+    let out = run(&[
+        "run",
+        "--model",
+        "/nonexistent",
+        "--image",
+        i,
+        "--task",
+        "<OD>",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+}
