@@ -1,0 +1,136 @@
+//! Decoder state mechanics needed by beam search, on the tiny2 fixture weights: several batch rows
+//! (beams) decode independently against one shared cross-attention K/V, and reordering the caches by beam
+//! index on the GPU is exactly equivalent to having decoded the reordered histories.
+//!
+//! The reorder comparison is between two runs with the same batch size, i.e. the same arithmetic per row
+//! in the same order: it must agree exactly (tolerance 0). Batch-of-2 vs batch-of-1 may pick different
+//! matmul variants (row blocking depends on M), so that comparison allows f32 reordering noise: 1e-4 on
+//! logits of magnitude ~50 (~2e-6 relative; a row mix-up would move logits by O(1)).
+mod common;
+
+use std::path::Path;
+
+use common::{assert_close, gpu};
+use florence2_wasm::gpu::{readback, Recorder, Tensor};
+use florence2_wasm::model::bart::{CrossKv, Decoder, DecoderState};
+use florence2_wasm::weights;
+
+fn setup() -> (Decoder, CrossKv) {
+    let g = gpu();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny2");
+    let (cfg, w) = weights::load_dir(&g, &dir).unwrap();
+    let t = &cfg.text;
+    let shared = w
+        .get(
+            "model.language_model.shared.weight",
+            &[t.vocab_size, t.d_model],
+        )
+        .unwrap();
+    let dec = Decoder::new(
+        t,
+        w.pp("model.language_model.decoder"),
+        shared.clone(),
+        shared,
+        None,
+    )
+    .unwrap();
+    // Any encoder output will do: 9 rows of deterministic values.
+    let s = 9;
+    let h: Vec<f32> = (0..s * t.d_model)
+        .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+        .collect();
+    let ht = Tensor::from_f32(&g, &[1, s, t.d_model], &h, "enc").unwrap();
+    let mut rec = Recorder::new(&g);
+    let cross = dec.cross_kv(&mut rec, &ht).unwrap();
+    rec.submit().unwrap();
+    (dec, cross)
+}
+
+/// Feed `steps` (one token per batch row per step) and return the last step's logits.
+fn run(dec: &Decoder, state: &mut DecoderState, steps: &[Vec<u32>], start_pos: u32) -> Vec<f32> {
+    let g = gpu();
+    let mut last = Vec::new();
+    for (i, toks) in steps.iter().enumerate() {
+        state.write_tokens(toks).unwrap();
+        let tokens = state.tokens().clone();
+        let mut rec = Recorder::new(&g);
+        let logits = dec
+            .step(&mut rec, &tokens, start_pos + i as u32, state)
+            .unwrap();
+        rec.submit().unwrap();
+        last = readback::to_f32_blocking(&g, &logits).unwrap();
+    }
+    last
+}
+
+#[test]
+fn batch_rows_decode_independently_with_shared_cross_kv() {
+    let g = gpu();
+    let (dec, cross) = setup();
+    let v = dec.vocab_size();
+    let mut both = dec.new_state(&g, &cross, 2, 8).unwrap();
+    let got = run(&dec, &mut both, &[vec![2, 2], vec![0, 7], vec![5, 9]], 0);
+    for (row, seq) in [(0usize, [2u32, 0, 5]), (1, [2, 7, 9])] {
+        let mut one = dec.new_state(&g, &cross, 1, 8).unwrap();
+        let want = run(
+            &dec,
+            &mut one,
+            &seq.iter().map(|&t| vec![t]).collect::<Vec<_>>(),
+            0,
+        );
+        assert_close(
+            &format!("batch row {row}"),
+            &got[row * v..(row + 1) * v],
+            &want,
+            1e-4,
+        );
+    }
+    // The two rows really differ (the test would be vacuous otherwise).
+    assert_ne!(&got[..v], &got[v..]);
+}
+
+#[test]
+fn cache_reorder_equals_decoding_the_reordered_histories() {
+    let g = gpu();
+    let (dec, cross) = setup();
+    let hist = [vec![2u32, 2, 2], vec![0, 7, 11], vec![5, 9, 13]];
+    // Beams after reorder: new 0 = old 2, new 1 = old 0, new 2 = old 0.
+    let src = [2usize, 0, 0];
+    let mut a = dec.new_state(&g, &cross, 3, 6).unwrap();
+    run(&dec, &mut a, &hist, 0);
+    let mut rec = Recorder::new(&g);
+    a.reorder(&mut rec, &src, 3).unwrap();
+    rec.submit().unwrap();
+    let next = vec![4u32, 6, 8];
+    let got = run(&dec, &mut a, std::slice::from_ref(&next), 3);
+
+    let reordered: Vec<Vec<u32>> = hist
+        .iter()
+        .map(|step| src.iter().map(|&s| step[s]).collect())
+        .collect();
+    let mut b = dec.new_state(&g, &cross, 3, 6).unwrap();
+    run(&dec, &mut b, &reordered, 0);
+    let want = run(&dec, &mut b, std::slice::from_ref(&next), 3);
+    assert_close("reordered caches", &got, &want, 0.0);
+
+    // Identity and out-of-range indices.
+    let mut rec = Recorder::new(&g);
+    a.reorder(&mut rec, &[0, 1, 2], 4).unwrap();
+    assert!(a.reorder(&mut rec, &[0, 1, 3], 4).is_err());
+    assert!(a.reorder(&mut rec, &[0, 1], 4).is_err());
+    assert!(a.reorder(&mut rec, &[0, 1, 2], 7).is_err());
+}
+
+#[test]
+fn step_rejects_positions_past_the_cache() {
+    let g = gpu();
+    let (dec, cross) = setup();
+    let mut s = dec.new_state(&g, &cross, 1, 2).unwrap();
+    let tokens = s.tokens().clone();
+    let mut rec = Recorder::new(&g);
+    assert!(dec.step(&mut rec, &tokens, 2, &mut s).is_err());
+    assert!(dec
+        .new_state(&g, &cross, 1, dec.max_positions() + 1)
+        .is_err());
+    assert!(dec.new_state(&g, &cross, 0, 4).is_err());
+}
