@@ -13,6 +13,7 @@ use std::path::Path;
 use common::{assert_close, gpu};
 use florence2_wasm::gpu::{readback, Recorder, Tensor};
 use florence2_wasm::model::bart::{CrossKv, Decoder, DecoderState};
+use florence2_wasm::model::generate::{self, GenerateOptions};
 use florence2_wasm::weights;
 
 fn setup() -> (Decoder, CrossKv) {
@@ -133,4 +134,35 @@ fn step_rejects_positions_past_the_cache() {
         .new_state(&g, &cross, 1, dec.max_positions() + 1)
         .is_err());
     assert!(dec.new_state(&g, &cross, 0, 4).is_err());
+}
+
+/// no_repeat_ngram_size = 1 bans every token already in the sequence: after 15 distinct tokens the ban
+/// list outgrows the GPU top-16 and the step reads its whole logits row instead. Every generated token
+/// must still be new (this random model otherwise repeats tokens constantly).
+#[test]
+fn unigram_bans_beyond_top_k_are_enforced() {
+    let g = gpu();
+    let (dec, cross) = setup();
+    let opts = GenerateOptions {
+        max_new_tokens: 30,
+        no_repeat_ngram_size: 1,
+        forced_bos_token_id: None,
+        forced_eos_token_id: None,
+        eos_token_ids: vec![u32::MAX],
+        decoder_start_token_id: 2,
+    };
+    let got = pollster::block_on(generate::greedy(&dec, &g, &cross, &opts, &|| false)).unwrap();
+    assert_eq!(got.len(), 31);
+    let mut seen = std::collections::HashSet::new();
+    for t in &got {
+        assert!(seen.insert(*t), "token {t} repeated in {got:?}");
+    }
+    // Without the rule the same model repeats.
+    let free = GenerateOptions {
+        no_repeat_ngram_size: 0,
+        ..opts
+    };
+    let got = pollster::block_on(generate::greedy(&dec, &g, &cross, &free, &|| false)).unwrap();
+    let distinct: std::collections::HashSet<_> = got.iter().collect();
+    assert!(distinct.len() < got.len(), "{got:?}");
 }

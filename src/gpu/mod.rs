@@ -14,7 +14,7 @@ mod tensor;
 
 pub use context::{Caps, Gpu, GpuOptions};
 pub use pipeline::{Kernel, PipelineCache, Shader};
-pub use recorder::{Pending, Recorder};
+pub use recorder::{staging_buffer, Pending, Recorder};
 pub use tensor::{DType, RowChunk, Tensor};
 
 /// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).

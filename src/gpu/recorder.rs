@@ -204,6 +204,30 @@ impl Recorder {
         Pending { staging, bytes }
     }
 
+    /// Like [`Recorder::read_back`] but into a caller-owned staging buffer (see [`staging_buffer`]), so a
+    /// loop that reads back every step (decoding) allocates nothing per step. The buffer must not be
+    /// in use by an unresolved [`Pending`] and must hold `t`'s bytes.
+    pub fn read_back_into(&mut self, t: &Tensor, staging: &wgpu::Buffer) -> Result<Pending> {
+        let bytes = t.byte_size();
+        if staging.size() < bytes
+            || !staging
+                .usage()
+                .contains(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)
+        {
+            return Err(Error::Readback(format!(
+                "staging buffer of {} bytes ({:?}) cannot receive {bytes} bytes",
+                staging.size(),
+                staging.usage()
+            )));
+        }
+        self.encoder
+            .copy_buffer_to_buffer(t.buffer(), 0, staging, 0, bytes);
+        Ok(Pending {
+            staging: staging.clone(),
+            bytes,
+        })
+    }
+
     /// Upload the params pages and submit everything recorded, once.
     pub fn submit(self) -> Result<()> {
         let Recorder {
@@ -224,6 +248,16 @@ impl Recorder {
         }
         gpu.check()
     }
+}
+
+/// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`].
+pub fn staging_buffer(gpu: &Gpu, bytes: u64) -> wgpu::Buffer {
+    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("readback-staging"),
+        size: bytes.div_ceil(4).max(1) * 4,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
 }
 
 impl Pending {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder};
 use crate::model::generate::processors::{argmax_allowed, pick, NextToken};
 use crate::model::generate::{GenerateOptions, TOPK_MAX};
@@ -39,6 +39,10 @@ pub async fn greedy(
     let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
     let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;
     let tokens = state.tokens().clone();
+    // Readback staging, allocated once: nothing is allocated on the GPU per token.
+    let st_ids = staging_buffer(gpu, ids.byte_size());
+    let st_topk = staging_buffer(gpu, tk_ids.byte_size());
+    let mut st_logits: Option<wgpu::Buffer> = None;
     while seq.len() < max_length {
         if cancel() {
             return Err(Error::Cancelled);
@@ -63,7 +67,7 @@ pub async fn greedy(
             }
             NextToken::Banned(b) if b.is_empty() => {
                 ops::reduce::argmax_rows(&mut rec, &logits, &ids)?; // (1)
-                let p = rec.read_back(&ids);
+                let p = rec.read_back_into(&ids, &st_ids)?;
                 rec.submit()?;
                 let got = p.u32s(gpu).await?;
                 *got.first()
@@ -72,7 +76,7 @@ pub async fn greedy(
             NextToken::Banned(b) if b.len() < TOPK_MAX && vocab >= TOPK_MAX => {
                 // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
                 ops::reduce::topk_rows(&mut rec, &logits, TOPK_MAX, &tk_vals, &tk_ids)?; // (1, 16)
-                let p = rec.read_back(&tk_ids);
+                let p = rec.read_back_into(&tk_ids, &st_topk)?;
                 rec.submit()?;
                 let got = p.u32s(gpu).await?;
                 let cands: Vec<(u32, f32)> = got.iter().map(|&i| (i, 0.0)).collect();
@@ -80,7 +84,8 @@ pub async fn greedy(
                     .ok_or_else(|| Error::Readback("top-k returned only banned tokens".into()))?
             }
             NextToken::Banned(_) => {
-                let p = rec.read_back(&logits);
+                let st = st_logits.get_or_insert_with(|| staging_buffer(gpu, logits.byte_size()));
+                let p = rec.read_back_into(&logits, st)?;
                 rec.submit()?;
                 let row = p.f32s(gpu).await?;
                 argmax_allowed(row.get(..vocab).unwrap_or(&row), &rule).ok_or_else(|| {
