@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install what a fresh Debian machine needs to build, serve and test florence2-wasm. Idempotent: every
+# step checks first, so a second run costs seconds.
+#   - Debian: Mesa's lavapipe (Vulkan on the CPU) for native wgpu tests; Chromium + ChromeDriver for the
+#     browser tests (WebGPU on SwiftShader).
+#   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
+#     pinned in Cargo.lock (the CLI and the crate must match).
+#   - npm: the packages the end-to-end tests and the demo server use (www/package.json), if present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+need=()
+for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  rustup target add wasm32-unknown-unknown
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v wasm-pack >/dev/null; then
+  cargo install wasm-pack --version 0.15.1
+fi
+
+wb_version=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)
+if [ -z "$wb_version" ]; then
+  echo "setup: no wasm-bindgen version in Cargo.lock" >&2
+  exit 1
+fi
+if ! wasm-bindgen --version 2>/dev/null | grep -qF "$wb_version"; then
+  cargo install wasm-bindgen-cli --version "$wb_version"
+fi
+
+if [ -f www/package.json ] && [ ! -d www/node_modules ]; then
+  (cd www && npm ci --no-audit --no-fund)
+fi
+echo "setup: ok ($(wasm-pack --version), wasm-bindgen $wb_version)"
