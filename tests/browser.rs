@@ -32,7 +32,10 @@ fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[wasm_bindgen_test]
@@ -40,7 +43,10 @@ async fn browser_adapter_reports_limits() {
     let g = gpu().await;
     web_sys::console::log_1(&g.describe().into());
     assert!(g.caps.max_invocations >= 256);
-    assert!(!g.caps.subgroups, "wgpu's WebGPU backend exposes no subgroups");
+    assert!(
+        !g.caps.subgroups,
+        "wgpu's WebGPU backend exposes no subgroups"
+    );
 }
 
 #[wasm_bindgen_test]

@@ -1,4 +1,5 @@
 //! The built `florence2 parse` binary: reference-shaped JSON, the rendering, stdin, usage errors.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::io::Write;
 use std::process::{Command, Stdio};

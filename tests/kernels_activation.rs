@@ -4,6 +4,7 @@
 //! (~1e-7) and gelu = 0.5 x (1 + erf) then scales that by |x| / 2; the remaining terms are one or two
 //! f32 roundings of a value of size |x|. For x << 0, 1 + erf cancels (as it does in PyTorch's f32
 //! kernel too), so the error there is absolute, not relative.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::{erf_f64, gelu_ref};

@@ -5,6 +5,7 @@
 //! D <= 64 terms carries random-signed rounding of ~sqrt(D) * 2^-24 * 4 ~ 2e-6, which moves each softmax
 //! weight by about that relative amount; the weighted sums add ~sqrt(Tk) * 2^-24. Measured: <= 4e-7 on
 //! every case. A wrong mask, offset or broadcast changes outputs by O(0.1).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu, Rng};

@@ -7,6 +7,7 @@
 //! whose inputs move by <= delta moves each weight by a factor within e^(+-2 delta), so an output
 //! sum_j attn_j v_j moves by <= (e^(2 delta) - 1) max|v| plus its own d-term rounding gamma_d max|v|; the exp
 //! itself adds a few ulps (counted as 8u). The check uses that bound.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{gpu, max_diff, Rng};

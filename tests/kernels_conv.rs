@@ -5,6 +5,7 @@
 //! and the f64 reference is exact to far below that. The test checks every output against its own bound
 //! (computed from the data), and prints the max abs difference next to the output peak.
 //! dwconv3x3_residual: 9 products + bias + residual, same bound with K = 11.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{gpu, max_diff, Rng};

@@ -3,6 +3,7 @@
 //! of CPU references. Tolerance 1e-5: the chain is embedding + positions (exact), LayerNorm (~1e-6, see
 //! kernels_norm.rs), GELU (~1e-6 for |x| <= 8, see kernels_activation.rs), scale and bias (exact for
 //! their inputs), and a log-softmax over 64 columns (~1e-6 for values ~10).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::{

@@ -1,4 +1,5 @@
 //! Element-wise kernels against plain Rust. Exact in f32: one rounding per element on both sides.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu, Rng};

@@ -1,4 +1,5 @@
 //! Embedding gather against a CPU gather. A gather copies values: bit-exact (tolerance 0).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::sync::Arc;

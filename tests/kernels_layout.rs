@@ -1,5 +1,6 @@
 //! permute, gather_batch and split_qkv against CPU index arithmetic. Pure data movement: bit-exact
 //! (tolerance 0).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::{gather_batch_ref, permute_ref, split_qkv_ref};

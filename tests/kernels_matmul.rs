@@ -6,6 +6,7 @@
 //! (computed from the same data), with GELU's Lipschitz constant (<= 1.13) and the erf approximation's
 //! 1.5e-7 absolute error (times 0.5 |v|) added when the epilogue is on. F16 weights: the reference uses the
 //! same f16-rounded weights, so the bound is unchanged.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::sync::Arc;

@@ -9,6 +9,7 @@
 //! ~1e-6, so 1e-5 leaves ~10 ulp, while a wrong variance (biased vs unbiased: a factor 768/767) or a
 //! missing beta would be off by 1e-3 or more. Inputs carry a mean offset (3.0) larger than their spread,
 //! which a naive one-pass E[x^2] - E[x]^2 would fail.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::layer_norm_ref;

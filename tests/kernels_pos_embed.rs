@@ -1,5 +1,6 @@
 //! `pos2d_temporal_add` against plain Rust. Two f32 additions per element done in the same order on
 //! both sides ((x + pos) + t), so the GPU must match exactly: tolerance 0.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu, Rng};

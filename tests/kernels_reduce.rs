@@ -4,6 +4,7 @@
 //! including the tie rule (lower index first) and NaN ranking highest, as torch.argmax/topk.
 //! mean_rows sums N values in order in f32: error <= N * eps * max|x| ~ 144 * 6e-8 = 9e-6 in the worst
 //! case for |x| <= 1, ~sqrt(N) * eps typically; tolerance 1e-5 (1e-6 for N <= 7).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::{argmax_ref, mean_rows_ref, topk_ref};

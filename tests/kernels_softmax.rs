@@ -5,6 +5,7 @@
 //! ~1e-6 in practice for random terms, so 1e-6 absolute (2e-6 for C = 51328, whose outputs are tiny
 //! anyway). log-softmax outputs are x - (max + log sum) with |value| up to ~30 here: one ulp of 30 is
 //! 2e-6 and log(sum) carries the sum's relative error as an absolute one, so 1e-5.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::cpu::{log_softmax_ref, softmax_ref};

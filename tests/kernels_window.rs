@@ -1,5 +1,6 @@
 //! Window partition / reverse against a plain Rust gather. Both are pure copies (or zero fills), so the
 //! GPU must match exactly: tolerance 0.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu, Rng};

@@ -7,6 +7,7 @@
 //! parses back to the same f32), and within 1e-3 px (or one f32 ulp for the absurd coordinates of bins near
 //! 2^63, where 1e-3 px is below f32 resolution). Labels and text exactly equal, key sets and
 //! list lengths exactly equal. Where the reference raises, the expected value is the empty answer.
+#![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::postprocess::{post_process_generation, BANNED_GROUNDING_PHRASES};
 use florence2_wasm::processor::prompt::Task;

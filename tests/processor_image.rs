@@ -1,5 +1,6 @@
 //! Image processor vs the reference (Pillow + transformers), on golden data made by
 //! `scripts/make_image_golden.py` (tests/fixtures/processor/).
+#![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::processor::image::{
     decode_image, decode_image_with, preprocess, preprocess_bytes, preprocess_rgba, resize_pil,

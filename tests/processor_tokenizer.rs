@@ -4,6 +4,7 @@
 //! (relative to the crate root; reference data that may not be copied into the repository):
 //! `florence2_tokenizer.json`, `florence2_hf_native_tokenizer.json` and `verification.json` (prompt
 //! encodings and decodes from the reference test-suite). They FAIL, not skip, when the files are missing.
+#![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::processor::tokenizer::{
     florence_added_tokens, Florence2Tokenizer, FlorenceTokens,

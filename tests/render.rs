@@ -1,5 +1,6 @@
 //! Rendering of every answer type: one decimal per coordinate, one line per instance, control characters in
 //! labels escaped.
+#![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::postprocess::{
     post_process_generation, BoxesOrPolygonsResult, BoxesResult, OcrResult, PolygonsResult,

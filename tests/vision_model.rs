@@ -1,5 +1,6 @@
 //! DaViT / projector behaviour beyond the default path: the `image_feature_source` order, and the named
 //! errors for misshapen weights, bad pixel tensors and token grids beyond the learned position tables.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@
 //! expected; 1e-4 leaves headroom for that accumulation across stages while any real mistake (a missing
 //! bias, a wrong scale, a transposed table, a misplaced pooled token, wrong padding) moves values by a
 //! sizeable fraction of the peak and fails.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::path::PathBuf;

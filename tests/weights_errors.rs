@@ -1,5 +1,6 @@
 //! Load-time error paths (named errors) and sharded checkpoints, through the ranged loader on in-memory
 //! model directories.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

@@ -1,5 +1,6 @@
 //! The expected-tensor table derived from the base config must equal the reference key list of a real
 //! HF-native base checkpoint (`reference/base_keys_grouped.txt`, read from `../shared`), names and shapes.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
 //! Safetensors header parsing: incremental prefixes and every validation error, on hand-built bytes.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

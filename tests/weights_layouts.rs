@@ -1,5 +1,6 @@
 //! Checkpoint layouts: the original->HF naming rules against the reference mapping, and HF-native,
 //! original and mlx-community checkpoints in f32/f16/bf16 loading to the same canonical f32 tensors.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

@@ -1,5 +1,6 @@
 //! Loading synthetic HF-native checkpoints from disk (`load_dir`): every tensor reads back exactly, the
 //! LM head is tied when absent, the temporal table is synthesized when absent.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

@@ -2,6 +2,7 @@
 //! tensors of the ranged loader, for every layout (incl. GPU permutes) and dtype; stream errors are
 //! named. Host memory is measured in `weights_stream_memory.rs` (its own binary: a global counting
 //! allocator needs no other test running).
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

@@ -1,6 +1,7 @@
 //! Peak host memory of the streaming loader, measured with a counting global allocator (this binary
 //! holds one test, so nothing else allocates meanwhile): streaming a 16 MiB checkpoint in 256 KiB
 //! chunks must grow the Rust heap by a small multiple of the chunk, not by the file.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 
