@@ -43,17 +43,45 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// CPU time (seconds) used so far by all live threads of this process, lavapipe's workers and the CPU
+/// baseline's pool included (Linux: /proc/self/task/*/schedstat, nanoseconds). None elsewhere.
+fn process_cpu_secs() -> Option<f64> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = t.ok()?.path().join("schedstat");
+        let s = std::fs::read_to_string(path).ok()?;
+        ns += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 * 1e-9)
+}
+
+/// One measurement: median wall seconds and median CPU seconds (all threads) per sample.
+#[derive(Clone, Copy)]
+struct Timing {
+    wall: f64,
+    cpu: Option<f64>,
+}
+
 /// Median seconds of `f` (one untimed warm-up first).
-fn time_it(cfg: &Cfg, mut f: impl FnMut()) -> f64 {
+fn time_it(cfg: &Cfg, mut f: impl FnMut()) -> Timing {
     f();
     let start = Instant::now();
-    let mut samples = Vec::new();
-    while samples.len() < cfg.reps && (samples.is_empty() || start.elapsed() < cfg.budget) {
+    let mut walls = Vec::new();
+    let mut cpus = Vec::new();
+    while walls.len() < cfg.reps && (walls.is_empty() || start.elapsed() < cfg.budget) {
+        let c0 = process_cpu_secs();
         let t = Instant::now();
         f();
-        samples.push(t.elapsed().as_secs_f64());
+        walls.push(t.elapsed().as_secs_f64());
+        if let (Some(a), Some(b)) = (c0, process_cpu_secs()) {
+            cpus.push(b - a);
+        }
     }
-    median(samples)
+    let cpu = (cpus.len() == walls.len()).then(|| median(cpus));
+    Timing {
+        wall: median(walls),
+        cpu,
+    }
 }
 
 fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
@@ -68,12 +96,15 @@ fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn gflops(m: usize, k: usize, n: usize, secs: f64) -> f64 {
-    2.0 * m as f64 * k as f64 * n as f64 / secs / 1e9
+/// (wall GFLOP/s, GFLOP per CPU-second x cores): the second estimates the wall figure on an otherwise idle
+/// machine when other processes compete for the cores (all `cores` busy for the whole run).
+fn gflops(m: usize, k: usize, n: usize, t: Timing, cores: f64) -> (f64, Option<f64>) {
+    let f = 2.0 * m as f64 * k as f64 * n as f64 / 1e9;
+    (f / t.wall, t.cpu.map(|c| f / c * cores))
 }
 
 /// CPU baseline: C (M, N) = X (M, K) @ W (N, K)^T with matrixmultiply's sgemm.
-fn cpu_linear(cfg: &Cfg, m: usize, k: usize, n: usize) -> f64 {
+fn cpu_linear(cfg: &Cfg, m: usize, k: usize, n: usize) -> Timing {
     let x = rand_vec(1, m * k);
     let w = rand_vec(2, n * k);
     let mut c = vec![0f32; m * n];
@@ -106,7 +137,7 @@ fn gpu_linear(
     m: usize,
     k: usize,
     n: usize,
-) -> f64 {
+) -> Timing {
     let x = Tensor::from_f32(gpu, &[m, k], &rand_vec(1, m * k), "x").unwrap();
     let wv = rand_vec(2, n * k);
     let w = match dtype {
@@ -124,7 +155,7 @@ fn gpu_linear(
     })
 }
 
-fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Gpu>, bt: usize, m: usize, k: usize, n: usize) -> f64 {
+fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Gpu>, bt: usize, m: usize, k: usize, n: usize) -> Timing {
     let a = Tensor::from_f32(gpu, &[bt, m, k], &rand_vec(1, bt * m * k), "a").unwrap();
     let b = Tensor::from_f32(gpu, &[bt, k, n], &rand_vec(2, bt * k * n), "b").unwrap();
     let out = Tensor::zeros(gpu, &[bt, m, n], DType::F32, "out").unwrap();
@@ -136,10 +167,14 @@ fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Gpu>, bt: usize, m: usize, k: usize, n: usize) -
     })
 }
 
-fn cell(v: Option<f64>) -> String {
+type Cell = Option<(f64, Option<f64>)>;
+
+/// "wall (cpu-normalised)" GFLOP/s.
+fn cell(v: Cell) -> String {
     match v {
-        Some(g) => format!("{g:>9.2}"),
-        None => format!("{:>9}", "-"),
+        Some((w, Some(c))) => format!("{:>13}", format!("{w:.2} ({c:.1})")),
+        Some((w, None)) => format!("{w:>13.2}"),
+        None => format!("{:>13}", "-"),
     }
 }
 
@@ -164,11 +199,16 @@ fn main() {
         if cfg.full { " (full run)" } else { "" }
     );
     let sg_ok = gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    println!(
+        "cells: wall GFLOP/s (in brackets: GFLOP per process CPU-second x {cores} cores, i.e. the figure an \
+         otherwise idle machine would approach; compare the two when other jobs load the cores)"
+    );
 
     println!();
     println!("linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [GFLOP/s; '-' = not run]");
     println!(
-        "{:<20} {:>6} {:>5} {:>6} | {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} | auto",
+        "{:<20} {:>6} {:>5} {:>6} | {:>13} | {:>13} {:>13} {:>13} {:>13} {:>13} {:>13} {:>13} | {:>13} {:>13} | auto",
         "shape",
         "M",
         "K",
@@ -177,7 +217,10 @@ fn main() {
         "scalar",
         "vec4",
         "subgroup",
+        "sg 8x4",
+        "sg 16x4",
         "gemv",
+        "gemv sg",
         "auto f32",
         "auto f16"
     );
@@ -187,9 +230,15 @@ fn main() {
             continue;
         }
         let decode = m <= matmul::GEMV_MAX_ROWS;
-        let cpu = gflops(m, k, n, cpu_linear(&cfg, m, k, n));
+        let cpu = gflops(m, k, n, cpu_linear(&cfg, m, k, n), cores);
         let run = |v: LinearVariant, dt: DType| {
-            Some(gflops(m, k, n, gpu_linear(&cfg, &gpu, v, dt, m, k, n)))
+            Some(gflops(
+                m,
+                k,
+                n,
+                gpu_linear(&cfg, &gpu, v, dt, m, k, n),
+                cores,
+            ))
         };
         let scalar = if cfg.full || decode {
             run(LinearVariant::Scalar, DType::F32)
@@ -202,8 +251,23 @@ fn main() {
         } else {
             None
         };
+        let sg4 = if sg_ok {
+            run(LinearVariant::SubgroupC4, DType::F32)
+        } else {
+            None
+        };
+        let sg16 = if sg_ok {
+            run(LinearVariant::SubgroupR16, DType::F32)
+        } else {
+            None
+        };
         let gemv = if decode {
             run(LinearVariant::Gemv, DType::F32)
+        } else {
+            None
+        };
+        let gemv_sg = if decode && sg_ok && k % 32 == 0 {
+            run(LinearVariant::GemvSubgroup, DType::F32)
         } else {
             None
         };
@@ -212,16 +276,22 @@ fn main() {
             LinearVariant::Scalar => scalar,
             LinearVariant::Vec4 => vec4,
             LinearVariant::Subgroup => sg,
+            LinearVariant::SubgroupC4 => sg4,
+            LinearVariant::SubgroupR16 => sg16,
             LinearVariant::Gemv => gemv,
+            LinearVariant::GemvSubgroup => gemv_sg,
         };
         let auto16 = run(auto, DType::F16);
         println!(
-            "{label:<20} {m:>6} {k:>5} {n:>6} | {} | {} {} {} {} | {} {} | {auto:?}",
+            "{label:<20} {m:>6} {k:>5} {n:>6} | {} | {} {} {} {} {} {} {} | {} {} | {auto:?}",
             cell(Some(cpu)),
             cell(scalar),
             cell(vec4),
             cell(sg),
+            cell(sg4),
+            cell(sg16),
             cell(gemv),
+            cell(gemv_sg),
             cell(auto32),
             cell(auto16),
         );
@@ -230,10 +300,10 @@ fn main() {
     println!();
     println!("matmul  out (B, M, N) = a (B, M, K) @ b (B, K, N)   [GFLOP/s]");
     for &(label, bt, m, k, n) in BMM_SHAPES {
-        let secs = gpu_bmm(&cfg, &gpu, bt, m, k, n);
+        let t = gpu_bmm(&cfg, &gpu, bt, m, k, n);
         println!(
-            "{label:<24} B={bt} M={m} K={k} N={n}: {:.2}",
-            gflops(bt * m, k, n, secs)
+            "{label:<24} B={bt} M={m} K={k} N={n}: {}",
+            cell(Some(gflops(bt * m, k, n, t, cores)))
         );
     }
 

@@ -65,3 +65,159 @@ fn linear_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     }
     store_block(&acc, m0, j0);
 }
+
+// Narrower register block: 8 rows x 4 columns per invocation (half the accumulators of `linear_sg`, so
+// fewer register spills on CPU adapters; twice the x broadcasts per flop).
+fn fma_block_sg4(acc: ptr<function, array<vec4<f32>, 8>>, av: vec4<f32>, b: array<vec4<f32>, 4>) {
+    let a0 = subgroupBroadcast(av, 0u);
+    (*acc)[0] += vec4<f32>(dot(a0, b[0]), dot(a0, b[1]), dot(a0, b[2]), dot(a0, b[3]));
+    let a1 = subgroupBroadcast(av, 1u);
+    (*acc)[1] += vec4<f32>(dot(a1, b[0]), dot(a1, b[1]), dot(a1, b[2]), dot(a1, b[3]));
+    let a2 = subgroupBroadcast(av, 2u);
+    (*acc)[2] += vec4<f32>(dot(a2, b[0]), dot(a2, b[1]), dot(a2, b[2]), dot(a2, b[3]));
+    let a3 = subgroupBroadcast(av, 3u);
+    (*acc)[3] += vec4<f32>(dot(a3, b[0]), dot(a3, b[1]), dot(a3, b[2]), dot(a3, b[3]));
+    let a4 = subgroupBroadcast(av, 4u);
+    (*acc)[4] += vec4<f32>(dot(a4, b[0]), dot(a4, b[1]), dot(a4, b[2]), dot(a4, b[3]));
+    let a5 = subgroupBroadcast(av, 5u);
+    (*acc)[5] += vec4<f32>(dot(a5, b[0]), dot(a5, b[1]), dot(a5, b[2]), dot(a5, b[3]));
+    let a6 = subgroupBroadcast(av, 6u);
+    (*acc)[6] += vec4<f32>(dot(a6, b[0]), dot(a6, b[1]), dot(a6, b[2]), dot(a6, b[3]));
+    let a7 = subgroupBroadcast(av, 7u);
+    (*acc)[7] += vec4<f32>(dot(a7, b[0]), dot(a7, b[1]), dot(a7, b[2]), dot(a7, b[3]));
+}
+
+@compute @workgroup_size(WG)
+fn linear_sg_c4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+                @builtin(subgroup_invocation_id) sl: u32) {
+    let m0 = wid.x * 8u;
+    let j0 = (wid.y * WG + lid) * 4u;
+    let xb = min(m0 + (sl & 7u), p.m - 1u) * (p.k / 4u);
+    var wb: array<u32, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        wb[i] = w_row_base(min(j0 + i, p.n_rows - 1u));
+    }
+    var acc: array<vec4<f32>, 8>;
+    for (var k8 = 0u; k8 < p.k / 8u; k8++) {
+        let alo = x[xb + 2u * k8];
+        let ahi = x[xb + 2u * k8 + 1u];
+        let b0 = w_load8(wb[0], k8);
+        let b1 = w_load8(wb[1], k8);
+        let b2 = w_load8(wb[2], k8);
+        let b3 = w_load8(wb[3], k8);
+        fma_block_sg4(&acc, alo, array<vec4<f32>, 4>(b0[0], b1[0], b2[0], b3[0]));
+        fma_block_sg4(&acc, ahi, array<vec4<f32>, 4>(b0[1], b1[1], b2[1], b3[1]));
+    }
+    for (var r = 0u; r < 8u; r++) {
+        let m = m0 + r;
+        if (m >= p.m) {
+            return;
+        }
+        for (var c = 0u; c < 4u; c++) {
+            let j = j0 + c;
+            if (j < p.n_rows) {
+                let col = p.n_off + j;
+                out[m * p.n + col] = epilogue(acc[r][c], col);
+            }
+        }
+    }
+}
+
+// Decode GEMV (M <= 4, K % 32 == 0) with x shared through the subgroup: one output column per lane, as
+// `matmul_gemv.wgsl`, but lane l loads only x's k-quad (l mod 8) of each 32-wide k step and the others get
+// it by `subgroupBroadcast`, so the MR rows of x cost one gather per 32 k instead of eight.
+override MR: u32 = 1u;
+
+
+@compute @workgroup_size(WG)
+fn linear_gemv_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sl: u32) {
+    let j = (wid.x + wid.y * nwg.x) * WG + lid;
+    // Lanes past the end compute the last column again (broadcasts need every lane) and store nothing.
+    let wb = w_row_base(min(j, p.n_rows - 1u));
+    let kq = p.k / 4u;
+    let q = sl & 7u;
+    var acc = array<vec4<f32>, 4>();
+    for (var k32 = 0u; k32 < p.k / 32u; k32++) {
+        var xv: array<vec4<f32>, 4>;
+        for (var r = 0u; r < MR; r++) {
+            xv[r] = x[r * kq + 8u * k32 + q];
+        }
+        let k8 = 4u * k32;
+        let b0 = w_load8(wb, k8);
+        let b1 = w_load8(wb, k8 + 1u);
+        let b2 = w_load8(wb, k8 + 2u);
+        let b3 = w_load8(wb, k8 + 3u);
+        for (var r = 0u; r < MR; r++) {
+            let v = xv[r];
+            var a = acc[r];
+            a = fma(subgroupBroadcast(v, 0u), b0[0], a);
+            a = fma(subgroupBroadcast(v, 1u), b0[1], a);
+            a = fma(subgroupBroadcast(v, 2u), b1[0], a);
+            a = fma(subgroupBroadcast(v, 3u), b1[1], a);
+            a = fma(subgroupBroadcast(v, 4u), b2[0], a);
+            a = fma(subgroupBroadcast(v, 5u), b2[1], a);
+            a = fma(subgroupBroadcast(v, 6u), b3[0], a);
+            a = fma(subgroupBroadcast(v, 7u), b3[1], a);
+            acc[r] = a;
+        }
+    }
+    if (j >= p.n_rows) {
+        return;
+    }
+    let col = p.n_off + j;
+    for (var r = 0u; r < MR; r++) {
+        let a = acc[r];
+        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), col);
+    }
+}
+
+// Taller register block: 16 rows x 4 columns per invocation. Lane l loads k-quads of rows (l mod 8) and
+// 8 + (l mod 8); x costs 2 gathers and w 4 per k-quad (f32) for 64 multiply-adds, so more of the time goes
+// to arithmetic than in the 8-row kernels. Workgroups cover 16 rows (grid x) x 4*WG columns (grid y).
+@compute @workgroup_size(WG)
+fn linear_sg_r16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+                 @builtin(subgroup_invocation_id) sl: u32) {
+    let m0 = wid.x * 16u;
+    let j0 = (wid.y * WG + lid) * 4u;
+    let kq = p.k / 4u;
+    let xb0 = min(m0 + (sl & 7u), p.m - 1u) * kq;
+    let xb1 = min(m0 + 8u + (sl & 7u), p.m - 1u) * kq;
+    var wb: array<u32, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        wb[i] = w_row_base(min(j0 + i, p.n_rows - 1u));
+    }
+    var acc0: array<vec4<f32>, 8>;
+    var acc1: array<vec4<f32>, 8>;
+    for (var k8 = 0u; k8 < p.k / 8u; k8++) {
+        let b0 = w_load8(wb[0], k8);
+        let b1 = w_load8(wb[1], k8);
+        let b2 = w_load8(wb[2], k8);
+        let b3 = w_load8(wb[3], k8);
+        let blo = array<vec4<f32>, 4>(b0[0], b1[0], b2[0], b3[0]);
+        let bhi = array<vec4<f32>, 4>(b0[1], b1[1], b2[1], b3[1]);
+        fma_block_sg4(&acc0, x[xb0 + 2u * k8], blo);
+        fma_block_sg4(&acc0, x[xb0 + 2u * k8 + 1u], bhi);
+        fma_block_sg4(&acc1, x[xb1 + 2u * k8], blo);
+        fma_block_sg4(&acc1, x[xb1 + 2u * k8 + 1u], bhi);
+    }
+    for (var r = 0u; r < 16u; r++) {
+        let m = m0 + r;
+        if (m >= p.m) {
+            return;
+        }
+        for (var c = 0u; c < 4u; c++) {
+            let j = j0 + c;
+            if (j < p.n_rows) {
+                let col = p.n_off + j;
+                var v: f32;
+                if (r < 8u) {
+                    v = acc0[r][c];
+                } else {
+                    v = acc1[r - 8u][c];
+                }
+                out[m * p.n + col] = epilogue(v, col);
+            }
+        }
+    }
+}

@@ -117,6 +117,11 @@ fn variants(g: &Gpu, m: usize, k: usize) -> Vec<Option<LinearVariant>> {
         v.push(Some(LinearVariant::Vec4));
         if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {
             v.push(Some(LinearVariant::Subgroup));
+            v.push(Some(LinearVariant::SubgroupC4));
+            v.push(Some(LinearVariant::SubgroupR16));
+            if m <= matmul::GEMV_MAX_ROWS && k.is_multiple_of(32) {
+                v.push(Some(LinearVariant::GemvSubgroup));
+            }
         } else {
             eprintln!("no subgroups of >= 8 lanes on this adapter: subgroup variant not tested");
         }
@@ -291,17 +296,18 @@ fn linear_variant_choice_and_refusals() {
         matmul::choose_linear_variant(c, 100, 12),
         LinearVariant::Scalar
     );
-    assert_eq!(
-        matmul::choose_linear_variant(c, 1, 768),
+    let sg = c.subgroups && c.subgroup_min_size >= 8;
+    let gemv = if sg {
+        LinearVariant::GemvSubgroup
+    } else {
         LinearVariant::Gemv
-    );
-    assert_eq!(
-        matmul::choose_linear_variant(c, 4, 768),
-        LinearVariant::Gemv
-    );
+    };
+    assert_eq!(matmul::choose_linear_variant(c, 1, 768), gemv);
+    assert_eq!(matmul::choose_linear_variant(c, 4, 768), gemv);
+    assert_eq!(matmul::choose_linear_variant(c, 4, 16), LinearVariant::Gemv);
     let big = matmul::choose_linear_variant(c, 585, 768);
-    if c.subgroups && c.subgroup_min_size >= 8 {
-        assert_eq!(big, LinearVariant::Subgroup);
+    if sg {
+        assert_eq!(big, LinearVariant::SubgroupC4);
     } else {
         assert_eq!(big, LinearVariant::Vec4);
     }
@@ -310,6 +316,10 @@ fn linear_variant_choice_and_refusals() {
     assert_eq!(
         matmul::choose_linear_variant(&nosg, 585, 768),
         LinearVariant::Vec4
+    );
+    assert_eq!(
+        matmul::choose_linear_variant(&nosg, 1, 768),
+        LinearVariant::Gemv
     );
     // Forced variants refuse shapes they cannot run.
     let x = Tensor::zeros(&g, &[5, 12], DType::F32, "x").unwrap();

@@ -60,23 +60,59 @@ pub enum LinearVariant {
     /// `matmul_sg.wgsl`: as `Vec4` but x is loaded once per subgroup and shared by `subgroupBroadcast`.
     /// K % 8 == 0, SUBGROUP feature with subgroups of >= 8 lanes.
     Subgroup,
+    /// `matmul_sg.wgsl` `linear_sg_c4`: as `Subgroup` with 8x4 register blocks.
+    SubgroupC4,
+    /// `matmul_sg.wgsl` `linear_sg_r16`: as `Subgroup` with 16x4 register blocks.
+    SubgroupR16,
     /// `matmul_gemv.wgsl`: one output column per invocation, M <= 4 (decode). K % 8 == 0.
     Gemv,
+    /// `matmul_sg.wgsl` `linear_gemv_sg`: the GEMV with x shared by `subgroupBroadcast`. K % 32 == 0,
+    /// subgroups of >= 8 lanes.
+    GemvSubgroup,
+}
+
+impl LinearVariant {
+    fn needs_subgroups(self) -> bool {
+        matches!(
+            self,
+            LinearVariant::Subgroup
+                | LinearVariant::SubgroupC4
+                | LinearVariant::SubgroupR16
+                | LinearVariant::GemvSubgroup
+        )
+    }
+    fn is_gemv(self) -> bool {
+        matches!(self, LinearVariant::Gemv | LinearVariant::GemvSubgroup)
+    }
+    /// K must be a multiple of this.
+    fn k_multiple(self) -> usize {
+        match self {
+            LinearVariant::Scalar => 1,
+            LinearVariant::GemvSubgroup => 32,
+            _ => 8,
+        }
+    }
 }
 
 /// Largest M the GEMV kernel handles (one decode step with up to 4 beams).
 pub const GEMV_MAX_ROWS: usize = 4;
 
-/// The variant [`linear`] uses for an (M, K) input on this device: the GEMV for decode-sized M, the
-/// subgroup kernel where subgroups of >= 8 lanes exist, else the portable vec4 kernel; the scalar kernel
-/// only when K is not a multiple of 8.
+/// The variant [`linear`] uses for an (M, K) input on this device, chosen by measurement on lavapipe
+/// (`benches/kernels.rs`): for decode-sized M the GEMV (with x shared through the subgroup when subgroups
+/// of >= 8 lanes exist and K % 32 == 0); otherwise the 8x4 subgroup kernel where subgroups of >= 8 lanes
+/// exist, else the portable vec4 kernel; the scalar kernel only when K is not a multiple of 8.
 pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
+    let sg = caps.subgroups && caps.subgroup_min_size >= 8;
     if !k.is_multiple_of(8) {
         LinearVariant::Scalar
     } else if m <= GEMV_MAX_ROWS {
-        LinearVariant::Gemv
-    } else if caps.subgroups && caps.subgroup_min_size >= 8 {
-        LinearVariant::Subgroup
+        if sg && k.is_multiple_of(32) {
+            LinearVariant::GemvSubgroup
+        } else {
+            LinearVariant::Gemv
+        }
+    } else if sg {
+        LinearVariant::SubgroupC4
     } else {
         LinearVariant::Vec4
     }
@@ -109,6 +145,7 @@ struct BmmParams {
 /// Workgroup sizes of the vec4, subgroup and GEMV kernels (invocations).
 const V4_WG: usize = 64;
 const SG_WG: usize = 32;
+const SG4_WG: usize = 64;
 const GEMV_WG: usize = 64;
 
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
@@ -202,22 +239,23 @@ pub fn linear_variant(
     if k == 0 {
         return Err(Error::shape(OP, "K = 0"));
     }
-    if variant != LinearVariant::Scalar && !k.is_multiple_of(8) {
+    if !k.is_multiple_of(variant.k_multiple()) {
         return Err(Error::shape(
             OP,
-            format!("{variant:?} kernel needs K % 8 == 0, K = {k}"),
+            format!(
+                "{variant:?} kernel needs K % {} == 0, K = {k}",
+                variant.k_multiple()
+            ),
         ));
     }
-    if variant == LinearVariant::Gemv && m > GEMV_MAX_ROWS {
+    if variant.is_gemv() && m > GEMV_MAX_ROWS {
         return Err(Error::shape(
             OP,
             format!("GEMV kernel handles M <= {GEMV_MAX_ROWS}, M = {m}"),
         ));
     }
     let gpu = rec.gpu().clone();
-    if variant == LinearVariant::Subgroup
-        && !(gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8)
-    {
+    if variant.needs_subgroups() && !(gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8) {
         return Err(Error::Limit {
             what: "subgroup linear kernel: subgroup size".into(),
             requested: 8,
@@ -229,12 +267,18 @@ pub fn linear_variant(
     let overrides_scalar = [("W_F16", f16)];
     let overrides_v4 = [("W_F16", f16), ("WG", V4_WG as f64)];
     let overrides_sg = [("W_F16", f16), ("WG", SG_WG as f64)];
+    let overrides_sg4 = [("W_F16", f16), ("WG", SG4_WG as f64)];
     let overrides_gemv = [("W_F16", f16), ("WG", GEMV_WG as f64), ("MR", m as f64)];
     let kernel = match variant {
         LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
         LinearVariant::Vec4 => Kernel::new(&SHADER_V4, "linear_v4").with(&overrides_v4),
         LinearVariant::Subgroup => Kernel::new(&SHADER_SG, "linear_sg").with(&overrides_sg),
+        LinearVariant::SubgroupC4 => Kernel::new(&SHADER_SG, "linear_sg_c4").with(&overrides_sg4),
+        LinearVariant::SubgroupR16 => Kernel::new(&SHADER_SG, "linear_sg_r16").with(&overrides_sg4),
         LinearVariant::Gemv => Kernel::new(&SHADER_GEMV, "linear_gemv").with(&overrides_gemv),
+        LinearVariant::GemvSubgroup => {
+            Kernel::new(&SHADER_SG, "linear_gemv_sg").with(&overrides_gemv)
+        }
     };
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
@@ -258,7 +302,11 @@ pub fn linear_variant(
             LinearVariant::Scalar => [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
             LinearVariant::Vec4 => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * V4_WG), 1],
             LinearVariant::Subgroup => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * SG_WG), 1],
-            LinearVariant::Gemv => grid_1d(ceil_div(chunk.rows, GEMV_WG)),
+            LinearVariant::SubgroupC4 => [ceil_div(m, 8), ceil_div(chunk.rows, 4 * SG4_WG), 1],
+            LinearVariant::SubgroupR16 => [ceil_div(m, 16), ceil_div(chunk.rows, 4 * SG4_WG), 1],
+            LinearVariant::Gemv | LinearVariant::GemvSubgroup => {
+                grid_1d(ceil_div(chunk.rows, GEMV_WG))
+            }
         };
         rec.dispatch(
             &kernel,
