@@ -198,6 +198,14 @@ fn bad_index_json() {
         ("absolute", with("/etc/model.safetensors")),
         ("backslash", with("..\\x.safetensors")),
         ("drive", with("C:x.safetensors")),
+        ("dot dir", with("./model-00001-of-00002.safetensors")),
+        (
+            "inner traversal",
+            with("sub/../model-00001-of-00002.safetensors"),
+        ),
+        ("query", with("model.safetensors?x=1.safetensors")),
+        ("percent", with("%2e%2e/x.safetensors")),
+        ("empty component", with("sub//x.safetensors")),
         ("not safetensors", with("config.json")),
         ("no weight_map", serde_json::json!({"metadata": {}})),
         ("empty weight_map", serde_json::json!({"weight_map": {}})),
@@ -227,4 +235,59 @@ fn bad_index_json() {
         matches!(e, Error::CheckpointIndex { ref msg, .. } if msg.contains("not there")),
         "{e}"
     );
+}
+
+#[test]
+fn shard_name_rules() {
+    use florence2_wasm::weights::source::check_relative_name;
+    for ok in [
+        "model.safetensors",
+        "model-00001-of-00002.safetensors",
+        "sub/dir/x_1.safetensors",
+    ] {
+        assert!(check_relative_name(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "/abs.safetensors",
+        "../x",
+        "a/../../x",
+        "a\\b",
+        "c:x",
+        "a b",
+        "a#b",
+        "x\0",
+        "a/./b",
+    ] {
+        assert!(!check_relative_name(bad), "{bad}");
+    }
+}
+
+#[test]
+fn dir_loader_refuses_traversal_on_disk() {
+    // A real directory whose index points outside it: refused before any file is opened.
+    let root = std::env::temp_dir().join(format!("f2w-weights-{}-trav", std::process::id()));
+    let dir = root.join("model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_, raw) = tiny_raw(8, Dt::F32);
+    std::fs::write(
+        root.join("outside.safetensors"),
+        write_safetensors(&raw, None),
+    )
+    .unwrap();
+    std::fs::write(dir.join("config.json"), tiny_config_json().to_string()).unwrap();
+    let mut wm = serde_json::Map::new();
+    for t in &raw {
+        wm.insert(t.name.clone(), "../outside.safetensors".into());
+    }
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::json!({"weight_map": wm}).to_string(),
+    )
+    .unwrap();
+    let e = florence2_wasm::weights::load_dir(&gpu(), &dir)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(e, Error::CheckpointIndex { .. }), "{e}");
+    let _ = std::fs::remove_dir_all(&root);
 }

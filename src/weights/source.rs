@@ -7,7 +7,8 @@
 //! The futures carry no `Send` bound: wasm is single-threaded and the native implementations resolve
 //! immediately (`pollster::block_on` drives them).
 
-use std::path::{Component, Path, PathBuf};
+#[cfg(not(target_arch = "wasm32"))]
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -36,15 +37,20 @@ pub trait ModelFiles {
 /// Largest "small" file we read whole (config, index, tokenizer files).
 pub const MAX_SMALL_FILE: u64 = 64 << 20;
 
-/// A shard or file name as it appears in an index: a plain relative file name, no directories going up,
-/// no absolute paths, no drive prefixes, no backslashes, no NUL. Subdirectories (`a/b.safetensors`) are
-/// allowed.
+/// A shard or file name as it appears in an index: relative, made of `/`-separated components of ASCII
+/// letters, digits, `.`, `_` and `-` only, none of them `.` or `..` (so it can neither climb out of the
+/// model directory nor change meaning when joined to a URL: no `?`, `#`, `%`, `\\`, `:`). At most 255 bytes.
 pub fn check_relative_name(name: &str) -> bool {
-    if name.is_empty() || name.contains('\\') || name.contains('\0') || name.contains(':') {
+    if name.is_empty() || name.len() > 255 || name.starts_with('/') {
         return false;
     }
-    let p = Path::new(name);
-    p.components().all(|c| matches!(c, Component::Normal(_)))
+    name.split('/').all(|c| {
+        !c.is_empty()
+            && c != "."
+            && c != ".."
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    })
 }
 
 // ---- in memory -------------------------------------------------------------------------------------
