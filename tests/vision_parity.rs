@@ -55,13 +55,11 @@ struct Run {
 
 /// Load `models/<model_dir>`, run tower + projector on the reference pixels in ONE submit, read back
 /// every tap.
-fn run(g: &Arc<Gpu>, model_dir: &str, pixels: (&[usize], &[f32]), mlp_chunk: Option<u64>) -> Run {
+fn run(g: &Arc<Gpu>, model_dir: &str, pixels: (&[usize], &[f32]), tweak: fn(&mut DaVit)) -> Run {
     let dir = fixtures().join("models").join(model_dir);
     let (cfg, w) = weights::load_dir(g, &dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut davit = DaVit::new(&cfg.vision, w.pp("model").pp("vision_tower")).unwrap();
-    if let Some(bytes) = mlp_chunk {
-        davit.mlp_chunk_bytes = bytes;
-    }
+    tweak(&mut davit);
     let proj = Projector::new(&cfg, w.pp("model").pp("multi_modal_projector")).unwrap();
     let px = Tensor::from_f32(g, pixels.0, pixels.1, "pixels").unwrap();
     let mut rec = Recorder::new(g);
@@ -126,17 +124,17 @@ fn compare(label: &str, run: &Run, reference: &[(String, Vec<usize>, Vec<f32>)],
 }
 
 fn parity(cfg: &str, model_dir: &str, rel_tol: f32) {
-    parity_with(cfg, model_dir, rel_tol, None);
+    parity_with(cfg, model_dir, rel_tol, |_| {});
 }
 
-fn parity_with(cfg: &str, model_dir: &str, rel_tol: f32, mlp_chunk: Option<u64>) {
+fn parity_with(cfg: &str, model_dir: &str, rel_tol: f32, tweak: fn(&mut DaVit)) {
     let g = gpu();
     let reference = read_reference(cfg);
     let (_, pshape, pvals) = reference
         .iter()
         .find(|(n, _, _)| n == "pixel_values")
         .expect("pixel_values in the reference");
-    let r = run(&g, model_dir, (pshape, pvals), mlp_chunk);
+    let r = run(&g, model_dir, (pshape, pvals), tweak);
     compare(model_dir, &r, &reference, rel_tol);
     let n_taps = reference
         .iter()
@@ -160,7 +158,19 @@ fn tiny4_mlp_in_row_chunks_matches_reference() {
     // A 12800-byte budget for the MLP hidden activation (50 rows of stage 0's 64-wide hidden) forces the
     // chunked MLP path (7 full chunks and a 34-row tail at stage 0) used when a real model's hidden
     // activation exceeds one storage binding.
-    parity_with("tiny4", "tiny4", REL_TOL, Some(12800));
+    parity_with("tiny4", "tiny4", REL_TOL, |d| d.mlp_chunk_bytes = 12800);
+}
+
+#[test]
+fn generic_attention_path_matches_reference() {
+    // The default uses the fused window-attention kernel; the generic `ops::attention` path (taken for
+    // head sizes the fused kernel does not cover) must agree too, with and without window padding.
+    parity_with("tiny2", "tiny2", REL_TOL, |d| {
+        d.fused_window_attention = false
+    });
+    parity_with("tiny4", "tiny4", REL_TOL, |d| {
+        d.fused_window_attention = false
+    });
 }
 
 // The same weights in the other checkpoint layouts and dtypes. Each variant has its own reference run

@@ -168,6 +168,9 @@ pub struct DaVit {
     /// 0 hidden is 36864 x 1024 f32 = 151 MB, over the 128 MiB binding limit of lavapipe and of browsers'
     /// default limits) the MLP runs in row chunks. Defaults to the device's binding limit; tests lower it.
     pub mlp_chunk_bytes: u64,
+    /// Use the fused window-attention kernel (`ops::window_attn`) where it applies (head_dim a multiple
+    /// of 4 up to 32: every released model); false forces the generic `ops::attention` path.
+    pub fused_window_attention: bool,
 }
 
 /// Per-stage working buffers (allocated once per stage per forward, reused by every block).
@@ -190,9 +193,8 @@ struct StageBufs {
     /// no padding), q, k, v (nW, ws*ws, C).
     win: Tensor,
     wqkv: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    /// Separate q, k, v for the generic attention kernel; None when the fused window kernel runs.
+    qkv_split: Option<(Tensor, Tensor, Tensor)>,
 }
 
 fn zeros(rec: &Recorder, shape: &[usize], label: &str) -> Result<Tensor> {
@@ -206,6 +208,7 @@ impl StageBufs {
         hidden: usize,
         ws: usize,
         mlp_rows: usize,
+        fused: bool,
     ) -> Result<Self> {
         let rows = b * h * w;
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
@@ -241,9 +244,15 @@ impl StageBufs {
             cqkv,
             win,
             wqkv,
-            q: zeros(rec, &[nw, t, c], "davit.q")?,
-            k: zeros(rec, &[nw, t, c], "davit.k")?,
-            v: zeros(rec, &[nw, t, c], "davit.v")?,
+            qkv_split: if fused {
+                None
+            } else {
+                Some((
+                    zeros(rec, &[nw, t, c], "davit.q")?,
+                    zeros(rec, &[nw, t, c], "davit.k")?,
+                    zeros(rec, &[nw, t, c], "davit.v")?,
+                ))
+            },
         })
     }
 }
@@ -370,6 +379,7 @@ impl DaVit {
             window_size: cfg.window_size,
             in_channels: cfg.in_channels,
             mlp_chunk_bytes: u64::MAX,
+            fused_window_attention: true,
         })
     }
 
@@ -445,7 +455,16 @@ impl DaVit {
                 .unwrap_or(1);
             let budget = self.mlp_chunk_bytes.min(rec.gpu().caps.max_storage_binding);
             let mlp_rows = ((budget / (hidden.max(1) as u64 * 4)) as usize).max(1);
-            let bufs = StageBufs::new(rec, (bsz, nh, nw, c), hidden, self.window_size, mlp_rows)?;
+            let heads = stage_param(&self.num_heads, s, "num_heads")?;
+            let fused = self.fused_window_attention && ops::window_attn::supported(c, heads);
+            let bufs = StageBufs::new(
+                rec,
+                (bsz, nh, nw, c),
+                hidden,
+                self.window_size,
+                mlp_rows,
+                fused,
+            )?;
             // ---- ConvEmbed ----
             if ce.pre_norm {
                 let normed = zeros(rec, &[bsz, h, w, ce.in_channels], "davit.prenorm")?;
@@ -576,15 +595,22 @@ impl DaVit {
             Act::None,
             &bufs.wqkv.reshape(&[wrows, 3 * c])?,
         )?; // (nW*ws*ws, 3C)
-        ops::layout::split_qkv(rec, &bufs.wqkv, &bufs.q, &bufs.k, &bufs.v)?; // 3 x (nW, ws*ws, C)
-        let opts = AttnOpts {
-            heads,
-            scale: ((c / heads) as f64).powf(-0.5) as f32,
-            ..AttnOpts::default()
-        };
-        ops::attention::attention(rec, &bufs.q, &bufs.k, &bufs.v, &opts, &bufs.win)?; // (nW, ws*ws, C)
-                                                                                      // Crop back to the image first, then project: `proj` is per token, so projecting only the real
-                                                                                      // tokens gives the same values as the reference's project-then-crop.
+        let scale = ((c / heads) as f64).powf(-0.5) as f32;
+        match &bufs.qkv_split {
+            // Fused kernel straight from the qkv Linear's output.
+            None => ops::window_attn::window_attention(rec, &bufs.wqkv, heads, scale, &bufs.win)?, // (nW, ws*ws, C)
+            Some((q, k, v)) => {
+                ops::layout::split_qkv(rec, &bufs.wqkv, q, k, v)?; // 3 x (nW, ws*ws, C)
+                let opts = AttnOpts {
+                    heads,
+                    scale,
+                    ..AttnOpts::default()
+                };
+                ops::attention::attention(rec, q, k, v, &opts, &bufs.win)?; // (nW, ws*ws, C)
+            }
+        }
+        // Crop back to the image first, then project: `proj` is per token, so projecting only the real
+        // tokens gives the same values as the reference's project-then-crop.
         ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.n)?; // (B, H, W, C)
         blk.window_attn
             .proj

@@ -15,5 +15,6 @@ pub mod pos_embed;
 pub mod reduce;
 pub mod softmax;
 pub mod window;
+pub mod window_attn;
 
 pub(crate) mod check;
