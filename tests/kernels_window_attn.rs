@@ -6,6 +6,7 @@
 //! then move by a factor within e^(+-2 delta); the online softmax rescales the running sums once per key,
 //! adding at most ~3 roundings per key to each weighted sum, and the final division one more; so
 //! |out - ref| <= (e^(2 delta) - 1 + 3 (T + D + 2) u) max|v|.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{gpu, max_diff, Rng};
