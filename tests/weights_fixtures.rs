@@ -1,6 +1,7 @@
 //! The committed fixture checkpoints (`tests/fixtures/models/*`, made by `scripts/make_fixtures.py`):
 //! the original-layout and mlx-bf16 re-saves and the f16 shards load to exactly the HF-native f32
 //! tensors (after the same bf16/f16 rounding), whichever loader (ranged or streamed) is used.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
 

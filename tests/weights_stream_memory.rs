@@ -1,6 +1,7 @@
 //! Peak host memory of the streaming loader, measured with a counting global allocator (this binary
 //! holds one test, so nothing else allocates meanwhile): streaming a 16 MiB checkpoint in 256 KiB
-//! chunks must grow the Rust heap by a small multiple of the chunk, not by the file.
+//! chunks (push-style streaming, and the ranged loader) must grow the Rust heap by a small multiple of
+//! the chunk, not by the file.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
@@ -100,4 +101,25 @@ fn peak_host_memory_is_about_one_chunk() {
     // Whole-process Rust heap (loader + wgpu bookkeeping) stays a small multiple of the chunk, far
     // below the 16 MiB file.
     assert!(peak < 8 * chunk, "peak {peak}");
+
+    // The ranged loader (what `load_dir` runs) on the same file with the same chunk size: it reads one
+    // chunk-sized range at a time.
+    let files = mem_model(&cfg_json, &[("model.safetensors", file.clone())]);
+    let opts = LoadOptions {
+        chunk_bytes: chunk,
+        ..LoadOptions::default()
+    };
+    drop(w);
+    gpu.wait_idle().unwrap();
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let (_, w) =
+        pollster::block_on(florence2_wasm::weights::load_files(&gpu, &files, opts)).unwrap();
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    eprintln!(
+        "ranged loader, chunk {chunk}: peak Rust heap growth {peak} bytes ({:.1}% of the file)",
+        100.0 * peak as f64 / file.len() as f64
+    );
+    assert!(w.byte_size() > file.len() as u64 / 2);
+    assert!(peak < 8 * chunk, "ranged peak {peak}");
 }
