@@ -150,6 +150,9 @@ fn unigram_bans_beyond_top_k_are_enforced() {
         forced_eos_token_id: None,
         eos_token_ids: vec![u32::MAX],
         decoder_start_token_id: 2,
+        num_beams: 1,
+        length_penalty: 1.0,
+        early_stopping: Default::default(),
     };
     let got = pollster::block_on(generate::greedy(&dec, &g, &cross, &opts, &|| false)).unwrap();
     assert_eq!(got.len(), 31);

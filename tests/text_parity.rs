@@ -20,7 +20,7 @@ use common::{gpu, max_diff};
 use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
 use florence2_wasm::model::bart::{Decoder, Encoder};
 use florence2_wasm::model::florence2::Florence2;
-use florence2_wasm::model::generate::{self, GenerateOptions};
+use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
 use florence2_wasm::model::Florence2Config;
 use florence2_wasm::processor::image::{
     decode_image, preprocess, ImageLimits, ImageProcessorConfig,
@@ -158,6 +158,13 @@ fn options_of(result: &Value, max_new: usize) -> GenerateOptions {
         forced_eos_token_id: id("forced_eos_token_id"),
         eos_token_ids: vec![id("eos_token_id").unwrap()],
         decoder_start_token_id: id("decoder_start_token_id").unwrap(),
+        num_beams: kw["num_beams"].as_u64().unwrap_or(1) as usize,
+        length_penalty: kw["length_penalty"].as_f64().unwrap_or(1.0) as f32,
+        early_stopping: match &kw["early_stopping"] {
+            Value::Bool(false) => EarlyStopping::False,
+            Value::String(s) if s == "never" => EarlyStopping::Never,
+            _ => EarlyStopping::True,
+        },
     }
 }
 
@@ -446,6 +453,8 @@ fn cli_run(dir: &str, case: &Value) -> Value {
         case["task"].as_str().unwrap(),
         "--max-new-tokens",
         &case["max_new_tokens"].to_string(),
+        "--num-beams",
+        "1",
         "--json",
     ]);
     let text_input = case["text_input"].as_str().unwrap();
@@ -461,8 +470,8 @@ fn cli_run(dir: &str, case: &Value) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// `florence2 run --json` (generation settings from the model dir's generation_config.json, i.e. the
-/// reference's greedy kwargs) gives the reference's greedy ids and text: every case of the HF-native
+/// `florence2 run --num-beams 1 --json` (the other generation settings from the model dir's
+/// generation_config.json, i.e. the reference's greedy kwargs) gives the reference's greedy ids and text: every case of the HF-native
 /// fixtures, and the first case of every other layout / dtype (original names, mlx bf16, f16 shards).
 #[test]
 fn cli_run_json_matches_reference_greedy() {

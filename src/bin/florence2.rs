@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! florence2 parse --task TASK --image-size W,H --text RAW [--json]
-//! florence2 run --model DIR --image FILE --task PROMPT [--text INPUT] [--max-new-tokens N] [--json]
+//! florence2 run --model DIR --image FILE --task PROMPT [--text INPUT] [--max-new-tokens N]
+//!               [--num-beams N] [--no-repeat-ngram-size N] [--early-stopping true|false|never]
+//!               [--length-penalty X] [--json]
 //! ```
 //!
 //! `parse` post-processes a raw generation (decoded with special tokens kept) without a model, for scripting
@@ -24,7 +26,7 @@ use std::time::Instant;
 
 use florence2_wasm::gpu::{Gpu, GpuOptions, Tensor};
 use florence2_wasm::model::florence2::Florence2;
-use florence2_wasm::model::generate::GenerateOptions;
+use florence2_wasm::model::generate::{EarlyStopping, GenerateOptions, MAX_BEAMS};
 use florence2_wasm::postprocess::{post_process_generation, TaskResult};
 use florence2_wasm::processor::image::{
     decode_image, preprocess, ImageLimits, ImageProcessorConfig,
@@ -42,9 +44,13 @@ usage:
   florence2 parse --task TASK --image-size W,H --text RAW [--json]
       post-process a raw generation (RAW '-' reads stdin); TASK is a marker (<OD>), a name (OD) or a
       whole prompt ('<OPEN_VOCABULARY_DETECTION>cat')
-  florence2 run --model DIR --image FILE --task PROMPT [--text INPUT] [--max-new-tokens N] [--json]
+  florence2 run --model DIR --image FILE --task PROMPT [--text INPUT] [--max-new-tokens N]
+                [--num-beams N] [--no-repeat-ngram-size N] [--early-stopping true|false|never]
+                [--length-penalty X] [--json]
       run the model on an image (PROMPT e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats';
-      --text INPUT is appended to PROMPT); greedy decoding, default max 1024 new tokens
+      --text INPUT is appended to PROMPT); decoding settings from the model's generation_config.json
+      (Florence-2: 3 beams, no-repeat-n-gram 3), overridable; --num-beams 1 is greedy; default max
+      1024 new tokens
   florence2 help";
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
@@ -174,11 +180,26 @@ fn parse_cmd(args: &[String]) -> Result<(), Failure> {
 }
 
 /// `florence2 run`: load `--model DIR` (config, weights, tokenizer, preprocessor and generation configs),
-/// read and preprocess `--image FILE`, build the prompt from `--task` (+ `--text`), encode, decode greedily
-/// (the generation settings of `generation_config.json`, `--max-new-tokens` overriding), decode the ids
+/// read and preprocess `--image FILE`, build the prompt from `--task` (+ `--text`), encode, generate (the
+/// settings of `generation_config.json`, then config.json, then Florence-2's defaults: beam search with 3
+/// beams; `--max-new-tokens`, `--num-beams`, `--no-repeat-ngram-size`, `--early-stopping`,
+/// `--length-penalty` overriding), decode the ids
 /// with special tokens kept and post-process them with the original image size.
 fn run_cmd(args: &[String]) -> Result<(), Failure> {
-    let opts = Opts::parse(args, &["model", "image", "task", "text", "max-new-tokens"])?;
+    let opts = Opts::parse(
+        args,
+        &[
+            "model",
+            "image",
+            "task",
+            "text",
+            "max-new-tokens",
+            "num-beams",
+            "no-repeat-ngram-size",
+            "early-stopping",
+            "length-penalty",
+        ],
+    )?;
     let dir = Path::new(opts.required("model")?).to_path_buf();
     let image_path = opts.required("image")?.to_string();
     let mut prompt = opts.required("task")?.to_string();
@@ -217,6 +238,36 @@ fn run_cmd(args: &[String]) -> Result<(), Failure> {
             .map_err(run)?;
     }
     gen.max_new_tokens = max_new;
+    if let Some(v) = opts.values.get("num-beams") {
+        gen.num_beams = v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_BEAMS).contains(n))
+            .ok_or_else(|| {
+                Failure::Usage(format!("--num-beams takes 1..={MAX_BEAMS}, got {v:?}"))
+            })?;
+    }
+    if let Some(v) = opts.values.get("no-repeat-ngram-size") {
+        gen.no_repeat_ngram_size = v.parse::<usize>().map_err(|_| {
+            Failure::Usage(format!(
+                "--no-repeat-ngram-size takes a non-negative integer (0 = off), got {v:?}"
+            ))
+        })?;
+    }
+    if let Some(v) = opts.values.get("early-stopping") {
+        gen.early_stopping = v
+            .parse::<EarlyStopping>()
+            .map_err(|e| Failure::Usage(format!("--early-stopping: {e}")))?;
+    }
+    if let Some(v) = opts.values.get("length-penalty") {
+        gen.length_penalty = v
+            .parse::<f32>()
+            .ok()
+            .filter(|p| p.is_finite())
+            .ok_or_else(|| {
+                Failure::Usage(format!("--length-penalty takes a finite number, got {v:?}"))
+            })?;
+    }
     let model = Florence2::new(&gpu, cfg, &weights).map_err(run)?;
     drop(weights);
     gpu.device
@@ -239,7 +290,7 @@ fn run_cmd(args: &[String]) -> Result<(), Failure> {
     // Model.
     let enc = model.encode(&pixels, &ids).map_err(run)?;
     let t2 = Instant::now();
-    let token_ids = model.generate_greedy(&enc, &gen, &|| false).map_err(run)?;
+    let token_ids = model.generate(&enc, &gen, &|| false).map_err(run)?;
     let decode_ms = ms(t2);
     let generated_text = tok.decode(&token_ids, false).map_err(run)?;
 

@@ -221,6 +221,28 @@ impl Florence2 {
         GenerateOptions::from_config(&self.config, max_new_tokens)
     }
 
+    /// Generation as `opts` says: greedy (`num_beams` 1) or beam search (async: each step awaits a few
+    /// bytes of readback). Returns the ids with the decoder start token first.
+    pub async fn generate_async(
+        &self,
+        enc: &EncoderOutput,
+        opts: &GenerateOptions,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Vec<u32>> {
+        generate::generate(&self.decoder, &self.gpu, &enc.cross, opts, cancel).await
+    }
+
+    /// Blocking [`Florence2::generate_async`] (native).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn generate(
+        &self,
+        enc: &EncoderOutput,
+        opts: &GenerateOptions,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Vec<u32>> {
+        pollster::block_on(self.generate_async(enc, opts, cancel))
+    }
+
     /// Greedy decoding (async: each step awaits a few bytes of readback). Returns the ids with the
     /// decoder start token first.
     pub async fn generate_greedy_async(

@@ -6,6 +6,7 @@
 //! forced token (forced BOS / EOS) reads back nothing, and a forced final token does not even run the
 //! decoder.
 
+pub mod beam;
 pub mod greedy;
 pub mod processors;
 
@@ -14,14 +15,49 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::model::config::Florence2Config;
 
+pub use beam::beam_search;
 pub use greedy::greedy;
 pub use processors::{NextToken, Processors};
 
 /// Largest k the GPU top-k supports; with more bans than this a step reads its full logits row.
 pub const TOPK_MAX: usize = 16;
 
+/// Beam search's `early_stopping` (the reference's `True`, `False`, `"never"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EarlyStopping {
+    /// Stop as soon as `num_beams` hypotheses are finished.
+    #[default]
+    True,
+    /// Stop when the best running beam, length-normalised at its current length, cannot beat the worst
+    /// finished hypothesis.
+    False,
+    /// Like `False`, but with a positive length penalty the running beam is normalised at `max_length`
+    /// (the canonical beam search).
+    Never,
+}
+
+impl std::str::FromStr for EarlyStopping {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "true" => Ok(EarlyStopping::True),
+            "false" => Ok(EarlyStopping::False),
+            "never" => Ok(EarlyStopping::Never),
+            _ => Err(Error::Config(format!(
+                "early_stopping must be true, false or never, got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// Florence-2's defaults (its checkpoints' generation settings / the model card).
+pub const DEFAULT_NUM_BEAMS: usize = 3;
+pub const DEFAULT_NO_REPEAT_NGRAM_SIZE: usize = 3;
+/// More beams than this are refused (each beam is a decoder batch row).
+pub const MAX_BEAMS: usize = 64;
+
 /// Settings of one generation call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GenerateOptions {
     /// New tokens after the decoder start token (also bounded by max_position_embeddings).
     pub max_new_tokens: usize,
@@ -32,15 +68,29 @@ pub struct GenerateOptions {
     /// Generation stops after any of these.
     pub eos_token_ids: Vec<u32>,
     pub decoder_start_token_id: u32,
+    /// 1 = greedy decoding, more = beam search.
+    pub num_beams: usize,
+    /// Exponent of the generated length dividing a finished hypothesis' log-prob sum (beam search).
+    pub length_penalty: f32,
+    pub early_stopping: EarlyStopping,
 }
 
 impl GenerateOptions {
-    /// Settings from the model config: its eos / decoder start / forced ids and its
-    /// `no_repeat_ngram_size` when present; `max_new_tokens` as given.
+    /// Settings from the model config: its eos / decoder start / forced ids, its `num_beams` and
+    /// `no_repeat_ngram_size` when present (else Florence-2's 3 and 3), `early_stopping` true,
+    /// `length_penalty` 1; `max_new_tokens` as given.
     pub fn from_config(cfg: &Florence2Config, max_new_tokens: usize) -> Self {
         GenerateOptions {
             max_new_tokens,
-            no_repeat_ngram_size: cfg.no_repeat_ngram_size.unwrap_or(0),
+            num_beams: cfg
+                .num_beams
+                .filter(|&n| (1..=MAX_BEAMS).contains(&n))
+                .unwrap_or(DEFAULT_NUM_BEAMS),
+            length_penalty: 1.0,
+            early_stopping: EarlyStopping::True,
+            no_repeat_ngram_size: cfg
+                .no_repeat_ngram_size
+                .unwrap_or(DEFAULT_NO_REPEAT_NGRAM_SIZE),
             forced_bos_token_id: cfg.text.forced_bos_token_id,
             forced_eos_token_id: cfg.text.forced_eos_token_id,
             eos_token_ids: vec![cfg.text.eos_token_id],
@@ -50,8 +100,8 @@ impl GenerateOptions {
 
     /// Override the settings with the keys a `generation_config.json` sets (`no_repeat_ngram_size`,
     /// `forced_bos_token_id`, `forced_eos_token_id`, `eos_token_id` (an id or a list),
-    /// `decoder_start_token_id`); absent or null keys keep the current value. `num_beams`,
-    /// `early_stopping` and `length_penalty` belong to beam search and are not read here.
+    /// `decoder_start_token_id`, `num_beams` (1..=64), `length_penalty`, `early_stopping` (true, false or
+    /// "never")); absent or null keys keep the current value.
     pub fn with_generation_config(mut self, json: &[u8]) -> Result<Self> {
         let bad =
             |k: &str, v: &Value| Error::Config(format!("generation_config.json: bad {k} {v}"));
@@ -82,6 +132,26 @@ impl GenerateOptions {
         if let Some(t) = id("decoder_start_token_id")? {
             self.decoder_start_token_id = t;
         }
+        if let Some(x) = v.get("num_beams").filter(|x| !x.is_null()) {
+            self.num_beams = x
+                .as_u64()
+                .filter(|n| (1..=MAX_BEAMS as u64).contains(n))
+                .ok_or_else(|| bad("num_beams", x))? as usize;
+        }
+        if let Some(x) = v.get("length_penalty").filter(|x| !x.is_null()) {
+            self.length_penalty = x
+                .as_f64()
+                .map(|p| p as f32)
+                .filter(|p| p.is_finite())
+                .ok_or_else(|| bad("length_penalty", x))?;
+        }
+        match v.get("early_stopping").filter(|x| !x.is_null()) {
+            None => {}
+            Some(Value::Bool(true)) => self.early_stopping = EarlyStopping::True,
+            Some(Value::Bool(false)) => self.early_stopping = EarlyStopping::False,
+            Some(Value::String(s)) if s == "never" => self.early_stopping = EarlyStopping::Never,
+            Some(x) => return Err(bad("early_stopping", x)),
+        }
         match v.get("eos_token_id").filter(|x| !x.is_null()) {
             None => {}
             Some(Value::Array(a)) => {
@@ -111,6 +181,23 @@ impl GenerateOptions {
             .min(max_positions.max(1))
     }
 
+    /// Checks before a generation: 1..=64 beams, a finite length penalty.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_BEAMS).contains(&self.num_beams) {
+            return Err(Error::InvalidInput(format!(
+                "num_beams {} is outside 1..={MAX_BEAMS}",
+                self.num_beams
+            )));
+        }
+        if !self.length_penalty.is_finite() {
+            return Err(Error::InvalidInput(format!(
+                "length_penalty {} is not finite",
+                self.length_penalty
+            )));
+        }
+        Ok(())
+    }
+
     pub fn processors(&self, max_positions: usize) -> Processors {
         Processors {
             no_repeat_ngram_size: self.no_repeat_ngram_size,
@@ -118,6 +205,23 @@ impl GenerateOptions {
             forced_eos_token_id: self.forced_eos_token_id,
             max_length: self.max_length(max_positions),
         }
+    }
+}
+
+/// Greedy decoding (`num_beams` 1) or beam search, as `opts` says. Returns the ids with the decoder start
+/// token first.
+pub async fn generate(
+    decoder: &crate::model::bart::Decoder,
+    gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    cross: &crate::model::bart::CrossKv,
+    opts: &GenerateOptions,
+    cancel: &dyn Fn() -> bool,
+) -> Result<Vec<u32>> {
+    opts.validate()?;
+    if opts.num_beams <= 1 {
+        greedy(decoder, gpu, cross, opts, cancel).await
+    } else {
+        beam_search(decoder, gpu, cross, opts, cancel).await
     }
 }
 
@@ -133,6 +237,9 @@ mod tests {
             forced_eos_token_id: Some(2),
             eos_token_ids: vec![2],
             decoder_start_token_id: 2,
+            num_beams: 1,
+            length_penalty: 1.0,
+            early_stopping: EarlyStopping::True,
         }
     }
 
@@ -149,14 +256,33 @@ mod tests {
         assert_eq!(o.forced_eos_token_id, Some(2));
         assert_eq!(o.eos_token_ids, vec![2, 5]);
         assert_eq!(o.max_new_tokens, 7);
+        assert_eq!(o.num_beams, 3);
+        assert_eq!(o.early_stopping, EarlyStopping::True);
         let o = base()
             .with_generation_config(br#"{"eos_token_id": 9}"#)
             .unwrap();
         assert_eq!(o.eos_token_ids, vec![9]);
+        assert_eq!(o.num_beams, 1);
+        let o = base()
+            .with_generation_config(
+                br#"{"early_stopping": "never", "length_penalty": 0.5, "num_beams": 4}"#,
+            )
+            .unwrap();
+        assert_eq!(o.early_stopping, EarlyStopping::Never);
+        assert_eq!(o.length_penalty, 0.5);
+        assert_eq!(o.num_beams, 4);
+        let o = base()
+            .with_generation_config(br#"{"early_stopping": false}"#)
+            .unwrap();
+        assert_eq!(o.early_stopping, EarlyStopping::False);
         for bad in [
             &br#"{"eos_token_id": -1}"#[..],
             br#"{"forced_bos_token_id": "x"}"#,
             br#"{"no_repeat_ngram_size": 1e9}"#,
+            br#"{"num_beams": 0}"#,
+            br#"{"num_beams": 1000}"#,
+            br#"{"early_stopping": "sometimes"}"#,
+            br#"{"length_penalty": "x"}"#,
             br#"not json"#,
         ] {
             assert!(matches!(
