@@ -2,8 +2,10 @@
 //! and case, the `beam*` results of `tests/fixtures/reference/<dir>/cases.json` (beam 3 everywhere; 1, 2,
 //! 4 beams, `early_stopping` false / "never" and no-repeat off for some cases) must come out with
 //! identical token ids and decoded text, from the reference processor's prompt ids through the whole
-//! model. Exact equality is meaningful: the fixture script keeps every candidate-score gap >= 9e-4
-//! (see the README's margins), far above the f32 differences between the GPU and torch.
+//! model. Exact equality is meaningful: the fixture script keeps every candidate-score gap >= 2e-4
+//! (see the README's margins), far above the f32 differences between the GPU and torch. The fixtures
+//! have natural EOS (hypotheses finishing early, down to `</s> <s> </s>`) and a case where
+//! `early_stopping` false / "never" changes the beam-3 result (tiny4 `<DETAILED_CAPTION>`).
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
@@ -143,7 +145,7 @@ fn beam_search_matches_reference_on_every_case() {
             }
         }
         eprintln!("{dir_name}: {checked} beam results identical ({kinds:?})");
-        assert!(checked >= 11, "{dir_name}: only {checked}");
+        assert!(checked >= 25, "{dir_name}: only {checked}");
         total += checked;
     }
     eprintln!("{total} beam results identical");
