@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::ops::attention::{self, AttnOpts};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+use florence2_wasm::ops::{conv, norm};
 
 struct Cfg {
     full: bool,
@@ -307,7 +309,130 @@ fn main() {
         );
     }
 
-    // Hooks: attention, conv2d and LayerNorm rows are added here once those kernels are on main
-    // (ops::attention::attention at 585 tokens x 12 heads, ops::conv::conv2d 7x7 s4 on 768x768x3,
-    // ops::norm::layer_norm at 36864 x 128).
+    other_ops(&cfg, &gpu, cores);
+}
+
+fn rand_tensor(gpu: &Arc<Gpu>, seed: u64, shape: &[usize]) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_f32(gpu, shape, &rand_vec(seed, n), "t").unwrap()
+}
+
+fn zeros(gpu: &Arc<Gpu>, shape: &[usize]) -> Tensor {
+    Tensor::zeros(gpu, shape, DType::F32, "out").unwrap()
+}
+
+/// Median timing of one op recorded alone, submitted and waited for.
+fn time_op(cfg: &Cfg, gpu: &Arc<Gpu>, mut op: impl FnMut(&mut Recorder)) -> Timing {
+    time_it(cfg, || {
+        let mut rec = Recorder::new(gpu);
+        op(&mut rec);
+        rec.submit().unwrap();
+        gpu.wait_idle().unwrap();
+    })
+}
+
+fn print_op(label: &str, t: Timing, work: f64, unit: &str, cores: f64) {
+    let norm = t
+        .cpu
+        .map_or(String::new(), |c| format!(" ({:.2})", work / c * cores));
+    println!(
+        "{label:<44} {:>9.2} ms {:>9.2}{norm} {unit}",
+        t.wall * 1e3,
+        work / t.wall
+    );
+}
+
+/// Attention, convolution and LayerNorm at Florence-2-base shapes (same timing and normalisation as the
+/// linear table). FLOPs count the multiply-adds of q k^T and p v (4 T_q T_k C per batch row).
+fn other_ops(cfg: &Cfg, gpu: &Arc<Gpu>, cores: f64) {
+    println!();
+    println!("other ops at Florence-2-base shapes   [wall ms, wall rate (CPU-normalised rate)]");
+
+    let (r, c) = (36864, 128);
+    let x = rand_tensor(gpu, 1, &[r, c]);
+    let g = rand_tensor(gpu, 2, &[c]);
+    let b = rand_tensor(gpu, 3, &[c]);
+    let out = zeros(gpu, &[r, c]);
+    let t = time_op(cfg, gpu, |rec| {
+        norm::layer_norm(rec, &x, &g, &b, 1e-5, &out).unwrap()
+    });
+    print_op(
+        "layer_norm (36864, 128)",
+        t,
+        (2 * r * c * 4) as f64 / 1e9,
+        "GB/s",
+        cores,
+    );
+
+    let attn =
+        |label: &str, bq: usize, tq: usize, bk: usize, tk: usize, heads: usize, ch: usize| {
+            let q = rand_tensor(gpu, 1, &[bq, tq, ch]);
+            let k = rand_tensor(gpu, 2, &[bk, tk, ch]);
+            let v = rand_tensor(gpu, 3, &[bk, tk, ch]);
+            let out = zeros(gpu, &[bq, tq, ch]);
+            let opts = AttnOpts {
+                heads,
+                scale: ((ch / heads) as f32).powf(-0.5),
+                causal: false,
+                kv_len: None,
+                q_offset: 0,
+                mask: None,
+            };
+            let t = time_op(cfg, gpu, |rec| {
+                attention::attention(rec, &q, &k, &v, &opts, &out).unwrap()
+            });
+            let flops = 4.0 * (bq * tq * tk * ch) as f64 / 1e9;
+            print_op(label, t, flops, "GFLOP/s", cores);
+        };
+    attn(
+        "attention BART encoder (1, 585, 12x64)",
+        1,
+        585,
+        1,
+        585,
+        12,
+        768,
+    );
+    attn(
+        "attention DaViT s0 windows (784, 49, 4x32)",
+        784,
+        49,
+        784,
+        49,
+        4,
+        128,
+    );
+    attn(
+        "attention decode cross, 3 beams (Tk 585 shared)",
+        3,
+        1,
+        1,
+        585,
+        12,
+        768,
+    );
+
+    let conv_row =
+        |label: &str, hw: usize, cin: usize, cout: usize, k: usize, s: usize, p: usize| {
+            let ho = conv::conv_out_len(hw, k, s, p).unwrap();
+            let x = rand_tensor(gpu, 1, &[1, hw, hw, cin]);
+            let w = rand_tensor(gpu, 2, &[cout, cin, k, k]);
+            let bias = rand_tensor(gpu, 3, &[cout]);
+            let out = zeros(gpu, &[1, ho, ho, cout]);
+            let t = time_op(cfg, gpu, |rec| {
+                conv::conv2d(rec, &x, &w, &bias, s, p, &out).unwrap()
+            });
+            let flops = 2.0 * (ho * ho * cout * cin * k * k) as f64 / 1e9;
+            print_op(label, t, flops, "GFLOP/s", cores);
+        };
+    conv_row("conv2d 7x7 s4 p3 (768x768x3 -> 128)", 768, 3, 128, 7, 4, 3);
+    conv_row(
+        "conv2d 3x3 s2 p1 (192x192x128 -> 256)",
+        192,
+        128,
+        256,
+        3,
+        2,
+        1,
+    );
 }
