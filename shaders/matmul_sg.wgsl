@@ -6,6 +6,19 @@
 // scalar loop over the lanes, so this cuts x's loads 8-fold; on GPUs it saves cache bandwidth.
 // No barriers, no shared memory. Broadcasts run in uniform control flow: out-of-range lanes are clamped,
 // never returned early. Requires `matmul_common.wgsl` in front.
+//
+// This module is compiled WITHOUT run-time bounds checks (`TRUSTED_SHADERS` in src/gpu/pipeline.rs), so
+// every access below must be provably in bounds. The launcher (`ops::matmul::linear_variant`) guarantees:
+// M >= 1, K >= 8 and K % 8 == 0 (K % 32 == 0 for `linear_gemv_sg`), 1 <= n_rows, n_off + n_rows <= N,
+// x bound whole with M*K f32, w bound with n_rows*K f32 (n_rows*K/8 vec4<u32> for f16), out (M, N) whole,
+// bias (N) bound whenever flags & 1, MR = M <= 4 for the GEMV. With kq = K/4:
+// - x: row indices are clamped to min(row, M-1); the largest index read is (M-1)*kq + 2*(K/8 - 1) + 1 =
+//   M*kq - 1 (GEMV: r*kq + 8*(K/32 - 1) + 7 <= M*kq - 1 for r < MR = M).
+// - w: weight rows are clamped to min(j, n_rows-1); `w_load8(base, k8)` reads base + 2*k8 + 1 (f32,
+//   base = row*kq) or base + k8 (f16, base = row*K/8), with k8 < K/8: below n_rows*kq or n_rows*K/8.
+// - out / bias: written only for m < M and j < n_rows, at m*N + n_off + j < M*N; bias[n_off + j] < N.
+// - function-scope arrays: every index is a loop counter bounded by the array length (8, 16 or 4; xv and
+//   acc of the GEMV are length 4 and indexed by r < MR <= 4).
 
 override WG: u32 = 32u;
 
