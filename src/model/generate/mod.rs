@@ -1,10 +1,12 @@
-//! Decoding loops over the BART decoder: greedy now, beam search next (the decoder state already keeps
-//! one cache row per beam and reorders caches on the GPU).
+//! Decoding loops over the BART decoder: greedy ([`greedy`]) and beam search ([`beam`]; one decoder
+//! batch row per beam, caches reordered on the GPU, cross-attention K/V shared), dispatched by
+//! [`generate`] on `num_beams`.
 //!
-//! Readback per step is a few bytes: the argmax id, or the top-16 ids when the no-repeat-n-gram rule bans
-//! fewer than 16 tokens (the best allowed token is then among them); the logits stay on the GPU. A
-//! forced token (forced BOS / EOS) reads back nothing, and a forced final token does not even run the
-//! decoder.
+//! Readback per step is a few bytes: greedy reads the argmax id, or the top-16 ids when the
+//! no-repeat-n-gram rule bans fewer than 16 tokens (the best allowed token is then among them); beam
+//! search reads the top-16 (id, log-prob) pairs of every beam while each beam's bans + 2 x beams <= 16.
+//! Only past that does a step read whole rows. A forced token (forced BOS / EOS) reads back nothing, and
+//! a forced final token does not even run the decoder.
 
 pub mod beam;
 pub mod greedy;
