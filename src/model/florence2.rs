@@ -5,7 +5,6 @@
 //! encoder + the cross-attention K/V of every decoder layer, then one per decode step.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Recorder, Tensor};
@@ -61,8 +60,32 @@ fn wait_idle(gpu: &Gpu) -> Result<()> {
     Ok(())
 }
 
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
+/// Wall-clock timer for the stage timings (`std::time::Instant` panics on wasm32-unknown-unknown, where
+/// the timings are left at 0: the browser side measures with `performance.now()`).
+#[derive(Clone, Copy)]
+struct Timer {
+    #[cfg(not(target_arch = "wasm32"))]
+    start: std::time::Instant,
+}
+
+impl Timer {
+    fn start() -> Self {
+        Timer {
+            #[cfg(not(target_arch = "wasm32"))]
+            start: std::time::Instant::now(),
+        }
+    }
+
+    fn ms(self) -> f64 {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            self.start.elapsed().as_secs_f64() * 1e3
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            0.0
+        }
+    }
 }
 
 impl Florence2 {
@@ -117,13 +140,13 @@ impl Florence2 {
         }
 
         // Vision tower + projector: one submit.
-        let t0 = Instant::now();
+        let t0 = Timer::start();
         let mut rec = Recorder::new(gpu);
         let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
         let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
         rec.submit()?;
         wait_idle(gpu)?;
-        let vision_ms = ms(t0);
+        let vision_ms = t0.ms();
         if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
             return Err(Error::shape(
                 "encode",
@@ -133,7 +156,7 @@ impl Florence2 {
         let n_img = image.dim(1);
 
         // Prompt embedding + concat + encoder + cross K/V: one submit.
-        let t1 = Instant::now();
+        let t1 = Timer::start();
         let mut rec = Recorder::new(gpu);
         let placeholders: Vec<usize> = match self.config.image_token_id {
             Some(img) => input_ids
@@ -205,7 +228,7 @@ impl Florence2 {
         let cross = self.decoder.cross_kv(&mut rec, &hidden)?; // per layer (1, S, D)
         rec.submit()?;
         wait_idle(gpu)?;
-        let encoder_ms = ms(t1);
+        let encoder_ms = t1.ms();
         Ok(EncoderOutput {
             inputs_embeds,
             hidden,
