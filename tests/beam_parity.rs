@@ -262,3 +262,46 @@ fn cli_run_rejects_bad_generation_flags() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
     }
 }
+
+/// Unigram bans (no_repeat_ngram_size 1) soon exceed what the GPU top-16 can cover (16 - 2 x 3 beams):
+/// those steps read the whole log-prob rows. The result must equal an all-full-rows run, and obey the
+/// rule (no token twice, except the forced final EOS = the start token).
+#[test]
+fn beam_full_row_fallback_equals_topk_path_and_enforces_bans() {
+    use florence2_wasm::model::generate::beam::{self, BeamConfig, GpuSource};
+    let g = gpu();
+    let dir = fixtures().join("models/tiny4");
+    let (cfg, w) = weights::load_dir(&g, &dir).unwrap();
+    let model = Florence2::new(&g, cfg, &w).unwrap();
+    let case = &cases("tiny4")[0];
+    let px_bytes = std::fs::read(fixtures().join("reference/tiny4/pixels.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&px_bytes).unwrap();
+    let t = st.tensor(case["image"].as_str().unwrap()).unwrap();
+    let px = Tensor::from_f32(
+        &g,
+        t.shape(),
+        &bytemuck::pod_collect_to_vec::<u8, f32>(t.data()),
+        "pixels",
+    )
+    .unwrap();
+    let enc = model.encode(&px, &ids_of(&case["input_ids"])).unwrap();
+    let mut opts = model.generate_options(20);
+    opts.num_beams = 3;
+    opts.no_repeat_ngram_size = 1;
+    let run = |full: bool| {
+        let cfg = BeamConfig::new(&opts, model.decoder.max_positions());
+        let mut src = GpuSource::new(&model.decoder, &g, &enc.cross, 3, cfg.max_length).unwrap();
+        src.force_full_rows = full;
+        let out = pollster::block_on(beam::run(cfg, &mut src, &|| false)).unwrap();
+        (out, src.full_reads)
+    };
+    let (a, reads_a) = run(false);
+    let (b, reads_b) = run(true);
+    eprintln!("{a:?}: {reads_a} full-row steps (all-full run: {reads_b})");
+    assert!(reads_a > 0 && reads_a < reads_b, "{reads_a} {reads_b}");
+    assert_eq!(a, b);
+    let (body, last) = a.split_at(a.len() - 1);
+    let distinct: std::collections::HashSet<_> = body.iter().collect();
+    assert_eq!(distinct.len(), body.len(), "{a:?}");
+    assert_eq!(last, [2]);
+}

@@ -254,12 +254,7 @@ impl BeamSearch {
         cands.truncate(k);
         // Fewer finite continuations than the pool (tiny vocabularies, forced steps): the reference's
         // top-k then picks -inf entries; they can never win anything.
-        let filler = self
-            .cfg
-            .eos_token_ids
-            .first()
-            .copied()
-            .unwrap_or(self.cfg.decoder_start_token_id);
+        let filler = self.cfg.decoder_start_token_id;
         while cands.len() < k {
             cands.push(Cand {
                 beam: 0,
@@ -422,6 +417,8 @@ pub struct GpuSource<'a> {
     k: usize,
     /// Steps that read the full log-prob rows (statistics / tests).
     pub full_reads: usize,
+    /// Always read full rows instead of the top-k (tests: both paths must agree).
+    pub force_full_rows: bool,
 }
 
 impl<'a> GpuSource<'a> {
@@ -451,6 +448,7 @@ impl<'a> GpuSource<'a> {
             state,
             k,
             full_reads: 0,
+            force_full_rows: false,
         })
     }
 }
@@ -484,7 +482,7 @@ impl StepSource for GpuSource<'_> {
             return Ok(vec![Vec::new(); b]);
         }
         ops::softmax::log_softmax_rows(&mut rec, &logits, &self.logp)?; // (B, V)
-        if need <= self.k {
+        if need <= self.k && !self.force_full_rows {
             ops::reduce::topk_rows(&mut rec, &self.logp, self.k, &self.tk_vals, &self.tk_ids)?; // (B, k)
             let pv = rec.read_back_into(&self.tk_vals, &self.st_vals)?;
             let pi = rec.read_back_into(&self.tk_ids, &self.st_ids)?;
