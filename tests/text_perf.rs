@@ -106,6 +106,9 @@ fn base_decode_step_time() {
         forced_eos_token_id: None,
         eos_token_ids: vec![u32::MAX],
         decoder_start_token_id: 2,
+        num_beams: 1,
+        length_penalty: 1.0,
+        early_stopping: Default::default(),
     };
     // Warm-up (pipeline creation), then the timed run.
     pollster::block_on(generate::greedy(
