@@ -9,7 +9,8 @@
 //! no-repeat-n-gram 3 as the model card), in the same process, one warm-up run each (pipeline compilation,
 //! staging buffers) excluded, then alternating timed runs; the median per-step time of each is reported,
 //! with the ratio. A step includes the decoder for every row, the readback and (beam) log-softmax, top-k,
-//! cache reorder and the CPU bookkeeping. Under `cargo test` (no `--bench` argument) it only builds.
+//! cache reorder and the CPU bookkeeping. Then a breakdown: the decoder step alone for 1 and 3 rows, and
+//! log-softmax + top-16 of 3 vocabulary rows. Under `cargo test` (no `--bench` argument) it only builds.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -125,7 +126,6 @@ fn main() {
         "random base-shaped decoder built in {:.1} s",
         t0.elapsed().as_secs_f64()
     );
-    let _ = DType::F32;
 
     let opts = |beams: usize| GenerateOptions {
         max_new_tokens: steps,
@@ -160,4 +160,39 @@ fn main() {
     println!("  greedy (num_beams 1): {g:.2} ms/step");
     println!("  beam   (num_beams 3): {bm:.2} ms/step");
     println!("  ratio beam-3 / greedy: {:.2}x", bm / g);
+
+    // Where a step's time goes (submit + wait each, medians of 5): the decoder step alone for 1 and 3
+    // rows at position 12, and the beam extras (log-softmax + top-16 of 3 rows).
+    let timed = |f: &mut dyn FnMut(&mut Recorder)| -> f64 {
+        let mut v = Vec::new();
+        for i in 0..6 {
+            let mut rec = Recorder::new(&gpu);
+            f(&mut rec);
+            let t = Instant::now();
+            rec.submit().unwrap();
+            gpu.wait_idle().unwrap();
+            if i > 0 {
+                v.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        median(v)
+    };
+    let vocab = cfg.text.vocab_size;
+    for b in [1usize, 3] {
+        let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
+        let tokens = state.tokens().clone();
+        let step = timed(&mut |rec: &mut Recorder| {
+            dec.step(rec, &tokens, 12, &mut state).unwrap();
+        });
+        println!("  decoder step alone, {b} row(s): {step:.2} ms");
+    }
+    let x = Tensor::from_f32(&gpu, &[3, vocab], &Rng(3).fill(3 * vocab, 5.0), "x").unwrap();
+    let lp = Tensor::zeros(&gpu, &[3, vocab], DType::F32, "lp").unwrap();
+    let vals = Tensor::zeros(&gpu, &[3, 16], DType::F32, "vals").unwrap();
+    let ids = Tensor::zeros(&gpu, &[3, 16], DType::U32, "ids").unwrap();
+    let extras = timed(&mut |rec: &mut Recorder| {
+        florence2_wasm::ops::softmax::log_softmax_rows(rec, &x, &lp).unwrap();
+        florence2_wasm::ops::reduce::topk_rows(rec, &lp, 16, &vals, &ids).unwrap();
+    });
+    println!("  log-softmax + top-16 of (3, {vocab}): {extras:.2} ms");
 }
