@@ -65,3 +65,247 @@ async fn browser_add() {
     let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     assert_eq!(max_diff(&got, &want), 0.0);
 }
+
+// ---- DaViT kernels (vision) --------------------------------------------------------------------------
+// The native tests (kernels_conv/window/channel_attn/window_attn/pos_embed.rs) hold the rigorous per-output
+// rounding bounds; here the point is that every vision shader (scalar and vec4 entries) validates and runs
+// under the browser's limits, against f64 references with a tolerance of 1e-5: every output here is a
+// short sum (<= 147 terms) of products of values in [-1, 1] scaled to O(1) results, whose f32 rounding
+// error is below 147 * 2^-24 * 147^0.5 ~ 1e-4 in the worst case and ~1e-6 in practice.
+
+async fn run_vec(g: &Arc<Gpu>, t: &Tensor) -> Vec<f32> {
+    readback::to_f32(g, t).await.unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn browser_conv2d_and_dwconv() {
+    let g = gpu().await;
+    // conv2d 7x7 s4 p3, 3 -> 8 channels, 13x10 image.
+    let (h, w, cin, cout, k, s, p) = (13usize, 10usize, 3usize, 8usize, 7usize, 4usize, 3usize);
+    let x = rand_vec(11, h * w * cin);
+    let wt: Vec<f32> = rand_vec(12, cout * cin * k * k)
+        .iter()
+        .map(|v| v * 0.1)
+        .collect();
+    let b = rand_vec(13, cout);
+    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+    let mut want = vec![0f32; ho * wo * cout];
+    for oy in 0..ho {
+        for ox in 0..wo {
+            for co in 0..cout {
+                let mut acc = b[co] as f64;
+                for ci in 0..cin {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let iy = (oy * s + ky) as isize - p as isize;
+                            let ix = (ox * s + kx) as isize - p as isize;
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                continue;
+                            }
+                            acc += x[((iy as usize) * w + ix as usize) * cin + ci] as f64
+                                * wt[((co * cin + ci) * k + ky) * k + kx] as f64;
+                        }
+                    }
+                }
+                want[(oy * wo + ox) * cout + co] = acc as f32;
+            }
+        }
+    }
+    let tx = Tensor::from_f32(&g, &[1, h, w, cin], &x, "x").unwrap();
+    let tw = Tensor::from_f32(&g, &[cout, cin, k, k], &wt, "w").unwrap();
+    let tb = Tensor::from_f32(&g, &[cout], &b, "b").unwrap();
+    let to = Tensor::zeros(&g, &[1, ho, wo, cout], DType::F32, "o").unwrap();
+    // dwconv3x3_residual on the conv output (vec4 path, C = 8) and on the input (scalar path, C = 3).
+    let dw8 = rand_vec(14, cout * 9);
+    let dw3 = rand_vec(15, cin * 9);
+    let t8 = Tensor::from_f32(&g, &[cout, 1, 3, 3], &dw8, "dw8").unwrap();
+    let t3 = Tensor::from_f32(&g, &[cin, 1, 3, 3], &dw3, "dw3").unwrap();
+    let tb3 = Tensor::from_f32(&g, &[cin], &b[..cin], "b3").unwrap();
+    let o8 = Tensor::zeros(&g, &[1, ho, wo, cout], DType::F32, "o8").unwrap();
+    let o3 = Tensor::zeros(&g, &[1, h, w, cin], DType::F32, "o3").unwrap();
+    let mut rec = Recorder::new(&g);
+    ops::conv::conv2d(&mut rec, &tx, &tw, &tb, s, p, &to).unwrap();
+    ops::conv::dwconv3x3_residual(&mut rec, &to, &t8, &tb, &o8).unwrap();
+    ops::conv::dwconv3x3_residual(&mut rec, &tx, &t3, &tb3, &o3).unwrap();
+    rec.submit().unwrap();
+    let got = run_vec(&g, &to).await;
+    assert!(
+        max_diff(&got, &want) <= 1e-5,
+        "conv2d {}",
+        max_diff(&got, &want)
+    );
+    let dw_ref = |inp: &[f32], hh: usize, ww: usize, c: usize, wts: &[f32], bias: &[f32]| {
+        let mut out = vec![0f32; inp.len()];
+        for y in 0..hh {
+            for xx in 0..ww {
+                for ch in 0..c {
+                    let mut acc = inp[(y * ww + xx) * c + ch] as f64 + bias[ch] as f64;
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (y as isize + ky - 1, xx as isize + kx - 1);
+                            if iy < 0 || ix < 0 || iy >= hh as isize || ix >= ww as isize {
+                                continue;
+                            }
+                            acc += inp[((iy as usize) * ww + ix as usize) * c + ch] as f64
+                                * wts[ch * 9 + (ky * 3 + kx) as usize] as f64;
+                        }
+                    }
+                    out[(y * ww + xx) * c + ch] = acc as f32;
+                }
+            }
+        }
+        out
+    };
+    let got8 = run_vec(&g, &o8).await;
+    let want8 = dw_ref(&got, ho, wo, cout, &dw8, &b);
+    assert!(
+        max_diff(&got8, &want8) <= 1e-5,
+        "dwconv vec4 {}",
+        max_diff(&got8, &want8)
+    );
+    let got3 = run_vec(&g, &o3).await;
+    let want3 = dw_ref(&x, h, w, cin, &dw3, &b[..cin]);
+    assert!(
+        max_diff(&got3, &want3) <= 1e-5,
+        "dwconv {}",
+        max_diff(&got3, &want3)
+    );
+}
+
+#[wasm_bindgen_test]
+async fn browser_window_ops_and_window_attention() {
+    let g = gpu().await;
+    // 5x7 image, ws 3 (padding on both axes), C = 8 (vec4) and C = 3 (scalar): round trips are exact.
+    for (c, seed) in [(8usize, 21u64), (3, 22)] {
+        let (h, w, ws) = (5usize, 7usize, 3usize);
+        let x = rand_vec(seed, h * w * c);
+        let nw = h.div_ceil(ws) * w.div_ceil(ws);
+        let tx = Tensor::from_f32(&g, &[1, h, w, c], &x, "x").unwrap();
+        let tp = Tensor::zeros(&g, &[nw, ws * ws, c], DType::F32, "win").unwrap();
+        let tr = Tensor::zeros(&g, &[1, h, w, c], DType::F32, "back").unwrap();
+        let mut rec = Recorder::new(&g);
+        ops::window::window_partition(&mut rec, &tx, ws, &tp).unwrap();
+        ops::window::window_reverse(&mut rec, &tp, ws, h, w, &tr).unwrap();
+        rec.submit().unwrap();
+        let win = run_vec(&g, &tp).await;
+        // Window 0, token (1, 2) is pixel (1, 2); the last window's last token is padding (zero).
+        assert_eq!(win[(5) * c], x[(w + 2) * c]);
+        assert_eq!(win[(nw * ws * ws - 1) * c], 0.0);
+        assert_eq!(max_diff(&run_vec(&g, &tr).await, &x), 0.0);
+    }
+    // Fused window attention: 2 windows x 9 tokens, 2 heads of 8.
+    let (nw, t, c, heads) = (2usize, 9usize, 16usize, 2usize);
+    let qkv = rand_vec(23, nw * t * 3 * c);
+    let d = c / heads;
+    let scale = (d as f64).powf(-0.5);
+    let at = |wi: usize, tok: usize, col: usize| qkv[(wi * t + tok) * 3 * c + col] as f64;
+    let mut want = vec![0f32; nw * t * c];
+    for wi in 0..nw {
+        for hh in 0..heads {
+            for i in 0..t {
+                let sc: Vec<f64> = (0..t)
+                    .map(|j| {
+                        (0..d)
+                            .map(|e| at(wi, i, hh * d + e) * at(wi, j, c + hh * d + e))
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+                let ex: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+                let sum: f64 = ex.iter().sum();
+                for e in 0..d {
+                    let o: f64 = (0..t)
+                        .map(|j| ex[j] / sum * at(wi, j, 2 * c + hh * d + e))
+                        .sum();
+                    want[(wi * t + i) * c + hh * d + e] = o as f32;
+                }
+            }
+        }
+    }
+    let tq = Tensor::from_f32(&g, &[nw, t, 3 * c], &qkv, "qkv").unwrap();
+    let to = Tensor::zeros(&g, &[nw, t, c], DType::F32, "o").unwrap();
+    let mut rec = Recorder::new(&g);
+    ops::window_attn::window_attention(&mut rec, &tq, heads, scale as f32, &to).unwrap();
+    rec.submit().unwrap();
+    let got = run_vec(&g, &to).await;
+    assert!(
+        max_diff(&got, &want) <= 1e-5,
+        "window_attention {}",
+        max_diff(&got, &want)
+    );
+}
+
+#[wasm_bindgen_test]
+async fn browser_channel_attention_and_pos_embed() {
+    let g = gpu().await;
+    // Channel attention: N = 300 tokens (2 splits), C = 16 in 2 groups (vec4) and C = 6 in 3 (scalar).
+    for (c, groups, seed) in [(16usize, 2usize, 31u64), (6, 3, 32)] {
+        let n = 300usize;
+        let qkv = rand_vec(seed, n * 3 * c);
+        let d = c / groups;
+        let scale = (n as f64).powf(-0.5);
+        let at = |tok: usize, col: usize| qkv[tok * 3 * c + col] as f64;
+        let mut want = vec![0f32; n * c];
+        for gi in 0..groups {
+            for i in 0..d {
+                let sc: Vec<f64> = (0..d)
+                    .map(|j| {
+                        (0..n)
+                            .map(|t| at(t, gi * d + i) * at(t, c + gi * d + j))
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+                let ex: Vec<f64> = sc.iter().map(|v| (v - mx).exp()).collect();
+                let sum: f64 = ex.iter().sum();
+                for t in 0..n {
+                    let o: f64 = (0..d)
+                        .map(|j| ex[j] / sum * at(t, 2 * c + gi * d + j))
+                        .sum();
+                    want[t * c + gi * d + i] = o as f32;
+                }
+            }
+        }
+        let tq = Tensor::from_f32(&g, &[1, n, 3 * c], &qkv, "qkv").unwrap();
+        let to = Tensor::zeros(&g, &[1, n, c], DType::F32, "o").unwrap();
+        let mut rec = Recorder::new(&g);
+        ops::channel_attn::channel_attention(&mut rec, &tq, groups, &to).unwrap();
+        rec.submit().unwrap();
+        let got = run_vec(&g, &to).await;
+        assert!(
+            max_diff(&got, &want) <= 1e-5,
+            "channel_attention C{c}: {}",
+            max_diff(&got, &want)
+        );
+    }
+    // Projector position terms: 3x2 grid, C = 6 (column half 3 first, row half 3), temporal row 0.
+    let (h, w, c, p) = (3usize, 2usize, 6usize, 4usize);
+    let x = rand_vec(33, h * w * c);
+    let col = rand_vec(34, p * 3);
+    let row = rand_vec(35, p * 3);
+    let tmp = rand_vec(36, 2 * c);
+    let mut want = vec![0f32; x.len()];
+    for y in 0..h {
+        for xx in 0..w {
+            for ch in 0..c {
+                let pos = if ch < 3 {
+                    col[xx * 3 + ch]
+                } else {
+                    row[y * 3 + ch - 3]
+                };
+                want[(y * w + xx) * c + ch] = (x[(y * w + xx) * c + ch] + pos) + tmp[ch];
+            }
+        }
+    }
+    let tx = Tensor::from_f32(&g, &[1, h * w, c], &x, "x").unwrap();
+    let tc = Tensor::from_f32(&g, &[p, 3], &col, "col").unwrap();
+    let tr = Tensor::from_f32(&g, &[p, 3], &row, "row").unwrap();
+    let tt = Tensor::from_f32(&g, &[2, c], &tmp, "t").unwrap();
+    let to = Tensor::zeros(&g, &[1, h * w, c], DType::F32, "o").unwrap();
+    let mut rec = Recorder::new(&g);
+    ops::pos_embed::pos2d_temporal_add(&mut rec, &tx, &tc, &tr, &tt, (h, w), &to).unwrap();
+    rec.submit().unwrap();
+    assert_eq!(max_diff(&run_vec(&g, &to).await, &want), 0.0);
+}
