@@ -958,8 +958,8 @@ fn main() {
             );
         }
         println!(
-            "{:<22} {:>10} {:>9} {:>8}  {}",
-            "phase (warm)", "ours ms", "torch ms", "ratio", "rate"
+            "{:<22} {:>10} {:>9} {:>8}  rate",
+            "phase (warm)", "ours ms", "torch ms", "ratio"
         );
         println!(
             "{:<22} {:>10.1} {} {}",
