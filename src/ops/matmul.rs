@@ -98,7 +98,7 @@ impl LinearVariant {
 pub const GEMV_MAX_ROWS: usize = 4;
 
 /// The variant [`linear`] uses for an (M, K) input on this device, chosen by measurement on lavapipe
-/// (`benches/kernels.rs`): for decode-sized M the GEMV (with x shared through the subgroup when subgroups
+/// (`scripts/bench/kernels.rs`): for decode-sized M the GEMV (with x shared through the subgroup when subgroups
 /// of >= 8 lanes exist and K % 32 == 0); otherwise the 8x4 subgroup kernel where subgroups of >= 8 lanes
 /// exist, else the portable vec4 kernel; the scalar kernel only when K is not a multiple of 8.
 pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
