@@ -6,6 +6,7 @@
 //! in the same order: it must agree exactly (tolerance 0). Batch-of-2 vs batch-of-1 may pick different
 //! matmul variants (row blocking depends on M), so that comparison allows f32 reordering noise: 1e-4 on
 //! logits of magnitude ~50 (~2e-6 relative; a row mix-up would move logits by O(1)).
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::path::Path;

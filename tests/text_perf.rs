@@ -1,6 +1,7 @@
 //! Decode-step timing on a base-shaped BART decoder with random weights (d_model 768, 6 layers, 12
 //! heads, ffn 3072, vocab 51328, 590 encoder tokens). Ignored by default (it allocates ~400 MB and takes
 //! a while on lavapipe): `cargo test --release --test text_perf -- --ignored --nocapture`.
+#![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::time::Instant;
