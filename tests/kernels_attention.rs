@@ -1,4 +1,5 @@
-//! `ops::attention::attention` against a plain f64 CPU reference (two-pass softmax).
+//! `ops::attention::attention` against a plain f64 CPU reference (two-pass softmax). Every case runs
+//! every kernel variant that supports its head dim (`attention_variant`) and the automatic choice.
 //!
 //! Tolerance: 2e-6 absolute on outputs of magnitude <= 1 (convex combinations of v in [-1, 1]). The GPU
 //! works in f32 in another order (online softmax, tile by tile): a score of magnitude <= ~4 summed over
@@ -10,7 +11,11 @@ mod common;
 
 use common::{assert_close, gpu, Rng};
 use florence2_wasm::gpu::{readback, DType, Recorder, Tensor};
-use florence2_wasm::ops::attention::{attention, AttnOpts};
+use florence2_wasm::ops::attention::{
+    attention, attention_variant, choose_attention_variant, variant_supports, AttnOpts, AttnVariant,
+};
+
+const VARIANTS: [AttnVariant; 2] = [AttnVariant::Tiled, AttnVariant::Rows];
 
 const TOL: f32 = 2e-6;
 
@@ -123,7 +128,6 @@ fn run(name: &str, c: &Case, seed: u64) {
     let tm = mask
         .as_ref()
         .map(|m| Tensor::from_f32(&g, &[c.tq, c.tk], m, "mask").unwrap());
-    let to = Tensor::zeros(&g, &[c.b, c.tq, hd], DType::F32, "out").unwrap();
     let opts = AttnOpts {
         heads: c.heads,
         scale: c.scale,
@@ -132,12 +136,31 @@ fn run(name: &str, c: &Case, seed: u64) {
         q_offset: c.q_offset as u32,
         mask: tm.as_ref(),
     };
-    let mut rec = Recorder::new(&g);
-    attention(&mut rec, &tq_, &tk_, &tv_, &opts, &to).unwrap();
-    rec.submit().unwrap();
-    let got = readback::to_f32_blocking(&g, &to).unwrap();
     let want = cpu_attention(c, &q, &k, &v, mask.as_deref());
-    assert_close(name, &got, &want, TOL);
+    let mut ran = 0;
+    for variant in VARIANTS.iter().map(|&v| Some(v)).chain([None]) {
+        if variant.is_some_and(|v| !variant_supports(v, c.d)) {
+            continue;
+        }
+        // NaN-filled so that an output the kernel never writes fails.
+        let to = Tensor::from_f32(
+            &g,
+            &[c.b, c.tq, hd],
+            &vec![f32::NAN; c.b * c.tq * hd],
+            "out",
+        )
+        .unwrap();
+        let mut rec = Recorder::new(&g);
+        match variant {
+            Some(var) => attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap(),
+            None => attention(&mut rec, &tq_, &tk_, &tv_, &opts, &to).unwrap(),
+        }
+        rec.submit().unwrap();
+        let got = readback::to_f32_blocking(&g, &to).unwrap();
+        assert_close(&format!("{name} [{variant:?}]"), &got, &want, TOL);
+        ran += 1;
+    }
+    assert!(ran >= 2);
 }
 
 #[test]
@@ -255,4 +278,126 @@ fn decode_kernel_paths() {
     run("decode d8 bk=1", &c, 15);
     // A key range beyond the decode kernel's 2048-score buffer falls back to the tiled kernel.
     run("decode tk 2100 (tiled)", &Case::new(1, 1, 2100, 1, 8), 16);
+}
+
+#[test]
+fn variant_choice_and_refusals() {
+    let g = gpu();
+    let mut caps = g.caps.clone();
+    caps.is_cpu = true;
+    assert_eq!(choose_attention_variant(&caps, 64), AttnVariant::Rows);
+    assert_eq!(choose_attention_variant(&caps, 80), AttnVariant::Rows);
+    // Head dims the register kernel cannot hold fall back to the tiled kernel.
+    assert_eq!(choose_attention_variant(&caps, 18), AttnVariant::Tiled);
+    assert_eq!(choose_attention_variant(&caps, 96), AttnVariant::Tiled);
+    caps.is_cpu = false;
+    assert_eq!(choose_attention_variant(&caps, 64), AttnVariant::Tiled);
+    // A forced variant refuses a head dim it does not support; the automatic choice still runs it.
+    let mut c = Case::new(1, 5, 9, 2, 6);
+    c.causal = true;
+    run("d6 (tiled only)", &c, 17);
+    let z = |s: &[usize]| Tensor::zeros(&g, s, DType::F32, "t").unwrap();
+    let (q, out) = (z(&[1, 5, 12]), z(&[1, 5, 12]));
+    let opts = AttnOpts {
+        heads: 2,
+        ..Default::default()
+    };
+    let mut rec = Recorder::new(&g);
+    assert!(attention_variant(&mut rec, AttnVariant::Rows, &q, &q, &q, &opts, &out).is_err());
+    attention_variant(&mut rec, AttnVariant::Tiled, &q, &q, &q, &opts, &out).unwrap();
+}
+
+/// Timings of every variant on the base model's shapes (`cargo test --test kernels_attention --
+/// --ignored --nocapture attention_timings`).
+#[test]
+#[ignore]
+fn attention_timings() {
+    use std::time::Instant;
+    let g = gpu();
+    let shapes: [(
+        &str,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<u32>,
+        u32,
+    ); 4] = [
+        // name, B, Bk, Tq, Tk, H, causal, kv_len, q_offset   (D = 64)
+        ("encoder self B1 T585", 1, 1, 585, 585, 12, false, None, 0),
+        (
+            "decoder cross B3 Tq1 Tk585 Bk1",
+            3,
+            1,
+            1,
+            585,
+            12,
+            false,
+            None,
+            0,
+        ),
+        (
+            "decoder self B3 Tq1 kv20/1024",
+            3,
+            3,
+            1,
+            1024,
+            12,
+            true,
+            Some(20),
+            19,
+        ),
+        (
+            "decoder cross B1 Tq1 Tk585",
+            1,
+            1,
+            1,
+            585,
+            12,
+            false,
+            None,
+            0,
+        ),
+    ];
+    for (name, b, bk, tq, tk, h, causal, kv_len, q_offset) in shapes {
+        let hd = h * 64;
+        let mut rng = Rng::new(1);
+        let q = Tensor::from_f32(&g, &[b, tq, hd], &rng.vec(b * tq * hd, 1.0), "q").unwrap();
+        let k = Tensor::from_f32(&g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "k").unwrap();
+        let v = Tensor::from_f32(&g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "v").unwrap();
+        let out = Tensor::zeros(&g, &[b, tq, hd], DType::F32, "out").unwrap();
+        let opts = AttnOpts {
+            heads: h,
+            scale: 0.125,
+            causal,
+            kv_len,
+            q_offset,
+            mask: None,
+        };
+        let keys = kv_len.map(|l| l as usize).unwrap_or(tk);
+        let flops = 4.0 * (b * h * tq * keys * 64) as f64;
+        for var in VARIANTS {
+            let reps = if tq > 1 { 3 } else { 20 };
+            let mut ts = Vec::new();
+            for i in 0..=reps {
+                let t0 = Instant::now();
+                let mut rec = Recorder::new(&g);
+                attention_variant(&mut rec, var, &q, &k, &v, &opts, &out).unwrap();
+                rec.submit().unwrap();
+                readback::to_f32_blocking(&g, &out).unwrap();
+                if i > 0 {
+                    ts.push(t0.elapsed().as_secs_f64());
+                }
+            }
+            ts.sort_by(f64::total_cmp);
+            let med = ts[ts.len() / 2];
+            eprintln!(
+                "{name:34} {var:?}: median {:9.3} ms  {:6.2} GFLOP/s",
+                med * 1e3,
+                flops / med / 1e9
+            );
+        }
+    }
 }

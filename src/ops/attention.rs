@@ -1,16 +1,59 @@
 //! Multi-head scaled dot-product attention (`shaders/attention.wgsl`): online softmax over key tiles,
 //! heads interleaved in columns, optional causal rule, KV-cache fill, additive mask and K/V shared
 //! across the batch (Bk = 1).
+//!
+//! Two kernels ([`AttnVariant`]): the workgroup-tiled one (`shaders/attention.wgsl`, plus its Tq = 1
+//! decode entry) for real GPUs and the browser, and a barrier-free one keeping query rows in registers
+//! (`shaders/attention_rows.wgsl`) for CPU adapters. [`attention`] picks with [`choose_attention_variant`].
 
 use crate::error::{Error, Result};
-use crate::gpu::{grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
 
 pub static SHADER: Shader = Shader {
     name: "attention",
     source: include_str!("../../shaders/attention.wgsl"),
 };
 
+pub static ROWS_SHADER: Shader = Shader {
+    name: "attention_rows",
+    source: include_str!("../../shaders/attention_rows.wgsl"),
+};
+
 const WG: u32 = 64;
+/// Largest head dim of the register kernel (MAXD4 * 4 in `attention_rows.wgsl`).
+pub const ROWS_MAX_HEAD_DIM: usize = 80;
+/// Query rows per invocation of the register kernel (MAXQ in the shader).
+const ROWS_QPI: usize = 4;
+
+/// Which kernel runs an [`attention`] call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnVariant {
+    /// `attention.wgsl`: one workgroup per (batch row, head, block of query rows), K/V tiles staged in
+    /// workgroup memory, barriers per tile; Tq = 1 with kv_len <= 2048 takes its `attention_decode`
+    /// entry. Any head dim up to 768. The default for GPUs and the browser.
+    Tiled,
+    /// `attention_rows.wgsl`: one invocation per (batch row, head, 4 query rows), rows and outputs in
+    /// registers, no workgroup memory or barriers. Head dim a multiple of 4 up to 80. Fast on CPU adapters.
+    Rows,
+}
+
+/// Whether `variant` can run head dim `d`.
+pub fn variant_supports(variant: AttnVariant, d: usize) -> bool {
+    match variant {
+        AttnVariant::Tiled => (1..=KV_CAP).contains(&d),
+        AttnVariant::Rows => d > 0 && d.is_multiple_of(4) && d <= ROWS_MAX_HEAD_DIM,
+    }
+}
+
+/// The variant [`attention`] uses for head dim `d`: the register kernel on CPU adapters when it supports
+/// `d`, the tiled kernel otherwise.
+pub fn choose_attention_variant(caps: &Caps, d: usize) -> AttnVariant {
+    if caps.is_cpu && variant_supports(AttnVariant::Rows, d) {
+        AttnVariant::Rows
+    } else {
+        AttnVariant::Tiled
+    }
+}
 /// Workgroup-memory capacities in the shader (f32 elements): Q block and output block, K/V tile,
 /// score tile, per-row statistics.
 const Q_CAP: usize = 1024;
@@ -82,9 +125,30 @@ fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
 }
 
 /// out = softmax(scale * q k^T + mask) v per head. q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
-/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask.
+/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask. The kernel is chosen by
+/// [`choose_attention_variant`].
 pub fn attention(
     rec: &mut Recorder,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    out: &Tensor,
+) -> Result<()> {
+    let d = if opts.heads > 0 {
+        q.shape().last().copied().unwrap_or(0) / opts.heads
+    } else {
+        0
+    };
+    let variant = choose_attention_variant(&rec.gpu().caps, d);
+    attention_variant(rec, variant, q, k, v, opts, out)
+}
+
+/// [`attention`] with a given kernel (tests and benchmarks run every variant). Errors with
+/// `Error::Shape` when `variant` does not support the head dim ([`variant_supports`]).
+pub fn attention_variant(
+    rec: &mut Recorder,
+    variant: AttnVariant,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -137,10 +201,10 @@ pub fn attention(
         ));
     }
     let d = hd / heads;
-    if d > KV_CAP {
+    if !variant_supports(variant, d) {
         return Err(Error::shape(
             OP,
-            format!("head dim {d} exceeds the kernel's {KV_CAP}"),
+            format!("head dim {d} is not supported by the {variant:?} kernel"),
         ));
     }
     let kv_len = opts.kv_len.map(|l| l as usize).unwrap_or(tk);
@@ -169,6 +233,18 @@ pub fn attention(
     };
     if b == 0 || tq == 0 {
         return Ok(());
+    }
+    if variant == AttnVariant::Rows {
+        return record_rows(
+            rec,
+            q,
+            k,
+            v,
+            opts,
+            mask,
+            (b, tq, tk, bk, heads, d, kv_len),
+            out,
+        );
     }
     // Decode: one query row; all visible keys' scores fit the decode kernel's workgroup buffer.
     let decode = tq == 1 && kv_len <= DEC_MAXK;
@@ -214,6 +290,62 @@ pub fn attention(
             out.binding(&gpu)?,
         ],
         grid_1d(u32_of(OP, "workgroups", groups)?),
+    )
+}
+
+/// The register kernel: one invocation per (batch row, head, group of up to 4 query rows).
+#[allow(clippy::too_many_arguments)]
+fn record_rows(
+    rec: &mut Recorder,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    mask: &Tensor,
+    (b, tq, tk, bk, heads, d, kv_len): (usize, usize, usize, usize, usize, usize, usize),
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let gpu = rec.gpu().clone();
+    let qpi = ROWS_QPI.min(tq);
+    let n_qgroups = tq.div_ceil(qpi);
+    let total = b
+        .checked_mul(heads)
+        .and_then(|x| x.checked_mul(n_qgroups))
+        .ok_or_else(|| Error::shape(OP, "invocation count overflows"))?;
+    let total32 = u32_of(OP, "invocations", total)?;
+    // Few invocations (decode): small workgroups so that they still spread over every CPU thread.
+    let wg: u32 = if total < 512 { 8 } else { WG };
+    let params = Params {
+        batch: u32_of(OP, "batch", b)?,
+        tq: u32_of(OP, "Tq", tq)?,
+        tk: u32_of(OP, "Tk", tk)?,
+        heads: u32_of(OP, "heads", heads)?,
+        bk: u32_of(OP, "Bk", bk)?,
+        kv_len: kv_len as u32,
+        q_offset: opts.q_offset,
+        causal: opts.causal as u32,
+        has_mask: opts.mask.is_some() as u32,
+        n_qblocks: n_qgroups as u32,
+        scale: opts.scale,
+        _pad: 0,
+    };
+    let overrides = [
+        ("WG", wg as f64),
+        ("D4", (d / 4) as f64),
+        ("QPI", qpi as f64),
+    ];
+    rec.dispatch(
+        &Kernel::new(&ROWS_SHADER, "attention_rows").with(&overrides),
+        &params,
+        &[
+            q.binding(&gpu)?,
+            k.binding(&gpu)?,
+            v.binding(&gpu)?,
+            mask.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
+        grid_1d(total32.div_ceil(wg)),
     )
 }
 

@@ -1,0 +1,139 @@
+// Scaled dot-product attention for CPU adapters (lavapipe): no workgroup memory, no barriers.
+//
+// Same contract as `attention` in attention.wgsl: q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
+// out (B, Tq, H*D), heads interleaved in columns (head h owns columns h*D .. h*D + D), optional causal
+// rule (key j visible to query row i iff j < kv_len and j <= q_offset + i), additive mask (Tq, Tk), masked
+// scores contribute exactly 0 and a row that sees no key outputs zeros.
+//
+// Why: on lavapipe a workgroupBarrier is a coroutine switch and shared-memory tiles do not pay (see
+// window_attn.wgsl, the same idea for DaViT windows). Here each invocation keeps QPI (<= 4) query rows of one
+// (batch row, head) in registers (pre-scaled) together with their running outputs, and streams that head's
+// keys and values once for all its rows with an online softmax (running max m, sum l; the output is
+// rescaled by exp(m_old - m_new) on every key). One vec4 load of k or v feeds 4*QPI multiply-adds.
+// Invocations are ordered (batch row, head, group of QPI rows), row groups fastest, so the lanes of a
+// subgroup mostly read the same key rows. D4 = head_dim / 4 (<= MAXD4) and QPI are override constants so
+// the inner loops unroll and the register arrays need no dynamic indexing. The grid is folded by
+// `grid_1d`: invocation g = (wid.x + wid.y * nwg.x) * WG + lid.
+//
+// Bounds: q/out rows are clamped to Tq - 1 for loads and not written past Tq; key rows j < kend <= kv_len
+// <= Tk; columns h*D4 + e < H*D4; mask rows clamped the same way. The launcher checks those shapes.
+
+override WG: u32 = 64;
+override D4: u32 = 16;   // head_dim / 4
+override QPI: u32 = 4;   // query rows per invocation (1..=4)
+const MAXD4: u32 = 20u;  // head_dim <= 80
+const MAXQ: u32 = 4u;
+
+struct Params {
+    batch: u32,     // B
+    tq: u32,        // query rows per batch row
+    tk: u32,        // key rows per K/V batch row (allocated)
+    heads: u32,     // H
+    bk: u32,        // K/V batch rows: B or 1
+    kv_len: u32,    // valid key rows (<= tk)
+    q_offset: u32,  // absolute position of query row 0 (causal)
+    causal: u32,    // 0 / 1
+    has_mask: u32,  // 0 / 1
+    n_qgroups: u32, // ceil(tq / QPI)
+    scale: f32,     // multiplies q
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // (B, Tq, H*D/4)
+@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;          // (Bk, Tk, H*D/4)
+@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;          // (Bk, Tk, H*D/4)
+@group(0) @binding(4) var<storage, read> mask: array<f32>;             // (Tq, Tk) additive; unused unless has_mask
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;  // (B, Tq, H*D/4)
+
+const NEG: f32 = -3.0e38;      // running-max start: below any real score
+const VISIBLE: f32 = -1.0e38;  // scores at or below this are masked (additive -inf / finfo.min masks)
+
+@compute @workgroup_size(WG)
+fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let g = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (g >= p.batch * p.heads * p.n_qgroups) {
+        return;
+    }
+    let qg = g % p.n_qgroups;
+    let bh = g / p.n_qgroups;
+    let h = bh % p.heads;
+    let b = bh / p.heads;
+    let hd4 = p.heads * D4;
+    let kb = select(b, 0u, p.bk == 1u);
+    let hoff = h * D4;
+
+    var qr: array<vec4<f32>, 80>;  // (MAXQ, MAXD4) scaled queries
+    var o: array<vec4<f32>, 80>;   // (MAXQ, MAXD4) unnormalised outputs
+    var m: array<f32, 4>;
+    var l: array<f32, 4>;
+    var lim: array<u32, 4>;        // keys visible to each row: j < lim[r]
+    var row: array<u32, 4>;        // clamped query row
+    var kend = 0u;
+    for (var r = 0u; r < QPI; r++) {
+        let i = min(qg * QPI + r, p.tq - 1u);
+        row[r] = i;
+        let qb = (b * p.tq + i) * hd4 + hoff;
+        for (var e = 0u; e < D4; e++) {
+            qr[r * MAXD4 + e] = q[qb + e] * p.scale;
+            o[r * MAXD4 + e] = vec4<f32>(0.0);
+        }
+        m[r] = NEG;
+        l[r] = 0.0;
+        var lr = p.kv_len;
+        if (p.causal != 0u) {
+            lr = min(lr, p.q_offset + i + 1u);
+        }
+        lim[r] = lr;
+        kend = max(kend, lr);
+    }
+
+    for (var j = 0u; j < kend; j++) {
+        let kbase = (kb * p.tk + j) * hd4 + hoff;
+        var s: array<f32, 4>;
+        for (var r = 0u; r < QPI; r++) {
+            s[r] = 0.0;
+        }
+        for (var e = 0u; e < D4; e++) {
+            let kv = k[kbase + e];
+            for (var r = 0u; r < QPI; r++) {
+                s[r] += dot(qr[r * MAXD4 + e], kv);
+            }
+        }
+        var corr: array<f32, 4>;
+        var pj: array<f32, 4>;
+        for (var r = 0u; r < QPI; r++) {
+            var sr = s[r];
+            if (p.has_mask != 0u) {
+                sr += mask[row[r] * p.tk + j];
+            }
+            let vis = j < lim[r] && sr > VISIBLE;
+            let mn = select(m[r], max(m[r], sr), vis);
+            corr[r] = exp(m[r] - mn);
+            pj[r] = select(0.0, exp(sr - mn), vis);
+            l[r] = l[r] * corr[r] + pj[r];
+            m[r] = mn;
+        }
+        for (var e = 0u; e < D4; e++) {
+            let vv = v[kbase + e];
+            for (var r = 0u; r < QPI; r++) {
+                o[r * MAXD4 + e] = o[r * MAXD4 + e] * corr[r] + pj[r] * vv;
+            }
+        }
+    }
+
+    for (var r = 0u; r < QPI; r++) {
+        let i = qg * QPI + r;
+        if (i < p.tq) {
+            var inv = 0.0;
+            if (l[r] > 0.0) {
+                inv = 1.0 / l[r];
+            }
+            let ob = (b * p.tq + i) * hd4 + hoff;
+            for (var e = 0u; e < D4; e++) {
+                out[ob + e] = o[r * MAXD4 + e] * inv;
+            }
+        }
+    }
+}
