@@ -311,6 +311,7 @@ fn variant_choice_and_refusals() {
 /// --ignored --nocapture attention_timings`).
 #[test]
 #[ignore]
+#[allow(clippy::type_complexity)]
 fn attention_timings() {
     use std::time::Instant;
     let g = gpu();

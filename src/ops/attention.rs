@@ -135,11 +135,11 @@ pub fn attention(
     opts: &AttnOpts,
     out: &Tensor,
 ) -> Result<()> {
-    let d = if opts.heads > 0 {
-        q.shape().last().copied().unwrap_or(0) / opts.heads
-    } else {
-        0
-    };
+    let d = q
+        .shape()
+        .last()
+        .and_then(|w| w.checked_div(opts.heads))
+        .unwrap_or(0);
     let variant = choose_attention_variant(&rec.gpu().caps, d);
     attention_variant(rec, variant, q, k, v, opts, out)
 }
