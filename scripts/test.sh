@@ -12,7 +12,10 @@ cargo test --all-targets --no-fail-fast
 
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
-wasm-pack test --headless --chrome --mode no-install -- --test browser
+wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model
+
+echo "== npm package (npm pack, offline install, ES-module page in headless Chromium)"
+scripts/npm_package_test.sh
 
 if [ -x scripts/e2e.sh ]; then
   echo "== end-to-end demo tests"

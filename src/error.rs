@@ -97,6 +97,14 @@ pub enum Error {
     /// The caller's cancellation hook asked generation to stop.
     #[error("generation was cancelled")]
     Cancelled,
+    /// The caller's `AbortSignal` fired (browser: a download, an image decode or a generation was aborted).
+    #[error("aborted: {0}")]
+    Aborted(String),
+
+    // ---- the JS facade (src/wasm.rs) ---------------------------------------------------------------
+    /// The model was disposed (`dispose()`); it cannot run anymore.
+    #[error("the model was disposed")]
+    Disposed,
     /// Model inputs the model cannot take (token id outside the vocabulary, prompt longer than the
     /// position table, image-token count not matching the image features, ...).
     #[error("invalid model input: {0}")]
@@ -126,6 +134,8 @@ impl Error {
             Error::ImageTooLarge { .. } => "Florence2ImageTooLargeError",
             Error::Tokenizer(_) => "Florence2TokenizerError",
             Error::Cancelled => "Florence2CancelledError",
+            Error::Aborted(_) => "AbortError",
+            Error::Disposed => "Florence2DisposedError",
             Error::InvalidInput(_) => "Florence2InputError",
         }
     }

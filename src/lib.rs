@@ -12,6 +12,8 @@ pub mod ops;
 pub mod postprocess;
 pub mod processor;
 pub mod render;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 pub mod weights;
 
 pub use error::{Error, Result};

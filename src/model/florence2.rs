@@ -277,6 +277,26 @@ impl Florence2 {
         generate::greedy(&self.decoder, &self.gpu, &enc.cross, opts, cancel).await
     }
 
+    /// [`Florence2::generate_greedy_async`] calling `on_token` with every token as it is chosen (the start
+    /// token excluded): streaming output.
+    pub async fn generate_greedy_observed_async(
+        &self,
+        enc: &EncoderOutput,
+        opts: &GenerateOptions,
+        cancel: &dyn Fn() -> bool,
+        on_token: &dyn Fn(u32),
+    ) -> Result<Vec<u32>> {
+        generate::greedy::greedy_observed(
+            &self.decoder,
+            &self.gpu,
+            &enc.cross,
+            opts,
+            cancel,
+            on_token,
+        )
+        .await
+    }
+
     /// Blocking greedy decoding (native).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn generate_greedy(

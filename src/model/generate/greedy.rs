@@ -20,6 +20,18 @@ pub async fn greedy(
     opts: &GenerateOptions,
     cancel: &dyn Fn() -> bool,
 ) -> Result<Vec<u32>> {
+    greedy_observed(decoder, gpu, cross, opts, cancel, &|_| {}).await
+}
+
+/// [`greedy`], calling `on_token` with each token as it is appended (the start token excluded).
+pub async fn greedy_observed(
+    decoder: &Decoder,
+    gpu: &Arc<Gpu>,
+    cross: &CrossKv,
+    opts: &GenerateOptions,
+    cancel: &dyn Fn() -> bool,
+    on_token: &dyn Fn(u32),
+) -> Result<Vec<u32>> {
     let max_length = opts.max_length(decoder.max_positions());
     let procs = opts.processors(decoder.max_positions());
     let mut seq = vec![opts.decoder_start_token_id];
@@ -53,6 +65,7 @@ pub async fn greedy(
             // The final token needs no decoder run at all.
             if seq.len() + 1 == max_length || opts.eos_token_ids.contains(&t) {
                 seq.push(t);
+                on_token(t);
                 break;
             }
         }
@@ -94,6 +107,7 @@ pub async fn greedy(
             }
         };
         seq.push(next);
+        on_token(next);
         if opts.eos_token_ids.contains(&next) {
             break;
         }

@@ -1,0 +1,116 @@
+// Driven by scripts/npm_package_test.sh: node scripts/npm_package_test.mjs APP_DIR TARBALL.
+// APP_DIR is a scratch npm project with the packed florence2-wasm installed. Checks the installed package
+// (name, license, README, types without `any`), then serves a plain ES-module page importing
+// "florence2-wasm" through an import map and runs the tiny2 fixture model in headless Chromium's WebGPU.
+import { createRequire } from "node:module";
+import { readFileSync, existsSync, statSync } from "node:fs";
+import { createServer } from "node:http";
+import { join, normalize, extname, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import assert from "node:assert/strict";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const [app, tarball] = process.argv.slice(2);
+const require = createRequire(join(root, "www", "package.json"));
+const { chromium } = require("playwright-core");
+
+// ---- the installed package -------------------------------------------------------------------------
+const pkgDir = join(app, "node_modules", "florence2-wasm");
+const pkg = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
+assert.equal(pkg.name, "florence2-wasm");
+assert.equal(pkg.license, "MIT");
+const entry = pkg.module || pkg.main;
+for (const f of [entry, pkg.types, "florence2_wasm_bg.wasm", "README.md", "LICENSE"]) {
+  assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
+}
+assert.match(readFileSync(join(pkgDir, "LICENSE"), "utf8"), /^MIT License/);
+assert.match(readFileSync(join(pkgDir, "README.md"), "utf8"), /Florence2\.load/);
+const dts = readFileSync(join(pkgDir, pkg.types), "utf8");
+// Public declarations: no `any` (comments stripped; the wasm-bindgen init plumbing is included too).
+const code = dts.replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "");
+const anys = code.split("\n").filter((l) => /\bany\b/.test(l));
+assert.deepEqual(anys, [], "`any` in the public TypeScript declarations");
+for (const t of ["TaskOutput", "LoadOptions", "RunTaskOptions", "ProgressEvent", "ModelSource", "ImageInput",
+                 "static load(source: ModelSource, options?: LoadOptions): Promise<Florence2>",
+                 "runTask(image: ImageInput, prompt: string, options?: RunTaskOptions): Promise<TaskOutput>"]) {
+  assert.ok(dts.includes(t), `declarations lack ${t}`);
+}
+console.log(`package ok: ${tarball} (${(statSync(tarball).size / 1e6).toFixed(2)} MB packed)`);
+
+// ---- a plain ES-module page ------------------------------------------------------------------------
+const page = `<!doctype html><meta charset="utf-8"><title>florence2-wasm package test</title>
+<script type="importmap">{"imports": {"florence2-wasm": "/node_modules/florence2-wasm/${entry}"}}</script>
+<script type="module">
+import init, { Florence2 } from "florence2-wasm";
+window.__result = (async () => {
+  await init();
+  const events = [];
+  const model = await Florence2.load("/model/tiny2/", { cache: false, onProgress: (e) => events.push(e.status) });
+  const blob = await (await fetch("/images/scene.png")).blob();
+  const out = await model.runTask(blob, "<CAPTION>", { maxNewTokens: 24 });
+  const pp = Florence2.postProcess(out.generatedText, "<CAPTION>", 83, 61);
+  let promptError = null;
+  try { await model.runTask(blob, "<NOPE>"); } catch (e) { promptError = e.name; }
+  model.dispose();
+  return { out, events, pp, promptError };
+})().catch((e) => ({ error: String((e && e.stack) || e), name: e && e.name }));
+</script>`;
+const types = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
+                ".png": "image/png", ".safetensors": "application/octet-stream" };
+const mounts = [
+  ["/node_modules/", join(app, "node_modules")],
+  ["/model/tiny2/", join(root, "tests/fixtures/models/tiny2")],
+  ["/images/", join(root, "tests/fixtures/images")],
+];
+const server = createServer((req, res) => {
+  const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
+  if (path === "/" || path === "/index.html") {
+    res.writeHead(200, { "content-type": "text/html" });
+    return res.end(page);
+  }
+  for (const [prefix, dir] of mounts) {
+    if (!path.startsWith(prefix)) continue;
+    const file = normalize(join(dir, path.slice(prefix.length)));
+    if (!file.startsWith(dir) || !existsSync(file) || !statSync(file).isFile()) break;
+    const body = readFileSync(file);
+    res.writeHead(200, { "content-type": types[extname(file)] || "application/octet-stream",
+                         "content-length": body.length });
+    return res.end(body);
+  }
+  res.writeHead(404);
+  res.end("not found");
+});
+await new Promise((r) => server.listen(0, "127.0.0.1", r));
+const url = `http://127.0.0.1:${server.address().port}/`;
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+         "--disable-dev-shm-usage"],
+});
+try {
+  const p = await browser.newPage();
+  p.on("console", (m) => console.log("[page]", m.text()));
+  await p.goto(url);
+  const r = await p.waitForFunction(() => window.__result, null, { timeout: 300_000 })
+    .then(() => p.evaluate(() => window.__result));
+  assert.ok(!r.error, `page failed: ${r.name}: ${r.error}`);
+  const want = JSON.parse(readFileSync(join(root, "tests/fixtures/browser/cli_expected.json"), "utf8"))
+    .find((c) => c.model === "tiny2" && c.image === "scene.png" && c.prompt === "<CAPTION>").cli;
+  assert.equal(r.out.task, want.task);
+  assert.deepEqual(r.out.tokenIds, want.token_ids);
+  assert.equal(r.out.generatedText, want.generated_text);
+  assert.deepEqual(r.out.result, want.result);
+  assert.equal(r.out.text, want.text);
+  assert.deepEqual(r.pp, want.result);
+  assert.equal(r.promptError, "Florence2PromptError");
+  assert.equal(r.events[0], "initiate");
+  assert.equal(r.events.at(-1), "ready");
+  console.log(`page ok: "${want.task}" answered like the CLI (${r.out.tokenIds.length} tokens, ` +
+              `${r.out.timings.total.toFixed(0)} ms)`);
+} finally {
+  await browser.close();
+  server.close();
+}

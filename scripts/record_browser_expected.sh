@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Record what the native CLI (`florence2 run --json`) answers for the browser tests' cases, into
+# tests/fixtures/browser/cli_expected.json. The browser tests (tests/browser_model.rs) must produce the same
+# task, token ids, generated text, result and rendering from the same model dir, image (as a Blob) and prompt.
+# Run by hand after a change that legitimately changes the CLI's answers; the CLI's own tests check it against
+# the Python reference (tests/text_parity.rs). FLORENCE2_BIN overrides the binary (default: a debug build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NODEVICE_SELECT=1
+bin="${FLORENCE2_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build -q --bin florence2
+  bin=target/debug/florence2
+fi
+out=tests/fixtures/browser/cli_expected.json
+# model image prompt max_new_tokens num_beams ("-": the model's generation_config.json, 3 beams here):
+# scene.png with the three kinds of task on every HF-native layout, rgba.png's OCR (ends early), and
+# greedy decoding (what onToken streams token by token).
+cases="
+tiny2 scene.png <CAPTION> 24 -
+tiny2 scene.png <OD> 24 -
+tiny2 scene.png <OCR_WITH_REGION> 24 -
+tiny2 rgba.png <OCR_WITH_REGION> 30 -
+tiny2 scene.png <CAPTION> 24 1
+tiny2 scene.png <OD> 24 1
+tiny4 scene.png <CAPTION> 24 -
+tiny4 scene.png <OD> 24 -
+tiny4 scene.png <OCR_WITH_REGION> 24 -
+tiny4-f16-sharded scene.png <CAPTION> 24 -
+tiny4-f16-sharded scene.png <OD> 24 -
+tiny4-f16-sharded scene.png <OCR_WITH_REGION> 24 -
+"
+tmp=$(mktemp)
+echo "[" > "$tmp"
+first=1
+while read -r model image prompt max_new beams; do
+  [ -n "$model" ] || continue
+  extra=()
+  if [ "$beams" != - ]; then extra=(--num-beams "$beams"); fi
+  json=$("$bin" run --model "tests/fixtures/models/$model" --image "tests/fixtures/images/$image" \
+    --task "$prompt" --max-new-tokens "$max_new" "${extra[@]}" --json)
+  [ $first = 1 ] || echo "," >> "$tmp"
+  first=0
+  python3 - "$model" "$image" "$prompt" "$max_new" "$beams" "$json" >> "$tmp" <<'PY'
+import json, sys
+model, image, prompt, max_new, beams, cli = sys.argv[1:]
+cli = json.loads(cli)
+cli.pop("timings_ms", None)
+print(json.dumps({"model": model, "image": image, "prompt": prompt, "max_new_tokens": int(max_new),
+                  "num_beams": None if beams == "-" else int(beams), "cli": cli}, ensure_ascii=False))
+PY
+done <<< "$cases"
+echo "]" >> "$tmp"
+python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2],'w'), indent=1, ensure_ascii=False); open(sys.argv[2],'a').write('\n')" "$tmp" "$out"
+rm -f "$tmp"
+echo "wrote $out"

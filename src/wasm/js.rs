@@ -1,0 +1,160 @@
+//! Small JS interop helpers of the facade: errors both ways, option lookups, the clock, serialization.
+
+use js_sys::{Function, Object, Reflect};
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::AbortSignal;
+
+use crate::error::{Error, Result};
+
+#[wasm_bindgen]
+extern "C" {
+    /// `performance.now()` (windows and workers).
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    pub fn perf_now() -> f64;
+}
+
+/// A JS `Error` whose `name` is [`Error::name`] and whose `message` is the error's text.
+pub fn js_error(e: &Error) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    err.set_name(e.name());
+    err.into()
+}
+
+/// The `name` and `message` of a thrown JS value (an `Error`, a `DOMException`, or anything else).
+pub fn describe_js(v: &JsValue) -> (String, String) {
+    let get = |k: &str| {
+        Reflect::get(v, &JsValue::from_str(k))
+            .ok()
+            .and_then(|x| x.as_string())
+    };
+    if v.is_object() {
+        let name = get("name").unwrap_or_else(|| "Error".into());
+        let msg = get("message").unwrap_or_default();
+        (name, msg)
+    } else {
+        (
+            "Error".into(),
+            v.as_string().unwrap_or_else(|| format!("{v:?}")),
+        )
+    }
+}
+
+/// Map a JS failure while reading `file` to our error: a DOM `AbortError` stays an abort, the rest is a
+/// read failure (network error, CORS, ...).
+pub fn read_error(file: &str, v: &JsValue) -> Error {
+    let (name, msg) = describe_js(v);
+    if name == "AbortError" {
+        Error::Aborted(format!("reading {file}: {msg}"))
+    } else {
+        Error::FileRead {
+            file: file.to_owned(),
+            msg: format!("{name}: {msg}"),
+        }
+    }
+}
+
+/// `signal.aborted` as an error.
+pub fn check_signal(signal: Option<&AbortSignal>, what: &str) -> Result<()> {
+    match signal {
+        Some(s) if s.aborted() => {
+            let reason = s.reason();
+            let (_, msg) = describe_js(&reason);
+            Err(Error::Aborted(if msg.is_empty() {
+                what.to_owned()
+            } else {
+                format!("{what}: {msg}")
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `obj[key]` when `obj` is an object and the value is neither `undefined` nor `null`.
+pub fn opt_get(obj: &JsValue, key: &str) -> Option<JsValue> {
+    if !obj.is_object() {
+        return None;
+    }
+    Reflect::get(obj, &JsValue::from_str(key))
+        .ok()
+        .filter(|v| !v.is_undefined() && !v.is_null())
+}
+
+/// An optional callback option.
+pub fn opt_fn(obj: &JsValue, key: &str) -> Result<Option<Function>> {
+    match opt_get(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .dyn_into::<Function>()
+            .map(Some)
+            .map_err(|_| Error::InvalidInput(format!("option {key} must be a function"))),
+    }
+}
+
+/// An optional boolean option.
+pub fn opt_bool(obj: &JsValue, key: &str) -> Result<Option<bool>> {
+    match opt_get(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| Error::InvalidInput(format!("option {key} must be a boolean"))),
+    }
+}
+
+/// An optional non-negative integer option no larger than `max`.
+pub fn opt_uint(obj: &JsValue, key: &str, max: f64) -> Result<Option<u64>> {
+    match opt_get(obj, key) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if x >= 0.0 && x.fract() == 0.0 && x <= max => Ok(Some(x as u64)),
+            _ => Err(Error::InvalidInput(format!(
+                "option {key} must be an integer between 0 and {max}"
+            ))),
+        },
+    }
+}
+
+/// An optional `AbortSignal` option.
+pub fn opt_signal(obj: &JsValue, key: &str) -> Result<Option<AbortSignal>> {
+    match opt_get(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .dyn_into::<AbortSignal>()
+            .map(Some)
+            .map_err(|_| Error::InvalidInput(format!("option {key} must be an AbortSignal"))),
+    }
+}
+
+/// Serialize to plain JS values (objects, not `Map`s; numbers as JS numbers).
+pub fn to_js<T: Serialize + ?Sized>(v: &T) -> Result<JsValue> {
+    let ser = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    v.serialize(&ser)
+        .map_err(|e| Error::InvalidInput(format!("serializing a result: {e}")))
+}
+
+/// Set `obj[key] = value` (never fails on a plain object).
+pub fn set(obj: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+/// Call a user callback with one argument; a throwing callback is reported on the console and ignored.
+pub fn call1(f: &Function, arg: &JsValue) {
+    if let Err(e) = f.call1(&JsValue::NULL, arg) {
+        let (name, msg) = describe_js(&e);
+        web_sys::console::warn_1(&JsValue::from_str(&format!(
+            "florence2-wasm: a callback threw {name}: {msg}"
+        )));
+    }
+}
+
+/// Call a user callback with two arguments (see [`call1`]).
+pub fn call2(f: &Function, a: &JsValue, b: &JsValue) {
+    if let Err(e) = f.call2(&JsValue::NULL, a, b) {
+        let (name, msg) = describe_js(&e);
+        web_sys::console::warn_1(&JsValue::from_str(&format!(
+            "florence2-wasm: a callback threw {name}: {msg}"
+        )));
+    }
+}

@@ -1,0 +1,856 @@
+//! Browser tests of the JS facade (`src/wasm.rs`): run with `wasm-pack test --headless --chrome --
+//! --test browser_model` (scripts/test.sh). In headless Chromium's WebGPU (SwiftShader):
+//! - load through the streaming fetch path (blob: URLs, and same-origin http URLs answered by a fake
+//!   network that wraps `globalThis.fetch` and counts requests);
+//! - `runTask` on `scene.png` as a Blob for `<CAPTION>`, `<OD>`, `<OCR_WITH_REGION>` equals the native CLI's
+//!   answer (tests/fixtures/browser/cli_expected.json, recorded by scripts/record_browser_expected.sh; the
+//!   CLI itself is checked against the Python reference by tests/text_parity.rs);
+//! - abort mid-decode rejects with `AbortError` and the next call succeeds; concurrent calls queue;
+//! - named errors for an invalid prompt, a 404, a truncated file, a short body, a bad header;
+//! - progress events in order; a cached second load makes no request; `cache: false` stores nothing;
+//! - peak wasm memory while streaming a synthetic ~320 MB checkpoint stays under 64 MiB + one chunk.
+//! Natively this file compiles to nothing.
+#![cfg(target_arch = "wasm32")]
+
+use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::processor::image::{decode_image, ImageLimits};
+use florence2_wasm::processor::prompt::Task;
+use florence2_wasm::wasm::{JsFlorence2 as Florence2, CACHE_NAME, PIECE_BYTES};
+use florence2_wasm::weights::expected_tensors;
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use serde_json::{json, Value};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen(inline_js = r#"
+const files = new Map();
+let count = 0;
+let installed = false;
+const PREFIX = () => location.origin + "/__fake_net__/";
+export function fake_prefix() { return PREFIX(); }
+export function install_fake_net() {
+  if (installed) return;
+  installed = true;
+  const orig = globalThis.fetch.bind(globalThis);
+  globalThis.fetch = async (input, init) => {
+    const url = typeof input === "string" ? input : input.url;
+    if (!url.startsWith(PREFIX())) return orig(input, init);
+    count++;
+    if (init && init.signal && init.signal.aborted) throw new DOMException("aborted", "AbortError");
+    const f = files.get(url.slice(PREFIX().length));
+    if (!f) return new Response("not found", { status: 404, statusText: "Not Found" });
+    if (f.announce !== undefined) {
+      // A body shorter than its Content-Length (a connection cut mid-file).
+      const bytes = f.bytes;
+      const body = new ReadableStream({ start(c) { c.enqueue(bytes.slice()); c.close(); } });
+      return new Response(body, { headers: { "content-length": String(f.announce) } });
+    }
+    return new Response(f.blob, { headers: { "content-length": String(f.blob.size) } });
+  };
+}
+export function serve(path, bytes) { files.set(path, { blob: new Blob([bytes]) }); }
+export function serve_short(path, bytes, announce) { files.set(path, { bytes: bytes.slice(), announce }); }
+export function net_count() { return count; }
+export function blob_url(bytes) { return URL.createObjectURL(new Blob([bytes])); }
+export function blob_of(bytes, type) { return new Blob([bytes], { type }); }
+export function origin() { return location.origin; }
+export function big_blob_url(head, piece, pieces, tail_len) {
+  const parts = [head];
+  for (let i = 0; i < pieces; i++) parts.push(piece);
+  parts.push(piece.subarray(0, tail_len));
+  const b = new Blob(parts);
+  return [URL.createObjectURL(b), b.size];
+}
+export function wasm_bytes(memory) { return memory.buffer.byteLength; }
+export async function cache_has(name, url) {
+  const c = await caches.open(name);
+  return (await c.match(url)) !== undefined;
+}
+export async function cache_clear(name) { await caches.delete(name); }
+export function typeof_(v) { return typeof v; }
+"#)]
+extern "C" {
+    fn fake_prefix() -> String;
+    fn install_fake_net();
+    fn serve(path: &str, bytes: &[u8]);
+    fn serve_short(path: &str, bytes: &[u8], announce: f64);
+    fn net_count() -> u32;
+    fn blob_url(bytes: &[u8]) -> String;
+    fn blob_of(bytes: &[u8], mime: &str) -> JsValue;
+    fn origin() -> String;
+    fn big_blob_url(head: &[u8], piece: &Uint8Array, pieces: u32, tail_len: u32) -> Array;
+    fn wasm_bytes(memory: &JsValue) -> f64;
+    async fn cache_has(name: &str, url: &str) -> JsValue;
+    async fn cache_clear(name: &str) -> JsValue;
+    fn typeof_(v: &JsValue) -> String;
+}
+
+// ---- fixtures ---------------------------------------------------------------------------------------
+
+macro_rules! model_files {
+    ($dir:literal, [$($f:literal),*]) => {
+        &[$(($f, include_bytes!(concat!("fixtures/models/", $dir, "/", $f)) as &[u8])),*]
+    };
+}
+
+type Files = &'static [(&'static str, &'static [u8])];
+
+const COMMON: [&str; 4] = [
+    "config.json",
+    "tokenizer.json",
+    "preprocessor_config.json",
+    "generation_config.json",
+];
+
+fn model(dir: &str) -> Files {
+    match dir {
+        "tiny2" => model_files!(
+            "tiny2",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "model.safetensors"
+            ]
+        ),
+        "tiny4" => model_files!(
+            "tiny4",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "model.safetensors"
+            ]
+        ),
+        "tiny4-f16-sharded" => model_files!(
+            "tiny4-f16-sharded",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "model.safetensors.index.json",
+                "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors"
+            ]
+        ),
+        _ => panic!("no fixture {dir}"),
+    }
+}
+
+fn file_of(files: Files, name: &str) -> &'static [u8] {
+    files.iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+const SCENE_PNG: &[u8] = include_bytes!("fixtures/images/scene.png");
+const RGBA_PNG: &[u8] = include_bytes!("fixtures/images/rgba.png");
+const CLI_EXPECTED: &str = include_str!("fixtures/browser/cli_expected.json");
+
+fn image_bytes(name: &str) -> &'static [u8] {
+    match name {
+        "scene.png" => SCENE_PNG,
+        "rgba.png" => RGBA_PNG,
+        _ => panic!("no image {name}"),
+    }
+}
+
+fn expected() -> Vec<Value> {
+    serde_json::from_str::<Value>(CLI_EXPECTED)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The CLI's answer; `beams` None: the model's generation_config.json (3 beams), Some(1): greedy.
+fn expected_for(model: &str, image: &str, prompt: &str, beams: Option<u64>) -> Value {
+    expected()
+        .into_iter()
+        .find(|c| {
+            c["model"] == model
+                && c["image"] == image
+                && c["prompt"] == prompt
+                && c["num_beams"].as_u64() == beams
+        })
+        .unwrap_or_else(|| panic!("no expected answer for {model} {image} {prompt} {beams:?}"))
+}
+
+/// `{file: blobURL}` for a model dir.
+fn blob_source(files: Files) -> JsValue {
+    let o = Object::new();
+    for (name, bytes) in files {
+        Reflect::set(&o, &(*name).into(), &blob_url(bytes).into()).unwrap();
+    }
+    o.into()
+}
+
+/// Serve a model dir on the fake network under `path/`; returns the base URL.
+fn fake_source(path: &str, files: Files) -> String {
+    install_fake_net();
+    for (name, bytes) in files {
+        serve(&format!("{path}/{name}"), bytes);
+    }
+    format!("{}{path}/", fake_prefix())
+}
+
+// ---- helpers ----------------------------------------------------------------------------------------
+
+fn obj(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in pairs {
+        Reflect::set(&o, &(*k).into(), v).unwrap();
+    }
+    o.into()
+}
+
+fn get(v: &JsValue, k: &str) -> JsValue {
+    Reflect::get(v, &k.into()).unwrap()
+}
+
+fn to_json(v: &JsValue) -> Value {
+    let s: String = js_sys::JSON::stringify(v).unwrap().into();
+    serde_json::from_str(&s).unwrap()
+}
+
+async fn load(source: JsValue, opts: JsValue) -> Result<Florence2, JsValue> {
+    Florence2::load(source, opts).await
+}
+
+async fn run(
+    m: &Florence2,
+    image: JsValue,
+    prompt: &str,
+    opts: JsValue,
+) -> Result<JsValue, JsValue> {
+    JsFuture::from(m.run_task(image, prompt.to_string(), opts)).await
+}
+
+fn err_name(e: &JsValue) -> String {
+    get(e, "name").as_string().unwrap_or_default()
+}
+
+fn err_msg(e: &JsValue) -> String {
+    get(e, "message").as_string().unwrap_or_default()
+}
+
+fn assert_err(e: &JsValue, name: &str, contains: &str) {
+    assert!(e.is_instance_of::<js_sys::Error>(), "not a JS Error: {e:?}");
+    assert_eq!(err_name(e), name, "message: {}", err_msg(e));
+    assert!(
+        err_msg(e).contains(contains),
+        "{name}: message {:?} lacks {contains:?}",
+        err_msg(e)
+    );
+}
+
+/// Compare a runTask output with the CLI's answer: same task, ids, generated text, result, rendering.
+fn check_output(out: &JsValue, case: &Value) {
+    let cli = &case["cli"];
+    let what = format!(
+        "{} {} {} beams {}",
+        case["model"], case["image"], case["prompt"], case["num_beams"]
+    );
+    let got = to_json(out);
+    assert_eq!(got["task"], cli["task"], "{what}: task");
+    assert_eq!(got["tokenIds"], cli["token_ids"], "{what}: token ids");
+    assert_eq!(
+        got["generatedText"], cli["generated_text"],
+        "{what}: generated text"
+    );
+    assert_eq!(got["result"], cli["result"], "{what}: result");
+    assert_eq!(got["text"], cli["text"], "{what}: text");
+    // Plain JS values: an Array of JS numbers, plain objects, numbers for coordinates.
+    let ids = get(out, "tokenIds");
+    assert!(Array::is_array(&ids), "{what}: tokenIds is not an Array");
+    assert_eq!(typeof_(&Array::from(&ids).get(0)), "number");
+    let result = get(out, "result");
+    assert_eq!(
+        Object::get_prototype_of(&result),
+        Object::get_prototype_of(&Object::new()),
+        "{what}: result is not a plain object"
+    );
+    let marker = cli["task"].as_str().unwrap();
+    let value = get(&result, marker);
+    for key in ["bboxes", "quad_boxes"] {
+        let boxes = Reflect::get(&value, &key.into()).unwrap_or(JsValue::UNDEFINED);
+        if Array::is_array(&boxes) && Array::from(&boxes).length() > 0 {
+            let first = Array::from(&Array::from(&boxes).get(0));
+            assert_eq!(typeof_(&first.get(0)), "number", "{what}: {key} coordinate");
+        }
+    }
+    for k in ["preprocess", "encode", "decode", "total"] {
+        let t = get(&get(out, "timings"), k).as_f64().unwrap();
+        assert!(t >= 0.0, "{what}: timing {k}");
+    }
+    web_sys::console::log_1(
+        &format!(
+            "{what}: identical to the CLI ({} tokens, {:.0} ms)",
+            cli["token_ids"].as_array().unwrap().len(),
+            get(&get(out, "timings"), "total").as_f64().unwrap()
+        )
+        .into(),
+    );
+}
+
+/// `{maxNewTokens, numBeams?}` of a case (no numBeams: the model's default).
+fn max_new(case: &Value) -> JsValue {
+    let o = obj(&[(
+        "maxNewTokens",
+        case["max_new_tokens"].as_f64().unwrap().into(),
+    )]);
+    if let Some(b) = case["num_beams"].as_f64() {
+        Reflect::set(&o, &"numBeams".into(), &b.into()).unwrap();
+    }
+    o
+}
+
+async fn run_case(m: &Florence2, case: &Value) -> JsValue {
+    let img = blob_of(image_bytes(case["image"].as_str().unwrap()), "image/png");
+    run(m, img, case["prompt"].as_str().unwrap(), max_new(case))
+        .await
+        .unwrap()
+}
+
+// ---- tests ------------------------------------------------------------------------------------------
+
+/// tiny2 (blob: URLs) and tiny4 (same-origin http on the fake network): every scene.png case, plus
+/// rgba.png's OCR (a non-empty region), equals the CLI.
+#[wasm_bindgen_test]
+async fn run_task_matches_cli_tiny2_tiny4() {
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    for case in expected().iter().filter(|c| c["model"] == "tiny2") {
+        let out = run_case(&m, case).await;
+        check_output(&out, case);
+    }
+    m.dispose();
+    let base = fake_source("tiny4", model("tiny4"));
+    let m = load(base.into(), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    for case in expected().iter().filter(|c| c["model"] == "tiny4") {
+        let out = run_case(&m, case).await;
+        check_output(&out, case);
+    }
+    m.dispose();
+}
+
+/// f16 shards through `model.safetensors.index.json`: the CLI's answers (f16 converted at load).
+#[wasm_bindgen_test]
+async fn run_task_matches_cli_f16_sharded() {
+    let m = load(
+        blob_source(model("tiny4-f16-sharded")),
+        obj(&[("cache", false.into())]),
+    )
+    .await
+    .unwrap();
+    for case in expected()
+        .iter()
+        .filter(|c| c["model"] == "tiny4-f16-sharded")
+    {
+        let out = run_case(&m, case).await;
+        check_output(&out, case);
+    }
+}
+
+/// The same pixels as ImageData and through an OffscreenCanvas (the drawable path) give the Blob's answer.
+#[wasm_bindgen_test]
+async fn image_data_and_canvas_inputs_match_blob() {
+    let case = expected_for("tiny2", "scene.png", "<CAPTION>", Some(1));
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let rgb = decode_image(SCENE_PNG, &ImageLimits::default()).unwrap();
+    let (w, h) = (rgb.width(), rgb.height());
+    let mut rgba = Vec::with_capacity((w * h * 4) as usize);
+    for px in rgb.as_raw().chunks_exact(3) {
+        rgba.extend_from_slice(&[px[0], px[1], px[2], 255]);
+    }
+    let data =
+        web_sys::ImageData::new_with_u8_clamped_array_and_sh(wasm_bindgen::Clamped(&rgba), w, h)
+            .unwrap();
+    let out = run(&m, data.clone().into(), "<CAPTION>", max_new(&case))
+        .await
+        .unwrap();
+    check_output(&out, &case);
+    let canvas = web_sys::OffscreenCanvas::new(w, h).unwrap();
+    let ctx: web_sys::OffscreenCanvasRenderingContext2d = canvas
+        .get_context("2d")
+        .unwrap()
+        .unwrap()
+        .dyn_into()
+        .unwrap();
+    ctx.put_image_data(&data, 0.0, 0.0).unwrap();
+    let out = run(&m, canvas.into(), "<CAPTION>", max_new(&case))
+        .await
+        .unwrap();
+    check_output(&out, &case);
+    // Not an image at all: a named error, and the model still works.
+    let e = run(&m, JsValue::from(42), "<CAPTION>", max_new(&case))
+        .await
+        .unwrap_err();
+    assert_err(&e, "Florence2ImageError", "unsupported image");
+    // Too many pixels for the load's limit.
+    let small = load(
+        blob_source(model("tiny2")),
+        obj(&[
+            ("cache", false.into()),
+            ("limits", obj(&[("maxImagePixels", 100.into())])),
+        ]),
+    )
+    .await
+    .unwrap();
+    let e = run(
+        &small,
+        blob_of(SCENE_PNG, "image/png"),
+        "<CAPTION>",
+        max_new(&case),
+    )
+    .await
+    .unwrap_err();
+    assert_err(&e, "Florence2ImageTooLargeError", "exceeds the limit");
+}
+
+/// Abort mid-decode (greedy; from onToken, after 3 tokens) rejects with AbortError; the next call
+/// succeeds. onToken gets one call per generated token, as it is chosen.
+#[wasm_bindgen_test]
+async fn abort_mid_decode_then_next_call_succeeds() {
+    let case = expected_for("tiny2", "scene.png", "<CAPTION>", Some(1));
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let ctrl = web_sys::AbortController::new().unwrap();
+    let seen = Array::new();
+    let on_token = {
+        let ctrl = ctrl.clone();
+        let seen = seen.clone();
+        Closure::<dyn FnMut(JsValue, JsValue)>::new(move |text: JsValue, _id: JsValue| {
+            seen.push(&text);
+            if seen.length() == 3 {
+                ctrl.abort();
+            }
+        })
+    };
+    let opts = obj(&[
+        ("maxNewTokens", 24.into()),
+        ("numBeams", 1.into()),
+        ("signal", ctrl.signal().into()),
+        ("onToken", on_token.as_ref().clone()),
+    ]);
+    let e = run(&m, blob_of(SCENE_PNG, "image/png"), "<CAPTION>", opts)
+        .await
+        .unwrap_err();
+    assert_err(&e, "AbortError", "aborted");
+    assert_eq!(seen.length(), 3, "decoding stopped right after the abort");
+    // An already-aborted signal rejects at once.
+    let e = run(
+        &m,
+        blob_of(SCENE_PNG, "image/png"),
+        "<CAPTION>",
+        obj(&[("signal", ctrl.signal().into())]),
+    )
+    .await
+    .unwrap_err();
+    assert_err(&e, "AbortError", "aborted");
+    // The model is still usable; onToken streams every token of the answer.
+    let pieces = Array::new();
+    let collect = {
+        let pieces = pieces.clone();
+        Closure::<dyn FnMut(JsValue, JsValue)>::new(move |text: JsValue, _id: JsValue| {
+            pieces.push(&text);
+        })
+    };
+    let opts = obj(&[
+        ("maxNewTokens", 24.into()),
+        ("numBeams", 1.into()),
+        ("onToken", collect.as_ref().clone()),
+    ]);
+    let out = run(&m, blob_of(SCENE_PNG, "image/png"), "<CAPTION>", opts)
+        .await
+        .unwrap();
+    check_output(&out, &case);
+    let n_ids = case["cli"]["token_ids"].as_array().unwrap().len() as u32;
+    assert_eq!(pieces.length(), n_ids - 1, "one onToken call per new token");
+    let streamed: String = pieces.iter().map(|p| p.as_string().unwrap()).collect();
+    let full = case["cli"]["generated_text"].as_str().unwrap();
+    assert!(
+        full.ends_with(&streamed) && !streamed.is_empty(),
+        "streamed {streamed:?} is not the tail of {full:?}"
+    );
+}
+
+/// Calls made without awaiting are queued (FIFO) and all answer correctly; a failing call in between
+/// (invalid prompt) does not disturb them; after dispose() calls reject with Florence2DisposedError.
+#[wasm_bindgen_test]
+async fn concurrent_calls_queue_and_dispose() {
+    let cap = expected_for("tiny2", "scene.png", "<CAPTION>", Some(1));
+    let od = expected_for("tiny2", "scene.png", "<OD>", Some(1));
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let img = || blob_of(SCENE_PNG, "image/png");
+    let p1 = m.run_task(img(), "<CAPTION>".into(), max_new(&cap));
+    let p2 = m.run_task(img(), "<NOT_A_TASK>".into(), max_new(&cap));
+    let p3 = m.run_task(img(), "<OD>".into(), max_new(&od));
+    let p4 = m.run_task(img(), "<CAPTION>".into(), max_new(&cap));
+    let (r1, r2, r3, r4) = (
+        JsFuture::from(p1).await,
+        JsFuture::from(p2).await,
+        JsFuture::from(p3).await,
+        JsFuture::from(p4).await,
+    );
+    check_output(&r1.unwrap(), &cap);
+    assert_err(
+        &r2.unwrap_err(),
+        "Florence2PromptError",
+        "invalid task prompt",
+    );
+    check_output(&r3.unwrap(), &od);
+    check_output(&r4.unwrap(), &cap);
+    // dispose() right after a call: that call still finishes, later ones are rejected.
+    let running = m.run_task(img(), "<CAPTION>".into(), max_new(&cap));
+    m.dispose();
+    assert!(m.disposed());
+    check_output(&JsFuture::from(running).await.unwrap(), &cap);
+    let e = run(&m, img(), "<CAPTION>", max_new(&cap))
+        .await
+        .unwrap_err();
+    assert_err(&e, "Florence2DisposedError", "disposed");
+}
+
+/// Named errors: invalid prompt, 404 (a missing path on the test server itself), truncated file, body
+/// shorter than Content-Length, bad header, aborted load, bad source.
+#[wasm_bindgen_test]
+async fn errors_are_named() {
+    let tiny2 = model("tiny2");
+    let m = load(blob_source(tiny2), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let e = run(
+        &m,
+        blob_of(SCENE_PNG, "image/png"),
+        "<NOPE>",
+        JsValue::UNDEFINED,
+    )
+    .await
+    .unwrap_err();
+    assert_err(&e, "Florence2PromptError", "invalid task prompt");
+    let e = run(
+        &m,
+        blob_of(SCENE_PNG, "image/png"),
+        "<CAPTION>extra input",
+        JsValue::UNDEFINED,
+    )
+    .await
+    .unwrap_err();
+    assert_err(&e, "Florence2PromptError", "invalid task prompt");
+    let e = run(
+        &m,
+        blob_of(b"not a png", "image/png"),
+        "<CAPTION>",
+        JsValue::UNDEFINED,
+    )
+    .await
+    .unwrap_err();
+    assert_err(&e, "Florence2ImageError", "");
+
+    // 404 from the test server's own origin.
+    let e = load(
+        format!("{}/no-such-model-dir/", origin()).into(),
+        obj(&[("cache", false.into())]),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_err(&e, "Florence2LoadError", "HTTP 404");
+
+    // A model dir whose safetensors file is cut short / has a bad header / a short body.
+    let st = file_of(tiny2, "model.safetensors");
+    let with = |st_url: String| {
+        let o = Object::new();
+        for n in COMMON {
+            Reflect::set(&o, &n.into(), &blob_url(file_of(tiny2, n)).into()).unwrap();
+        }
+        Reflect::set(&o, &"model.safetensors".into(), &st_url.into()).unwrap();
+        JsValue::from(o)
+    };
+    let e = load(
+        with(blob_url(&st[..st.len() - 1000])),
+        obj(&[("cache", false.into())]),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_err(&e, "Florence2LoadError", "truncated");
+    let mut bad = st.to_vec();
+    bad[8..16].copy_from_slice(b"{\"oops\":");
+    let e = load(with(blob_url(&bad)), obj(&[("cache", false.into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2LoadError", "bad safetensors header");
+    let mut huge = st.to_vec();
+    huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let e = load(with(blob_url(&huge)), obj(&[("cache", false.into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2LoadError", "bad safetensors header");
+    install_fake_net();
+    serve_short(
+        "short/model.safetensors",
+        &st[..st.len() / 2],
+        st.len() as f64,
+    );
+    let e = load(
+        with(format!("{}short/model.safetensors", fake_prefix())),
+        obj(&[("cache", false.into())]),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_err(&e, "Florence2LoadError", "truncated");
+
+    // An aborted load, a bad source, a bad option.
+    let ctrl = web_sys::AbortController::new().unwrap();
+    ctrl.abort();
+    let e = load(blob_source(tiny2), obj(&[("signal", ctrl.signal().into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "AbortError", "aborted");
+    let e = load(JsValue::from(7), JsValue::UNDEFINED)
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2InputError", "source must be");
+    let e = load(blob_source(tiny2), obj(&[("cache", "yes".into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2InputError", "cache");
+    // postProcess: a named prompt error for an unknown task, and the reference's shape otherwise.
+    let e = Florence2::post_process("x", "<NOPE>", 10, 10).unwrap_err();
+    assert_err(&e, "Florence2PromptError", "");
+    // postProcess gives post_process_generation's value as plain JS (compared through JSON).
+    let raw = "cat<loc_0><loc_0><loc_999><loc_999>";
+    let r = Florence2::post_process(raw, "<OD>", 100, 50).unwrap();
+    let want = post_process_generation(raw, Task::Od, (100, 50))
+        .unwrap()
+        .to_json(Task::Od);
+    assert_eq!(to_json(&r), want);
+    assert_eq!(want["<OD>"]["labels"], json!(["cat"]));
+}
+
+/// Progress events in order (per file: initiate, download, progress..., done; ready last); the cached
+/// second load makes no request and says `cached: true`; `cache: false` stores nothing.
+#[wasm_bindgen_test]
+async fn progress_events_and_cache() {
+    cache_clear(CACHE_NAME).await;
+    let base = fake_source("cached-tiny2", model("tiny2"));
+    let events = Array::new();
+    let on_progress = {
+        let events = events.clone();
+        Closure::<dyn FnMut(JsValue)>::new(move |e: JsValue| {
+            events.push(&e);
+        })
+    };
+    let opts = || obj(&[("onProgress", on_progress.as_ref().clone())]);
+
+    let before = net_count();
+    let m = load(base.clone().into(), opts()).await.unwrap();
+    let first_requests = net_count() - before;
+    let evs: Vec<Value> = events.iter().map(|e| to_json(&e)).collect();
+    check_event_order(&evs, false);
+    // config, tokenizer, preprocessor, generation, index (404), model.safetensors.
+    assert_eq!(first_requests, 6, "first load requests");
+    m.dispose();
+
+    events.set_length(0);
+    let before = net_count();
+    let m = load(base.clone().into(), opts()).await.unwrap();
+    let second_requests = net_count() - before;
+    let evs: Vec<Value> = events.iter().map(|e| to_json(&e)).collect();
+    check_event_order(&evs, true);
+    // The only request is the index probe, which the server answered 404 (never cached).
+    assert_eq!(second_requests, 1, "cached load requests");
+    let case = expected_for("tiny2", "scene.png", "<CAPTION>", None);
+    check_output(&run_case(&m, &case).await, &case);
+    m.dispose();
+
+    // cache: false neither reads nor writes.
+    let base2 = fake_source("uncached-tiny2", model("tiny2"));
+    let before = net_count();
+    load(base2.clone().into(), obj(&[("cache", false.into())]))
+        .await
+        .unwrap()
+        .dispose();
+    assert_eq!(net_count() - before, 6);
+    let url = format!("{base2}model.safetensors");
+    assert_eq!(cache_has(CACHE_NAME, &url).await, JsValue::FALSE);
+    assert_eq!(
+        cache_has(CACHE_NAME, &format!("{base}model.safetensors")).await,
+        JsValue::TRUE
+    );
+    let before = net_count();
+    load(base.clone().into(), obj(&[("cache", false.into())]))
+        .await
+        .unwrap()
+        .dispose();
+    assert_eq!(
+        net_count() - before,
+        6,
+        "cache: false does not read the cache"
+    );
+    cache_clear(CACHE_NAME).await;
+}
+
+fn check_event_order(evs: &[Value], cached: bool) {
+    let files = [
+        "config.json",
+        "tokenizer.json",
+        "preprocessor_config.json",
+        "generation_config.json",
+        "model.safetensors",
+    ];
+    let mut i = 0;
+    for f in files {
+        let mine: Vec<&Value> = evs.iter().filter(|e| e["file"] == f).collect();
+        let statuses: Vec<&str> = mine.iter().map(|e| e["status"].as_str().unwrap()).collect();
+        assert!(statuses.len() >= 3, "{f}: {statuses:?}");
+        assert_eq!(statuses[0], "initiate", "{f}");
+        assert_eq!(statuses[1], "download", "{f}");
+        assert_eq!(*statuses.last().unwrap(), "done", "{f}");
+        assert!(
+            statuses[2..statuses.len() - 1]
+                .iter()
+                .all(|s| *s == "progress"),
+            "{f}: {statuses:?}"
+        );
+        let mut last = 0.0;
+        for e in &mine {
+            let l = e["loaded"].as_f64().unwrap();
+            assert!(l >= last, "{f}: loaded decreased");
+            last = l;
+            assert_eq!(
+                e["cached"],
+                json!(cached && e["status"] != "initiate"),
+                "{f}: {e}"
+            );
+        }
+        let done = mine.last().unwrap();
+        let size = file_of(model("tiny2"), f).len() as f64;
+        assert_eq!(done["loaded"].as_f64().unwrap(), size, "{f}");
+        assert_eq!(done["progress"].as_f64().unwrap(), 100.0, "{f}");
+        // Files come one after the other, in load order.
+        let first = evs.iter().position(|e| e["file"] == f).unwrap();
+        assert!(first >= i, "{f} started before the previous file finished");
+        i = evs.iter().rposition(|e| e["file"] == f).unwrap();
+    }
+    assert!(
+        evs.iter()
+            .all(|e| e["file"] != "model.safetensors.index.json"),
+        "an absent optional file has no events"
+    );
+    let last = evs.last().unwrap();
+    assert_eq!(last["status"], "ready");
+    assert_eq!(evs.iter().filter(|e| e["status"] == "ready").count(), 1);
+}
+
+/// A synthetic checkpoint of ~320 MB (tiny2's vision tower; text d_model 1024, one encoder and one decoder
+/// layer, vocab 65 536: the shared embedding alone is 256 MiB) streamed from a blob: URL. The data bytes
+/// are generated in JS (a 1 MiB pattern repeated), so wasm memory only sees the loader. Peak wasm memory
+/// (memory only grows, so its size after the load is the peak) must stay under 64 MiB + one chunk.
+#[wasm_bindgen_test]
+async fn peak_wasm_memory_while_streaming_a_320mb_checkpoint() {
+    let tiny2 = model("tiny2");
+    let mut cfg: Value = serde_json::from_slice(file_of(tiny2, "config.json")).unwrap();
+    cfg["text_config"]["vocab_size"] = json!(65_536);
+    cfg["text_config"]["d_model"] = json!(1024);
+    cfg["text_config"]["encoder_layers"] = json!(1);
+    cfg["text_config"]["decoder_layers"] = json!(1);
+    cfg["vision_config"]["projection_dim"] = json!(1024);
+    let cfg_text = serde_json::to_string(&cfg).unwrap();
+    let parsed = Florence2Config::from_json_str(&cfg_text).unwrap();
+    // Header: every expected tensor, f32, in table order.
+    let tensors = expected_tensors(&parsed);
+    let mut header = serde_json::Map::new();
+    let mut off = 0u64;
+    for (name, shape) in &tensors {
+        let bytes = shape.iter().product::<usize>() as u64 * 4;
+        header.insert(
+            name.clone(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [off, off + bytes]}),
+        );
+        off += bytes;
+    }
+    let total_data = off;
+    let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    // head = 8-byte length + header; then the data: a 1 MiB pattern of small f32 values, repeated.
+    let mut head = (h.len() as u64).to_le_bytes().to_vec();
+    head.extend_from_slice(&h);
+    drop(h);
+    let piece_len = 1usize << 20;
+    let piece_vals: Vec<f32> = (0..piece_len / 4)
+        .map(|i| ((i % 89) as f32 - 44.0) / 440.0)
+        .collect();
+    let piece = Uint8Array::from(bytemuck_cast(&piece_vals));
+    drop(piece_vals);
+    let pieces = (total_data / piece_len as u64) as u32;
+    let tail = (total_data % piece_len as u64) as u32;
+    let r = big_blob_url(&head, &piece, pieces, tail);
+    let url = r.get(0).as_string().unwrap();
+    let size = r.get(1).as_f64().unwrap();
+    assert_eq!(size as u64, head.len() as u64 + total_data);
+    assert!(size > 256e6, "checkpoint must exceed 256 MB, is {size}");
+    drop(head);
+
+    let mem = wasm_bindgen::memory();
+    let before = wasm_bytes(&mem);
+    let o = Object::new();
+    for n in COMMON {
+        Reflect::set(&o, &n.into(), &blob_url(file_of(tiny2, n)).into()).unwrap();
+    }
+    Reflect::set(
+        &o,
+        &"config.json".into(),
+        &blob_url(cfg_text.as_bytes()).into(),
+    )
+    .unwrap();
+    Reflect::set(&o, &"model.safetensors".into(), &url.into()).unwrap();
+    let t0 = js_sys::Date::now();
+    let m = load(o.into(), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let after = wasm_bytes(&mem);
+    let secs = (js_sys::Date::now() - t0) / 1e3;
+    m.dispose();
+    let limit = (64u64 << 20) as f64 + PIECE_BYTES as f64;
+    web_sys::console::log_1(
+        &format!(
+            "streamed a {:.1} MB checkpoint in {secs:.1} s: wasm memory {:.1} MiB before, {:.1} MiB after \
+             (peak; limit {:.0} MiB)",
+            size / 1e6,
+            before / 1048576.0,
+            after / 1048576.0,
+            limit / 1048576.0
+        )
+        .into(),
+    );
+    assert!(after <= limit, "wasm memory grew to {after} bytes");
+}
+
+fn bytemuck_cast(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
