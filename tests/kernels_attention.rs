@@ -379,19 +379,24 @@ fn attention_timings() {
         };
         let keys = kv_len.map(|l| l as usize).unwrap_or(tk);
         let flops = 4.0 * (b * h * tq * keys * 64) as f64;
-        for var in VARIANTS {
-            let reps = if tq > 1 { 3 } else { 20 };
-            let mut ts = Vec::new();
-            for i in 0..=reps {
+        let reps = if tq > 1 { 3 } else { 20 };
+        // Variants interleaved rep by rep, so that a change of machine load hits them alike.
+        let vars = VARIANTS;
+        let mut ts = vec![Vec::new(); vars.len()];
+        for i in 0..=reps {
+            for (vi, &var) in vars.iter().enumerate() {
                 let t0 = Instant::now();
                 let mut rec = Recorder::new(&g);
                 attention_variant(&mut rec, var, &q, &k, &v, &opts, &out).unwrap();
                 rec.submit().unwrap();
                 readback::to_f32_blocking(&g, &out).unwrap();
                 if i > 0 {
-                    ts.push(t0.elapsed().as_secs_f64());
+                    ts[vi].push(t0.elapsed().as_secs_f64());
                 }
             }
+        }
+        for (vi, var) in vars.iter().enumerate() {
+            let ts = &mut ts[vi];
             ts.sort_by(f64::total_cmp);
             let med = ts[ts.len() / 2];
             eprintln!(

@@ -293,7 +293,9 @@ pub fn attention_variant(
     )
 }
 
-/// The register kernel: one invocation per (batch row, head, group of up to 4 query rows).
+/// The register kernel: one invocation per (batch row, head, group of up to 4 query rows). Its shader runs
+/// without run-time bounds checks: the shape checks of [`attention_variant`] (and `variant_supports`:
+/// D % 4 == 0, D <= 80) are what its header's bounds proof relies on; keep them in step.
 #[allow(clippy::too_many_arguments)]
 fn record_rows(
     rec: &mut Recorder,
