@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Static server for the demo: www/ at /, pkg/ at /pkg/, an optional model directory at /model/.
 
+`--mount /PREFIX/=DIR` (repeatable) serves more directories, e.g. the test fixtures for the end-to-end tests.
+
 Binds 127.0.0.1 only. Serves .wasm as application/wasm (needed for streaming compilation) and supports
 HTTP Range requests on model files (the package may read safetensors headers with a ranged request).
 """
@@ -9,6 +11,7 @@ import functools
 import http.server
 import os
 import sys
+import urllib.parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,17 +26,22 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         ".safetensors": "application/octet-stream",
     }
     model_dir = None
+    mounts = []  # [(prefix "/x/", absolute dir)]
 
     def translate_path(self, path):
-        clean = path.split("?", 1)[0].split("#", 1)[0]
-        if clean.startswith("/pkg/"):
+        clean = urllib.parse.unquote(path.split("?", 1)[0].split("#", 1)[0])
+        mount = next(((p, d) for p, d in self.mounts if clean.startswith(p)), None)
+        if mount:
+            base, rest = mount[1], clean[len(mount[0]):]
+        elif clean.startswith("/pkg/"):
             base, rest = os.path.join(ROOT, "pkg"), clean[len("/pkg/"):]
         elif clean.startswith("/model/") and self.model_dir:
             base, rest = self.model_dir, clean[len("/model/"):]
         else:
             base, rest = os.path.join(ROOT, "www"), clean.lstrip("/")
+        base = os.path.normpath(base)
         full = os.path.normpath(os.path.join(base, rest))
-        if not full.startswith(os.path.normpath(base)):
+        if full != base and not full.startswith(base + os.sep):
             return os.path.join(base, "__forbidden__")
         return full
 
@@ -50,12 +58,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--model-dir")
+    ap.add_argument("--mount", action="append", default=[], metavar="/PREFIX/=DIR")
     a = ap.parse_args()
     Handler.model_dir = os.path.abspath(a.model_dir) if a.model_dir else None
+    for m in a.mount:
+        prefix, sep, d = m.partition("=")
+        if not sep or not prefix.startswith("/") or not os.path.isdir(d):
+            ap.error(f"--mount takes /PREFIX/=DIR with an existing DIR, got {m!r}")
+        Handler.mounts.append((prefix.rstrip("/") + "/", os.path.abspath(d)))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print(f"florence2-wasm demo: http://127.0.0.1:{a.port}/", flush=True)
     if Handler.model_dir:
-        print(f"local model at http://127.0.0.1:{a.port}/model/ (open ?model=/model/)", flush=True)
+        print(f"local model at http://127.0.0.1:{a.port}/model/: open http://127.0.0.1:{a.port}/?model=/model/", flush=True)
     srv.serve_forever()
 
 

@@ -1,0 +1,610 @@
+// The demo page: model URL + progress, image input (file, drop, paste, URL), task views (caption, OCR,
+// detection), overlay drawing, answer/JSON/timings, cancel. The model itself runs in worker.js.
+//
+// Automation hooks (for scripts and the end-to-end tests):
+//   ?model=URL&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0]
+// loads the model, opens the image, runs the task and writes the output JSON into #result-json, whose
+// data-status goes idle -> loading -> running -> "done" or "error" (data-error-name then says which error,
+// e.g. Florence2LoadError, AbortError, WebGPUUnavailableError).
+
+// A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
+// package loads that layout). See README "Default model".
+export const DEFAULT_MODEL = "https://huggingface.co/mlx-community/Florence-2-base-ft-bf16/resolve/main/";
+
+const TASKS = {
+  caption: [
+    { task: "<CAPTION>", label: "Caption" },
+    { task: "<DETAILED_CAPTION>", label: "Detailed caption" },
+    { task: "<MORE_DETAILED_CAPTION>", label: "More detailed caption" },
+  ],
+  ocr: [
+    { task: "<OCR>", label: "OCR (text only)" },
+    { task: "<OCR_WITH_REGION>", label: "OCR with regions" },
+  ],
+  detection: [
+    { task: "<OD>", label: "Object detection" },
+    { task: "<DENSE_REGION_CAPTION>", label: "Dense region captions" },
+    { task: "<REGION_PROPOSAL>", label: "Region proposals" },
+    { task: "<CAPTION_TO_PHRASE_GROUNDING>", label: "Phrase grounding", input: "text", placeholder: "a red car and a dog" },
+    { task: "<OPEN_VOCABULARY_DETECTION>", label: "Open-vocabulary detection", input: "text", placeholder: "a green car" },
+    { task: "<REFERRING_EXPRESSION_SEGMENTATION>", label: "Referring segmentation", input: "text", placeholder: "the dog" },
+    { task: "<REGION_TO_SEGMENTATION>", label: "Region to segmentation", input: "region" },
+    { task: "<REGION_TO_CATEGORY>", label: "Region to category", input: "region" },
+    { task: "<REGION_TO_DESCRIPTION>", label: "Region to description", input: "region" },
+    { task: "<REGION_TO_OCR>", label: "Region to OCR", input: "region" },
+  ],
+};
+const REGION_PLACEHOLDER = "<loc_100><loc_100><loc_900><loc_900>";
+const COLORS = ["#ff3b30", "#34c759", "#0a84ff", "#ff9f0a", "#bf5af2", "#64d2ff", "#ffd60a", "#ff375f", "#30d158", "#5e5ce6"];
+
+const $ = (id) => document.getElementById(id);
+const el = {
+  gpuBadge: $("gpu-badge"), gpuMessage: $("gpu-message"),
+  modelForm: $("model-form"), modelUrl: $("model-url"), modelCache: $("model-cache"), loadModel: $("load-model"),
+  progress: $("progress"), progressText: $("progress-text"), progressFiles: $("progress-files"),
+  imageFile: $("image-file"), imageUrlForm: $("image-url-form"), imageUrl: $("image-url"),
+  dropzone: $("dropzone"), stage: $("stage"), imageCanvas: $("image-canvas"), overlay: $("overlay"),
+  dropHint: $("drop-hint"), imageInfo: $("image-info"),
+  tabs: [...document.querySelectorAll(".tab")], taskForm: $("task-form"), task: $("task"),
+  taskTextWrap: $("task-text-wrap"), taskTextLabel: $("task-text-label"), taskText: $("task-text"),
+  maxTokens: $("max-tokens"), run: $("run"), cancel: $("cancel"), message: $("message"),
+  stream: $("stream"), answer: $("answer"), ocrList: $("ocr-list"), timings: $("timings"), resultJson: $("result-json"),
+};
+
+const state = {
+  gpu: null,          // probe result
+  modelSource: null,  // URL of the loaded model
+  image: null,        // {blob, bitmap, width, height, name}
+  busy: null,         // {kind: "load"|"run", id}
+  view: "detection",
+  lastOutput: null,
+  drawn: null,        // the task value drawn on the overlay (redrawn on resize)
+  numBeams: 0,        // ?beams=N (0: the package's default, greedy)
+};
+
+// ---------------------------------------------------------------- worker RPC
+
+const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+let nextId = 1;
+const pending = new Map(); // id -> {resolve, reject, onProgress, onToken}
+
+worker.onmessage = (ev) => {
+  const m = ev.data;
+  const p = pending.get(m.id);
+  if (!p) return;
+  switch (m.type) {
+    case "progress": p.onProgress?.(m.event); break;
+    case "token": p.onToken?.(m.text); break;
+    case "probe": pending.delete(m.id); p.resolve(m); break;
+    case "loaded": pending.delete(m.id); p.resolve(m); break;
+    case "result": pending.delete(m.id); p.resolve(m); break;
+    case "error": {
+      pending.delete(m.id);
+      const e = new Error(m.error.message);
+      e.name = m.error.name;
+      p.reject(e);
+      break;
+    }
+  }
+};
+worker.onerror = (ev) => {
+  ev.preventDefault();
+  const e = new Error(`the model worker failed: ${ev.message || "unknown error"}`);
+  e.name = "WorkerError";
+  for (const [, p] of pending) p.reject(e);
+  pending.clear();
+};
+
+function request(msg, handlers = {}, transfer = []) {
+  const id = nextId++;
+  const promise = new Promise((resolve, reject) => pending.set(id, { resolve, reject, ...handlers }));
+  worker.postMessage({ ...msg, id }, transfer);
+  return { id, promise };
+}
+
+// ---------------------------------------------------------------- status helpers
+
+function setStatus(status, extra = {}) {
+  el.resultJson.dataset.status = status;
+  if (extra.errorName) el.resultJson.dataset.errorName = extra.errorName;
+  else delete el.resultJson.dataset.errorName;
+}
+
+function showMessage(kind, text) {
+  el.message.hidden = !text;
+  el.message.className = `message ${kind}`;
+  el.message.textContent = text || "";
+}
+
+function describeError(e, during) {
+  if (e.name === "AbortError") return { kind: "warn", text: during === "load" ? "Model loading cancelled." : "Task cancelled." };
+  if (during === "load") {
+    return { kind: "error", text: `Model download failed (${e.name}): ${e.message}. Check the URL: it must be a directory with config.json, tokenizer.json and model.safetensors (or model.safetensors.index.json).` };
+  }
+  if (e.name === "Florence2PromptError") return { kind: "error", text: `Invalid prompt (${e.name}): ${e.message}` };
+  return { kind: "error", text: `${e.name}: ${e.message}` };
+}
+
+function fail(e, during) {
+  const d = describeError(e, during);
+  showMessage(d.kind, d.text);
+  el.resultJson.textContent = JSON.stringify({ error: { name: e.name, message: e.message, during } }, null, 2);
+  setStatus("error", { errorName: e.name });
+}
+
+function updateButtons() {
+  const busy = Boolean(state.busy);
+  el.run.disabled = busy || !state.image || state.gpu?.ok === false;
+  el.loadModel.disabled = busy || state.gpu?.ok === false;
+  el.cancel.disabled = !busy;
+}
+
+// ---------------------------------------------------------------- WebGPU probe
+
+async function probeGpu() {
+  let r;
+  if (!navigator.gpu) {
+    r = { ok: false, reason: "no-api", message: "This browser has no WebGPU (navigator.gpu is missing)." };
+  } else {
+    r = await request({ type: "probe" }).promise;
+  }
+  state.gpu = r;
+  if (r.ok) {
+    const a = r.adapter || {};
+    el.gpuBadge.dataset.state = "ok";
+    el.gpuBadge.textContent = `WebGPU: ${[a.vendor, a.architecture].filter(Boolean).join(" ") || "ready"}${a.fallback ? " (software)" : ""}`;
+  } else {
+    el.gpuBadge.dataset.state = "missing";
+    el.gpuBadge.textContent = "no WebGPU";
+    el.gpuMessage.hidden = false;
+    el.gpuMessage.textContent = `WebGPU is unavailable: ${r.message} This demo runs the model on your GPU through WebGPU: ` +
+      "use a recent Chrome, Edge or another Chromium-based browser (Safari/Firefox with WebGPU enabled), " +
+      "and check that hardware acceleration is on (chrome://gpu).";
+  }
+  updateButtons();
+  return r;
+}
+
+// ---------------------------------------------------------------- model loading + progress
+
+/** A Hugging Face repo page (https://huggingface.co/ORG/NAME[/tree/REV]) becomes its file base URL. */
+export function normalizeModelUrl(raw) {
+  const url = new URL(raw.trim(), location.href);
+  if (url.hostname === "huggingface.co") {
+    const parts = url.pathname.split("/").filter(Boolean);
+    if (parts.length === 2) url.pathname = `/${parts[0]}/${parts[1]}/resolve/main/`;
+    else if (parts.length >= 4 && parts[2] === "tree") url.pathname = `/${parts[0]}/${parts[1]}/resolve/${parts.slice(3).join("/")}/`;
+  }
+  if (!url.pathname.endsWith("/")) url.pathname += "/";
+  return url.href;
+}
+
+const fmtBytes = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} kB` : `${n} B`);
+
+function makeProgressTracker() {
+  const files = new Map(); // file -> {loaded, total, done, cached, li}
+  el.progressFiles.replaceChildren();
+  el.progress.value = 0;
+  el.progress.removeAttribute("value"); // indeterminate until sizes arrive
+  const entry = (name) => {
+    let f = files.get(name);
+    if (!f) {
+      const li = document.createElement("li");
+      f = { loaded: 0, total: 0, done: false, cached: false, li };
+      files.set(name, f);
+      el.progressFiles.append(li);
+    }
+    return f;
+  };
+  const render = (ready) => {
+    let loaded = 0, total = 0, done = 0, cached = 0;
+    for (const [name, f] of files) {
+      loaded += f.loaded; total += f.total; done += f.done ? 1 : 0; cached += f.cached ? 1 : 0;
+      f.li.textContent = `${name}: ${f.total ? `${fmtBytes(f.loaded)} / ${fmtBytes(f.total)}` : fmtBytes(f.loaded)}` +
+        `${f.cached ? " (from cache)" : ""}${f.done ? " ✓" : ""}`;
+      f.li.dataset.done = f.done; f.li.dataset.cached = f.cached;
+    }
+    if (total > 0) { el.progress.max = total; el.progress.value = Math.min(loaded, total); }
+    if (ready) { el.progress.max = 1; el.progress.value = 1; }
+    el.progressText.textContent = ready
+      ? `model ready: ${files.size} files, ${fmtBytes(total || loaded)}${cached ? `, ${cached} from cache` : ""}`
+      : `${fmtBytes(loaded)}${total ? ` / ${fmtBytes(total)} (${((100 * loaded) / total).toFixed(1)}%)` : ""} · ` +
+        `files ${done}/${files.size}${cached ? ` · ${cached} from cache` : ""}`;
+  };
+  return {
+    onProgress(ev) {
+      const status = ev.status;
+      if (status === "ready") { render(true); return; }
+      if (!ev.file) return;
+      const f = entry(ev.file);
+      if (ev.cached === true || ev.fromCache === true || ev.source === "cache" || ev.cache === "hit") f.cached = true;
+      if (typeof ev.total === "number" && ev.total > 0) f.total = ev.total;
+      if (typeof ev.loaded === "number") f.loaded = ev.loaded;
+      if (status === "done") { f.done = true; if (f.total) f.loaded = f.total; }
+      render(false);
+    },
+    ready() { render(true); },
+  };
+}
+
+async function loadModel() {
+  let source;
+  try {
+    source = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL);
+  } catch (e) {
+    const err = new Error(`not a URL: ${el.modelUrl.value}`); err.name = "Florence2LoadError";
+    fail(err, "load");
+    throw err;
+  }
+  state.modelSource = null;
+  const tracker = makeProgressTracker();
+  el.progressText.textContent = `connecting to ${source}…`;
+  showMessage("info", "");
+  setStatus("loading");
+  const { id, promise } = request({ type: "load", source, cache: el.modelCache.checked }, { onProgress: tracker.onProgress });
+  state.busy = { kind: "load", id };
+  updateButtons();
+  try {
+    await promise;
+    tracker.ready();
+    state.modelSource = source;
+    setStatus("idle");
+  } catch (e) {
+    el.progress.max = 1; el.progress.value = 0;
+    el.progressText.textContent = e.name === "AbortError" ? "loading cancelled" : "loading failed";
+    fail(e, "load");
+    throw e;
+  } finally {
+    state.busy = null;
+    updateButtons();
+  }
+}
+
+// ---------------------------------------------------------------- images
+
+/** EXIF orientation of a JPEG (1 when absent or not a JPEG). */
+function jpegOrientation(buf) {
+  const v = new DataView(buf);
+  if (v.byteLength < 4 || v.getUint16(0) !== 0xffd8) return 1;
+  let off = 2;
+  while (off + 4 <= v.byteLength) {
+    const marker = v.getUint16(off);
+    const len = v.getUint16(off + 2);
+    if (marker === 0xffe1 && off + 10 <= v.byteLength && v.getUint32(off + 4) === 0x45786966) { // "Exif"
+      const tiff = off + 10;
+      if (tiff + 8 > v.byteLength) return 1;
+      const le = v.getUint16(tiff) === 0x4949;
+      const ifd = tiff + v.getUint32(tiff + 4, le);
+      if (ifd + 2 > v.byteLength) return 1;
+      const n = v.getUint16(ifd, le);
+      for (let i = 0; i < n; i++) {
+        const e = ifd + 2 + i * 12;
+        if (e + 12 > v.byteLength) return 1;
+        if (v.getUint16(e, le) === 0x0112) return v.getUint16(e + 8, le) || 1;
+      }
+      return 1;
+    }
+    if ((marker & 0xff00) !== 0xff00 || marker === 0xffda) return 1;
+    off += 2 + len;
+  }
+  return 1;
+}
+
+async function setImage(blob, name) {
+  if (!blob.type.startsWith("image/") && blob.type !== "") throw new Error(`not an image: ${blob.type}`);
+  const bitmap = await createImageBitmap(blob, { imageOrientation: "from-image" });
+  // What the model gets: the file's bytes (decoded in wasm exactly like the native CLI) unless the JPEG is
+  // rotated by EXIF, in which case the upright bitmap the user sees (the wasm decoder ignores EXIF).
+  let modelImage = blob;
+  if (blob.type === "image/jpeg" && jpegOrientation(await blob.slice(0, 65536).arrayBuffer()) !== 1) {
+    modelImage = await createImageBitmap(blob, { imageOrientation: "from-image" });
+  }
+  state.image = { blob, modelImage, bitmap, width: bitmap.width, height: bitmap.height, name };
+  const c = el.imageCanvas;
+  c.width = bitmap.width; c.height = bitmap.height;
+  c.getContext("2d").drawImage(bitmap, 0, 0);
+  c.classList.toggle("pixelated", Math.max(bitmap.width, bitmap.height) < 400);
+  el.stage.hidden = false;
+  el.dropHint.hidden = true;
+  el.stage.style.setProperty("--aspect", `${bitmap.width} / ${bitmap.height}`);
+  el.stage.style.width = `min(100%, calc(70vh * ${bitmap.width / bitmap.height}))`;
+  el.imageInfo.textContent = `${name || "image"} · ${bitmap.width} × ${bitmap.height}`;
+  clearOverlay();
+  updateButtons();
+}
+
+async function openImageUrl(raw) {
+  const url = new URL(raw, location.href).href;
+  let res;
+  try {
+    res = await fetch(url);
+  } catch (e) {
+    throw Object.assign(new Error(`could not fetch the image ${url}: ${e.message}`), { name: "ImageLoadError" });
+  }
+  if (!res.ok) throw Object.assign(new Error(`could not fetch the image ${url}: HTTP ${res.status}`), { name: "ImageLoadError" });
+  const blob = await res.blob();
+  await setImage(blob, url.split("/").pop() || url);
+}
+
+function imageError(e) {
+  showMessage("error", `Could not open the image: ${e.message}`);
+}
+
+// ---------------------------------------------------------------- drawing
+
+function clearOverlay() {
+  const o = el.overlay;
+  state.drawn = null;
+  if (!state.image) return;
+  // The overlay is drawn at a fixed resolution (longest side 1200 px) whatever the image size, so lines and
+  // labels stay legible on tiny and huge images alike. data-scale maps image pixels to overlay pixels.
+  const k = 1200 / Math.max(state.image.width, state.image.height);
+  o.width = Math.round(state.image.width * k);
+  o.height = Math.round(state.image.height * k);
+  o.dataset.scale = String(k);
+  o.dataset.imageWidth = String(state.image.width);
+  o.dataset.imageHeight = String(state.image.height);
+  o.getContext("2d").clearRect(0, 0, o.width, o.height);
+}
+
+// Overlay pixels per CSS pixel: lines and labels keep the same on-screen size whatever the image size.
+let unit = 1;
+
+function drawLabel(ctx, text, x, y, color) {
+  if (!text) return;
+  const fs = 13 * unit;
+  ctx.font = `600 ${fs}px system-ui, sans-serif`;
+  const w = ctx.measureText(text).width + 8 * unit;
+  const h = fs * 1.35;
+  const ty = y - h < 0 ? y : y - h;
+  const tx = Math.min(Math.max(0, x), Math.max(0, ctx.canvas.width - w));
+  ctx.fillStyle = color;
+  ctx.fillRect(tx, ty, w, h);
+  ctx.fillStyle = "#fff";
+  ctx.fillText(text, tx + 4 * unit, ty + fs * 1.05);
+}
+
+function drawPolygon(ctx, pts, k, color, fill) {
+  if (pts.length < 4) return;
+  ctx.beginPath();
+  ctx.moveTo(pts[0] * k, pts[1] * k);
+  for (let i = 2; i + 1 < pts.length; i += 2) ctx.lineTo(pts[i] * k, pts[i + 1] * k);
+  ctx.closePath();
+  if (fill) { ctx.fillStyle = `${color}55`; ctx.fill(); }
+  ctx.strokeStyle = color;
+  ctx.lineWidth = 2.5 * unit;
+  ctx.stroke();
+}
+
+/** Draw a task result ({bboxes, labels} / {quad_boxes, labels} / {polygons, labels} / OVD) on the overlay. */
+export function drawResult(value) {
+  clearOverlay();
+  state.drawn = value;
+  if (!value || typeof value !== "object") return 0;
+  const ctx = el.overlay.getContext("2d");
+  const k = Number(el.overlay.dataset.scale);
+  const shown = el.overlay.getBoundingClientRect().width;
+  unit = shown > 0 ? el.overlay.width / shown : 1;
+  ctx.lineJoin = "round";
+  let shapes = 0;
+  const boxes = (bboxes, labels) => bboxes.forEach((b, i) => {
+    const color = COLORS[i % COLORS.length];
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 2.5 * unit;
+    ctx.strokeRect(b[0] * k, b[1] * k, (b[2] - b[0]) * k, (b[3] - b[1]) * k);
+    drawLabel(ctx, labels?.[i] ?? "", b[0] * k, b[1] * k, color);
+    shapes++;
+  });
+  const polys = (polygons, labels) => polygons.forEach((inst, i) => {
+    const color = COLORS[i % COLORS.length];
+    for (const p of inst) drawPolygon(ctx, p, k, color, true);
+    const first = inst.find((p) => p.length >= 2);
+    if (first) drawLabel(ctx, labels?.[i] ?? "", first[0] * k, first[1] * k, color);
+    shapes++;
+  });
+  if (Array.isArray(value.quad_boxes)) {
+    value.quad_boxes.forEach((q, i) => {
+      const color = COLORS[i % COLORS.length];
+      drawPolygon(ctx, q, k, color, false);
+      drawLabel(ctx, value.labels?.[i] ?? "", q[0] * k, q[1] * k, color);
+      shapes++;
+    });
+  }
+  if (Array.isArray(value.bboxes)) boxes(value.bboxes, value.labels ?? value.bboxes_labels);
+  if (Array.isArray(value.polygons)) polys(value.polygons, value.labels ?? value.polygons_labels);
+  return shapes;
+}
+
+// ---------------------------------------------------------------- views + tasks
+
+function taskInfo(task) {
+  for (const list of Object.values(TASKS)) for (const t of list) if (t.task === task) return t;
+  return null;
+}
+
+function viewOf(task) {
+  for (const [view, list] of Object.entries(TASKS)) if (list.some((t) => t.task === task)) return view;
+  return null;
+}
+
+function setView(view, task) {
+  state.view = view;
+  for (const t of el.tabs) t.setAttribute("aria-selected", String(t.dataset.view === view));
+  el.task.replaceChildren(...TASKS[view].map((t) => new Option(`${t.label}  ${t.task}`, t.task)));
+  if (task) el.task.value = task;
+  onTaskChange();
+}
+
+function onTaskChange() {
+  const info = taskInfo(el.task.value);
+  const input = info?.input;
+  el.taskTextWrap.hidden = !input;
+  el.taskText.placeholder = input === "region" ? REGION_PLACEHOLDER : info?.placeholder ?? "";
+  el.taskTextLabel.textContent = input === "region" ? "Region (four <loc_N> tokens, N in 0..999)" : "Text input";
+}
+
+// ---------------------------------------------------------------- running
+
+function renderOutput(out, wallMs) {
+  state.lastOutput = out;
+  el.answer.textContent = out.text ?? "";
+  const value = out.result?.[out.task];
+  // OCR view: the text lines as a list.
+  el.ocrList.replaceChildren();
+  const lines = Array.isArray(value?.quad_boxes) ? value.labels : out.task === "<OCR>" && typeof value === "string" ? value.split("\n") : null;
+  el.ocrList.hidden = !lines;
+  if (lines) {
+    lines.forEach((l, i) => {
+      const li = document.createElement("li");
+      li.textContent = l;
+      li.style.setProperty("--swatch", COLORS[i % COLORS.length]);
+      el.ocrList.append(li);
+    });
+  }
+  const shapes = drawResult(value);
+  el.overlay.dataset.shapes = String(shapes);
+  const rows = Object.entries(out.timings || {}).map(([k, v]) => [k, typeof v === "number" ? `${v.toFixed(1)} ms` : String(v)]);
+  if (typeof wallMs === "number") rows.push(["round trip (worker)", `${wallMs.toFixed(1)} ms`]);
+  if (Array.isArray(out.tokenIds)) rows.push(["tokens", String(out.tokenIds.length)]);
+  el.timings.tBodies[0].replaceChildren(...rows.map(([k, v]) => {
+    const tr = document.createElement("tr");
+    const th = document.createElement("th"); th.textContent = k;
+    const td = document.createElement("td"); td.textContent = v;
+    tr.append(th, td);
+    return tr;
+  }));
+  el.timings.hidden = rows.length === 0;
+  el.resultJson.textContent = prettyJson(out);
+}
+
+/** JSON with 2-space indentation, but arrays of numbers (boxes, token ids) on one line. */
+function prettyJson(v) {
+  return JSON.stringify(v, null, 2).replace(/\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g, (_, inner) => `[${inner.split(/,\s*/).join(", ")}]`);
+}
+
+async function runTask() {
+  if (!state.image) { showMessage("error", "Open an image first."); return; }
+  const task = el.task.value;
+  const info = taskInfo(task);
+  const text = info?.input ? el.taskText.value.trim() : "";
+  if (info?.input && !text) {
+    showMessage("error", `${task} needs ${info.input === "region" ? "a region" : "a text input"}.`);
+    el.taskText.focus();
+    return;
+  }
+  let wanted = null;
+  try { wanted = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
+  if (!state.modelSource || state.modelSource !== wanted) {
+    try { await loadModel(); } catch (_) { return; }
+  }
+  const prompt = task + text;
+  const options = {};
+  if (state.numBeams > 0) options.numBeams = state.numBeams; // greedy (1) is what the package supports
+  const maxNew = Number(el.maxTokens.value);
+  if (maxNew > 0) options.maxNewTokens = maxNew;
+  showMessage("info", "");
+  el.stream.textContent = "";
+  el.answer.textContent = "";
+  clearOverlay();
+  setStatus("running");
+  const { id, promise } = request(
+    { type: "run", prompt, options, image: state.image.modelImage },
+    { onToken: (t) => { el.stream.textContent += t; } },
+  );
+  state.busy = { kind: "run", id };
+  updateButtons();
+  try {
+    const { output, wallMs } = await promise;
+    renderOutput(output, wallMs);
+    setStatus("done");
+  } catch (e) {
+    fail(e, "run");
+  } finally {
+    state.busy = null;
+    updateButtons();
+  }
+}
+
+function cancel() {
+  if (!state.busy) return;
+  worker.postMessage({ type: "cancel", target: state.busy.id });
+  showMessage("warn", "Cancelling…");
+}
+
+// ---------------------------------------------------------------- wiring
+
+function wire() {
+  el.modelForm.addEventListener("submit", (e) => { e.preventDefault(); loadModel().catch(() => {}); });
+  el.taskForm.addEventListener("submit", (e) => { e.preventDefault(); runTask(); });
+  el.cancel.addEventListener("click", cancel);
+  el.task.addEventListener("change", onTaskChange);
+  for (const t of el.tabs) t.addEventListener("click", () => setView(t.dataset.view));
+  el.imageFile.addEventListener("change", () => {
+    const f = el.imageFile.files?.[0];
+    if (f) setImage(f, f.name).catch(imageError);
+  });
+  el.imageUrlForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (el.imageUrl.value) openImageUrl(el.imageUrl.value).catch(imageError);
+  });
+  for (const ev of ["dragenter", "dragover"]) {
+    el.dropzone.addEventListener(ev, (e) => { e.preventDefault(); el.dropzone.classList.add("over"); });
+  }
+  for (const ev of ["dragleave", "drop"]) el.dropzone.addEventListener(ev, () => el.dropzone.classList.remove("over"));
+  el.dropzone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    const f = [...(e.dataTransfer?.files || [])].find((x) => x.type.startsWith("image/"));
+    if (f) { setImage(f, f.name).catch(imageError); return; }
+    const url = e.dataTransfer?.getData("text/uri-list") || e.dataTransfer?.getData("text/plain");
+    if (url) openImageUrl(url.split("\n")[0].trim()).catch(imageError);
+  });
+  document.addEventListener("paste", (e) => {
+    if (e.target instanceof HTMLInputElement) return; // pasting a URL into a field
+    const item = [...(e.clipboardData?.items || [])].find((i) => i.kind === "file" && i.type.startsWith("image/"));
+    const f = item?.getAsFile();
+    if (f) { e.preventDefault(); setImage(f, "pasted image").catch(imageError); }
+  });
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") cancel(); });
+  // Redraw the overlay when its on-screen size changes (line widths are in screen pixels).
+  let lastWidth = 0;
+  new ResizeObserver(() => {
+    const w = el.overlay.getBoundingClientRect().width;
+    if (state.drawn && Math.abs(w - lastWidth) > 1) { lastWidth = w; el.overlay.dataset.shapes = String(drawResult(state.drawn)); }
+  }).observe(el.stage);
+}
+
+async function main() {
+  const params = new URLSearchParams(location.search);
+  el.modelUrl.value = params.get("model") || DEFAULT_MODEL;
+  if (params.get("cache") === "0") el.modelCache.checked = false;
+  if (params.get("beams")) state.numBeams = Number(params.get("beams"));
+  if (params.get("max")) el.maxTokens.value = params.get("max");
+  let task = params.get("task");
+  if (task && !task.startsWith("<")) task = `<${task}>`;
+  if (task) task = task.toUpperCase();
+  const view = (task && viewOf(task)) || "detection";
+  setView(view, task && viewOf(task) ? task : undefined);
+  if (params.get("text")) el.taskText.value = params.get("text");
+  wire();
+  updateButtons();
+
+  const gpu = await probeGpu();
+  if (params.get("image")) {
+    try { await openImageUrl(params.get("image")); } catch (e) { imageError(e); if (params.get("autorun") === "1") fail(e, "image"); return; }
+  }
+  if (params.get("autorun") !== "1") return;
+  if (!gpu.ok) {
+    const e = new Error(gpu.message); e.name = "WebGPUUnavailableError";
+    fail(e, "probe");
+    return;
+  }
+  if (task && !taskInfo(task)) {
+    const e = new Error(`unknown task ${task}`); e.name = "Florence2PromptError";
+    fail(e, "run");
+    return;
+  }
+  try { await loadModel(); } catch (_) { return; }
+  if (state.image) await runTask();
+}
+
+main();
