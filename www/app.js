@@ -291,8 +291,12 @@ function jpegOrientation(buf) {
 }
 
 async function setImage(blob, name) {
-  if (!blob.type.startsWith("image/") && blob.type !== "") throw new Error(`not an image: ${blob.type}`);
-  const bitmap = await createImageBitmap(blob, { imageOrientation: "from-image" });
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(blob, { imageOrientation: "from-image" });
+  } catch (e) {
+    throw new Error(`${name || "the file"} is not an image this browser can decode (${blob.type || "unknown type"})`);
+  }
   // What the model gets: the file's bytes (decoded in wasm exactly like the native CLI) unless the JPEG is
   // rotated by EXIF, in which case the upright bitmap the user sees (the wasm decoder ignores EXIF).
   let modelImage = blob;
@@ -319,7 +323,8 @@ async function openImageUrl(raw) {
   try {
     res = await fetch(url);
   } catch (e) {
-    throw Object.assign(new Error(`could not fetch the image ${url}: ${e.message}`), { name: "ImageLoadError" });
+    const hint = new URL(url).origin !== location.origin ? " (the server may not allow cross-origin requests: download the image and open the file instead)" : "";
+    throw Object.assign(new Error(`could not fetch the image ${url}: ${e.message}${hint}`), { name: "ImageLoadError" });
   }
   if (!res.ok) throw Object.assign(new Error(`could not fetch the image ${url}: HTTP ${res.status}`), { name: "ImageLoadError" });
   const blob = await res.blob();
@@ -547,11 +552,12 @@ function wire() {
     e.preventDefault();
     if (el.imageUrl.value) openImageUrl(el.imageUrl.value).catch(imageError);
   });
+  // Drops anywhere on the page open the image (instead of the browser navigating to the file).
   for (const ev of ["dragenter", "dragover"]) {
-    el.dropzone.addEventListener(ev, (e) => { e.preventDefault(); el.dropzone.classList.add("over"); });
+    document.addEventListener(ev, (e) => { e.preventDefault(); el.dropzone.classList.add("over"); });
   }
-  for (const ev of ["dragleave", "drop"]) el.dropzone.addEventListener(ev, () => el.dropzone.classList.remove("over"));
-  el.dropzone.addEventListener("drop", (e) => {
+  for (const ev of ["dragleave", "drop"]) document.addEventListener(ev, () => el.dropzone.classList.remove("over"));
+  document.addEventListener("drop", (e) => {
     e.preventDefault();
     const f = [...(e.dataTransfer?.files || [])].find((x) => x.type.startsWith("image/"));
     if (f) { setImage(f, f.name).catch(imageError); return; }

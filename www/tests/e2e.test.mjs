@@ -183,6 +183,12 @@ test("a phone-sized viewport: no horizontal scrolling, result rendered", async (
     stageWidth: document.getElementById("stage").getBoundingClientRect().width,
   }));
   assert.ok(scrollWidth <= innerWidth, `page scrolls horizontally: ${scrollWidth} > ${innerWidth}`);
+  // The earlier tests loaded the same model in this browser profile: the progress shows cache hits.
+  const prog = await page.$eval("#progress", (p) => ({ value: p.value, max: p.max }));
+  assert.equal(prog.value, prog.max, "progress bar not full after loading");
+  const cached = await page.$$eval('#progress-files li[data-cached="true"]', (l) => l.map((li) => li.textContent));
+  assert.ok(cached.some((t) => t.startsWith("model.safetensors")), `no cache hit shown: ${cached}`);
+  assert.match(await page.textContent("#progress-text"), /from cache/);
   assert.ok(stageWidth > 200 && stageWidth <= innerWidth, `image stage ${stageWidth}px wide`);
   await page.screenshot({ path: path.join(OUT, "e2e-mobile.png"), fullPage: true });
   assert.deepEqual(page.errors, [], "console errors");
