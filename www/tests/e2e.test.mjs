@@ -22,12 +22,16 @@ import { chromium } from "playwright-core";
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const BASE = process.env.E2E_BASE_URL;
 const CLI = process.env.E2E_CLI || path.join(ROOT, "target/debug/florence2");
-const MODEL_DIR = path.join(ROOT, "tests/fixtures/models/tiny4");
+const MODELS = path.join(ROOT, "tests/fixtures/models");
+// Served by scripts/e2e.sh: tiny4 at /model/ (what `scripts/serve.sh --model-dir` does), every fixture model
+// under /fixtures/models/. tiny4 on scene.png gives one <OD> box and no complete OCR quadrilateral; tiny2
+// gives seven boxes and a quadrilateral, so both are drawn and checked.
+const MODEL_URL = { tiny4: "/model/", tiny2: "/fixtures/models/tiny2/" };
 const IMAGES = path.join(ROOT, "tests/fixtures/images");
 const OUT = path.join(ROOT, "test-output");
 const CHROMIUM = process.env.E2E_CHROMIUM || "/usr/bin/chromium";
-// Enough new tokens for the random fixture model to emit several boxes / OCR lines (it rarely stops early).
-const MAX_NEW = 40;
+// Enough new tokens for the random fixture models to emit boxes / an OCR line.
+const MAX_NEW = 60;
 const TIMEOUT = Number(process.env.E2E_TIMEOUT_MS || 240_000);
 
 const BASE_ARGS = [
@@ -82,9 +86,10 @@ async function waitForResult(page) {
   }));
 }
 
-function cli(task, image) {
+function cli(model, task, image) {
   const out = execFileSync(CLI, [
-    "run", "--model", MODEL_DIR, "--image", path.join(IMAGES, image), "--task", task, "--max-new-tokens", String(MAX_NEW), "--json",
+    "run", "--model", path.join(MODELS, model), "--image", path.join(IMAGES, image), "--task", task,
+    "--max-new-tokens", String(MAX_NEW), "--num-beams", "1", "--json",
   ], { env: { ...process.env, NODEVICE_SELECT: "1" }, stdio: ["ignore", "pipe", "pipe"] });
   return JSON.parse(out.toString());
 }
@@ -111,10 +116,10 @@ async function overlayHits(page, points) {
   }, points);
 }
 
-async function runAndCompare(task, image, points, shot, extra) {
-  const expected = cli(task, image);
+async function runAndCompare(model, task, image, points, shot, extra) {
+  const expected = cli(model, task, image);
   const page = await newPage();
-  await page.goto(pageUrl({ model: "/model/", image: `/fixtures/images/${image}`, task, autorun: 1, beams: 1, max: MAX_NEW }));
+  await page.goto(pageUrl({ model: MODEL_URL[model], image: `/fixtures/images/${image}`, task, autorun: 1, beams: 1, max: MAX_NEW }));
   const r = await waitForResult(page);
   assert.equal(r.status, "done", `page failed: ${JSON.stringify(r.json)}`);
   const out = r.json;
@@ -150,26 +155,30 @@ async function runAndCompare(task, image, points, shot, extra) {
 const boxCorners = (v) => v.bboxes.flatMap((b) => [[b[0], b[1]], [b[2], b[1]], [b[0], b[3]], [b[2], b[3]]]);
 const quadCorners = (v) => v.quad_boxes.flatMap((q) => [[q[0], q[1]], [q[2], q[3]], [q[4], q[5]], [q[6], q[7]]]);
 
-test("<OD> on scene.png equals the native CLI and draws its boxes", async () => {
-  const { pts } = await runAndCompare("<OD>", "scene.png", boxCorners, "e2e-od.png");
-  console.log(`# <OD>: ${pts / 4} boxes checked on the overlay`);
+test("tiny4 <OD> on scene.png equals the native CLI and draws its box", async () => {
+  const { pts } = await runAndCompare("tiny4", "<OD>", "scene.png", boxCorners, "e2e-od-tiny4.png");
+  console.log(`# tiny4 <OD>: ${pts / 4} box(es) checked on the overlay`);
 });
 
-test("<OCR_WITH_REGION> on scene.png equals the native CLI", async () => {
-  // The random fixture model emits no complete quadrilateral (8 location tokens in a row) on scene.png:
-  // parity of the (empty) answer only; the next test draws quadrilaterals.
-  await runAndCompare("<OCR_WITH_REGION>", "scene.png", quadCorners, null);
+test("tiny4 <OCR_WITH_REGION> on scene.png equals the native CLI", async () => {
+  // No complete quadrilateral (8 location tokens in a row) from this model: parity of the answer only.
+  await runAndCompare("tiny4", "<OCR_WITH_REGION>", "scene.png", quadCorners, null);
 });
 
-test("<OCR_WITH_REGION> on rgba.png equals the native CLI and draws its quadrilaterals", async () => {
-  const { pts } = await runAndCompare("<OCR_WITH_REGION>", "rgba.png", quadCorners, "e2e-ocr.png", async (page, out) => {
+test("tiny2 <OD> on scene.png equals the native CLI and draws its boxes", async () => {
+  const { pts } = await runAndCompare("tiny2", "<OD>", "scene.png", boxCorners, "e2e-od.png");
+  console.log(`# tiny2 <OD>: ${pts / 4} boxes checked on the overlay`);
+});
+
+test("tiny2 <OCR_WITH_REGION> on scene.png equals the native CLI and draws its quadrilaterals", async () => {
+  const { pts } = await runAndCompare("tiny2", "<OCR_WITH_REGION>", "scene.png", quadCorners, "e2e-ocr.png", async (page, out) => {
     // The OCR view lists the text lines.
     const labels = out.result["<OCR_WITH_REGION>"].labels;
     assert.ok(labels.length > 0);
     assert.deepEqual(await page.$$eval("#ocr-list li", (lis) => lis.map((li) => li.textContent)), labels);
     assert.ok(await page.isVisible("#ocr-list"));
   });
-  console.log(`# <OCR_WITH_REGION>: ${pts / 4} quadrilaterals checked on the overlay`);
+  console.log(`# tiny2 <OCR_WITH_REGION>: ${pts / 4} quadrilateral(s) checked on the overlay`);
 });
 
 test("a phone-sized viewport: no horizontal scrolling, result rendered", async () => {
