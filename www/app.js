@@ -47,7 +47,7 @@ const el = {
   dropHint: $("drop-hint"), imageInfo: $("image-info"),
   tabs: [...document.querySelectorAll(".tab")], taskForm: $("task-form"), task: $("task"),
   taskTextWrap: $("task-text-wrap"), taskTextLabel: $("task-text-label"), taskText: $("task-text"),
-  maxTokens: $("max-tokens"), run: $("run"), cancel: $("cancel"), message: $("message"),
+  beams: $("beams"), maxTokens: $("max-tokens"), run: $("run"), cancel: $("cancel"), message: $("message"),
   stream: $("stream"), answer: $("answer"), ocrList: $("ocr-list"), timings: $("timings"), resultJson: $("result-json"),
 };
 
@@ -59,7 +59,6 @@ const state = {
   view: "detection",
   lastOutput: null,
   drawn: null,        // the task value drawn on the overlay (redrawn on resize)
-  numBeams: 0,        // ?beams=N (0: the package's default, greedy)
 };
 
 // ---------------------------------------------------------------- worker RPC
@@ -504,7 +503,8 @@ async function runTask() {
   }
   const prompt = task + text;
   const options = {};
-  if (state.numBeams > 0) options.numBeams = state.numBeams; // greedy (1) is what the package supports
+  const beams = Number(el.beams.value);
+  if (beams > 0) options.numBeams = beams; // empty: the model's generation_config (Florence-2: 3 beams)
   const maxNew = Number(el.maxTokens.value);
   if (maxNew > 0) options.maxNewTokens = maxNew;
   showMessage("info", "");
@@ -583,7 +583,11 @@ async function main() {
   const params = new URLSearchParams(location.search);
   el.modelUrl.value = params.get("model") || DEFAULT_MODEL;
   if (params.get("cache") === "0") el.modelCache.checked = false;
-  if (params.get("beams")) state.numBeams = Number(params.get("beams"));
+  if (params.get("beams")) {
+    const b = params.get("beams");
+    if (![...el.beams.options].some((o) => o.value === b)) el.beams.append(new Option(`${b} beams`, b));
+    el.beams.value = b;
+  }
   if (params.get("max")) el.maxTokens.value = params.get("max");
   let task = params.get("task");
   if (task && !task.startsWith("<")) task = `<${task}>`;

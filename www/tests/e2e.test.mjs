@@ -86,10 +86,10 @@ async function waitForResult(page) {
   }));
 }
 
-function cli(model, task, image) {
+function cli(model, task, image, beams) {
   const out = execFileSync(CLI, [
     "run", "--model", path.join(MODELS, model), "--image", path.join(IMAGES, image), "--task", task,
-    "--max-new-tokens", String(MAX_NEW), "--num-beams", "1", "--json",
+    "--max-new-tokens", String(MAX_NEW), ...(beams ? ["--num-beams", String(beams)] : []), "--json",
   ], { env: { ...process.env, NODEVICE_SELECT: "1" }, stdio: ["ignore", "pipe", "pipe"] });
   return JSON.parse(out.toString());
 }
@@ -116,10 +116,13 @@ async function overlayHits(page, points) {
   }, points);
 }
 
-async function runAndCompare(model, task, image, points, shot, extra) {
-  const expected = cli(model, task, image);
+/** Run `task` in the page and with the CLI; `beams` 1 = greedy, null = the model's generation_config. */
+async function runAndCompare(model, task, image, points, shot, extra, beams = 1) {
+  const expected = cli(model, task, image, beams);
   const page = await newPage();
-  await page.goto(pageUrl({ model: MODEL_URL[model], image: `/fixtures/images/${image}`, task, autorun: 1, beams: 1, max: MAX_NEW }));
+  const params = { model: MODEL_URL[model], image: `/fixtures/images/${image}`, task, autorun: 1, max: MAX_NEW };
+  if (beams) params.beams = beams;
+  await page.goto(pageUrl(params));
   const r = await waitForResult(page);
   assert.equal(r.status, "done", `page failed: ${JSON.stringify(r.json)}`);
   const out = r.json;
@@ -179,6 +182,11 @@ test("tiny2 <OCR_WITH_REGION> on scene.png equals the native CLI and draws its q
     assert.ok(await page.isVisible("#ocr-list"));
   });
   console.log(`# tiny2 <OCR_WITH_REGION>: ${pts / 4} quadrilateral(s) checked on the overlay`);
+});
+
+test("tiny2 <OD> with the model's default decoding (beam search) equals the native CLI's", async () => {
+  const { pts } = await runAndCompare("tiny2", "<OD>", "scene.png", boxCorners, "e2e-od-beams.png", null, null);
+  console.log(`# tiny2 <OD>, generation_config beams: ${pts / 4} boxes checked on the overlay`);
 });
 
 test("a phone-sized viewport: no horizontal scrolling, result rendered", async () => {
