@@ -452,6 +452,7 @@ function onTaskChange() {
 function renderOutput(out, wallMs) {
   state.lastOutput = out;
   el.answer.textContent = out.text ?? "";
+  el.answer.dataset.state = "done";
   const value = out.result?.[out.task];
   // OCR view: the text lines as a list.
   el.ocrList.replaceChildren();
@@ -510,6 +511,7 @@ async function runTask() {
   showMessage("info", "");
   el.stream.textContent = "";
   el.answer.textContent = "";
+  delete el.answer.dataset.state;
   clearOverlay();
   setStatus("running");
   const { id, promise } = request(
