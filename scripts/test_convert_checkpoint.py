@@ -13,6 +13,7 @@ source tensors exactly (after the requested dtype conversion).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -203,6 +204,7 @@ def main():
     ]:
         check(name, fn)
     print(f"{passed} passed, {failed} failed")
+    shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0
 
 
