@@ -9,6 +9,7 @@
 //! - named errors for an invalid prompt, a 404, a truncated file, a short body, a bad header;
 //! - progress events in order; a cached second load makes no request; `cache: false` stores nothing;
 //! - peak wasm memory while streaming a synthetic ~320 MB checkpoint stays under 64 MiB + one chunk.
+//!
 //! Natively this file compiles to nothing.
 #![cfg(target_arch = "wasm32")]
 
