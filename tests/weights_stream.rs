@@ -7,31 +7,9 @@
 mod weights_util;
 
 use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, Weights};
+use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader};
 use florence2_wasm::Error;
 use weights_util::*;
-
-/// Stream `file` in chunks whose sizes come from `sizes` (cycled).
-fn stream(
-    cfg: &Florence2Config,
-    file: &[u8],
-    sizes: &[usize],
-    known_len: bool,
-) -> Result<Weights, Error> {
-    let gpu = gpu();
-    let mut asm = Assembler::new(&gpu, cfg, LoadOptions::default());
-    let mut s = StreamLoader::new("model.safetensors", known_len.then_some(file.len() as u64));
-    let mut off = 0;
-    let mut i = 0;
-    while off < file.len() {
-        let n = sizes[i % sizes.len()].min(file.len() - off);
-        s.feed(&mut asm, &file[off..off + n])?;
-        off += n;
-        i += 1;
-    }
-    s.finish(&mut asm)?;
-    asm.finish()
-}
 
 #[test]
 fn any_chunking_matches_ranged_loader() {

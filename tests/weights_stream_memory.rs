@@ -10,8 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, Weights};
-use florence2_wasm::Error;
+use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader};
 use weights_util::*;
 
 // ---- allocation counter (this test binary only) ----------------------------------------------------
@@ -36,28 +35,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static A: Counting = Counting;
-
-/// Stream `file` in chunks whose sizes come from `sizes` (cycled).
-fn stream(
-    cfg: &Florence2Config,
-    file: &[u8],
-    sizes: &[usize],
-    known_len: bool,
-) -> Result<Weights, Error> {
-    let gpu = gpu();
-    let mut asm = Assembler::new(&gpu, cfg, LoadOptions::default());
-    let mut s = StreamLoader::new("model.safetensors", known_len.then_some(file.len() as u64));
-    let mut off = 0;
-    let mut i = 0;
-    while off < file.len() {
-        let n = sizes[i % sizes.len()].min(file.len() - off);
-        s.feed(&mut asm, &file[off..off + n])?;
-        off += n;
-        i += 1;
-    }
-    s.finish(&mut asm)?;
-    asm.finish()
-}
 
 #[test]
 fn peak_host_memory_is_about_one_chunk() {

@@ -323,3 +323,28 @@ pub fn readback_all(gpu: &Arc<Gpu>, w: &Weights) -> BTreeMap<String, Vec<f32>> {
         })
         .collect()
 }
+
+/// Stream `file` in chunks whose sizes come from `sizes` (cycled).
+pub fn stream(
+    cfg: &Florence2Config,
+    file: &[u8],
+    sizes: &[usize],
+    known_len: bool,
+) -> Result<Weights, florence2_wasm::Error> {
+    let gpu = common::gpu();
+    let mut asm = florence2_wasm::weights::Assembler::new(&gpu, cfg, LoadOptions::default());
+    let mut s = florence2_wasm::weights::StreamLoader::new(
+        "model.safetensors",
+        known_len.then_some(file.len() as u64),
+    );
+    let mut off = 0;
+    let mut i = 0;
+    while off < file.len() {
+        let n = sizes[i % sizes.len()].min(file.len() - off);
+        s.feed(&mut asm, &file[off..off + n])?;
+        off += n;
+        i += 1;
+    }
+    s.finish(&mut asm)?;
+    asm.finish()
+}
