@@ -10,7 +10,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::fixtures::{cases, cli_run, fixtures, ids_of};
+
+use std::path::Path;
 
 use common::gpu;
 use florence2_wasm::gpu::Tensor;
@@ -29,24 +31,6 @@ const DIRS: [&str; 7] = [
     "tiny4-mlx-bf16",
     "tiny4-f16-sharded",
 ];
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn cases(dir: &str) -> Vec<Value> {
-    let path = fixtures().join("reference").join(dir).join("cases.json");
-    let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    v.as_array().unwrap().clone()
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 /// The options of a fixture result: the model dir's generation_config.json (as the CLI reads it),
 /// overridden by the result's kwargs.
@@ -168,38 +152,6 @@ fn reference_beam_variants_differ_where_the_tests_rely_on_it() {
             "{dir}"
         );
     }
-}
-
-fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
-    cmd.env("NODEVICE_SELECT", "1").args([
-        "run",
-        "--model",
-        fixtures().join("models").join(dir).to_str().unwrap(),
-        "--image",
-        fixtures()
-            .join("images")
-            .join(case["image"].as_str().unwrap())
-            .to_str()
-            .unwrap(),
-        "--task",
-        case["task"].as_str().unwrap(),
-        "--max-new-tokens",
-        &case["max_new_tokens"].to_string(),
-        "--json",
-    ]);
-    cmd.args(extra);
-    let text_input = case["text_input"].as_str().unwrap();
-    if !text_input.is_empty() {
-        cmd.args(["--text", text_input]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{dir}: florence2 run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `florence2 run` decodes with the model dir's generation_config.json by default (3 beams, no-repeat 3,

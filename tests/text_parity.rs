@@ -13,7 +13,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::fixtures::{cases, cli_run, fixtures, ids_of};
+
 use std::sync::Arc;
 
 use common::{gpu, max_diff};
@@ -31,10 +32,6 @@ use florence2_wasm::weights::{self, Weights, FINAL_LOGITS_BIAS};
 use serde_json::Value;
 
 const CFGS: [&str; 2] = ["tiny2", "tiny4"];
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
 
 struct Loaded {
     gpu: Arc<Gpu>,
@@ -120,23 +117,6 @@ fn pixel_reference(cfg_name: &str, image: &str) -> (Vec<usize>, Vec<f32>) {
         t.shape().to_vec(),
         bytemuck::pod_collect_to_vec::<u8, f32>(t.data()),
     )
-}
-
-fn cases(cfg_name: &str) -> Vec<Value> {
-    let path = fixtures()
-        .join("reference")
-        .join(cfg_name)
-        .join("cases.json");
-    let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-    v.as_array().unwrap().clone()
-}
-
-fn ids_of(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn check_rel(name: &str, got: &[f32], want: &[f32]) {
@@ -437,39 +417,6 @@ fn image_placeholders_are_replaced_by_features() {
 
 // ---- the CLI: `florence2 run --json` ------------------------------------------------------------------
 
-fn cli_run(dir: &str, case: &Value) -> Value {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
-    cmd.env("NODEVICE_SELECT", "1").args([
-        "run",
-        "--model",
-        fixtures().join("models").join(dir).to_str().unwrap(),
-        "--image",
-        fixtures()
-            .join("images")
-            .join(case["image"].as_str().unwrap())
-            .to_str()
-            .unwrap(),
-        "--task",
-        case["task"].as_str().unwrap(),
-        "--max-new-tokens",
-        &case["max_new_tokens"].to_string(),
-        "--num-beams",
-        "1",
-        "--json",
-    ]);
-    let text_input = case["text_input"].as_str().unwrap();
-    if !text_input.is_empty() {
-        cmd.args(["--text", text_input]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{dir}: florence2 run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// `florence2 run --num-beams 1 --json` (the other generation settings from the model dir's
 /// generation_config.json, i.e. the reference's greedy kwargs) gives the reference's greedy ids and text: every case of the HF-native
 /// fixtures, and the first case of every other layout / dtype (original names, mlx bf16, f16 shards).
@@ -487,7 +434,7 @@ fn cli_run_json_matches_reference_greedy() {
     for (dir, n) in dirs {
         for case in cases(dir).iter().take(n) {
             let r = &case["results"]["greedy"];
-            let j = cli_run(dir, case);
+            let j = cli_run(dir, case, &["--num-beams", "1"]);
             let what = format!("{dir} {} {}", case["image"], case["prompt"]);
             assert_eq!(j["task"], case["task"], "{what}");
             assert_eq!(ids_of(&j["token_ids"]), ids_of(&r["token_ids"]), "{what}");
