@@ -5,16 +5,36 @@
 // catches what naga (wgpu's native compiler) accepts but the browser rejects, e.g. an f32 literal that
 // rounds past f32::MAX.
 //
+// The sources in shaders/ carry preprocessing directives (`#if`, `#include`: src/gpu/preprocess.rs), so
+// they are not WGSL as they stand. Without arguments this script first writes every preprocessed variant
+// of every shader the launchers compile (`cargo run --example wgsl_variants`, one file per variant, named
+// SHADER[+DEFINE...].wgsl) and checks all of them; with arguments it checks the given plain WGSL files.
+//
 // Usage (Dawn for node is the npm package `webgpu`; it is not a dependency of the crate):
 //   npm install --prefix /tmp/dawn webgpu@0.6.2
-//   NODE_PATH=/tmp/dawn/node_modules node scripts/check_wgsl.mjs shaders/*.wgsl
+//   NODE_PATH=/tmp/dawn/node_modules node scripts/check_wgsl.mjs
 // Each file is checked in its own child process, so one file's crash cannot hide another's result.
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
-const files = process.argv.slice(2);
+let files = process.argv.slice(2);
+if (files.length === 0) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wgsl-variants-'));
+  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
+  const r = spawnSync('cargo', ['run', '--quiet', '--example', 'wgsl_variants', '--', dir], {
+    cwd: root,
+    stdio: 'inherit',
+  });
+  if (r.status !== 0) {
+    console.log(`writing the shader variants failed (exit ${r.status ?? r.signal})`);
+    process.exit(1);
+  }
+  files = fs.readdirSync(dir).filter((f) => f.endsWith('.wgsl')).sort().map((f) => path.join(dir, f));
+}
 if (files.length !== 1) {
   let failed = 0;
   for (const f of files) {

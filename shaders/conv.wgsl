@@ -8,8 +8,12 @@
 // `row0` lets the launcher build the matrix in row chunks that each fit one storage binding.
 //
 // `dwconv3x3_residual`: DaViT's depthwise positional conv (groups = C, 3x3, pad 1) with its bias and the
-// residual fused: out = x + dwconv(x) + bias. One invocation per output element; neighbouring invocations
-// read neighbouring channels of the same pixel, so the nine taps are contiguous loads across a workgroup.
+// residual fused: out = x + dwconv(x) + bias. The launcher transposes the weight (C, 1, 3, 3) to (9, C), so
+// that tap t's weights for neighbouring channels are neighbours. One invocation per output element;
+// neighbouring invocations read neighbouring channels of the same pixel, so the nine taps are contiguous
+// loads across a workgroup. Variant VEC4 (C % 4 == 0; src/gpu/preprocess.rs): the arrays hold vec4<f32>,
+// 4 channels of one pixel per invocation (9 x + 9 w + 1 bias vec4 loads per 4 outputs instead of 76
+// scalar loads); `dp.c` is then C/4 and `dp.n` the element count / 4.
 
 override WG: u32 = 256;
 
@@ -74,11 +78,17 @@ fn im2col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     cols[i] = v;
 }
 
+#if VEC4
+alias V = vec4<f32>; // 4 consecutive channels
+#else
+alias V = f32;
+#endif
+
 @group(0) @binding(0) var<uniform> dp: DwParams;
-@group(0) @binding(1) var<storage, read> dx: array<f32>;           // (B, H, W, C)
-@group(0) @binding(2) var<storage, read> dw: array<f32>;           // (C, 1, 3, 3)
-@group(0) @binding(3) var<storage, read> db: array<f32>;           // (C)
-@group(0) @binding(4) var<storage, read_write> dout: array<f32>;   // (B, H, W, C)
+@group(0) @binding(1) var<storage, read> dx: array<V>;           // (B, H, W, C)
+@group(0) @binding(2) var<storage, read> dwt: array<V>;          // (9, C): weight[c, 0, ky, kx] at row ky*3+kx
+@group(0) @binding(3) var<storage, read> db: array<V>;           // (C)
+@group(0) @binding(4) var<storage, read_write> dout: array<V>;   // (B, H, W, C)
 
 @compute @workgroup_size(WG)
 fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -93,7 +103,6 @@ fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
     let bh = pix / dp.w;
     let y = bh % dp.h;
     let b = bh / dp.h;
-    let center = dx[i];
     var acc = db[c];
     for (var ky = 0u; ky < 3u; ky++) {
         let iy = i32(y) + i32(ky) - 1;
@@ -105,46 +114,8 @@ fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
             if (ix < 0 || ix >= i32(dp.w)) {
                 continue;
             }
-            acc += dw[c * 9u + ky * 3u + kx] * dx[((b * dp.h + u32(iy)) * dp.w + u32(ix)) * dp.c + c];
+            acc += dwt[(ky * 3u + kx) * dp.c + c] * dx[((b * dp.h + u32(iy)) * dp.w + u32(ix)) * dp.c + c];
         }
     }
-    dout[i] = center + acc;
-}
-
-// vec4 variant (C % 4 == 0): 4 channels of one pixel per invocation, with the weights pre-transposed by
-// the launcher to (9, C) so that each tap's 4 weights are one vec4 load too (9 x + 9 w + 1 bias vec4
-// loads per 4 outputs instead of 76 scalar loads). `dp.c` is C/4 and `dp.n` the element count / 4.
-@group(0) @binding(1) var<storage, read> dx4: array<vec4<f32>>;           // (B, H, W, C/4)
-@group(0) @binding(2) var<storage, read> dwt4: array<vec4<f32>>;          // (9, C/4): weight[c, 0, ky, kx] at row ky*3+kx
-@group(0) @binding(3) var<storage, read> db4: array<vec4<f32>>;           // (C/4)
-@group(0) @binding(4) var<storage, read_write> dout4: array<vec4<f32>>;   // (B, H, W, C/4)
-
-@compute @workgroup_size(WG)
-fn dwconv3x3_residual4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                       @builtin(local_invocation_index) lid: u32) {
-    let i = flat(wid, nwg, lid);
-    if (i >= dp.n) {
-        return;
-    }
-    let c = i % dp.c;
-    let pix = i / dp.c;
-    let xx = pix % dp.w;
-    let bh = pix / dp.w;
-    let y = bh % dp.h;
-    let b = bh / dp.h;
-    var acc = db4[c];
-    for (var ky = 0u; ky < 3u; ky++) {
-        let iy = i32(y) + i32(ky) - 1;
-        if (iy < 0 || iy >= i32(dp.h)) {
-            continue;
-        }
-        for (var kx = 0u; kx < 3u; kx++) {
-            let ix = i32(xx) + i32(kx) - 1;
-            if (ix < 0 || ix >= i32(dp.w)) {
-                continue;
-            }
-            acc += dwt4[(ky * 3u + kx) * dp.c + c] * dx4[((b * dp.h + u32(iy)) * dp.w + u32(ix)) * dp.c + c];
-        }
-    }
-    dout4[i] = dx4[i] + acc;
+    dout[i] = dx[i] + acc;
 }

@@ -20,6 +20,10 @@ pub enum Error {
     /// A validation or out-of-memory error reported by wgpu for a submitted operation.
     #[error("GPU error: {0}")]
     Gpu(String),
+    /// A WGSL source's preprocessing directives are malformed, name an unknown snippet, or a kernel asked
+    /// for a variant its shader does not have (`src/gpu/preprocess.rs`).
+    #[error("shader preprocessing: {0}")]
+    Shader(String),
     /// Mapping a buffer for readback failed.
     #[error("GPU readback failed: {0}")]
     Readback(String),
@@ -118,7 +122,7 @@ impl Error {
             Error::NoAdapter(_) | Error::Device(_) | Error::DeviceLost(_) | Error::Gpu(_) => {
                 "Florence2GpuError"
             }
-            Error::Readback(_) => "Florence2GpuError",
+            Error::Readback(_) | Error::Shader(_) => "Florence2GpuError",
             Error::Limit { .. } => "Florence2LimitError",
             Error::Shape { .. } => "Florence2ShapeError",
             Error::Config(_)

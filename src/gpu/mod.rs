@@ -1,5 +1,6 @@
-//! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), a pipeline cache keyed by shader,
-//! entry point and override constants ([`PipelineCache`]), a recorder that encodes many dispatches into one
+//! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), WGSL variants by preprocessing
+//! ([`preprocess`]: `#if NAME` / `#else` / `#endif`, `#include NAME`), a pipeline cache keyed by shader,
+//! defines, entry point and override constants ([`PipelineCache`]), a recorder that encodes many dispatches into one
 //! command buffer and submits once ([`Recorder`]), and readback ([`readback`]).
 //!
 //! Binding convention shared by every WGSL kernel in `shaders/`: `@group(0) @binding(0)` is the
@@ -8,12 +9,13 @@
 
 mod context;
 mod pipeline;
+pub mod preprocess;
 pub mod readback;
 mod recorder;
 mod tensor;
 
 pub use context::{Caps, Gpu, GpuOptions};
-pub use pipeline::{Kernel, PipelineCache, Shader};
+pub use pipeline::{include, Kernel, PipelineCache, Shader, INCLUDES};
 pub use recorder::{staging_buffer, Pending, Recorder};
 pub use tensor::{DType, RowChunk, Tensor};
 

@@ -1,13 +1,15 @@
 //! Compute pipelines, created once and cached. A pipeline is identified by its shader (one WGSL file per
-//! op family, `include_str!`-ed by the op's launcher), the entry point, and the values of its `override`
-//! constants: WGSL overrides are specialisation constants, folded in when the driver compiles the
-//! pipeline, so static sizes (tile shapes, head_dim, window size) cost nothing at run time and let the
+//! op family, `include_str!`-ed by the op's launcher), the preprocessor defines that select the shader's
+//! variant (`#if NAME` blocks, see [`crate::gpu::preprocess`]), the entry point, and the values of its
+//! `override` constants: WGSL overrides are specialisation constants, folded in when the driver compiles
+//! the pipeline, so static sizes (tile shapes, head_dim, window size) cost nothing at run time and let the
 //! compiler unroll. Sizes that change per step (sequence length, KV-cache fill) go in the `Params` uniform.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::gpu::preprocess;
 use crate::gpu::Gpu;
 
 /// Shaders compiled without naga's run-time bounds checks (`create_shader_module_trusted`). On lavapipe
@@ -16,18 +18,43 @@ use crate::gpu::Gpu;
 /// for all inputs their launcher accepts may be listed here.
 const TRUSTED_SHADERS: &[&str] = &["matmul_sg", "attention_rows"];
 
-/// A WGSL source file.
+/// A WGSL source file, possibly with preprocessing directives (`#if`, `#include`).
 #[derive(Debug)]
 pub struct Shader {
     pub name: &'static str,
     pub source: &'static str,
 }
 
-/// One pipeline: a shader, an entry point and its override constants.
+impl Shader {
+    /// The WGSL of the variant with `defines` defined.
+    pub fn variant(&self, defines: &[&str]) -> Result<String> {
+        preprocess::preprocess(self.name, self.source, defines, &include)
+    }
+
+    /// The names this shader's `#if`s test; every subset of them is a variant.
+    pub fn flags(&self) -> Result<Vec<String>> {
+        preprocess::flags(self.name, self.source, &include)
+    }
+}
+
+/// Shared WGSL snippets for `#include NAME`: `shaders/include/NAME.wgsl`.
+pub static INCLUDES: &[(&str, &str)] = &[(
+    "row_reduce",
+    include_str!("../../shaders/include/row_reduce.wgsl"),
+)];
+
+/// The snippet `#include name` inserts.
+pub fn include(name: &str) -> Option<&'static str> {
+    INCLUDES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// One pipeline: a shader variant, an entry point and its override constants.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel<'a> {
     pub shader: &'static Shader,
     pub entry: &'static str,
+    /// Preprocessor names defined for this variant (order does not matter).
+    pub defines: &'a [&'static str],
     pub overrides: &'a [(&'static str, f64)],
 }
 
@@ -36,17 +63,34 @@ impl<'a> Kernel<'a> {
         Kernel {
             shader,
             entry,
+            defines: &[],
             overrides: &[],
         }
     }
 
+    /// Set the `override` constants.
     pub fn with(mut self, overrides: &'a [(&'static str, f64)]) -> Self {
         self.overrides = overrides;
         self
     }
 
+    /// Select the shader variant: the names its `#if NAME` blocks test that are defined.
+    pub fn defines(mut self, defines: &'a [&'static str]) -> Self {
+        self.defines = defines;
+        self
+    }
+
+    /// `shader[DEF,...]`: the shader module's key (one module per variant).
+    fn module_key(&self) -> String {
+        let mut d: Vec<_> = self.defines.to_vec();
+        d.sort_unstable();
+        d.dedup();
+        format!("{}[{}]", self.shader.name, d.join(","))
+    }
+
+    /// `shader[DEF,...]:entry:NAME=value...`: the pipeline's key.
     fn key(&self) -> String {
-        let mut k = format!("{}:{}", self.shader.name, self.entry);
+        let mut k = format!("{}:{}", self.module_key(), self.entry);
         let mut o: Vec<_> = self.overrides.to_vec();
         o.sort_by(|a, b| a.0.cmp(b.0));
         for (n, v) in o {
@@ -65,7 +109,8 @@ pub struct CachedPipeline {
 
 #[derive(Default)]
 pub struct PipelineCache {
-    modules: Mutex<HashMap<&'static str, wgpu::ShaderModule>>,
+    /// Keyed by [`Kernel::module_key`] (shader and defines).
+    modules: Mutex<HashMap<String, wgpu::ShaderModule>>,
     pipelines: Mutex<HashMap<String, Arc<CachedPipeline>>>,
 }
 
@@ -90,34 +135,44 @@ impl PipelineCache {
         {
             return Ok(p);
         }
+        let module_key = kernel.module_key();
+        let cached_module = self
+            .modules
+            .lock()
+            .map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?
+            .get(&module_key)
+            .cloned();
+        // Preprocess outside the error scope: a directive error comes back as `Error::Shader`.
+        let wgsl = match cached_module {
+            Some(_) => None,
+            None => Some(kernel.shader.variant(kernel.defines)?),
+        };
         let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = {
-            let mut modules = self
-                .modules
-                .lock()
-                .map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?;
-            modules
-                .entry(kernel.shader.name)
-                .or_insert_with(|| {
-                    let desc = wgpu::ShaderModuleDescriptor {
-                        label: Some(kernel.shader.name),
-                        source: wgpu::ShaderSource::Wgsl(kernel.shader.source.into()),
-                    };
-                    if TRUSTED_SHADERS.contains(&kernel.shader.name) {
-                        // SAFETY: every shader in TRUSTED_SHADERS carries, in its header, a proof that
-                        // all of its buffer and array accesses are in bounds for any input its launcher
-                        // accepts (the launcher checks the shapes those proofs rely on).
-                        unsafe {
-                            gpu.device.create_shader_module_trusted(
-                                desc,
-                                wgpu::ShaderRuntimeChecks::unchecked(),
-                            )
-                        }
-                    } else {
-                        gpu.device.create_shader_module(desc)
+        let module = match (cached_module, wgsl) {
+            (Some(m), _) => m,
+            (None, wgsl) => {
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some(&module_key),
+                    source: wgpu::ShaderSource::Wgsl(wgsl.unwrap_or_default().into()),
+                };
+                let module = if TRUSTED_SHADERS.contains(&kernel.shader.name) {
+                    // SAFETY: every shader in TRUSTED_SHADERS carries, in its header, a proof that
+                    // all of its buffer and array accesses are in bounds for any input its launcher
+                    // accepts (the launcher checks the shapes those proofs rely on), in every variant.
+                    unsafe {
+                        gpu.device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
                     }
-                })
-                .clone()
+                } else {
+                    gpu.device.create_shader_module(desc)
+                };
+                if let Ok(mut m) = self.modules.lock() {
+                    m.insert(module_key.clone(), module.clone());
+                }
+                module
+            }
         };
         let pipeline = gpu
             .device
@@ -136,7 +191,7 @@ impl PipelineCache {
         if let Some(err) = block_on_scope(scope.pop()) {
             // Forget the module too, so a fixed source (hot reload in tests) is recompiled.
             if let Ok(mut m) = self.modules.lock() {
-                m.remove(kernel.shader.name);
+                m.remove(&module_key);
             }
             return Err(Error::Gpu(format!("building pipeline {key}: {err}")));
         }

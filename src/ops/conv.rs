@@ -258,43 +258,29 @@ pub fn dwconv3x3_residual(
     }
     let gpu = rec.gpu().clone();
     let n32 = u32_of(OP, "elements", n)?;
-    if c.is_multiple_of(4) {
-        // vec4 path: transpose the (C, 9) taps to (9, C) so each tap's 4 channels are one vec4.
-        let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;
-        crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)
-        let params = DwParams {
-            n: n32 / 4,
-            h: h as u32,
-            w: wd as u32,
-            c: (c / 4) as u32,
-        };
-        return rec.dispatch(
-            &Kernel::new(&SHADER, "dwconv3x3_residual4").with(&[("WG", WG as f64)]),
-            &params,
-            &[
-                x.binding(&gpu)?,
-                wt.binding(&gpu)?,
-                bias.binding(&gpu)?,
-                out.binding(&gpu)?,
-            ],
-            grid_1d(ceil_div(n / 4, WG as usize)),
-        );
-    }
+    // Transpose the (C, 9) taps to (9, C): tap t's weights for neighbouring channels are neighbours (one
+    // vec4 load for 4 channels in the VEC4 variant).
+    let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;
+    crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)
+    let lanes = if c.is_multiple_of(4) { 4 } else { 1 };
     let params = DwParams {
-        n: n32,
+        n: n32 / lanes as u32,
         h: h as u32,
         w: wd as u32,
-        c: c as u32,
+        c: (c / lanes) as u32,
     };
+    let defines: &[&str] = if lanes == 4 { &["VEC4"] } else { &[] };
     rec.dispatch(
-        &Kernel::new(&SHADER, "dwconv3x3_residual").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "dwconv3x3_residual")
+            .defines(defines)
+            .with(&[("WG", WG as f64)]),
         &params,
         &[
             x.binding(&gpu)?,
-            w.binding(&gpu)?,
+            wt.binding(&gpu)?,
             bias.binding(&gpu)?,
             out.binding(&gpu)?,
         ],
-        grid_1d(ceil_div(n, WG as usize)),
+        grid_1d(ceil_div(n / lanes, WG as usize)),
     )
 }

@@ -1,8 +1,8 @@
 //! Element-wise ops (`shaders/elementwise.wgsl`): `add`, `scale`, `add_row` (broadcast bias) and
 //! `add_rows_at` (learned positional rows). Every op accepts `out` sharing its buffer with `x` (in-place);
-//! the launcher then picks the shader's `_inplace` entry, since WebGPU forbids binding one buffer both
+//! the launcher then picks the shader's INPLACE variant, since WebGPU forbids binding one buffer both
 //! read-only and writable in one dispatch. When the element count (and C for the row ops) is a multiple
-//! of 4, the vec4 entries run instead (5-10x faster on lavapipe).
+//! of 4, the VEC4 variant runs instead (5-10x faster on lavapipe).
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
@@ -25,18 +25,25 @@ struct Params {
     start: u32,
 }
 
-/// Record `entry` (or its vec4 twin `entry4` when `vec4`) over `params.n` elements.
+/// Record `entry` over `params.n` elements: the VEC4 variant when `vec4`, the INPLACE one when `inplace`
+/// (then `tensors[0]` is both input and output).
 fn launch(
     rec: &mut Recorder,
-    (entry, entry4): (&'static str, &'static str),
-    vec4: bool,
+    entry: &'static str,
+    (vec4, inplace): (bool, bool),
     params: Params,
     tensors: &[&Tensor],
 ) -> Result<()> {
-    let (entry, items) = if vec4 {
-        (entry4, params.n as usize / 4)
+    let items = if vec4 {
+        params.n as usize / 4
     } else {
-        (entry, params.n as usize)
+        params.n as usize
+    };
+    let defines: &[&str] = match (vec4, inplace) {
+        (true, true) => &["VEC4", "INPLACE"],
+        (true, false) => &["VEC4"],
+        (false, true) => &["INPLACE"],
+        (false, false) => &[],
     };
     let gpu = rec.gpu().clone();
     let bindings = tensors
@@ -44,7 +51,9 @@ fn launch(
         .map(|t| t.binding(&gpu))
         .collect::<Result<Vec<_>>>()?;
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry)
+            .defines(defines)
+            .with(&[("WG", WG as f64)]),
         &params,
         &bindings,
         grid_1d(ceil_div(items, WG as usize)),
@@ -80,17 +89,11 @@ pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<(
     let v4 = p.n % 4 == 0;
     let (sa, sb) = (check::same_buffer(a, out), check::same_buffer(b, out));
     match (sa, sb) {
-        (false, false) => launch(rec, ("add", "add4"), v4, p, &[a, b, out]),
-        (true, false) => launch(rec, ("add_inplace", "add4_inplace"), v4, p, &[out, b]),
-        (false, true) => launch(rec, ("add_inplace", "add4_inplace"), v4, p, &[out, a]),
+        (false, false) => launch(rec, "add", (v4, false), p, &[a, b, out]),
+        (true, false) => launch(rec, "add", (v4, true), p, &[out, b]),
+        (false, true) => launch(rec, "add", (v4, true), p, &[out, a]),
         // out = out + out
-        (true, true) => launch(
-            rec,
-            ("scale_inplace", "scale4_inplace"),
-            v4,
-            Params { scale: 2.0, ..p },
-            &[out],
-        ),
+        (true, true) => launch(rec, "scale", (v4, true), Params { scale: 2.0, ..p }, &[out]),
     }
 }
 
@@ -105,9 +108,9 @@ pub fn scale(rec: &mut Recorder, x: &Tensor, s: f32, out: &Tensor) -> Result<()>
     };
     let v4 = p.n.is_multiple_of(4);
     if check::same_buffer(x, out) {
-        launch(rec, ("scale_inplace", "scale4_inplace"), v4, p, &[out])
+        launch(rec, "scale", (v4, true), p, &[out])
     } else {
-        launch(rec, ("scale", "scale4"), v4, p, &[x, out])
+        launch(rec, "scale", (v4, false), p, &[x, out])
     }
 }
 
@@ -137,15 +140,9 @@ pub fn add_row(rec: &mut Recorder, x: &Tensor, row: &Tensor, out: &Tensor) -> Re
     };
     let v4 = c.is_multiple_of(4);
     if check::same_buffer(x, out) {
-        launch(
-            rec,
-            ("add_row_inplace", "add_row4_inplace"),
-            v4,
-            p,
-            &[out, row],
-        )
+        launch(rec, "add_row", (v4, true), p, &[out, row])
     } else {
-        launch(rec, ("add_row", "add_row4"), v4, p, &[x, row, out])
+        launch(rec, "add_row", (v4, false), p, &[x, row, out])
     }
 }
 
@@ -185,20 +182,8 @@ pub fn add_rows_at(
     check::u32_of(OP, "table elements", table.numel())?;
     let v4 = c % 4 == 0;
     if check::same_buffer(x, out) {
-        launch(
-            rec,
-            ("add_rows_at_inplace", "add_rows_at4_inplace"),
-            v4,
-            p,
-            &[out, table],
-        )
+        launch(rec, "add_rows_at", (v4, true), p, &[out, table])
     } else {
-        launch(
-            rec,
-            ("add_rows_at", "add_rows_at4"),
-            v4,
-            p,
-            &[x, table, out],
-        )
+        launch(rec, "add_rows_at", (v4, false), p, &[x, table, out])
     }
 }

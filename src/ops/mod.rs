@@ -18,3 +18,29 @@ pub mod window;
 pub mod window_attn;
 
 pub(crate) mod check;
+
+use crate::gpu::Shader;
+
+/// Every shader the launchers compile, for checks that cover all of them and all their variants
+/// (`tests/shader_variants.rs` on the native compiler, `scripts/check_wgsl.mjs` on the browser's).
+pub static SHADERS: &[&Shader] = &[
+    &activation::SHADER,
+    &attention::SHADER,
+    &attention::ROWS_SHADER,
+    &channel_attn::SHADER,
+    &conv::SHADER,
+    &elementwise::SHADER,
+    &embedding::SHADER,
+    &layout::SHADER,
+    &matmul::SHADER,
+    &matmul::SHADER_V4,
+    &matmul::SHADER_SG,
+    &matmul::SHADER_GEMV,
+    &matmul::SHADER_BATCHED,
+    &norm::SHADER,
+    &pos_embed::SHADER,
+    &reduce::SHADER,
+    &softmax::SHADER,
+    &window::SHADER,
+    &window_attn::SHADER,
+];

@@ -88,13 +88,16 @@ pub fn layer_norm_with(
     };
     let inplace = check::same_buffer(x, out);
     let vec4 = rowwise && c.is_multiple_of(4);
-    let entry = match (rowwise, vec4, inplace) {
-        (true, true, false) => "layer_norm_rowwise4",
-        (true, true, true) => "layer_norm_rowwise4_inplace",
-        (true, false, false) => "layer_norm_rowwise",
-        (true, false, true) => "layer_norm_rowwise_inplace",
-        (false, _, false) => "layer_norm",
-        (false, _, true) => "layer_norm_inplace",
+    let entry = if rowwise {
+        "layer_norm_rowwise"
+    } else {
+        "layer_norm"
+    };
+    let defines: &[&str] = match (vec4, inplace) {
+        (true, true) => &["VEC4", "INPLACE"],
+        (true, false) => &["VEC4"],
+        (false, true) => &["INPLACE"],
+        (false, false) => &[],
     };
     let bindings = if inplace {
         vec![
@@ -111,7 +114,9 @@ pub fn layer_norm_with(
         ]
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", wg as f64)]),
+        &Kernel::new(&SHADER, entry)
+            .defines(defines)
+            .with(&[("WG", wg as f64)]),
         &params,
         &bindings,
         grid,

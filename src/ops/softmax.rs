@@ -36,14 +36,23 @@ fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Res
     };
     let wg = check::pow2_wg(c, 32, 256);
     let gpu = rec.gpu().clone();
-    let (entry, bindings) = match (op, check::same_buffer(x, out)) {
-        ("softmax_rows", false) => ("softmax", vec![x.binding(&gpu)?, out.binding(&gpu)?]),
-        ("softmax_rows", true) => ("softmax_inplace", vec![out.binding(&gpu)?]),
-        (_, false) => ("log_softmax", vec![x.binding(&gpu)?, out.binding(&gpu)?]),
-        (_, true) => ("log_softmax_inplace", vec![out.binding(&gpu)?]),
+    let inplace = check::same_buffer(x, out);
+    let log = op == "log_softmax_rows";
+    let defines: &[&str] = match (log, inplace) {
+        (false, false) => &[],
+        (false, true) => &["INPLACE"],
+        (true, false) => &["LOG"],
+        (true, true) => &["LOG", "INPLACE"],
+    };
+    let bindings = if inplace {
+        vec![out.binding(&gpu)?]
+    } else {
+        vec![x.binding(&gpu)?, out.binding(&gpu)?]
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", wg as f64)]),
+        &Kernel::new(&SHADER, "softmax")
+            .defines(defines)
+            .with(&[("WG", wg as f64)]),
         &params,
         &bindings,
         grid_1d(params.rows),
