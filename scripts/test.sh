@@ -7,8 +7,25 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # Mesa prints a harmless XDG_RUNTIME_DIR warning without this.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
-echo "== native tests"
+echo "== native tests (stand-alone: nothing outside the repository is read)"
 cargo test --all-targets --no-fail-fast
+
+# The reference suite (tests/reference/) reads data that may not be copied into the repository:
+# ../shared/reference beside the clone, or $FLORENCE2_REFERENCE_DIR. Run when it is there; otherwise say
+# loudly that it was not run (and fail when FLORENCE2_REQUIRE_REFERENCE=1, as .ci/run sets).
+REFERENCE_DIR="${FLORENCE2_REFERENCE_DIR:-$PWD/../shared/reference}"
+REFERENCE_NOTE=""
+if [ -d "$REFERENCE_DIR" ]; then
+  echo "== reference suite (data: $REFERENCE_DIR)"
+  FLORENCE2_REFERENCE_DIR="$(cd "$REFERENCE_DIR" && pwd)" \
+    cargo test --features reference-data --test reference --no-fail-fast
+elif [ "${FLORENCE2_REQUIRE_REFERENCE:-0}" = 1 ]; then
+  echo "== reference suite: FAILED, the reference data $REFERENCE_DIR is missing and FLORENCE2_REQUIRE_REFERENCE=1" >&2
+  exit 1
+else
+  REFERENCE_NOTE="NOT RUN: the reference suite (tests/reference/, real tokenizer + checkpoint key lists) needs $REFERENCE_DIR, which is missing. Its tests were neither run nor counted."
+  echo "== reference suite $REFERENCE_NOTE"
+fi
 
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
@@ -20,4 +37,9 @@ scripts/npm_package_test.sh
 if [ -x scripts/e2e.sh ]; then
   echo "== end-to-end demo tests"
   scripts/e2e.sh
+fi
+
+if [ -n "$REFERENCE_NOTE" ]; then
+  echo
+  echo "!! $REFERENCE_NOTE"
 fi

@@ -162,10 +162,35 @@ pub fn mapping_config_json() -> serde_json::Value {
     v
 }
 
-/// The reference mapping `original -> HF-native` (read from `../shared/reference`; fails if missing).
+/// The reference directory (`$FLORENCE2_REFERENCE_DIR`, else `../shared/reference` beside the crate).
+/// Panics, with the path, when it is missing: inside the reference suite that is a failure.
+#[cfg(feature = "reference-data")]
+pub fn reference_dir() -> std::path::PathBuf {
+    let p = match std::env::var_os("FLORENCE2_REFERENCE_DIR") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference"),
+    };
+    assert!(
+        p.is_dir(),
+        "the reference suite needs the reference data directory {} (set FLORENCE2_REFERENCE_DIR)",
+        p.display()
+    );
+    p
+}
+
+/// A file of the reference directory (must exist).
+#[cfg(feature = "reference-data")]
+pub fn reference_file(rel: &str) -> std::path::PathBuf {
+    let p = reference_dir().join(rel);
+    assert!(p.exists(), "reference file {} is missing", p.display());
+    p
+}
+
+/// The reference mapping `original -> HF-native`, read from the reference directory: only the reference
+/// suite (`tests/reference/`, feature `reference-data`) has it; elsewhere this is a compile error.
+#[cfg(feature = "reference-data")]
 pub fn reference_mapping() -> BTreeMap<String, String> {
-    let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference/key_mapping_original_to_hf_native.json");
+    let p = reference_file("key_mapping_original_to_hf_native.json");
     let text = std::fs::read_to_string(&p)
         .unwrap_or_else(|e| panic!("reference mapping {} is missing: {e}", p.display()));
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -175,6 +200,23 @@ pub fn reference_mapping() -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
         .collect()
+}
+
+/// HF-native -> original names (the reference mapping inverted).
+#[cfg(feature = "reference-data")]
+fn original_names() -> BTreeMap<String, String> {
+    reference_mapping()
+        .into_iter()
+        .map(|(o, h)| (h, o))
+        .collect()
+}
+
+/// Without the reference data there are no original names to build from: only the reference suite builds
+/// the original/mlx variants (the committed fixtures `tiny*-orig`, `tiny*-mlx-bf16` cover those layouts
+/// in the stand-alone tests).
+#[cfg(not(feature = "reference-data"))]
+fn original_names() -> BTreeMap<String, String> {
+    panic!("original/mlx variants need the reference mapping: build them in tests/reference/ only")
 }
 
 /// Checkpoint naming/layout variants the tests build.
@@ -230,10 +272,7 @@ pub fn variant_tensors(
     let inverse: BTreeMap<String, String> = if variant == Variant::HfNative {
         BTreeMap::new()
     } else {
-        reference_mapping()
-            .into_iter()
-            .map(|(o, h)| (h, o))
-            .collect()
+        original_names()
     };
     let mut out = Vec::new();
     for (n, s, v) in canon {
@@ -347,4 +386,52 @@ pub fn stream(
     }
     s.finish(&mut asm)?;
     asm.finish()
+}
+
+/// Any chunking (odd sizes, 3 bytes, the whole file, and 1 byte when `one_byte`) of one checkpoint
+/// variant streams to exactly the ranged loader's tensors, which equal the canonical values rounded to
+/// the source dtype.
+pub fn check_any_chunking(
+    gpu: &std::sync::Arc<Gpu>,
+    cfg_json: &serde_json::Value,
+    variant: Variant,
+    dt: Dt,
+    one_byte: bool,
+) {
+    let cfg = Florence2Config::from_json(cfg_json).unwrap();
+    let canon = canonical_tensors(&cfg, 11);
+    let mut rng = Rng::new(5);
+    let odd: Vec<usize> = (0..64)
+        .map(|_| 1 + (rng.next_u64() % 97) as usize)
+        .collect();
+    let file = write_safetensors(&variant_tensors(&canon, variant, dt), None);
+    let (_, ranged) = load_mem(
+        gpu,
+        &mem_model(cfg_json, &[("model.safetensors", file.clone())]),
+    )
+    .unwrap();
+    let want = readback_all(gpu, &ranged);
+    let mut ways = vec![
+        ("odd", odd),
+        ("3 bytes", vec![3]),
+        ("whole", vec![file.len()]),
+    ];
+    // 1-byte chunks (every element split) only where asked: it is slow on lavapipe.
+    if one_byte {
+        ways.push(("1 byte", vec![1]));
+    }
+    for (what, sizes) in ways {
+        let w = stream(&cfg, &file, &sizes, what != "odd")
+            .unwrap_or_else(|e| panic!("{variant:?} {what}: {e}"));
+        let got = readback_all(gpu, &w);
+        assert_eq!(got, want, "{variant:?} {dt:?} chunks {what}");
+    }
+    for (n, _, v) in &canon {
+        let r: Vec<f32> = v.iter().map(|&x| dt.round(x)).collect();
+        assert_eq!(want[n], r, "{variant:?} {n}");
+    }
+    eprintln!(
+        "{variant:?} {dt:?}: {} bytes, streamed identically",
+        file.len()
+    );
 }

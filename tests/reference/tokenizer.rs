@@ -1,22 +1,19 @@
 //! Florence-2 tokenizer vs the real one.
 //!
-//! These tests READ the verified real Florence-2 tokenizer files from `../shared/reference/tokenizer/`
+//! These tests READ the verified real Florence-2 tokenizer files from `<reference dir>/tokenizer/`
 //! (relative to the crate root; reference data that may not be copied into the repository):
 //! `florence2_tokenizer.json`, `florence2_hf_native_tokenizer.json` and `verification.json` (prompt
 //! encodings and decodes from the reference test-suite). They FAIL, not skip, when the files are missing.
-#![cfg(not(target_arch = "wasm32"))]
-
 use florence2_wasm::processor::tokenizer::{
     florence_added_tokens, Florence2Tokenizer, FlorenceTokens,
 };
 use florence2_wasm::Error;
 use serde_json::Value;
 
-const REF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/reference/tokenizer");
-
 fn read_ref(name: &str) -> Vec<u8> {
-    let path = format!("{REF}/{name}");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("reference file {path} is required: {e}"))
+    let path = crate::reference_file(&format!("tokenizer/{name}"));
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("reference file {} is required: {e}", path.display()))
 }
 
 fn verification() -> Value {

@@ -1,6 +1,6 @@
 //! The expected-tensor table derived from the base config must equal the reference key list of a real
-//! HF-native base checkpoint (`reference/base_keys_grouped.txt`, read from `../shared`), names and shapes.
-#![cfg(not(target_arch = "wasm32"))]
+//! HF-native base checkpoint (`reference/base_keys_grouped.txt`, read from the reference
+//! directory), names and shapes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,11 +9,7 @@ use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::{expected_tensors, temporal_cosine_table};
 
 fn reference(file: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/reference")
-        .join(file);
-    assert!(p.exists(), "reference file {} is missing", p.display());
-    p
+    crate::reference_file(file)
 }
 
 /// Expand `name  xN  [shape]` lines; `{a..b}` is a range, `{b}` a block index 0..N.

@@ -1,13 +1,10 @@
 //! Checkpoint layouts: the original->HF naming rules against the reference mapping, and HF-native,
 //! original and mlx-community checkpoints in f32/f16/bf16 loading to the same canonical f32 tensors.
-#![cfg(not(target_arch = "wasm32"))]
 
-mod weights_util;
-
+use crate::weights_util::*;
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::names::{canonical_name, original_to_canonical};
 use florence2_wasm::weights::{detect_layout, expected_tensors, Layout, FINAL_LOGITS_BIAS};
-use weights_util::*;
 
 #[test]
 fn rules_reproduce_reference_mapping() {
