@@ -6,7 +6,10 @@
 //! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `wasm` (JS facade).
 
 pub mod error;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod files;
 pub mod gpu;
+pub mod json;
 pub mod model;
 pub mod ops;
 pub mod postprocess;

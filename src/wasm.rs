@@ -342,6 +342,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     {
         gen = gen.with_generation_config(&b)?;
     }
+    gen.check_ids(cfg.text.vocab_size)?;
 
     let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
     match f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {

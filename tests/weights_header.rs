@@ -171,6 +171,27 @@ fn offsets_sizes_overlaps_gaps() {
             12,
             "gap",
         ),
+        // A U8 shape of 2^64 - 1 bytes passes every per-entry check; its end offset plus the header
+        // length overflowed u64 in the file-length check (a panic in debug builds).
+        (
+            r#"{"a": {"dtype": "U8", "shape": [18446744073709551615], "data_offsets": [0, 18446744073709551615]}}"#,
+            4,
+            "past 2^64",
+        ),
+        (
+            r#"{"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+                "b": {"dtype": "U8", "shape": [18446744073709551614], "data_offsets": [1, 18446744073709551615]}}"#,
+            4,
+            "past 2^64",
+        ),
+        // A name given twice is refused by name (the JSON parser used to keep the last one, so this read
+        // as a "gap" before the second tensor).
+        (
+            r#"{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}"#,
+            8,
+            "duplicate key \"a\"",
+        ),
         // Element count overflow.
         (
             r#"{"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 4]}}"#,

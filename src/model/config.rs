@@ -75,6 +75,19 @@ pub struct Florence2Config {
 /// overflow a buffer-size computation.
 const MAX_DIM: usize = 1 << 16;
 
+/// Cost bounds, checked before anything is allocated from a config (a 1 KB config.json must not be able to
+/// make the loader build a huge name table or synthesize a huge table):
+/// - at most this many blocks per DaViT stage (released models: 1, 1, 9, 1);
+pub const MAX_STAGE_DEPTH: usize = 64;
+/// - at most this many rows in each 2-D position table and in the temporal table (released: 50 and 100);
+pub const MAX_TABLE_ROWS: usize = 4096;
+/// - at most this many parameters in all (every expected and optional tensor, the synthesized temporal
+///   table included): 2^31, i.e. 8 GiB in f32 (Florence-2-large has 0.77e9).
+pub const MAX_PARAMETERS: u64 = 1 << 31;
+/// - the temporal table, which the loader synthesizes when a checkpoint lacks it (so its size is not paid
+///   for by checkpoint bytes), has at most 2^24 elements (64 MiB in f32; released: 100 x 1024).
+pub const MAX_SYNTHESIZED_ELEMENTS: u64 = 1 << 24;
+
 fn cfg_err(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
 }
@@ -90,10 +103,18 @@ fn uint(v: &Value, key: &str, ctx: &str) -> Result<usize> {
             "{ctx}.{key} must be a non-negative integer, got {x}"
         ))
     })?;
-    if n as usize > MAX_DIM {
+    // Range-checked in u64 before the cast: on wasm32 `(2^32 + 32) as usize` is 32.
+    if n > MAX_DIM as u64 {
         return Err(cfg_err(format!("{ctx}.{key} = {n} is out of range")));
     }
     Ok(n as usize)
+}
+
+fn uint_opt(v: &Value, key: &str, ctx: &str) -> Result<Option<usize>> {
+    match get(v, key) {
+        Some(_) => uint(v, key, ctx).map(Some),
+        None => Ok(None),
+    }
 }
 
 fn uint_or(v: &Value, key: &str, ctx: &str, default: usize) -> Result<usize> {
@@ -131,7 +152,7 @@ fn uint_list(v: &Value, keys: &[&str], ctx: &str) -> Result<Vec<usize>> {
     arr.iter()
         .map(|e| {
             e.as_u64()
-                .filter(|&n| n as usize <= MAX_DIM)
+                .filter(|&n| n <= MAX_DIM as u64)
                 .map(|n| n as usize)
                 .ok_or_else(|| cfg_err(format!("{ctx}.{key} has a bad entry {e}")))
         })
@@ -140,7 +161,7 @@ fn uint_list(v: &Value, keys: &[&str], ctx: &str) -> Result<Vec<usize>> {
 
 impl Florence2Config {
     pub fn from_json_str(s: &str) -> Result<Self> {
-        let v: Value = serde_json::from_str(s)
+        let v: Value = crate::json::parse_strict(s)
             .map_err(|e| cfg_err(format!("config.json is not JSON: {e}")))?;
         Self::from_json(&v)
     }
@@ -152,12 +173,8 @@ impl Florence2Config {
         let text = parse_text(tc)?;
         let cfg = Florence2Config {
             image_token_id: id_opt(v, "image_token_id", "config")?,
-            num_beams: get(v, "num_beams")
-                .and_then(|x| x.as_u64())
-                .map(|n| n as usize),
-            no_repeat_ngram_size: get(v, "no_repeat_ngram_size")
-                .and_then(|x| x.as_u64())
-                .map(|n| n as usize),
+            num_beams: uint_opt(v, "num_beams", "config")?,
+            no_repeat_ngram_size: uint_opt(v, "no_repeat_ngram_size", "config")?,
             vision,
             text,
         };
@@ -228,6 +245,21 @@ impl Florence2Config {
         if v.max_position_embeddings == 0 || v.max_temporal_embeddings == 0 {
             return Err(cfg_err("position tables must have at least one row"));
         }
+        if let Some(d) = v.depths.iter().find(|&&d| d > MAX_STAGE_DEPTH) {
+            return Err(cfg_err(format!(
+                "vision_config.depths has a stage of {d} blocks (at most {MAX_STAGE_DEPTH})"
+            )));
+        }
+        for (name, rows) in [
+            ("max_position_embeddings", v.max_position_embeddings),
+            ("max_temporal_embeddings", v.max_temporal_embeddings),
+        ] {
+            if rows > MAX_TABLE_ROWS {
+                return Err(cfg_err(format!(
+                    "vision_config.{name} = {rows} (at most {MAX_TABLE_ROWS})"
+                )));
+            }
+        }
         for src in &v.image_feature_source {
             if !matches!(
                 src.as_str(),
@@ -238,6 +270,13 @@ impl Florence2Config {
         }
         if v.image_feature_source.is_empty() {
             return Err(cfg_err("image_feature_source is empty"));
+        }
+        let temporal = (v.max_temporal_embeddings as u64).saturating_mul(last as u64);
+        if temporal > MAX_SYNTHESIZED_ELEMENTS {
+            return Err(cfg_err(format!(
+                "the temporal table ({} x {last}) has more than {MAX_SYNTHESIZED_ELEMENTS} elements",
+                v.max_temporal_embeddings
+            )));
         }
         let t = &self.text;
         if v.projection_dim != t.d_model {
@@ -296,7 +335,29 @@ impl Florence2Config {
                 t.activation_function
             )));
         }
+        // Every count above is bounded, so the table below is small (at most ~25k names); its element
+        // counts are summed in saturating u64.
+        let params = self.parameter_count();
+        if params > MAX_PARAMETERS {
+            return Err(cfg_err(format!(
+                "the config describes {params} parameters (at most {MAX_PARAMETERS})"
+            )));
+        }
         Ok(())
+    }
+
+    /// Parameters of every tensor the config implies (expected + optional, the temporal table included),
+    /// in saturating u64. Call on a validated config (the table's size is bounded by the counts).
+    pub fn parameter_count(&self) -> u64 {
+        crate::weights::expected_tensors(self)
+            .iter()
+            .chain(crate::weights::optional_tensors(self).iter())
+            .map(|(_, shape)| {
+                shape
+                    .iter()
+                    .fold(1u64, |acc, &d| acc.saturating_mul(d as u64))
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Token grid (height, width) after the last stage for an input of `h` x `w` pixels.
@@ -507,5 +568,85 @@ mod tests {
             let err = Florence2Config::from_json(&v).unwrap_err();
             assert!(matches!(err, Error::Config(_)), "{name}: {err}");
         }
+    }
+
+    fn patched(patch: Value) -> Value {
+        let mut v = base();
+        for (sect, obj) in patch.as_object().unwrap() {
+            match obj.as_object() {
+                Some(o) => {
+                    for (k, x) in o {
+                        v[sect][k] = x.clone();
+                    }
+                }
+                None => v[sect] = obj.clone(),
+            }
+        }
+        v
+    }
+
+    /// Cost bounds and u64 range checks: each of these configs used to be accepted (a 1 KB config that
+    /// describes tens of GB, or an integer that a 32-bit cast would wrap); each must fail by name.
+    #[test]
+    fn cost_bounds_and_u64_ranges() {
+        let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "stage depth",
+                serde_json::json!({"vision_config": {"depths": [1, 1, 65536, 1]}}),
+                "blocks",
+            ),
+            (
+                "temporal rows",
+                serde_json::json!({"vision_config": {"max_temporal_embeddings": 65536}}),
+                "max_temporal_embeddings",
+            ),
+            (
+                "position rows",
+                serde_json::json!({"vision_config": {"max_position_embeddings": 65536}}),
+                "max_position_embeddings",
+            ),
+            (
+                "synthesized table",
+                serde_json::json!({"vision_config": {"max_temporal_embeddings": 4096,
+                    "embed_dim": [128, 256, 512, 8192], "depths": [1, 1, 1, 0]}}),
+                "temporal table",
+            ),
+            (
+                "parameters",
+                serde_json::json!({"text_config": {"encoder_layers": 64, "decoder_layers": 64,
+                    "encoder_ffn_dim": 65536, "decoder_ffn_dim": 65536}}),
+                "parameters",
+            ),
+            (
+                "2^32 + 32",
+                serde_json::json!({"text_config": {"encoder_layers": (1u64 << 32) + 32}}),
+                "out of range",
+            ),
+            (
+                "list entry 2^32 + 1",
+                serde_json::json!({"vision_config": {"depths": [1, 1, (1u64 << 32) + 1, 1]}}),
+                "bad entry",
+            ),
+            (
+                "num_beams",
+                serde_json::json!({"num_beams": u64::MAX}),
+                "out of range",
+            ),
+            (
+                "no_repeat_ngram_size",
+                serde_json::json!({"no_repeat_ngram_size": (1u64 << 32) + 3}),
+                "out of range",
+            ),
+        ];
+        for (name, patch, want) in cases {
+            let err = Florence2Config::from_json(&patched(patch)).unwrap_err();
+            assert!(
+                matches!(&err, Error::Config(m) if m.contains(want)),
+                "{name}: {err}"
+            );
+        }
+        // The released base config is far inside every bound.
+        let c = Florence2Config::from_json(&base()).unwrap();
+        assert!(c.parameter_count() < 300_000_000, "{}", c.parameter_count());
     }
 }

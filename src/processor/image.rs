@@ -220,8 +220,8 @@ impl ImageProcessorConfig {
     /// than silently treated as a square. A centre crop is accepted only when it is a no-op (crop size equal
     /// to the resize size).
     pub fn from_json_bytes(bytes: &[u8]) -> Result<Self> {
-        let root: Value =
-            serde_json::from_slice(bytes).map_err(|e| cfg_err(format!("not valid JSON: {e}")))?;
+        let root: Value = crate::json::parse_strict_slice(bytes)
+            .map_err(|e| cfg_err(format!("not valid JSON: {e}")))?;
         let obj = root
             .as_object()
             .ok_or_else(|| cfg_err("top level must be a JSON object"))?;

@@ -375,19 +375,12 @@ impl Assembler {
 
     /// Check the table, tie the LM head, synthesize the temporal table if absent; flush the queue.
     pub fn finish(mut self) -> Result<Weights> {
-        if !self.weights.has(TEMPORAL_TABLE) {
-            if let Some((shape, _)) = self.table.get(TEMPORAL_TABLE) {
-                if let [n, c] = shape.as_slice() {
-                    let data = temporal_cosine_table(*n, *c);
-                    let t = Tensor::from_f32(&self.gpu, shape, &data, TEMPORAL_TABLE)?;
-                    self.weights.insert(TEMPORAL_TABLE, t);
-                }
-            }
-        }
+        // Missing tensors first: nothing is synthesized (allocated) for a checkpoint that is refused
+        // anyway. The temporal table is the one required tensor the loader can make itself.
         let missing: BTreeSet<&String> = self
             .table
             .iter()
-            .filter(|(n, (_, req))| *req && !self.weights.has(n))
+            .filter(|(n, (_, req))| *req && !self.weights.has(n) && n.as_str() != TEMPORAL_TABLE)
             .map(|(n, _)| n)
             .collect();
         if let Some(first) = missing.first() {
@@ -397,6 +390,16 @@ impl Assembler {
             return Err(Error::MissingTensor {
                 name: (*first).clone(),
             });
+        }
+        if !self.weights.has(TEMPORAL_TABLE) {
+            if let Some((shape, _)) = self.table.get(TEMPORAL_TABLE) {
+                if let [n, c] = shape.as_slice() {
+                    // Bounded by the config's cost checks (Florence2Config::validate).
+                    let data = temporal_cosine_table(*n, *c);
+                    let t = Tensor::from_f32(&self.gpu, shape, &data, TEMPORAL_TABLE)?;
+                    self.weights.insert(TEMPORAL_TABLE, t);
+                }
+            }
         }
         if !self.weights.has(LM_HEAD) {
             let shared = self.weights.get_any(SHARED)?;

@@ -173,7 +173,8 @@ pub fn parse_header(prefix: &[u8], file: &str) -> Result<HeaderState> {
     };
     let text =
         std::str::from_utf8(json).map_err(|e| herr(file, format!("header is not UTF-8: {e}")))?;
-    let value: Value = serde_json::from_str(text)
+    // Strict: a tensor name given twice is an error naming it (plain `Value` keeps the last one).
+    let value: Value = crate::json::parse_strict(text)
         .map_err(|e| herr(file, format!("header is not valid JSON: {e}")))?;
     let obj = value
         .as_object()
@@ -221,6 +222,16 @@ pub fn parse_header(prefix: &[u8], file: &str) -> Result<HeaderState> {
         }
         pos = t.end;
     }
+    // The data section must end at a representable file offset (`8 + n + data_len` in u64): a shape of
+    // 2^64 - 1 bytes passes every per-entry check and would overflow here.
+    if total.checked_add(pos).is_none() {
+        return Err(herr(
+            file,
+            format!(
+                "the data section ({pos} bytes after a {total}-byte header) ends past 2^64 bytes"
+            ),
+        ));
+    }
     Ok(HeaderState::Done(Header {
         data_start: total,
         data_len: pos,
@@ -257,11 +268,15 @@ fn parse_entry(file: &str, name: &str, entry: &Value) -> Result<TensorInfo> {
         let d = d
             .as_u64()
             .ok_or_else(|| herr(file, format!("entry '{name}' has a bad dimension {d}")))?;
+        // Checked in u64 before any cast: on 32-bit targets a dimension (even beside a zero one, which
+        // keeps the element count small) must fit usize too.
+        let d_usize = usize::try_from(d)
+            .map_err(|_| herr(file, format!("entry '{name}': dimension {d} is too large")))?;
         numel = numel
             .checked_mul(d)
-            .filter(|&n| n <= usize::MAX as u64)
+            .filter(|&n| usize::try_from(n).is_ok())
             .ok_or_else(|| herr(file, format!("entry '{name}': element count overflows")))?;
-        shape.push(d as usize);
+        shape.push(d_usize);
     }
     let offs = e
         .get("data_offsets")
@@ -307,7 +322,11 @@ impl Header {
     /// Check the header against the file's total length: the data section must fit (else
     /// [`Error::Truncated`]) and end exactly at the end of the file (trailing bytes are a header error).
     pub fn check_file_len(&self, file: &str, file_len: u64) -> Result<()> {
-        let need = self.data_start + self.data_len;
+        // Cannot overflow for a parsed header (checked there); checked again for hand-built ones.
+        let need = self
+            .data_start
+            .checked_add(self.data_len)
+            .ok_or_else(|| herr(file, "the data section ends past 2^64 bytes"))?;
         if file_len < need {
             return Err(Error::Truncated {
                 file: file.to_owned(),

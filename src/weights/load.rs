@@ -36,8 +36,8 @@ impl CheckpointIndex {
             file: INDEX_FILE.into(),
             msg,
         };
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| bad(format!("not valid JSON: {e}")))?;
+        let v: serde_json::Value = crate::json::parse_strict_slice(bytes)
+            .map_err(|e| bad(format!("not valid JSON: {e}")))?;
         let wm = v
             .get("weight_map")
             .and_then(|w| w.as_object())

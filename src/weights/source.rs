@@ -144,9 +144,10 @@ fn io_err(file: &str, e: std::io::Error) -> Error {
 
 #[cfg(not(target_arch = "wasm32"))]
 impl FileSource {
+    /// Open a regular file (devices, FIFOs and directories are refused: [`crate::files::open_regular`]).
     pub fn open(path: &Path) -> Result<Self> {
         let name = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| io_err(&name, e))?;
+        let (file, _) = crate::files::open_regular(path)?;
         Ok(FileSource { name, file })
     }
 }
@@ -223,24 +224,13 @@ impl DirFiles {
 impl ModelFiles for DirFiles {
     type Source = FileSource;
     async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let p = self.path(name)?;
-        let shown = p.display().to_string();
-        let meta = match std::fs::metadata(&p) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&shown, e)),
-        };
-        if meta.len() > MAX_SMALL_FILE {
-            return Err(Error::FileRead {
-                file: shown,
-                msg: format!("{} bytes is too large for a metadata file", meta.len()),
-            });
-        }
-        std::fs::read(&p).map(Some).map_err(|e| io_err(&shown, e))
+        // Regular files only, at most MAX_SMALL_FILE bytes (a `config.json` linked to /dev/zero reports
+        // length 0 and would never end).
+        crate::files::read_capped_opt(&self.path(name)?, MAX_SMALL_FILE)
     }
     async fn open(&self, name: &str) -> Result<Option<FileSource>> {
         let p = self.path(name)?;
-        if !p.is_file() {
+        if !p.exists() {
             return Ok(None);
         }
         FileSource::open(&p).map(Some)

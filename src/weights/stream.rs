@@ -208,6 +208,16 @@ fn header_need(buf: &[u8], file: &str) -> Result<u64> {
     Ok(8 + n)
 }
 
+/// Bytes of the current tensor to take from a chunk: `min(remaining, available)`, computed in u64 and only
+/// then narrowed (the result is at most `available`, so it fits usize on every target). Narrowing first
+/// made a tensor of exactly 4 GiB a zero-byte step on wasm32: an endless loop.
+pub fn step_len(remaining: u64, available: usize) -> usize {
+    match usize::try_from(remaining) {
+        Ok(r) => r.min(available),
+        Err(_) => available,
+    }
+}
+
 impl DataState {
     /// Route bytes to tensors; returns how many bytes were consumed (all, unless the data section ended).
     fn feed(&mut self, asm: &mut Assembler, chunk: &[u8]) -> Result<usize> {
@@ -222,7 +232,7 @@ impl DataState {
                     self.cur = Some(asm.begin(plan)?);
                 }
             }
-            let n = ((t_end - self.pos) as usize).min(chunk.len() - used);
+            let n = step_len(t_end - self.pos, chunk.len() - used);
             let piece = &chunk[used..used + n];
             if let Some(w) = self.cur.as_mut() {
                 asm.push(w, piece)?;
@@ -256,5 +266,20 @@ impl DataState {
             self.next += 1;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_len;
+
+    #[test]
+    fn step_len_never_truncates_the_remaining_count() {
+        // 4 GiB, 4 GiB + 5 and u64::MAX remaining: the step is the whole chunk, never 0 or 5.
+        for remaining in [1u64 << 32, (1 << 32) + 5, u64::MAX] {
+            assert_eq!(step_len(remaining, 4096), 4096, "{remaining}");
+        }
+        assert_eq!(step_len(7, 4096), 7);
+        assert_eq!(step_len(0, 4096), 0);
     }
 }

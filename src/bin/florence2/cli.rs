@@ -19,11 +19,11 @@
 //! dependencies.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use florence2_wasm::files;
 use florence2_wasm::gpu::{Gpu, GpuOptions, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::generate::{EarlyStopping, GenerateOptions, MAX_BEAMS};
@@ -32,7 +32,7 @@ use florence2_wasm::processor::image::{
     decode_image, preprocess, ImageLimits, ImageProcessorConfig,
 };
 use florence2_wasm::processor::prompt::{parse_task_prompt, Task};
-use florence2_wasm::processor::tokenizer::Florence2Tokenizer;
+use florence2_wasm::processor::tokenizer::{Florence2Tokenizer, MAX_TOKENIZER_JSON_BYTES};
 use florence2_wasm::render::render;
 use florence2_wasm::weights;
 
@@ -166,11 +166,11 @@ fn parse_cmd(args: &[String]) -> Result<(), Failure> {
     let size = parse_image_size(opts.required("image-size")?)?;
     let raw = match opts.required("text")? {
         "-" => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| Failure::Run(format!("reading stdin: {e}")))?;
-            s
+            // Capped like every file the CLI reads (a generation is a few KB).
+            let bytes = files::read_stream_capped(std::io::stdin(), "stdin", files::MAX_JSON_FILE)
+                .map_err(|e| Failure::Run(e.to_string()))?;
+            String::from_utf8(bytes)
+                .map_err(|e| Failure::Run(format!("stdin is not UTF-8: {e}")))?
         }
         text => text.to_string(),
     };
@@ -216,27 +216,34 @@ fn run_cmd(args: &[String]) -> Result<(), Failure> {
         None => DEFAULT_MAX_NEW_TOKENS,
     };
     let run = |e: florence2_wasm::Error| Failure::Run(e.to_string());
-    let read = |name: &str| {
-        std::fs::read(dir.join(name))
-            .map_err(|e| Failure::Run(format!("reading {}: {e}", dir.join(name).display())))
-    };
+    // Every file is read through the byte-capped reader (regular files only).
+    let read = |name: &str, cap: u64| files::read_capped(&dir.join(name), cap).map_err(run);
 
     // Load.
     let t0 = Instant::now();
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).map_err(run)?;
     let (cfg, weights) = weights::load_dir(&gpu, &dir).map_err(run)?;
-    let tok = Florence2Tokenizer::from_json_bytes(&read("tokenizer.json")?).map_err(run)?;
+    let tok = Florence2Tokenizer::from_json_bytes(&read(
+        "tokenizer.json",
+        MAX_TOKENIZER_JSON_BYTES as u64,
+    )?)
+    .map_err(run)?;
     let pre = if dir.join("preprocessor_config.json").exists() {
-        ImageProcessorConfig::from_json_bytes(&read("preprocessor_config.json")?).map_err(run)?
+        ImageProcessorConfig::from_json_bytes(&read(
+            "preprocessor_config.json",
+            files::MAX_JSON_FILE,
+        )?)
+        .map_err(run)?
     } else {
         ImageProcessorConfig::default()
     };
     let mut gen = GenerateOptions::from_config(&cfg, max_new);
     if dir.join("generation_config.json").exists() {
         gen = gen
-            .with_generation_config(&read("generation_config.json")?)
+            .with_generation_config(&read("generation_config.json", files::MAX_JSON_FILE)?)
             .map_err(run)?;
     }
+    gen.check_ids(cfg.text.vocab_size).map_err(run)?;
     gen.max_new_tokens = max_new;
     if let Some(v) = opts.values.get("num-beams") {
         gen.num_beams = v
@@ -277,9 +284,9 @@ fn run_cmd(args: &[String]) -> Result<(), Failure> {
 
     // Preprocess.
     let t1 = Instant::now();
-    let bytes = std::fs::read(&image_path)
-        .map_err(|e| Failure::Run(format!("reading {image_path}: {e}")))?;
-    let rgb = decode_image(&bytes, &ImageLimits::default()).map_err(run)?;
+    let limits = ImageLimits::default();
+    let bytes = files::read_capped(Path::new(&image_path), limits.max_alloc_bytes).map_err(run)?;
+    let rgb = decode_image(&bytes, &limits).map_err(run)?;
     let image_size = (rgb.width(), rgb.height());
     let px = preprocess(&rgb, &pre).map_err(run)?;
     let pixels =

@@ -107,7 +107,7 @@ impl GenerateOptions {
     pub fn with_generation_config(mut self, json: &[u8]) -> Result<Self> {
         let bad =
             |k: &str, v: &Value| Error::Config(format!("generation_config.json: bad {k} {v}"));
-        let v: Value = serde_json::from_slice(json)
+        let v: Value = crate::json::parse_strict_slice(json)
             .map_err(|e| Error::Config(format!("generation_config.json: {e}")))?;
         let id = |k: &str| -> Result<Option<u32>> {
             match v.get(k).filter(|x| !x.is_null()) {
@@ -183,6 +183,35 @@ impl GenerateOptions {
             .min(max_positions.max(1))
     }
 
+    /// Every token id these settings can put into a sequence (decoder start, forced BOS/EOS, EOS ids)
+    /// must be inside the vocabulary: a `generation_config.json` comes from the network, and an id past
+    /// the vocabulary would be sent to the GPU as an embedding row. Loaders call this once, right after
+    /// reading the config (a named [`Error::Config`]); greedy and beam search check again before the
+    /// first step (options are plain data a caller can change).
+    pub fn check_ids(&self, vocab_size: usize) -> Result<()> {
+        let ids = [
+            ("decoder_start_token_id", Some(self.decoder_start_token_id)),
+            ("forced_bos_token_id", self.forced_bos_token_id),
+            ("forced_eos_token_id", self.forced_eos_token_id),
+        ]
+        .into_iter()
+        .chain(
+            self.eos_token_ids
+                .iter()
+                .map(|&t| ("eos_token_id", Some(t))),
+        );
+        for (name, id) in ids {
+            if let Some(id) = id {
+                if u64::from(id) >= vocab_size as u64 {
+                    return Err(Error::Config(format!(
+                        "generation setting {name} = {id} is outside the vocabulary ({vocab_size} tokens)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks before a generation: 1..=64 beams, a finite length penalty.
     pub fn validate(&self) -> Result<()> {
         if !(1..=MAX_BEAMS).contains(&self.num_beams) {
@@ -243,6 +272,45 @@ mod tests {
             length_penalty: 1.0,
             early_stopping: EarlyStopping::True,
         }
+    }
+
+    #[test]
+    fn token_ids_outside_the_vocabulary_are_refused_by_name() {
+        for (json, key) in [
+            (
+                &br#"{"forced_bos_token_id": 40}"#[..],
+                "forced_bos_token_id",
+            ),
+            (
+                br#"{"forced_eos_token_id": 4294967295}"#,
+                "forced_eos_token_id",
+            ),
+            (br#"{"eos_token_id": [2, 32]}"#, "eos_token_id"),
+            (
+                br#"{"decoder_start_token_id": 32}"#,
+                "decoder_start_token_id",
+            ),
+        ] {
+            let o = base().with_generation_config(json).unwrap();
+            let e = o.check_ids(32).unwrap_err();
+            assert!(
+                matches!(&e, Error::Config(m) if m.contains(key)),
+                "{key}: {e}"
+            );
+        }
+        base().check_ids(32).unwrap();
+        assert!(
+            base().check_ids(2).is_err(),
+            "eos 2 is outside a 2-token vocabulary"
+        );
+    }
+
+    #[test]
+    fn generation_config_duplicate_keys_are_refused() {
+        let e = base()
+            .with_generation_config(br#"{"num_beams": 1, "num_beams": 64}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("num_beams"), "{e}");
     }
 
     #[test]
