@@ -543,7 +543,7 @@ pub async fn beam_search(
     if cfg.max_length <= 1 {
         return Ok(vec![opts.decoder_start_token_id]);
     }
-    opts.check_ids(decoder.vocab_size())?;
+    opts.check_fed_ids(decoder.vocab_size())?;
     let mut source = GpuSource::new(decoder, gpu, cross, cfg.num_beams, cfg.max_length)?;
     run(cfg, &mut source, cancel).await
 }

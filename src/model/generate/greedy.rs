@@ -39,7 +39,7 @@ pub async fn greedy_observed(
         return Ok(seq);
     }
     let vocab = decoder.vocab_size();
-    opts.check_ids(vocab)?;
+    opts.check_fed_ids(vocab)?;
     // Positions fed to the decoder: 0 ..= max_length - 2 (the last token is never fed back).
     let mut state = decoder.new_state(gpu, cross, 1, max_length - 1)?;
     let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;

@@ -77,6 +77,15 @@ pub struct GenerateOptions {
     pub early_stopping: EarlyStopping,
 }
 
+fn check_id(name: &str, id: u32, vocab_size: usize) -> Result<()> {
+    if u64::from(id) >= vocab_size as u64 {
+        return Err(Error::Config(format!(
+            "generation setting {name} = {id} is outside the vocabulary ({vocab_size} tokens)"
+        )));
+    }
+    Ok(())
+}
+
 impl GenerateOptions {
     /// Settings from the model config: its eos / decoder start / forced ids, its `num_beams` and
     /// `no_repeat_ngram_size` when present (else Florence-2's 3 and 3), `early_stopping` true,
@@ -183,30 +192,33 @@ impl GenerateOptions {
             .min(max_positions.max(1))
     }
 
-    /// Every token id these settings can put into a sequence (decoder start, forced BOS/EOS, EOS ids)
-    /// must be inside the vocabulary: a `generation_config.json` comes from the network, and an id past
-    /// the vocabulary would be sent to the GPU as an embedding row. Loaders call this once, right after
-    /// reading the config (a named [`Error::Config`]); greedy and beam search check again before the
-    /// first step (options are plain data a caller can change).
+    /// Every token id of these settings (decoder start, forced BOS/EOS, EOS ids) must be inside the
+    /// vocabulary: a `generation_config.json` comes from the network, and a forced id past the vocabulary
+    /// would be fed to the GPU as an embedding row. Loaders call this once, right after reading the
+    /// configs (a named [`Error::Config`]).
     pub fn check_ids(&self, vocab_size: usize) -> Result<()> {
-        let ids = [
-            ("decoder_start_token_id", Some(self.decoder_start_token_id)),
+        self.check_fed_ids(vocab_size)?;
+        for &id in &self.eos_token_ids {
+            check_id("eos_token_id", id, vocab_size)?;
+        }
+        Ok(())
+    }
+
+    /// The ids a generation can feed to the decoder (decoder start, forced BOS, forced EOS): greedy and
+    /// beam search check these before the first step, since options are plain data a caller can change.
+    /// (EOS ids are only compared with chosen tokens; an id that can never be chosen just never stops.)
+    pub fn check_fed_ids(&self, vocab_size: usize) -> Result<()> {
+        check_id(
+            "decoder_start_token_id",
+            self.decoder_start_token_id,
+            vocab_size,
+        )?;
+        for (name, id) in [
             ("forced_bos_token_id", self.forced_bos_token_id),
             ("forced_eos_token_id", self.forced_eos_token_id),
-        ]
-        .into_iter()
-        .chain(
-            self.eos_token_ids
-                .iter()
-                .map(|&t| ("eos_token_id", Some(t))),
-        );
-        for (name, id) in ids {
+        ] {
             if let Some(id) = id {
-                if u64::from(id) >= vocab_size as u64 {
-                    return Err(Error::Config(format!(
-                        "generation setting {name} = {id} is outside the vocabulary ({vocab_size} tokens)"
-                    )));
-                }
+                check_id(name, id, vocab_size)?;
             }
         }
         Ok(())
