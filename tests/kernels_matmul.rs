@@ -110,23 +110,15 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
-/// Every variant that can run (M, K) on this device; `None` is the automatic choice.
-fn variants(g: &Gpu, m: usize, k: usize) -> Vec<Option<LinearVariant>> {
-    let mut v = vec![None, Some(LinearVariant::Scalar)];
-    if k.is_multiple_of(8) {
-        v.push(Some(LinearVariant::Vec4));
-        if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {
-            v.push(Some(LinearVariant::Subgroup));
-            v.push(Some(LinearVariant::SubgroupC4));
-            v.push(Some(LinearVariant::SubgroupR16));
-            if m <= matmul::GEMV_MAX_ROWS && k.is_multiple_of(32) {
-                v.push(Some(LinearVariant::GemvSubgroup));
-            }
-        } else {
-            eprintln!("no subgroups of >= 8 lanes on this adapter: subgroup variant not tested");
-        }
-        if m <= matmul::GEMV_MAX_ROWS {
-            v.push(Some(LinearVariant::Gemv));
+/// Every variant that can run (M, K) with `format` weights on this device (the registry's candidate list,
+/// so new variants are tested as soon as they are listed); `None` is the automatic choice.
+fn variants(g: &Gpu, m: usize, k: usize, format: DType) -> Vec<Option<LinearVariant>> {
+    let mut v = vec![None];
+    for var in LinearVariant::ALL {
+        if var.supports(&g.caps, m, k, format) {
+            v.push(Some(var));
+        } else if !var.supports(&g.caps, 1, 64, format) {
+            eprintln!("{var:?} cannot run on this adapter: not tested");
         }
     }
     v
@@ -143,7 +135,7 @@ fn run_linear(
     act: Act,
     w_dtype: DType,
 ) {
-    for v in variants(g, m, k) {
+    for v in variants(g, m, k, w_dtype) {
         run_linear_variant(g, rng, m, n, k, with_bias, act, w_dtype, v);
     }
 }
@@ -174,7 +166,11 @@ fn run_linear_variant(
     let tb = Tensor::from_f32(g, &[n], &bias, "bias").unwrap();
     let to = Tensor::zeros(g, &[m, n], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(g);
-    matmul::linear(&mut rec, &tx, &tw, with_bias.then_some(&tb), act, &to).unwrap();
+    let b = with_bias.then_some(&tb);
+    match variant {
+        None => matmul::linear(&mut rec, &tx, &tw, b, act, &to).unwrap(),
+        Some(v) => matmul::linear_variant(&mut rec, v, &tx, &tw, b, act, &to).unwrap(),
+    }
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(g, &to).unwrap();
     let (want, bound) = linear_ref(
@@ -214,6 +210,10 @@ fn linear_f32_odd_shapes_bias_and_gelu() {
         (4, 70, 64),
         (17, 600, 24),
         (9, 13, 3072),
+        // The tiled GEMM: M spans three 64-row (two 128-row) tiles with a ragged last one, N two
+        // 64-column tiles, K = 147 (the 7x7x3 conv stem) is no multiple of the 16-wide K slice.
+        (130, 129, 147),
+        (64, 64, 16),
     ] {
         run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F32);
     }
@@ -234,6 +234,7 @@ fn linear_f16_weights() {
         (1, 130, 768),
         (2, 9, 8),
         (19, 300, 64),
+        (130, 70, 147),
     ] {
         run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F16);
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{self, AttnOpts};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
-use florence2_wasm::ops::{conv, norm};
+use florence2_wasm::ops::{conv, norm, tune};
 
 struct Cfg {
     full: bool,
@@ -205,7 +205,6 @@ fn main() {
         cfg.reps,
         if cfg.full { " (full run)" } else { "" }
     );
-    let sg_ok = gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     println!(
         "cells: wall GFLOP/s (in brackets: GFLOP per process CPU-second x {cores} cores, i.e. the figure an \
@@ -213,25 +212,29 @@ fn main() {
     );
 
     println!();
-    println!("linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [GFLOP/s; '-' = not run]");
     println!(
-        "{:<20} {:>6} {:>5} {:>6} | {:>13} | {:>13} {:>13} {:>13} {:>13} {:>13} {:>13} {:>13} | {:>13} {:>13} | auto",
-        "shape",
-        "M",
-        "K",
-        "N",
-        "cpu sgemm",
-        "scalar",
-        "vec4",
-        "subgroup",
-        "sg 8x4",
-        "sg 16x4",
-        "gemv",
-        "gemv sg",
-        "auto f32",
-        "auto f16"
+        "linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [f32 weights, GFLOP/s; '-' = cannot run or \
+         skipped]"
     );
+    println!(
+        "  static = the choice with tuning off; tuned = the tuner's pick (tuning auto, timed in this run \
+         at <= {} rows); best = the fastest measured here; tuned/best = its GFLOP/s over the best's",
+        tune::AUTO_MAX_ROWS
+    );
+    let mut header = format!(
+        "{:<20} {:>6} {:>5} {:>6} | {:>13} |",
+        "shape", "M", "K", "N", "cpu sgemm"
+    );
+    for v in LinearVariant::ALL {
+        header.push_str(&format!(" {:>13}", v.name()));
+    }
+    header.push_str(&format!(
+        " | {:>13} | {:<13} {:<13} {:<13} {:>10}",
+        "static f16", "static", "tuned", "best", "tuned/best"
+    ));
+    println!("{header}");
     let only = std::env::var("KERNELS_BENCH_ONLY").unwrap_or_default();
+    let mut worst_ratio = f64::INFINITY;
     for &(label, m, k, n) in LINEAR_SHAPES {
         if !label.contains(only.as_str()) {
             continue;
@@ -247,62 +250,67 @@ fn main() {
                 cores,
             ))
         };
-        let scalar = if cfg.full || decode {
-            run(LinearVariant::Scalar, DType::F32)
-        } else {
-            None
+        let mut cells: Vec<(LinearVariant, Cell)> = Vec::new();
+        for v in LinearVariant::ALL {
+            // The scalar kernel is very slow at the large GEMM shapes: only in full runs there.
+            let skip = v == LinearVariant::Scalar && !(cfg.full || decode);
+            let cell = if !skip && v.supports(&gpu.caps, m, k, DType::F32) {
+                run(v, DType::F32)
+            } else {
+                None
+            };
+            cells.push((v, cell));
+        }
+        let of = |v: LinearVariant| cells.iter().find(|c| c.0 == v).and_then(|c| c.1);
+        let stat = matmul::choose_linear_variant(&gpu.caps, m, k);
+        let stat16 = run(stat, DType::F16);
+        // The tuner, as a model load runs it (no cache, so it really times).
+        gpu.choices.clear();
+        let shape = tune::LinearShape {
+            m,
+            n,
+            k,
+            format: DType::F32,
         };
-        let vec4 = run(LinearVariant::Vec4, DType::F32);
-        let sg = if sg_ok {
-            run(LinearVariant::Subgroup, DType::F32)
-        } else {
-            None
+        let report = pollster::block_on(tune::tune(
+            &gpu,
+            &[shape],
+            tune::Tuning::Auto,
+            &tune::CacheLocation::None,
+        ))
+        .unwrap();
+        let tuned = report
+            .rows
+            .first()
+            .and_then(|r| LinearVariant::from_name(r.chosen))
+            .unwrap_or(stat);
+        let best = cells
+            .iter()
+            .filter_map(|(v, c)| c.map(|c| (*v, c.0)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let ratio = match (of(tuned), best) {
+            (Some(t), Some((_, b))) => t.0 / b,
+            _ => f64::NAN,
         };
-        let sg4 = if sg_ok {
-            run(LinearVariant::SubgroupC4, DType::F32)
-        } else {
-            None
-        };
-        let sg16 = if sg_ok {
-            run(LinearVariant::SubgroupR16, DType::F32)
-        } else {
-            None
-        };
-        let gemv = if decode {
-            run(LinearVariant::Gemv, DType::F32)
-        } else {
-            None
-        };
-        let gemv_sg = if decode && sg_ok && k % 32 == 0 {
-            run(LinearVariant::GemvSubgroup, DType::F32)
-        } else {
-            None
-        };
-        let auto = matmul::choose_linear_variant(&gpu.caps, m, k);
-        let auto32 = match auto {
-            LinearVariant::Scalar => scalar,
-            LinearVariant::Vec4 => vec4,
-            LinearVariant::Subgroup => sg,
-            LinearVariant::SubgroupC4 => sg4,
-            LinearVariant::SubgroupR16 => sg16,
-            LinearVariant::Gemv => gemv,
-            LinearVariant::GemvSubgroup => gemv_sg,
-        };
-        let auto16 = run(auto, DType::F16);
-        println!(
-            "{label:<20} {m:>6} {k:>5} {n:>6} | {} | {} {} {} {} {} {} {} | {} {} | {auto:?}",
-            cell(Some(cpu)),
-            cell(scalar),
-            cell(vec4),
-            cell(sg),
-            cell(sg4),
-            cell(sg16),
-            cell(gemv),
-            cell(gemv_sg),
-            cell(auto32),
-            cell(auto16),
-        );
+        if ratio.is_finite() {
+            worst_ratio = worst_ratio.min(ratio);
+        }
+        let mut line = format!("{label:<20} {m:>6} {k:>5} {n:>6} | {} |", cell(Some(cpu)));
+        for (_, c) in &cells {
+            line.push_str(&format!(" {}", cell(*c)));
+        }
+        line.push_str(&format!(
+            " | {} | {:<13} {:<13} {:<13} {:>10.3}",
+            cell(stat16),
+            stat.name(),
+            tuned.name(),
+            best.map_or("-", |b| b.0.name()),
+            ratio
+        ));
+        println!("{line}");
     }
+    gpu.choices.clear();
+    println!("worst tuned/best over the shapes: {worst_ratio:.3} (target >= 0.9)");
 
     println!();
     println!("matmul  out (B, M, N) = a (B, M, K) @ b (B, K, N)   [GFLOP/s]");

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::gpu::pipeline::PipelineCache;
+use crate::ops::registry::Choices;
 
 /// What the caller may tune when opening the device.
 #[derive(Clone, Debug, Default)]
@@ -42,6 +43,9 @@ pub struct Caps {
     pub backend: String,
     /// True for CPU adapters (lavapipe, SwiftShader, WARP).
     pub is_cpu: bool,
+    /// Everything that identifies this adapter for a cached kernel choice: vendor, device, architecture
+    /// (the device id), driver and its description, backend, the features in use and the limits.
+    pub adapter_key: String,
 }
 
 /// The device, its queue, the pipeline cache, and the error slots that turn wgpu's asynchronous errors
@@ -57,6 +61,8 @@ pub struct Gpu {
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// Uniform pages returned by finished recorders, reused by the next ones.
     pub(crate) uniform_pool: Mutex<Vec<wgpu::Buffer>>,
+    /// Kernel variant chosen per (op, weight format, shape class) by the tuner; empty = static choices.
+    pub choices: Choices,
 }
 
 impl Gpu {
@@ -150,6 +156,19 @@ impl Gpu {
             adapter_name: info.name.clone(),
             backend: format!("{:?}", info.backend),
             is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+            adapter_key: format!(
+                "vendor={:#x} device={:#x} name={} type={:?} driver={} driver_info={} backend={:?} \
+                 features={:?} limits={:?}",
+                info.vendor,
+                info.device,
+                info.name,
+                info.device_type,
+                info.driver,
+                info.driver_info,
+                info.backend,
+                features,
+                limits
+            ),
         };
 
         Ok(Arc::new(Gpu {
@@ -160,6 +179,7 @@ impl Gpu {
             error,
             lost,
             uniform_pool: Mutex::new(Vec::new()),
+            choices: Choices::default(),
         }))
     }
 

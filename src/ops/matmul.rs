@@ -1,11 +1,14 @@
 //! Matrix multiplies: `linear` (PyTorch Linear: x @ w^T + bias, optional exact GELU epilogue) and batched
-//! `matmul`. Shaders: `shaders/matmul.wgsl` (portable register-blocked linear), `shaders/matmul_batched.wgsl`.
+//! `matmul`. Shaders: `shaders/matmul.wgsl` (portable register-blocked linear and the workgroup-tiled
+//! GEMM), `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
+//! Which variant runs is the registry's choice ([`crate::ops::registry`], filled by [`crate::ops::tune`]).
 //!
 //! Weights larger than one storage binding (the tied 51328x768 LM head on 128 MiB-binding devices) are
 //! bound as row chunks ([`Tensor::row_chunks`]); each chunk is one dispatch writing its own output columns.
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "matmul",
@@ -66,12 +69,58 @@ pub enum LinearVariant {
     SubgroupR16,
     /// `matmul_gemv.wgsl`: one output column per invocation, M <= 4 (decode). K % 8 == 0.
     Gemv,
+    /// `matmul.wgsl` `linear_tiled` with RM = 4: 64x64 output tiles, 4x4 per invocation, K slices in
+    /// workgroup memory (register double-buffered). Any shape. The GPU-class GEMM.
+    Tiled64,
+    /// `linear_tiled` with RM = 8: 128x64 output tiles, 8x4 per invocation. Any shape.
+    Tiled128,
     /// `matmul_sg.wgsl` `linear_gemv_sg`: the GEMV with x shared by `subgroupBroadcast`. K % 32 == 0,
     /// subgroups of >= 8 lanes.
     GemvSubgroup,
 }
 
 impl LinearVariant {
+    /// Every variant, in the order the tuner tries them (the registry's candidate list for `linear`).
+    pub const ALL: [LinearVariant; 9] = [
+        LinearVariant::Scalar,
+        LinearVariant::Tiled64,
+        LinearVariant::Tiled128,
+        LinearVariant::Vec4,
+        LinearVariant::Subgroup,
+        LinearVariant::SubgroupC4,
+        LinearVariant::SubgroupR16,
+        LinearVariant::Gemv,
+        LinearVariant::GemvSubgroup,
+    ];
+
+    /// Stable name (tuning cache, tables).
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearVariant::Scalar => "scalar",
+            LinearVariant::Vec4 => "vec4",
+            LinearVariant::Subgroup => "subgroup",
+            LinearVariant::SubgroupC4 => "subgroup_c4",
+            LinearVariant::SubgroupR16 => "subgroup_r16",
+            LinearVariant::Gemv => "gemv",
+            LinearVariant::GemvSubgroup => "gemv_subgroup",
+            LinearVariant::Tiled64 => "tiled64",
+            LinearVariant::Tiled128 => "tiled128",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<LinearVariant> {
+        Self::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Whether this variant can run an (M, K) input with weights in `format` on a device with `caps`
+    /// (the same rules [`linear_variant`] enforces).
+    pub fn supports(self, caps: &Caps, m: usize, k: usize, format: DType) -> bool {
+        let sg_ok = !self.needs_subgroups() || (caps.subgroups && caps.subgroup_min_size >= 8);
+        let fmt_ok = matches!(format, DType::F32 | DType::F16);
+        let m_ok = !self.is_gemv() || m <= GEMV_MAX_ROWS;
+        sg_ok && fmt_ok && m_ok && k > 0 && k.is_multiple_of(self.k_multiple())
+    }
+
     fn needs_subgroups(self) -> bool {
         matches!(
             self,
@@ -87,7 +136,7 @@ impl LinearVariant {
     /// K must be a multiple of this.
     fn k_multiple(self) -> usize {
         match self {
-            LinearVariant::Scalar => 1,
+            LinearVariant::Scalar | LinearVariant::Tiled64 | LinearVariant::Tiled128 => 1,
             LinearVariant::GemvSubgroup => 32,
             _ => 8,
         }
@@ -166,7 +215,9 @@ fn to_u32(op: &'static str, v: usize) -> Result<u32> {
 }
 
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32 or F16 (packed pairs); it may exceed
-/// the device's storage-binding limit, in which case it is processed in row chunks.
+/// the device's storage-binding limit, in which case it is processed in row chunks. The kernel is the
+/// tuned choice for this shape class ([`crate::ops::registry`]) when there is one, else
+/// [`choose_linear_variant`].
 pub fn linear(
     rec: &mut Recorder,
     x: &Tensor,
@@ -175,7 +226,16 @@ pub fn linear(
     act: Act,
     out: &Tensor,
 ) -> Result<()> {
-    let variant = choose_linear_variant(&rec.gpu().caps, x.dim(0), x.dim(-1));
+    let (m, k) = (x.dim(0), x.dim(-1));
+    let caps = &rec.gpu().caps;
+    let class = ShapeClass::linear(m, w.dim(0), k, w.dtype());
+    let variant = rec
+        .gpu()
+        .choices
+        .get(&class)
+        .and_then(LinearVariant::from_name)
+        .filter(|v| v.supports(caps, m, k, w.dtype()))
+        .unwrap_or_else(|| choose_linear_variant(caps, m, k));
     linear_variant(rec, variant, x, w, bias, act, out)
 }
 
@@ -265,12 +325,16 @@ pub fn linear_variant(
     let flags = u32::from(bias.is_some()) | (u32::from(act == Act::Gelu) << 1);
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
     let overrides_scalar = [("W_F16", f16)];
+    let overrides_t64 = [("W_F16", f16), ("RM", 4.0)];
+    let overrides_t128 = [("W_F16", f16), ("RM", 8.0)];
     let overrides_v4 = [("W_F16", f16), ("WG", V4_WG as f64)];
     let overrides_sg = [("W_F16", f16), ("WG", SG_WG as f64)];
     let overrides_sg4 = [("W_F16", f16), ("WG", SG4_WG as f64)];
     let overrides_gemv = [("W_F16", f16), ("WG", GEMV_WG as f64), ("MR", m as f64)];
     let kernel = match variant {
         LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
+        LinearVariant::Tiled64 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t64),
+        LinearVariant::Tiled128 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t128),
         LinearVariant::Vec4 => Kernel::new(&SHADER_V4, "linear_v4").with(&overrides_v4),
         LinearVariant::Subgroup => Kernel::new(&SHADER_SG, "linear_sg").with(&overrides_sg),
         LinearVariant::SubgroupC4 => Kernel::new(&SHADER_SG, "linear_sg_c4").with(&overrides_sg4),
@@ -300,6 +364,8 @@ pub fn linear_variant(
         };
         let grid = match variant {
             LinearVariant::Scalar => [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
+            LinearVariant::Tiled64 => [ceil_div(chunk.rows, 64), ceil_div(m, 64), 1],
+            LinearVariant::Tiled128 => [ceil_div(chunk.rows, 64), ceil_div(m, 128), 1],
             LinearVariant::Vec4 => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * V4_WG), 1],
             LinearVariant::Subgroup => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * SG_WG), 1],
             LinearVariant::SubgroupC4 => [ceil_div(m, 8), ceil_div(chunk.rows, 4 * SG4_WG), 1],
