@@ -40,19 +40,7 @@ fn w_at(e: u32) -> f32 {
     return bitcast<f32>(w[e]);
 }
 
-// erf with |error| <= 1.5e-7 (Abramowitz & Stegun 7.1.26), below f32's resolution of GELU's output scale.
-fn erf_approx(v: f32) -> f32 {
-    let s = sign(v);
-    let a = abs(v);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-        + 0.254829592) * t * exp(-a * a);
-    return s * y;
-}
-
-fn gelu(v: f32) -> f32 {
-    return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
-}
+#include gelu
 
 fn epilogue(v: f32, col: u32) -> f32 {
     var r = v;
@@ -60,7 +48,7 @@ fn epilogue(v: f32, col: u32) -> f32 {
         r = r + bias[col];
     }
     if ((p.flags & 2u) != 0u) {
-        r = gelu(r);
+        r = gelu_f32(r);
     }
     return r;
 }

@@ -44,15 +44,7 @@ fn w_load8(base: u32, k8: u32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(bitcast<vec4<f32>>(w[i]), bitcast<vec4<f32>>(w[i + 1u]));
 }
 
-// erf with |error| <= 1.5e-7 (Abramowitz & Stegun 7.1.26), below f32 resolution at GELU's output scale.
-fn erf_approx(v: f32) -> f32 {
-    let s = sign(v);
-    let a = abs(v);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-        + 0.254829592) * t * exp(-a * a);
-    return s * y;
-}
+#include gelu
 
 fn epilogue(v: f32, col: u32) -> f32 {
     var r = v;
@@ -60,7 +52,7 @@ fn epilogue(v: f32, col: u32) -> f32 {
         r = r + bias[col];
     }
     if ((p.flags & 2u) != 0u) {
-        r = 0.5 * r * (1.0 + erf_approx(r * 0.70710678118654752));
+        r = gelu_f32(r);
     }
     return r;
 }

@@ -1,4 +1,7 @@
-//! Exact GELU against an f64 erf series.
+//! Exact GELU against an f64 erf series. The library computes GELU only as the epilogue of its linear
+//! kernels (`shaders/include/gelu.wgsl`, included by every linear variant), so it is tested there: x is
+//! column 0 of an (M, K) input whose other columns are 0, and the weight is the single row e_0, so the
+//! pre-activation x * 1 + 0 * 0 + ... is exactly x and the output is the kernel's gelu(x).
 //!
 //! Tolerance: 1e-6 absolute + 2e-7 relative. The shader's erf approximation is good to a few f32 ulp
 //! (~1e-7) and gelu = 0.5 x (1 + erf) then scales that by |x| / 2; the remaining terms are one or two
@@ -7,9 +10,12 @@
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
+use std::sync::Arc;
+
 use common::cpu::{erf_f64, gelu_ref};
-use common::{assert_shape_err, gpu, max_diff, run_f32, tf32, zf32, Rng};
-use florence2_wasm::ops;
+use common::{gpu, max_diff, run_f32, tf32, zf32, Rng};
+use florence2_wasm::gpu::Gpu;
+use florence2_wasm::ops::matmul::{self, Act, LinearVariant, GEMV_MAX_ROWS};
 
 fn check(name: &str, x: &[f32], got: &[f32]) {
     let want = gelu_ref(x);
@@ -22,6 +28,45 @@ fn check(name: &str, x: &[f32], got: &[f32]) {
     eprintln!("{name}: max |diff| = {d:.3e}, worst excess over tol = {worst:.3e}");
     assert!(got.iter().all(|v| v.is_finite()), "{name}: non-finite");
     assert!(worst <= 0.0, "{name}: error above 1e-6 + 2e-7 |x|");
+}
+
+/// gelu(x) through the linear epilogue with K input columns: the run-time choice when `variant` is
+/// `None`, else the forced variant (GEMV variants run in slices of [`GEMV_MAX_ROWS`] rows).
+fn gelu_linear(g: &Arc<Gpu>, variant: Option<LinearVariant>, k: usize, x: &[f32]) -> Vec<f32> {
+    let rows = match variant {
+        Some(LinearVariant::Gemv | LinearVariant::GemvSubgroup) => GEMV_MAX_ROWS,
+        _ => x.len(),
+    };
+    let mut w = vec![0.0f32; k];
+    w[0] = 1.0;
+    let tw = tf32(g, &[1, k], &w);
+    let mut got = Vec::with_capacity(x.len());
+    for xs in x.chunks(rows) {
+        let mut input = vec![0.0f32; xs.len() * k];
+        for (i, &v) in xs.iter().enumerate() {
+            input[i * k] = v;
+        }
+        let tx = tf32(g, &[xs.len(), k], &input);
+        let to = zf32(g, &[xs.len(), 1]);
+        got.extend(run_f32(g, &to, |r| match variant {
+            None => matmul::linear(r, &tx, &tw, None, Act::Gelu, &to).unwrap(),
+            Some(v) => matmul::linear_variant(r, v, &tx, &tw, None, Act::Gelu, &to).unwrap(),
+        }));
+    }
+    got
+}
+
+/// The variants [`matmul::choose_linear_variant`] can pick on this device.
+fn run_time_variants(g: &Gpu) -> Vec<LinearVariant> {
+    let mut v = vec![
+        LinearVariant::Scalar,
+        LinearVariant::Vec4,
+        LinearVariant::Gemv,
+    ];
+    if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {
+        v.extend([LinearVariant::SubgroupC4, LinearVariant::GemvSubgroup]);
+    }
+    v
 }
 
 #[test]
@@ -43,40 +88,25 @@ fn erf_reference_is_accurate() {
 fn gelu_matches_cpu() {
     let g = gpu();
     let mut rng = Rng::new(11);
-    // 1000 and 4096 run the vec4 entry, 1 and 70001 the scalar one.
+    // n = 1 runs the GEMV, the others the GEMM the device picks; K = 7 the scalar kernel.
     for n in [1usize, 1000, 4096, 70_001] {
         let x = rng.vec(n, 8.0);
-        let tx = tf32(&g, &[n], &x);
-        let to = zf32(&g, &[n]);
-        let got = run_f32(&g, &to, |r| ops::activation::gelu(r, &tx, &to).unwrap());
-        check(&format!("gelu n={n}"), &x, &got);
+        for k in [32, 7] {
+            let got = gelu_linear(&g, None, k, &x);
+            check(&format!("gelu n={n} (linear, K={k})"), &x, &got);
+        }
     }
 }
 
 #[test]
-fn gelu_special_points_and_in_place() {
+fn gelu_special_points_in_every_linear_variant() {
     let g = gpu();
     let x: Vec<f32> = vec![
         0.0, -0.0, 1e-7, -1e-7, 1e-3, -1e-3, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 4.0, -4.0,
         5.5, -5.5, 6.0, -6.0, 10.0, -10.0, 100.0, -100.0, 1e4, -1e4,
     ];
-    let n = x.len();
-    let tx = tf32(&g, &[n], &x);
-    // In place: x is both input and output.
-    let got = run_f32(&g, &tx, |r| ops::activation::gelu(r, &tx, &tx).unwrap());
-    check("gelu special points (in place)", &x, &got);
-    // In place, vec4 entry (a multiple of 4 elements).
-    let x = &x[..24];
-    let tx = tf32(&g, &[24], x);
-    let got = run_f32(&g, &tx, |r| ops::activation::gelu(r, &tx, &tx).unwrap());
-    check("gelu special points (in place, vec4)", x, &got);
-}
-
-#[test]
-fn gelu_rejects_mismatched_shapes() {
-    let g = gpu();
-    let a = zf32(&g, &[4, 3]);
-    let b = zf32(&g, &[3, 4]);
-    let mut rec = florence2_wasm::gpu::Recorder::new(&g);
-    assert_shape_err(ops::activation::gelu(&mut rec, &a, &b), "gelu");
+    for v in run_time_variants(&g) {
+        let got = gelu_linear(&g, Some(v), 32, &x);
+        check(&format!("gelu special points ({v:?})"), &x, &got);
+    }
 }

@@ -1,9 +1,9 @@
-//! permute, gather_batch and split_qkv against CPU index arithmetic. Pure data movement: bit-exact
+//! permute and split_qkv against CPU index arithmetic. Pure data movement: bit-exact
 //! (tolerance 0).
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
-use common::cpu::{gather_batch_ref, permute_ref, split_qkv_ref};
+use common::cpu::{permute_ref, split_qkv_ref};
 use common::{assert_close, assert_shape_err, gpu, run_f32, tf32, tu32, zf32, zu32, Rng};
 use florence2_wasm::gpu::{readback, Recorder};
 use florence2_wasm::ops;
@@ -73,40 +73,6 @@ fn permute_matches_cpu() {
 }
 
 #[test]
-fn gather_batch_matches_cpu() {
-    let mut rng = Rng::new(53);
-    // L * C = 35: scalar entry; 40: vec4 entry.
-    for (b, l, c) in [(3usize, 5usize, 7usize), (3, 5, 8)] {
-        gather_case(&mut rng, b, l, c);
-    }
-}
-
-fn gather_case(rng: &mut Rng, b: usize, l: usize, c: usize) {
-    let g = gpu();
-    let x = rng.vec(b * l * c, 1.0);
-    let tx = tf32(&g, &[b, l, c], &x);
-    for idx in [
-        vec![2u32, 0, 0],
-        vec![1],
-        vec![0, 1, 2, 2, 1, 0],
-        vec![3, 1, u32::MAX],
-    ] {
-        let want = gather_batch_ref(&x, b, &idx, l * c);
-        let ti = tu32(&g, &[idx.len()], &idx);
-        let to = tf32(&g, &[idx.len(), l, c], &vec![9.0; idx.len() * l * c]);
-        let got = run_f32(&g, &to, |r| {
-            ops::layout::gather_batch(r, &tx, &ti, &to).unwrap()
-        });
-        assert_close(
-            &format!("gather_batch ({b}, {l}, {c}) idx {idx:?}"),
-            &got,
-            &want,
-            0.0,
-        );
-    }
-}
-
-#[test]
 fn layout_ops_reject_mismatched_shapes() {
     let g = gpu();
     let mut rec = Recorder::new(&g);
@@ -122,15 +88,6 @@ fn layout_ops_reject_mismatched_shapes() {
     assert_shape_err(
         ops::layout::permute(&mut rec, &x, &[0, 1], &zf32(&g, &[2, 3])),
         "permute",
-    );
-    let idx = tu32(&g, &[2], &[0, 1]);
-    assert_shape_err(
-        ops::layout::gather_batch(&mut rec, &x, &idx, &zf32(&g, &[3, 3, 4])),
-        "gather_batch",
-    );
-    assert_shape_err(
-        ops::layout::gather_batch(&mut rec, &x, &idx, &x.reshape(&[2, 3, 4]).unwrap()),
-        "gather_batch",
     );
     let qkv = zf32(&g, &[5, 12]);
     let (q, k) = (zf32(&g, &[5, 4]), zf32(&g, &[5, 4]));

@@ -38,10 +38,13 @@ impl Shader {
 }
 
 /// Shared WGSL snippets for `#include NAME`: `shaders/include/NAME.wgsl`.
-pub static INCLUDES: &[(&str, &str)] = &[(
-    "row_reduce",
-    include_str!("../../shaders/include/row_reduce.wgsl"),
-)];
+pub static INCLUDES: &[(&str, &str)] = &[
+    ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
+    (
+        "row_reduce",
+        include_str!("../../shaders/include/row_reduce.wgsl"),
+    ),
+];
 
 /// The snippet `#include name` inserts.
 pub fn include(name: &str) -> Option<&'static str> {

@@ -1,5 +1,5 @@
-//! Data movement (`shaders/layout.wgsl`): `permute` (rank <= 4), `gather_batch` (beam reorder) and
-//! `split_qkv` (DaViT's fused qkv output into separate q, k, v).
+//! Data movement (`shaders/layout.wgsl`): `permute` (rank <= 4) and `split_qkv` (DaViT's fused qkv
+//! output into separate q, k, v).
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
@@ -48,10 +48,10 @@ fn check_word(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Record `entry` over `items` invocations.
+/// Record `entry` (its VEC4 variant when `vec4`) over `items` invocations.
 fn launch(
     rec: &mut Recorder,
-    entry: &'static str,
+    (entry, vec4): (&'static str, bool),
     items: usize,
     params: Params,
     tensors: &[&Tensor],
@@ -62,7 +62,9 @@ fn launch(
         .map(|t| t.binding(&gpu))
         .collect::<Result<Vec<_>>>()?;
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry)
+            .defines(if vec4 { &["VEC4"] } else { &[] })
+            .with(&[("WG", WG as f64)]),
         &params,
         &bindings,
         grid_1d(ceil_div(items, WG as usize)),
@@ -112,43 +114,7 @@ pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> 
         p.out_dims[pad + i] = want[i].max(1) as u32;
         p.in_strides[pad + i] = check::u32_of(OP, "stride", stride[d])?;
     }
-    launch(rec, "permute", n as usize, p, &[x, out])
-}
-
-/// out[b] = x[idx[b]] for x (B, L, C), idx U32 (B2), out (B2, L, C) (f32 or u32; any trailing shape
-/// after the leading dim). Indices >= B give zero rows. `out` must not be `x` (the reorder would race).
-pub fn gather_batch(rec: &mut Recorder, x: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
-    const OP: &str = "gather_batch";
-    check_word(OP, "x", x)?;
-    check::dtype(OP, "idx", idx, DType::U32)?;
-    if out.dtype() != x.dtype() {
-        return Err(Error::shape(
-            OP,
-            format!("out dtype {:?} != x dtype {:?}", out.dtype(), x.dtype()),
-        ));
-    }
-    let b2 = check::rank(OP, "idx", idx, 1)?[0];
-    let xs = x.shape();
-    let Some((&b, inner)) = xs.split_first() else {
-        return Err(Error::shape(OP, "x must have a leading batch dim"));
-    };
-    let mut want = vec![b2];
-    want.extend_from_slice(inner);
-    check::shape(OP, "out", out, &want)?;
-    check::distinct(OP, ("x", x), ("out", out))?;
-    check::u32_of(OP, "x elements", x.numel())?;
-    let per: usize = inner.iter().product();
-    let mut p = Params::new(check::u32_of(OP, "out elements", out.numel())?);
-    p.a = check::u32_of(OP, "B", b)?;
-    p.b = per.max(1) as u32;
-    if per == 0 {
-        return Ok(());
-    }
-    if per.is_multiple_of(4) {
-        launch(rec, "gather_batch4", out.numel() / 4, p, &[x, idx, out])
-    } else {
-        launch(rec, "gather_batch", out.numel(), p, &[x, idx, out])
-    }
+    launch(rec, ("permute", false), n as usize, p, &[x, out])
 }
 
 /// q, k, v = qkv[:, :C], qkv[:, C:2C], qkv[:, 2C:] for qkv (R, 3C) and q, k, v (R, C) (any leading dims
@@ -186,8 +152,8 @@ pub fn split_qkv(
     let mut p = Params::new(q.numel() as u32);
     p.a = (c3 / 3) as u32;
     if (c3 / 3).is_multiple_of(4) {
-        launch(rec, "split_qkv4", q.numel() / 4, p, &[qkv, q, k, v])
+        launch(rec, ("split_qkv", true), q.numel() / 4, p, &[qkv, q, k, v])
     } else {
-        launch(rec, "split_qkv", q.numel(), p, &[qkv, q, k, v])
+        launch(rec, ("split_qkv", false), q.numel(), p, &[qkv, q, k, v])
     }
 }

@@ -2,7 +2,6 @@
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
-pub mod activation;
 pub mod attention;
 pub mod channel_attn;
 pub mod conv;
@@ -26,7 +25,6 @@ use crate::gpu::Shader;
 /// Every shader the launchers compile, for checks that cover all of them and all their variants
 /// (`tests/shader_variants.rs` on the native compiler, `scripts/check_wgsl.mjs` on the browser's).
 pub static SHADERS: &[&Shader] = &[
-    &activation::SHADER,
     &attention::SHADER,
     &attention::ROWS_SHADER,
     &channel_attn::SHADER,

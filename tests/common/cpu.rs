@@ -182,19 +182,6 @@ pub fn permute_ref<T: Copy>(x: &[T], shape: &[usize], dims: &[usize]) -> Vec<T> 
     out
 }
 
-/// out[b] = x[idx[b]] for x of `b` rows of `per` elements; zero rows for idx >= b.
-pub fn gather_batch_ref(x: &[f32], b: usize, idx: &[u32], per: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(idx.len() * per);
-    for &i in idx {
-        if (i as usize) < b {
-            out.extend_from_slice(&x[i as usize * per..(i as usize + 1) * per]);
-        } else {
-            out.extend(std::iter::repeat_n(0.0, per));
-        }
-    }
-    out
-}
-
 /// q, k, v = the three C-column thirds of each (3C) row.
 pub fn split_qkv_ref(qkv: &[f32], c: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
