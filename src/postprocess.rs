@@ -35,12 +35,22 @@
 //!
 //! Every scanner is linear in the input length (no backtracking regex engine), and nothing here panics on
 //! any input.
+//!
+//! Output bound. Box and polygon answers repeat a phrase's label once per box (or polygon instance), as
+//! the reference does, so a long label followed by many boxes multiplies: 240 KB of text once made 1 GB
+//! of JSON. The labels of one answer may total at most [`LABEL_BYTES_PER_INPUT_BYTE`] times the input
+//! length plus [`LABEL_BYTES_SLACK`]; beyond that the answer is refused with [`Error::InvalidInput`]
+//! (the reference has no such limit; a real generation, at most 1024 tokens, is far inside it). Every
+//! coordinate consumes its own `<loc_N>` token (7+ input bytes) and prints in at most 24 bytes, and JSON
+//! escaping writes a label byte in at most 6, so the JSON of any answer is at most
+//! `6 (16 n + 64 KiB) + 4 n <= 100 n + 384 KiB` bytes for `n` input bytes (`tests/postprocess_props.rs`
+//! checks it).
 
 mod scan;
 
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::processor::prompt::{dequantize, AnswerType, Task};
 use scan::{
     char_at, find_quads, leading_phrase, loc_at, loc_chain, py_int, py_strip, to_int64, token_run,
@@ -195,22 +205,70 @@ pub const BANNED_GROUNDING_PHRASES: [&str; 72] = [
     "a set",
 ];
 
+/// Labels of one answer may total at most this many bytes per input byte (plus [`LABEL_BYTES_SLACK`]).
+pub const LABEL_BYTES_PER_INPUT_BYTE: usize = 16;
+/// Label bytes always allowed, whatever the input length.
+pub const LABEL_BYTES_SLACK: usize = 64 * 1024;
+
+/// What the labels of one answer may still use (bytes).
+struct LabelBudget {
+    left: usize,
+    exceeded: bool,
+}
+
+impl LabelBudget {
+    fn for_input(n: usize) -> Self {
+        LabelBudget {
+            left: n
+                .saturating_mul(LABEL_BYTES_PER_INPUT_BYTE)
+                .saturating_add(LABEL_BYTES_SLACK),
+            exceeded: false,
+        }
+    }
+
+    /// Pay for one emitted label; past the budget the parse stops (and the call fails by name).
+    fn take(&mut self, label: &str) -> std::result::Result<(), Raise> {
+        match self.left.checked_sub(label.len()) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => {
+                self.exceeded = true;
+                Err(Raise)
+            }
+        }
+    }
+}
+
 /// Post-process a raw generation for `task` on an image of `image_size = (width, height)` pixels.
 ///
-/// Never fails and never panics; the `Result` is kept for API stability (a future config-driven
-/// post-processor may reject its config).
+/// Never panics. Fails only when the answer would exceed the output bound (see the module
+/// documentation): [`Error::InvalidInput`].
 pub fn post_process_generation(
     text: &str,
     task: Task,
     image_size: (u32, u32),
 ) -> Result<TaskResult> {
     let answer_type = task.answer_type();
+    let mut budget = LabelBudget::for_input(text.len());
     let parsed = match answer_type {
         AnswerType::PureText => Ok(TaskResult::Text(
             py_strip(&text.replace("<s>", "").replace("</s>", "")).to_string(),
         )),
-        other => parse_located(text, other, image_size),
+        other => parse_located(text, other, image_size, &mut budget),
     };
+    if budget.exceeded {
+        return Err(Error::InvalidInput(format!(
+            "the {} answer to {} bytes of text would repeat its labels past {} bytes \
+             (at most {LABEL_BYTES_PER_INPUT_BYTE} bytes of labels per input byte + {LABEL_BYTES_SLACK})",
+            task.marker(),
+            text.len(),
+            text.len()
+                .saturating_mul(LABEL_BYTES_PER_INPUT_BYTE)
+                .saturating_add(LABEL_BYTES_SLACK)
+        )));
+    }
     Ok(parsed.unwrap_or_else(|Raise| TaskResult::empty(answer_type)))
 }
 
@@ -218,6 +276,7 @@ fn parse_located(
     raw: &str,
     answer_type: AnswerType,
     size: (u32, u32),
+    budget: &mut LabelBudget,
 ) -> std::result::Result<TaskResult, Raise> {
     let t = raw
         .replace("<s>", "")
@@ -228,25 +287,27 @@ fn parse_located(
         AnswerType::PureText => TaskResult::Text(py_strip(raw).to_string()),
         AnswerType::Ocr => {
             let mut r = OcrResult::default();
-            for (label, quad) in parse_ocr(t, size)? {
+            for (label, quad) in parse_ocr(t, size, budget)? {
                 r.quad_boxes.push(quad);
                 r.labels.push(label);
             }
             TaskResult::Ocr(r)
         }
         AnswerType::DescriptionWithBboxes | AnswerType::Bboxes | AnswerType::PhraseGrounding => {
-            let (bboxes, labels) = parse_boxes(t, size, answer_type)?.into_iter().unzip();
+            let (bboxes, labels) = parse_boxes(t, size, answer_type, budget)?
+                .into_iter()
+                .unzip();
             TaskResult::Boxes(BoxesResult { bboxes, labels })
         }
         AnswerType::Polygons => {
-            let (polygons, labels) = parse_polygons(t, size, true)?.into_iter().unzip();
+            let (polygons, labels) = parse_polygons(t, size, true, budget)?.into_iter().unzip();
             TaskResult::Polygons(PolygonsResult { polygons, labels })
         }
         AnswerType::DescriptionWithBboxesOrPolygons => {
             // The reference tests the raw text, before `<s>`/`</s>`/`<pad>` are removed.
             if raw.contains(POLY) {
                 let (polygons, polygons_labels) =
-                    parse_polygons(t, size, false)?.into_iter().unzip();
+                    parse_polygons(t, size, false, budget)?.into_iter().unzip();
                 TaskResult::BoxesOrPolygons(BoxesOrPolygonsResult {
                     polygons,
                     polygons_labels,
@@ -254,7 +315,7 @@ fn parse_located(
                 })
             } else {
                 let (bboxes, bboxes_labels) =
-                    parse_boxes(t, size, AnswerType::DescriptionWithBboxes)?
+                    parse_boxes(t, size, AnswerType::DescriptionWithBboxes, budget)?
                         .into_iter()
                         .unzip();
                 TaskResult::BoxesOrPolygons(BoxesOrPolygonsResult {
@@ -298,7 +359,11 @@ fn xy_coords(bins: &[Option<u64>], (w, h): (u32, u32)) -> std::result::Result<Ve
 }
 
 /// `(.+?)<loc_(\d+)>{x8}` with `re.findall`; label stripped, not ASCII-filtered.
-fn parse_ocr(t: &str, size: (u32, u32)) -> std::result::Result<Vec<(String, [f64; 8])>, Raise> {
+fn parse_ocr(
+    t: &str,
+    size: (u32, u32),
+    budget: &mut LabelBudget,
+) -> std::result::Result<Vec<(String, [f64; 8])>, Raise> {
     let mut matches: Vec<(&str, [Loc; 8])> = Vec::new();
     let mut p = 0;
     while let Some(c) = char_at(t, p) {
@@ -330,7 +395,9 @@ fn parse_ocr(t: &str, size: (u32, u32)) -> std::result::Result<Vec<(String, [f64
     for (content, locs) in matches {
         let quad =
             <[f64; 8]>::try_from(xy_coords(&py_ints(t, &locs)?, size)?).map_err(|_| Raise)?;
-        out.push((py_strip(content).to_string(), quad));
+        let label = py_strip(content);
+        budget.take(label)?;
+        out.push((label.to_string(), quad));
     }
     Ok(out)
 }
@@ -404,6 +471,7 @@ fn parse_boxes(
     t: &str,
     size: (u32, u32),
     answer_type: AnswerType,
+    budget: &mut LabelBudget,
 ) -> std::result::Result<Vec<([f64; 4], String)>, Raise> {
     let phrases = if answer_type == AnswerType::Bboxes {
         token_phrases(t, false)
@@ -432,6 +500,9 @@ fn parse_boxes(
             boxes.push(<[f64; 4]>::try_from(c).map_err(|_| Raise)?);
         }
         let label = ascii_only(phrase);
+        for _ in &boxes {
+            budget.take(&label)?;
+        }
         out.extend(boxes.into_iter().map(|b| (b, label.clone())));
     }
     Ok(out)
@@ -446,6 +517,7 @@ fn parse_polygons(
     t: &str,
     size: (u32, u32),
     allow_empty_phrase: bool,
+    budget: &mut LabelBudget,
 ) -> std::result::Result<Vec<(Polygons, String)>, Raise> {
     let phrases = if allow_empty_phrase {
         token_phrases(t, true)
@@ -485,6 +557,7 @@ fn parse_polygons(
                 }
                 polygons.push(xy_coords(&bins, size)?);
             }
+            budget.take(phrase)?;
             out.push((polygons, phrase.to_string()));
         }
     }

@@ -193,3 +193,75 @@ fn adversarial_inputs_finish_fast() {
     }
     assert!(start.elapsed() < budget);
 }
+
+/// The stated output bound: the JSON of any answer is at most `100 n + 384 KiB` bytes for `n` input bytes;
+/// an answer that would repeat its labels past the label budget is refused by name. The 240 KB case (a
+/// 120 KB label before 4,300 boxes) used to give ~0.5 GB of JSON.
+#[test]
+fn output_is_bounded_by_input_size() {
+    use florence2_wasm::postprocess::{LABEL_BYTES_PER_INPUT_BYTE, LABEL_BYTES_SLACK};
+    // The budget the 240 KB case exceeds (its labels would be ~0.5 GB).
+    assert!(120_000 * 4_300 > 240_000 * LABEL_BYTES_PER_INPUT_BYTE + LABEL_BYTES_SLACK);
+    use florence2_wasm::Error;
+    let boxes =
+        |label: &str, n: usize| format!("{label}{}", "<loc_1><loc_2><loc_3><loc_4>".repeat(n));
+    let big = boxes(&"a".repeat(120_000), 4_300);
+    assert!(big.len() > 240_000);
+    for task in [
+        Task::Od,
+        Task::DenseRegionCaption,
+        Task::OpenVocabularyDetection,
+        Task::CaptionToPhraseGrounding,
+    ] {
+        match post_process_generation(&big, task, (640, 480)) {
+            Err(Error::InvalidInput(m)) => assert!(m.contains("labels"), "{m}"),
+            Err(e) => panic!("{task:?}: {e}"),
+            Ok(r) => panic!(
+                "{task:?}: {} bytes of JSON from {} bytes",
+                serde_json::to_string(&r.to_json(task)).unwrap().len(),
+                big.len()
+            ),
+        }
+    }
+    // Polygons repeat their phrase per instance.
+    let polys = format!(
+        "{}{}",
+        "b".repeat(100_000),
+        "<poly><loc_1><loc_2><loc_3><loc_4></poly>".repeat(3_000)
+    );
+    assert!(matches!(
+        post_process_generation(&polys, Task::OpenVocabularyDetection, (640, 480)),
+        Err(Error::InvalidInput(_))
+    ));
+    // Inside the budget: the same shapes, scaled down, answer normally and within the bound (labels of
+    // control characters are the worst case for JSON escaping: 6 bytes per byte).
+    let inputs = [
+        boxes("a car", 2_000),
+        boxes(&"x".repeat(1_000), 60),
+        boxes(&"x".repeat(10_000), 20),
+        format!(
+            "{}{}",
+            "\u{1}".repeat(4_000),
+            "<loc_1><loc_2><loc_3><loc_4><loc_5><loc_6><loc_7><loc_8>".repeat(16)
+        ),
+        boxes(&"\u{1}".repeat(1_000), 16),
+        format!(
+            "{}{}",
+            "cat",
+            "<poly><loc_1><loc_2><loc_3><loc_4></poly>".repeat(500)
+        ),
+        "line<loc_1><loc_2><loc_3><loc_4><loc_5><loc_6><loc_7><loc_8>".repeat(500),
+    ];
+    for text in &inputs {
+        for task in Task::ALL {
+            let r = post_process_generation(text, task, (640, 480))
+                .unwrap_or_else(|e| panic!("{task:?} on {} bytes: {e}", text.len()));
+            let json = serde_json::to_string(&r.to_json(task)).unwrap().len();
+            assert!(
+                json <= 100 * text.len() + 384 * 1024,
+                "{task:?}: {json} bytes of JSON from {} bytes",
+                text.len()
+            );
+        }
+    }
+}
