@@ -211,6 +211,33 @@ fn control_characters_are_rejected() {
     ok("<REFERRING_EXPRESSION_SEGMENTATION>le chat à gauche 猫\u{a0}x");
 }
 
+/// The documented policy for Unicode format characters (prompt.rs): bidi controls, zero-width and every
+/// other Cf character are refused by name (they passed the control-character rule); ZWNJ and ZWJ, which
+/// real spelling needs, pass.
+#[test]
+fn format_characters_are_rejected_except_zwnj_and_zwj() {
+    for bad in [
+        "abc\u{202E}fed",        // right-to-left override
+        "a\u{202A}b\u{202C}",    // left-to-right embedding ... pop
+        "a\u{2066}b\u{2069}",    // isolates
+        "a\u{200F}b",            // right-to-left mark
+        "a\u{061C}b",            // Arabic letter mark
+        "two\u{200B}cats",       // zero-width space
+        "\u{FEFF}cat",           // BOM
+        "a\u{2060}b",            // word joiner
+        "a\u{00AD}b",            // soft hyphen
+        "cat\u{E0041}\u{E0042}", // tag characters (hidden ASCII)
+    ] {
+        let msg = err(&format!("<CAPTION_TO_PHRASE_GROUNDING>{bad}"));
+        assert!(msg.contains("format character"), "{bad:?}: {msg}");
+        let c = bad.chars().find(|&c| !c.is_ascii()).unwrap();
+        assert!(!msg.contains(c), "format character echoed raw: {msg:?}");
+    }
+    ok("<CAPTION_TO_PHRASE_GROUNDING>\u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645}");
+    ok("<CAPTION_TO_PHRASE_GROUNDING>family \u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}");
+    ok("<OPEN_VOCABULARY_DETECTION>\u{05E9}\u{05DC}\u{05D5}\u{05DD} right-to-left text itself is fine");
+}
+
 #[test]
 fn region_needs_exactly_four_canonical_bins() {
     for bad in [

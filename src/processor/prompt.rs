@@ -6,7 +6,13 @@
 //! Validation happens at this boundary, before tokenization, because the prompt is untrusted input:
 //! - an unknown marker is an error that lists the valid markers;
 //! - a task without input must be the whole prompt; a task with input must get a non-empty input;
-//! - an input is at most [`MAX_INPUT_BYTES`] bytes and contains no control characters;
+//! - an input is at most [`MAX_INPUT_BYTES`] bytes and contains no control characters and no Unicode
+//!   format characters (general category Cf: bidi overrides, embeddings and isolates, zero-width space,
+//!   word joiner, BOM, soft hyphen, tag characters, ...) except U+200C ZERO WIDTH NON-JOINER and U+200D
+//!   ZERO WIDTH JOINER, which spelling in Persian, Indic scripts and emoji sequences needs. Format
+//!   characters are invisible or reorder what is displayed, so a prompt shown to a user could differ
+//!   from what the model reads (the "Trojan Source" and tag-character smuggling tricks); the reference
+//!   accepts them, this boundary refuses them by name ([`is_refused_format_char`]);
 //! - region tasks take exactly `<loc_a><loc_b><loc_c><loc_d>` (canonical decimal bins 0..=999);
 //! - free-text inputs reject `<` and `>`, so no task, location or special token (every added token of the
 //!   Florence-2 tokenizer is angle-bracketed) can be smuggled into the encoder prompt.
@@ -26,6 +32,40 @@ pub const MAX_INPUT_BYTES: usize = 2048;
 pub const BINS: u32 = 1000;
 /// Most characters of offending input echoed in an error message (before escaping).
 pub const ECHO_CHARS: usize = 40;
+
+/// Unicode's format characters (general category Cf, Unicode 15.1), as inclusive ranges.
+const FORMAT_CHARS: [(char, char); 21] = [
+    ('\u{00AD}', '\u{00AD}'),   // soft hyphen
+    ('\u{0600}', '\u{0605}'),   // Arabic number signs
+    ('\u{061C}', '\u{061C}'),   // Arabic letter mark (bidi)
+    ('\u{06DD}', '\u{06DD}'),   // Arabic end of ayah
+    ('\u{070F}', '\u{070F}'),   // Syriac abbreviation mark
+    ('\u{0890}', '\u{0891}'),   // Arabic pound/piastre marks above
+    ('\u{08E2}', '\u{08E2}'),   // Arabic disputed end of ayah
+    ('\u{180E}', '\u{180E}'),   // Mongolian vowel separator
+    ('\u{200B}', '\u{200F}'),   // zero-width space, ZWNJ, ZWJ, LRM, RLM
+    ('\u{202A}', '\u{202E}'),   // bidi embeddings and overrides
+    ('\u{2060}', '\u{2064}'),   // word joiner, invisible operators
+    ('\u{2066}', '\u{206F}'),   // bidi isolates, deprecated format characters
+    ('\u{FEFF}', '\u{FEFF}'),   // BOM / zero-width no-break space
+    ('\u{FFF9}', '\u{FFFB}'),   // interlinear annotation
+    ('\u{110BD}', '\u{110BD}'), // Kaithi number sign
+    ('\u{110CD}', '\u{110CD}'), // Kaithi number sign above
+    ('\u{13430}', '\u{1343F}'), // Egyptian hieroglyph format controls
+    ('\u{1BCA0}', '\u{1BCA3}'), // shorthand format controls
+    ('\u{1D173}', '\u{1D17A}'), // musical symbol format controls
+    ('\u{E0001}', '\u{E0001}'), // language tag
+    ('\u{E0020}', '\u{E007F}'), // tag characters
+];
+
+/// True for the format characters a task input may not contain: every Cf character except U+200C (ZWNJ)
+/// and U+200D (ZWJ). See the module documentation for the policy.
+pub fn is_refused_format_char(c: char) -> bool {
+    if c == '\u{200C}' || c == '\u{200D}' {
+        return false;
+    }
+    FORMAT_CHARS.iter().any(|&(a, b)| (a..=b).contains(&c))
+}
 
 /// One of Florence-2's 15 task prompts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -334,6 +374,14 @@ pub fn parse_task_prompt(prompt: &str) -> Result<TaskPrompt> {
             if let Some(c) = input.chars().find(|c| c.is_control()) {
                 return Err(Error::Prompt(format!(
                     "{marker} input contains the control character {}; got {}",
+                    c.escape_unicode(),
+                    echo(input)
+                )));
+            }
+            if let Some(c) = input.chars().find(|&c| is_refused_format_char(c)) {
+                return Err(Error::Prompt(format!(
+                    "{marker} input contains the invisible format character {} (bidi controls, \
+                     zero-width and other format characters are refused); got {}",
                     c.escape_unicode(),
                     echo(input)
                 )));
