@@ -510,3 +510,38 @@ fn pixel_values_match_fixture_reference() {
         }
     }
 }
+
+/// Truncated JPEGs are refused like the reference refuses them (Pillow: `OSError: image file is
+/// truncated`); the decoder alone returned the decoded rows and filled the rest. Bytes after the
+/// end-of-image marker are ignored, as Pillow ignores them. PNGs cut inside their image data fail in the
+/// decoder already (a cut inside the final IEND chunk is not checked here).
+#[test]
+fn truncated_images_are_refused_like_the_reference() {
+    let images = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images");
+    let jpg = std::fs::read(format!("{images}/scene.jpg")).unwrap();
+    let full = decode_image(&jpg, &ImageLimits::default()).unwrap();
+    let mut trailing = jpg.clone();
+    trailing.extend_from_slice(b"trailing bytes");
+    assert_eq!(
+        decode_image(&trailing, &ImageLimits::default()).unwrap(),
+        full
+    );
+    // Cuts inside the scan data (the decoder's partial-image case), just before EOI, and in the headers.
+    for cut in [jpg.len() - 1, jpg.len() - 2, jpg.len() * 3 / 4, jpg.len() / 2, 700, 3] {
+        match decode_image(&jpg[..cut], &ImageLimits::default()) {
+            Err(Error::Image(m)) => assert!(m.contains("truncated"), "cut {cut}: {m}"),
+            Err(e) => panic!("cut {cut}: {e:?}"),
+            Ok(_) => panic!("cut {cut} of {}: decoded", jpg.len()),
+        }
+    }
+    let png = std::fs::read(format!("{images}/scene.png")).unwrap();
+    for cut in [png.len() * 3 / 4, png.len() / 2] {
+        assert!(
+            matches!(
+                decode_image(&png[..cut], &ImageLimits::default()),
+                Err(Error::Image(_))
+            ),
+            "png cut {cut}"
+        );
+    }
+}

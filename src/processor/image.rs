@@ -368,6 +368,10 @@ pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -
             "unsupported image format {format:?} (PNG or JPEG expected)"
         )));
     }
+    if format == ImageFormat::Jpeg {
+        // Like the reference (Pillow raises on a truncated JPEG); the decoder would fill the rest.
+        crate::processor::jpeg::check_complete(bytes).map_err(Error::Image)?;
+    }
     let mut dec_limits = Limits::default();
     dec_limits.max_alloc = Some(limits.max_alloc_bytes);
     let mut header = ImageReader::with_format(Cursor::new(bytes), format);

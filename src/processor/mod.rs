@@ -2,6 +2,7 @@
 //! preprocessing (`image`), the BART tokenizer with the Florence-2 tokens (`tokenizer`).
 
 pub mod image;
+pub mod jpeg;
 pub mod prompt;
 pub mod tokenizer;
 
