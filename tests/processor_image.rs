@@ -527,7 +527,14 @@ fn truncated_images_are_refused_like_the_reference() {
         full
     );
     // Cuts inside the scan data (the decoder's partial-image case), just before EOI, and in the headers.
-    for cut in [jpg.len() - 1, jpg.len() - 2, jpg.len() * 3 / 4, jpg.len() / 2, 700, 3] {
+    for cut in [
+        jpg.len() - 1,
+        jpg.len() - 2,
+        jpg.len() * 3 / 4,
+        jpg.len() / 2,
+        700,
+        3,
+    ] {
         match decode_image(&jpg[..cut], &ImageLimits::default()) {
             Err(Error::Image(m)) => assert!(m.contains("truncated"), "cut {cut}: {m}"),
             Err(e) => panic!("cut {cut}: {e:?}"),
