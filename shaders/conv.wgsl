@@ -78,17 +78,13 @@ fn im2col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     cols[i] = v;
 }
 
-#if VEC4
-alias V = vec4<f32>; // 4 consecutive channels
-#else
-alias V = f32;
-#endif
+#include lanes
 
 @group(0) @binding(0) var<uniform> dp: DwParams;
-@group(0) @binding(1) var<storage, read> dx: array<V>;           // (B, H, W, C)
-@group(0) @binding(2) var<storage, read> dwt: array<V>;          // (9, C): weight[c, 0, ky, kx] at row ky*3+kx
-@group(0) @binding(3) var<storage, read> db: array<V>;           // (C)
-@group(0) @binding(4) var<storage, read_write> dout: array<V>;   // (B, H, W, C)
+@group(0) @binding(1) var<storage, read> dx: array<F>;           // (B, H, W, C)
+@group(0) @binding(2) var<storage, read> dwt: array<F>;          // (9, C): weight[c, 0, ky, kx] at row ky*3+kx
+@group(0) @binding(3) var<storage, read> db: array<F>;           // (C)
+@group(0) @binding(4) var<storage, read_write> dout: array<F>;   // (B, H, W, C)
 
 @compute @workgroup_size(WG)
 fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -26,34 +26,28 @@ struct Params {
     start: u32,  // first table row for add_rows_at
 }
 
-#if VEC4
-alias V = vec4<f32>;
-const LANES: u32 = 4u;
-#else
-alias V = f32;
-const LANES: u32 = 1u;
-#endif
+#include lanes
 
 @group(0) @binding(0) var<uniform> p: Params;
 
 #if INPLACE
-@group(0) @binding(1) var<storage, read_write> x: array<V>;   // (n), read and overwritten
-@group(0) @binding(2) var<storage, read> b: array<V>;         // add: (n); add_row: (C); add_rows_at: (P, C)
+@group(0) @binding(1) var<storage, read_write> x: array<F>;   // (n), read and overwritten
+@group(0) @binding(2) var<storage, read> b: array<F>;         // add: (n); add_row: (C); add_rows_at: (P, C)
 
-fn load(i: u32) -> V { return x[i]; }
-fn store(i: u32, v: V) { x[i] = v; }
-fn store_scale(i: u32, v: V) { x[i] = v; }
+fn load(i: u32) -> F { return x[i]; }
+fn store(i: u32, v: F) { x[i] = v; }
+fn store_scale(i: u32, v: F) { x[i] = v; }
 #else
 // add, add_row, add_rows_at: a, b -> out
-@group(0) @binding(1) var<storage, read> a: array<V>;         // (n) = (R, C)
-@group(0) @binding(2) var<storage, read> b: array<V>;         // add: (n); add_row: (C); add_rows_at: (P, C)
-@group(0) @binding(3) var<storage, read_write> out: array<V>; // (n)
+@group(0) @binding(1) var<storage, read> a: array<F>;         // (n) = (R, C)
+@group(0) @binding(2) var<storage, read> b: array<F>;         // add: (n); add_row: (C); add_rows_at: (P, C)
+@group(0) @binding(3) var<storage, read_write> out: array<F>; // (n)
 // scale: a -> uout
-@group(0) @binding(2) var<storage, read_write> uout: array<V>; // (n)
+@group(0) @binding(2) var<storage, read_write> uout: array<F>; // (n)
 
-fn load(i: u32) -> V { return a[i]; }
-fn store(i: u32, v: V) { out[i] = v; }
-fn store_scale(i: u32, v: V) { uout[i] = v; }
+fn load(i: u32) -> F { return a[i]; }
+fn store(i: u32, v: F) { out[i] = v; }
+fn store_scale(i: u32, v: F) { uout[i] = v; }
 #endif
 
 fn flat(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {

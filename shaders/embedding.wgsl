@@ -8,7 +8,8 @@
 // dispatch ever reads outside its binding. The first dispatch (`zero_oob` = 1) also writes the zero rows
 // for out-of-range ids.
 //
-// One invocation per output element (t, c), grid folded by `grid_1d`.
+// One invocation per output element (t, c), grid folded by `grid_1d`. Variant VEC4 (C % 4 == 0, chosen by
+// the launcher; src/gpu/preprocess.rs): one invocation per 4 columns, 16-byte accesses.
 
 override WG: u32 = 256;
 
@@ -23,46 +24,27 @@ struct Params {
     _pad1: u32,
 }
 
+#include lanes
+
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;       // (T)
-@group(0) @binding(2) var<storage, read> table: array<f32>;     // (rows, C): table rows row_start..row_start+rows
-@group(0) @binding(3) var<storage, read_write> out: array<f32>; // (T, C)
+@group(0) @binding(2) var<storage, read> table: array<F>;       // (rows, C): table rows row_start..row_start+rows
+@group(0) @binding(3) var<storage, read_write> out: array<F>;   // (T, C)
 
 @compute @workgroup_size(WG)
 fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (i >= p.n) {
+    if (i >= p.n / LANES) {
         return;
     }
-    let t = i / p.c;
-    let col = i - t * p.c;
+    let c = p.c / LANES;
+    let t = i / c;
+    let col = i - t * c;
     let id = ids[t];
     if (id >= p.row_start && id - p.row_start < p.rows) {
-        out[i] = table[(id - p.row_start) * p.c + col];
+        out[i] = table[(id - p.row_start) * c + col];
     } else if (p.zero_oob == 1u && id >= p.v) {
-        out[i] = 0.0;
-    }
-}
-
-// vec4 variant (C % 4 == 0, chosen by the launcher): one invocation per 4 columns, 16-byte accesses.
-@group(0) @binding(2) var<storage, read> table4: array<vec4<f32>>;     // (rows, C / 4)
-@group(0) @binding(3) var<storage, read_write> out4: array<vec4<f32>>; // (T, C / 4)
-
-@compute @workgroup_size(WG)
-fn embedding4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (i >= p.n / 4u) {
-        return;
-    }
-    let c4 = p.c / 4u;
-    let t = i / c4;
-    let col = i - t * c4;
-    let id = ids[t];
-    if (id >= p.row_start && id - p.row_start < p.rows) {
-        out4[i] = table4[(id - p.row_start) * c4 + col];
-    } else if (p.zero_oob == 1u && id >= p.v) {
-        out4[i] = vec4<f32>(0.0);
+        out[i] = F(0.0);
     }
 }

@@ -21,13 +21,7 @@ struct Params {
     in_strides: vec4<u32>, // permute: input stride of the input axis that becomes output axis i
 }
 
-#if VEC4
-alias F = vec4<f32>;
-const LANES: u32 = 4u;
-#else
-alias F = f32;
-const LANES: u32 = 1u;
-#endif
+#include lanes
 
 @group(0) @binding(0) var<uniform> p: Params;
 

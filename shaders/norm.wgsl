@@ -32,22 +32,18 @@ struct Params {
     _pad: u32,
 }
 
-#if VEC4
-alias V = vec4<f32>; // 4 consecutive channels
-#else
-alias V = f32;
-#endif
+#include lanes
 
 @group(0) @binding(0) var<uniform> p: Params;
 #if INPLACE
-@group(0) @binding(1) var<storage, read_write> x: array<V>;     // (R, C), normalised in place
+@group(0) @binding(1) var<storage, read_write> x: array<F>;     // (R, C), normalised in place
 #else
-@group(0) @binding(1) var<storage, read> x: array<V>;           // (R, C)
+@group(0) @binding(1) var<storage, read> x: array<F>;           // (R, C)
 #endif
-@group(0) @binding(2) var<storage, read> gamma: array<V>;       // (C)
-@group(0) @binding(3) var<storage, read> beta: array<V>;        // (C)
+@group(0) @binding(2) var<storage, read> gamma: array<F>;       // (C)
+@group(0) @binding(3) var<storage, read> beta: array<F>;        // (C)
 #if !INPLACE
-@group(0) @binding(4) var<storage, read_write> out: array<V>;   // (R, C)
+@group(0) @binding(4) var<storage, read_write> out: array<F>;   // (R, C)
 #endif
 
 // Element access by scalar index i. `load4`/`store4`/`affine4` take i % 4 == 0 and cover i .. i + 3.

@@ -8,6 +8,10 @@
 // Both are pure gathers: one invocation per OUTPUT element computes which input element it copies (or a
 // zero for padding), so writes are contiguous and no invocation races another. The grid is folded by
 // `grid_1d` (flat workgroup = wid.x + wid.y * nwg.x).
+//
+// Variant VEC4 (C % 4 == 0; src/gpu/preprocess.rs): each invocation moves 4 channels of one token; `p.c`
+// is then C/4 and `p.n` the output element count / 4. On CPU adapters a vec4 load costs about what a
+// scalar one does.
 
 override WG: u32 = 256;
 
@@ -22,9 +26,11 @@ struct Params {
     _pad0: u32,
 }
 
+#include lanes
+
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> src: array<f32>;           // partition: (B, H, W, C); reverse: (B*nWh*nWw, ws*ws, C)
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;     // partition: (B*nWh*nWw, ws*ws, C); reverse: (B, H, W, C)
+@group(0) @binding(1) var<storage, read> src: array<F>;           // partition: (B, H, W, C); reverse: (B*nWh*nWw, ws*ws, C)
+@group(0) @binding(2) var<storage, read_write> dst: array<F>;     // partition: (B*nWh*nWw, ws*ws, C); reverse: (B, H, W, C)
 
 fn flat(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
@@ -47,7 +53,7 @@ fn window_partition(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let b = win_all / nw;
     let y = (win / p.nww) * p.ws + t / p.ws;
     let x = (win % p.nww) * p.ws + t % p.ws;
-    var v = 0.0;
+    var v = F(0.0);
     if (y < p.h && x < p.w) {
         v = src[((b * p.h + y) * p.w + x) * p.c + ch];
     }
@@ -70,51 +76,4 @@ fn window_reverse(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let win = (b * p.nwh + y / p.ws) * p.nww + x / p.ws;
     let t = (y % p.ws) * p.ws + x % p.ws;
     dst[i] = src[(win * p.ws * p.ws + t) * p.c + ch];
-}
-
-// vec4 variants (C % 4 == 0): each invocation moves 4 channels of one token; `p.c` is then C/4 and `p.n`
-// the output element count / 4. On CPU adapters a vec4 load costs about what a scalar one does.
-@group(0) @binding(1) var<storage, read> src4: array<vec4<f32>>;            // as `src`, C/4 vec4s per token
-@group(0) @binding(2) var<storage, read_write> dst4: array<vec4<f32>>;      // as `dst`, C/4 vec4s per token
-
-@compute @workgroup_size(WG)
-fn window_partition4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                     @builtin(local_invocation_index) lid: u32) {
-    let i = flat(wid, nwg, lid);
-    if (i >= p.n) {
-        return;
-    }
-    let ch = i % p.c;
-    let tok = i / p.c;
-    let wsz = p.ws * p.ws;
-    let t = tok % wsz;
-    let win_all = tok / wsz;
-    let nw = p.nwh * p.nww;
-    let win = win_all % nw;
-    let b = win_all / nw;
-    let y = (win / p.nww) * p.ws + t / p.ws;
-    let x = (win % p.nww) * p.ws + t % p.ws;
-    var v = vec4<f32>(0.0);
-    if (y < p.h && x < p.w) {
-        v = src4[((b * p.h + y) * p.w + x) * p.c + ch];
-    }
-    dst4[i] = v;
-}
-
-@compute @workgroup_size(WG)
-fn window_reverse4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-                   @builtin(local_invocation_index) lid: u32) {
-    let i = flat(wid, nwg, lid);
-    if (i >= p.n) {
-        return;
-    }
-    let ch = i % p.c;
-    let pix = i / p.c;
-    let x = pix % p.w;
-    let by = pix / p.w;
-    let y = by % p.h;
-    let b = by / p.h;
-    let win = (b * p.nwh + y / p.ws) * p.nww + x / p.ws;
-    let t = (y % p.ws) * p.ws + x % p.ws;
-    dst4[i] = src4[(win * p.ws * p.ws + t) * p.c + ch];
 }

@@ -40,6 +40,7 @@ impl Shader {
 /// Shared WGSL snippets for `#include NAME`: `shaders/include/NAME.wgsl`.
 pub static INCLUDES: &[(&str, &str)] = &[
     ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
+    ("lanes", include_str!("../../shaders/include/lanes.wgsl")),
     (
         "row_reduce",
         include_str!("../../shaders/include/row_reduce.wgsl"),

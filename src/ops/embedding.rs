@@ -46,12 +46,10 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     check::u32_of(OP, "table elements", table.numel())?;
     let gpu = rec.gpu().clone();
     let chunks = table.row_chunks(&gpu, c)?;
-    // vec4 entry when rows are whole vec4s (then every chunk's offset and size are multiples of 16).
-    let (entry, items) = if c % 4 == 0 {
-        ("embedding4", n as usize / 4)
-    } else {
-        ("embedding", n as usize)
-    };
+    // The VEC4 variant when rows are whole vec4s (then every chunk's offset and size are multiples of
+    // 16).
+    let vec4 = c.is_multiple_of(4);
+    let items = if vec4 { n as usize / 4 } else { n as usize };
     for (k, ch) in chunks.iter().enumerate() {
         let params = Params {
             n,
@@ -64,7 +62,9 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
             _pad1: 0,
         };
         rec.dispatch(
-            &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+            &Kernel::new(&SHADER, "embedding")
+                .defines(if vec4 { &["VEC4"] } else { &[] })
+                .with(&[("WG", WG as f64)]),
             &params,
             &[
                 ids.binding(&gpu)?,

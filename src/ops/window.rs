@@ -58,19 +58,13 @@ fn launch(
     if n == 0 {
         return Ok(());
     }
-    // vec4 kernels when whole tokens are whole vec4s.
-    let (entry, c) = if c.is_multiple_of(4) {
+    // The VEC4 variant when whole tokens are whole vec4s.
+    let vec4 = c.is_multiple_of(4);
+    let c = if vec4 {
         n /= 4;
-        (
-            if entry == "window_partition" {
-                "window_partition4"
-            } else {
-                "window_reverse4"
-            },
-            c / 4,
-        )
+        c / 4
     } else {
-        (entry, c)
+        c
     };
     let n32 = u32::try_from(n)
         .map_err(|_| Error::shape(entry, format!("{n} elements do not fit in u32")))?;
@@ -87,7 +81,9 @@ fn launch(
         _pad0: 0,
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry)
+            .defines(if vec4 { &["VEC4"] } else { &[] })
+            .with(&[("WG", WG as f64)]),
         &params,
         &[src.binding(&gpu)?, dst.binding(&gpu)?],
         grid_1d(ceil_div(n, WG as usize)),
