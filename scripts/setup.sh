@@ -2,7 +2,7 @@
 # Install what a fresh Debian machine needs to build, serve and test florence2-wasm. Idempotent: every
 # step checks first, so a second run costs seconds.
 #   - Debian: Mesa's lavapipe (Vulkan on the CPU) for native wgpu tests; Chromium + ChromeDriver for the
-#     browser tests (WebGPU on SwiftShader).
+#     browser tests (WebGPU on SwiftShader); g++ for libFuzzer (scripts/fuzz.sh).
 #   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
 #     pinned in Cargo.lock (the CLI and the crate must match).
 #   - npm: the packages the end-to-end tests and the demo server use (www/package.json), if present.
@@ -13,7 +13,8 @@ SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 need=()
-for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver; do
+# g++: libFuzzer (C++) is compiled by the fuzz targets' libfuzzer-sys (scripts/fuzz.sh).
+for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -27,6 +27,10 @@ else
   echo "== reference suite $REFERENCE_NOTE"
 fi
 
+# Every fuzz target briefly (coverage-guided, libFuzzer on stable; scripts/fuzz.sh runs them longer).
+echo "== fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
+scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
+
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model
