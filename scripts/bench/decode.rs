@@ -141,8 +141,14 @@ fn main() {
     let run = |beams: usize| -> f64 {
         let o = opts(beams);
         let t = Instant::now();
-        let ids =
-            pollster::block_on(generate::generate(&dec, &gpu, &cross, &o, &|| false)).unwrap();
+        let ids = pollster::block_on(generate::generate(
+            &dec,
+            &gpu,
+            &cross,
+            &o,
+            Default::default(),
+        ))
+        .unwrap();
         assert_eq!(ids.len(), steps + 1, "every run makes {steps} steps");
         t.elapsed().as_secs_f64() * 1e3 / steps as f64
     };

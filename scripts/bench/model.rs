@@ -454,15 +454,16 @@ fn run_model(gpu: &Arc<Gpu>, dir: &Path, tokens: usize, cold: bool, breakdown: b
         let pixels =
             Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("px");
         let enc = model.encode(&pixels, &CAPTION_IDS).expect("encode");
-        let ids = model
-            .generate_greedy(&enc, &opts, &|| false)
+        let greedy = florence2_wasm::model::generate::GenerateOptions {
+            num_beams: 1,
+            ..opts.clone()
+        };
+        let ids = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
             .expect("generate");
         ph.cold_total_s = t.elapsed().as_secs_f64();
         println!(
-            "  cold pass (pipelines compiled on the way): {:.2} s, vision+proj {:.0} ms, encoder {:.0} ms, {} ids",
+            "  cold pass (pipelines compiled on the way): {:.2} s, {} ids",
             ph.cold_total_s,
-            enc.vision_ms,
-            enc.encoder_ms,
             ids.len()
         );
     }

@@ -11,7 +11,7 @@ use crate::gpu::{DType, Gpu, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder, Encoder};
 use crate::model::config::Florence2Config;
 use crate::model::davit::DaVit;
-use crate::model::generate::{self, GenerateOptions};
+use crate::model::generate::{self, GenerateOptions, Observer};
 use crate::model::projector::Projector;
 use crate::ops;
 use crate::weights::{Weights, FINAL_LOGITS_BIAS};
@@ -43,49 +43,6 @@ pub struct EncoderOutput {
     pub cross: CrossKv,
     /// Image feature tokens at the front of the sequence (577 for a 768x768 base model).
     pub image_tokens: usize,
-    /// Wall time of the vision + projector submit (natively waited for; 0 in the browser).
-    pub vision_ms: f64,
-    /// Wall time of the embedding + encoder + cross K/V submit (natively waited for; 0 in the browser).
-    pub encoder_ms: f64,
-}
-
-/// Block until the GPU has finished everything submitted (native only: timings).
-fn wait_idle(gpu: &Gpu) -> Result<()> {
-    #[cfg(not(target_arch = "wasm32"))]
-    gpu.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| Error::Gpu(e.to_string()))?;
-    #[cfg(target_arch = "wasm32")]
-    let _ = gpu;
-    Ok(())
-}
-
-/// Wall-clock timer for the stage timings (`std::time::Instant` panics on wasm32-unknown-unknown, where
-/// the timings are left at 0: the browser side measures with `performance.now()`).
-#[derive(Clone, Copy)]
-struct Timer {
-    #[cfg(not(target_arch = "wasm32"))]
-    start: std::time::Instant,
-}
-
-impl Timer {
-    fn start() -> Self {
-        Timer {
-            #[cfg(not(target_arch = "wasm32"))]
-            start: std::time::Instant::now(),
-        }
-    }
-
-    fn ms(self) -> f64 {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.start.elapsed().as_secs_f64() * 1e3
-        }
-        #[cfg(target_arch = "wasm32")]
-        {
-            0.0
-        }
-    }
 }
 
 impl Florence2 {
@@ -124,13 +81,39 @@ impl Florence2 {
         &self.gpu
     }
 
-    /// Run vision + projector on `pixels` (1, 3, H, W), embed `input_ids`, and run the encoder.
+    /// Vision tower + projector on `pixels` (1, 3, H, W), one submit: the projected image features
+    /// (1, N, D) that [`Florence2::encode_prompt`] puts in front of (or in place of) the prompt. They
+    /// depend on the image only, so one result serves any number of prompts.
+    pub fn encode_image(&self, pixels: &Tensor) -> Result<Tensor> {
+        let d = self.config.text.d_model;
+        let mut rec = Recorder::new(&self.gpu);
+        let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
+        let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
+        rec.submit()?;
+        if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
+            return Err(Error::shape(
+                "encode",
+                format!("projector output {:?} is not (1, N, {d})", image.shape()),
+            ));
+        }
+        Ok(image)
+    }
+
+    /// [`Florence2::encode_image`] then [`Florence2::encode_prompt`].
+    pub fn encode(&self, pixels: &Tensor, input_ids: &[u32]) -> Result<EncoderOutput> {
+        let image = self.encode_image(pixels)?; // (1, N, D)
+        self.encode_prompt(&image, input_ids)
+    }
+
+    /// Embed `input_ids`, combine them with the image features `image` (1, N, D) of
+    /// [`Florence2::encode_image`], run the encoder and project every decoder layer's cross-attention
+    /// K/V: one submit. `image` is only read.
     ///
     /// `input_ids` is the processor's prompt (`<s>` ... `</s>`). HF-native processors also put one
     /// `<image>` placeholder per image feature in it: then the features replace those placeholders (the
     /// reference's `masked_scatter`); without placeholders the features are prepended (the original
     /// model-card behaviour). Either way the encoder sees [image features ++ embedded prompt].
-    pub fn encode(&self, pixels: &Tensor, input_ids: &[u32]) -> Result<EncoderOutput> {
+    pub fn encode_prompt(&self, image: &Tensor, input_ids: &[u32]) -> Result<EncoderOutput> {
         let gpu = &self.gpu;
         let (v, d) = (self.config.text.vocab_size, self.config.text.d_model);
         if let Some(bad) = input_ids.iter().find(|&&i| i as usize >= v) {
@@ -138,25 +121,15 @@ impl Florence2 {
                 "token id {bad} is outside the vocabulary of {v}"
             )));
         }
-
-        // Vision tower + projector: one submit.
-        let t0 = Timer::start();
-        let mut rec = Recorder::new(gpu);
-        let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
-        let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
-        rec.submit()?;
-        wait_idle(gpu)?;
-        let vision_ms = t0.ms();
         if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
             return Err(Error::shape(
                 "encode",
-                format!("projector output {:?} is not (1, N, {d})", image.shape()),
+                format!("image features {:?} are not (1, N, {d})", image.shape()),
             ));
         }
         let n_img = image.dim(1);
 
         // Prompt embedding + concat + encoder + cross K/V: one submit.
-        let t1 = Timer::start();
         let mut rec = Recorder::new(gpu);
         let placeholders: Vec<usize> = match self.config.image_token_id {
             Some(img) => input_ids
@@ -227,15 +200,11 @@ impl Florence2 {
         let hidden = self.encoder.forward(&mut rec, &inputs_embeds)?; // (1, S, D)
         let cross = self.decoder.cross_kv(&mut rec, &hidden)?; // per layer (1, S, D)
         rec.submit()?;
-        wait_idle(gpu)?;
-        let encoder_ms = t1.ms();
         Ok(EncoderOutput {
             inputs_embeds,
             hidden,
             cross,
             image_tokens: n_img,
-            vision_ms,
-            encoder_ms,
         })
     }
 
@@ -244,67 +213,15 @@ impl Florence2 {
         GenerateOptions::from_config(&self.config, max_new_tokens)
     }
 
-    /// Generation as `opts` says: greedy (`num_beams` 1) or beam search (async: each step awaits a few
-    /// bytes of readback). Returns the ids with the decoder start token first.
-    pub async fn generate_async(
+    /// The one generation entry: greedy (`num_beams` 1) or beam search as `opts` says, observed by
+    /// `obs` (cancellation, tokens). Async because every decode step awaits a few bytes of readback;
+    /// natively, `pollster::block_on` it. Returns the ids with the decoder start token first.
+    pub async fn generate(
         &self,
         enc: &EncoderOutput,
         opts: &GenerateOptions,
-        cancel: &dyn Fn() -> bool,
+        obs: Observer<'_>,
     ) -> Result<Vec<u32>> {
-        generate::generate(&self.decoder, &self.gpu, &enc.cross, opts, cancel).await
-    }
-
-    /// Blocking [`Florence2::generate_async`] (native).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn generate(
-        &self,
-        enc: &EncoderOutput,
-        opts: &GenerateOptions,
-        cancel: &dyn Fn() -> bool,
-    ) -> Result<Vec<u32>> {
-        pollster::block_on(self.generate_async(enc, opts, cancel))
-    }
-
-    /// Greedy decoding (async: each step awaits a few bytes of readback). Returns the ids with the
-    /// decoder start token first.
-    pub async fn generate_greedy_async(
-        &self,
-        enc: &EncoderOutput,
-        opts: &GenerateOptions,
-        cancel: &dyn Fn() -> bool,
-    ) -> Result<Vec<u32>> {
-        generate::greedy(&self.decoder, &self.gpu, &enc.cross, opts, cancel).await
-    }
-
-    /// [`Florence2::generate_greedy_async`] calling `on_token` with every token as it is chosen (the start
-    /// token excluded): streaming output.
-    pub async fn generate_greedy_observed_async(
-        &self,
-        enc: &EncoderOutput,
-        opts: &GenerateOptions,
-        cancel: &dyn Fn() -> bool,
-        on_token: &dyn Fn(u32),
-    ) -> Result<Vec<u32>> {
-        generate::greedy::greedy_observed(
-            &self.decoder,
-            &self.gpu,
-            &enc.cross,
-            opts,
-            cancel,
-            on_token,
-        )
-        .await
-    }
-
-    /// Blocking greedy decoding (native).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn generate_greedy(
-        &self,
-        enc: &EncoderOutput,
-        opts: &GenerateOptions,
-        cancel: &dyn Fn() -> bool,
-    ) -> Result<Vec<u32>> {
-        pollster::block_on(self.generate_greedy_async(enc, opts, cancel))
+        generate::generate(&self.decoder, &self.gpu, &enc.cross, opts, obs).await
     }
 }

@@ -251,20 +251,54 @@ impl GenerateOptions {
     }
 }
 
-/// Greedy decoding (`num_beams` 1) or beam search, as `opts` says. Returns the ids with the decoder start
-/// token first.
+/// Observes one generation: `cancel` is polled before every decode step (true stops it with
+/// [`Error::Cancelled`]); `on_token` gets every token of the answer (the start token excluded): as it is
+/// chosen with greedy decoding, in order once the search ends with beam search (whose tokens are only
+/// final then).
+#[derive(Clone, Copy)]
+pub struct Observer<'a> {
+    pub cancel: &'a dyn Fn() -> bool,
+    pub on_token: &'a dyn Fn(u32),
+}
+
+impl Default for Observer<'_> {
+    /// Never cancelled, no token callback.
+    fn default() -> Self {
+        Observer {
+            cancel: &|| false,
+            on_token: &|_| {},
+        }
+    }
+}
+
+impl<'a> Observer<'a> {
+    /// Only a cancellation hook.
+    pub fn cancel(cancel: &'a dyn Fn() -> bool) -> Self {
+        Observer {
+            cancel,
+            on_token: &|_| {},
+        }
+    }
+}
+
+/// Greedy decoding (`num_beams` 1) or beam search, as `opts` says, observed by `obs`. Returns the ids
+/// with the decoder start token first.
 pub async fn generate(
     decoder: &crate::model::bart::Decoder,
     gpu: &std::sync::Arc<crate::gpu::Gpu>,
     cross: &crate::model::bart::CrossKv,
     opts: &GenerateOptions,
-    cancel: &dyn Fn() -> bool,
+    obs: Observer<'_>,
 ) -> Result<Vec<u32>> {
     opts.validate()?;
     if opts.num_beams <= 1 {
-        greedy(decoder, gpu, cross, opts, cancel).await
+        greedy::greedy_observed(decoder, gpu, cross, opts, obs.cancel, obs.on_token).await
     } else {
-        beam_search(decoder, gpu, cross, opts, cancel).await
+        let ids = beam_search(decoder, gpu, cross, opts, obs.cancel).await?;
+        for &t in ids.iter().skip(1) {
+            (obs.on_token)(t);
+        }
+        Ok(ids)
     }
 }
 
