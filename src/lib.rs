@@ -3,7 +3,8 @@
 //!
 //! Layout: `gpu` (device, tensors, pipelines, recording, readback), `ops` (one typed launcher per WGSL
 //! kernel), `weights` (checkpoint sources and layouts), `model` (DaViT, projector, BART, generation),
-//! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `wasm` (JS facade).
+//! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `pipeline` (the
+//! whole sequence of a task, for every front end), `wasm` (JS facade).
 
 pub mod error;
 #[cfg(not(target_arch = "wasm32"))]
@@ -12,6 +13,7 @@ pub mod gpu;
 pub mod json;
 pub mod model;
 pub mod ops;
+pub mod pipeline;
 pub mod postprocess;
 pub mod processor;
 pub mod render;

@@ -1,0 +1,123 @@
+//! The pipeline: one place that owns a loaded model with its tokenizer, image-processor settings and
+//! generation defaults, and runs the whole sequence of a task. The CLI (`src/bin/florence2/`), the JS
+//! facade (`src/wasm.rs`) and any later front end (an HTTP server) are thin adapters over it.
+//!
+//! Data flow (each arrow is a stage in its own module; nothing points back up):
+//!
+//! ```text
+//! image ──processor::image──▶ pixels (1,3,H,W) ──model::davit──▶ features (1,N,C)
+//!       ──model::projector──▶ image features (1,1+N,D)            [EncodedImage keeps these]
+//! prompt ──processor::prompt + tokenizer──▶ ids ─┐
+//! image features ────────────────────────────────┴─model::florence2::encode_prompt─▶ inputs_embeds
+//!       ──model::bart::encoder──▶ hidden (1,S,D) ──model::bart::decoder (cross K/V)──▶
+//!       ──model::generate (greedy | beam)──▶ ids ──tokenizer──▶ text ──postprocess──▶ TaskResult
+//!       ──render──▶ text
+//! ```
+//!
+//! ```no_run
+//! # #[cfg(not(target_arch = "wasm32"))]
+//! # fn main() -> florence2_wasm::Result<()> {
+//! use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+//! let gpu = pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default()))?;
+//! let p = Pipeline::load_dir(&gpu, std::path::Path::new("Florence-2-base-ft"))?;
+//! let bytes = std::fs::read("cat.jpg").unwrap();
+//! let img = p.encode_image(Image::Encoded(&bytes))?; // DaViT + projector, once
+//! for prompt in ["<CAPTION>", "<OD>", "<OCR>"] {
+//!     let out = p.run_task_blocking((&img).into(), prompt, &TaskOptions::default(), &NeverCancel,
+//!                                   &Callbacks::default())?;
+//!     println!("{}", out.text);
+//! }
+//! # Ok(()) }
+//! # #[cfg(target_arch = "wasm32")] fn main() {}
+//! ```
+//!
+//! Threads: natively the pipeline is `Send + Sync` (wgpu's device, queue and buffers are), so a server
+//! shares it in an `Arc` and runs tasks on worker threads; cancel them with a [`CancelToken`].
+
+mod cancel;
+mod clock;
+mod image;
+#[cfg(not(target_arch = "wasm32"))]
+mod load;
+mod observe;
+mod options;
+mod output;
+mod run;
+mod settings;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use cancel::{Cancel, CancelToken, NeverCancel};
+pub use clock::Stopwatch;
+pub use image::{EncodedImage, Image, TaskInput};
+pub use observe::{Callbacks, Stage};
+pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
+pub use output::{TaskOutput, Timings};
+pub use settings::Settings;
+
+use crate::gpu::Gpu;
+use crate::model::florence2::Florence2;
+use crate::model::generate::GenerateOptions;
+use crate::processor::image::{ImageLimits, ImageProcessorConfig};
+use crate::processor::tokenizer::Florence2Tokenizer;
+
+/// A loaded model and everything needed to run tasks on it.
+pub struct Pipeline {
+    model: Florence2,
+    tokenizer: Florence2Tokenizer,
+    processor: ImageProcessorConfig,
+    limits: ImageLimits,
+    /// Generation defaults (`max_new_tokens` = [`DEFAULT_MAX_NEW_TOKENS`]).
+    generation: GenerateOptions,
+    /// Tells this pipeline's [`EncodedImage`]s from another's.
+    id: u64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Pipeline {
+    /// A pipeline over an assembled model and its settings.
+    pub fn new(model: Florence2, settings: Settings) -> Self {
+        Pipeline {
+            model,
+            tokenizer: settings.tokenizer,
+            processor: settings.processor,
+            limits: settings.limits,
+            generation: settings.generation,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub fn model(&self) -> &Florence2 {
+        &self.model
+    }
+
+    pub fn gpu(&self) -> &std::sync::Arc<Gpu> {
+        self.model.gpu()
+    }
+
+    pub fn tokenizer(&self) -> &Florence2Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn processor(&self) -> &ImageProcessorConfig {
+        &self.processor
+    }
+
+    pub fn limits(&self) -> &ImageLimits {
+        &self.limits
+    }
+
+    /// Generation defaults that [`TaskOptions`] override.
+    pub fn generation(&self) -> &GenerateOptions {
+        &self.generation
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Pipeline>();
+    send_sync::<EncodedImage>();
+    send_sync::<CancelToken>();
+};

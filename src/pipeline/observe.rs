@@ -1,0 +1,90 @@
+//! Progress and token callbacks of a task, and the token streamer that turns ids into text pieces.
+
+use std::cell::RefCell;
+
+use crate::processor::tokenizer::Florence2Tokenizer;
+
+/// The stages of one task, in order (see the data flow in [`crate::pipeline`]). `Preprocess` and
+/// `Vision` are skipped when the task runs on an [`crate::pipeline::EncodedImage`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Image -> pixels, prompt -> ids.
+    Preprocess,
+    /// DaViT + projector.
+    Vision,
+    /// Prompt embedding + BART encoder + cross-attention K/V.
+    Encoder,
+    /// Decoder steps (greedy or beam search).
+    Decode,
+    /// Ids -> text -> the task's answer.
+    Postprocess,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Preprocess => "preprocess",
+            Stage::Vision => "vision",
+            Stage::Encoder => "encoder",
+            Stage::Decode => "decode",
+            Stage::Postprocess => "postprocess",
+        }
+    }
+}
+
+/// Callbacks of one task; both optional. They run on the task's thread.
+#[derive(Clone, Copy, Default)]
+pub struct Callbacks<'a> {
+    /// Called as each stage starts.
+    pub on_stage: Option<&'a dyn Fn(Stage)>,
+    /// Called once per generated token (the start token excluded) with the text it adds to the
+    /// decoded answer (empty while a multi-byte character is incomplete) and its id: as each token is
+    /// chosen with greedy decoding, in order at the end with beam search (whose tokens are only final
+    /// then).
+    pub on_token: Option<&'a dyn Fn(&str, u32)>,
+}
+
+impl Callbacks<'_> {
+    pub(crate) fn stage(&self, s: Stage) {
+        if let Some(f) = self.on_stage {
+            f(s);
+        }
+    }
+}
+
+/// Turns ids into the text each one adds (decoding with special tokens kept, as the answer is).
+pub(crate) struct TokenStreamer<'a> {
+    tok: &'a Florence2Tokenizer,
+    on_token: Option<&'a dyn Fn(&str, u32)>,
+    ids: RefCell<Vec<u32>>,
+    emitted: RefCell<usize>,
+}
+
+impl<'a> TokenStreamer<'a> {
+    pub fn new(tok: &'a Florence2Tokenizer, on_token: Option<&'a dyn Fn(&str, u32)>) -> Self {
+        TokenStreamer {
+            tok,
+            on_token,
+            ids: RefCell::new(Vec::new()),
+            emitted: RefCell::new(0),
+        }
+    }
+
+    pub fn push(&self, id: u32) {
+        let Some(f) = self.on_token else { return };
+        let piece = {
+            let mut ids = self.ids.borrow_mut();
+            ids.push(id);
+            let text = self.tok.decode(&ids, false).unwrap_or_default();
+            let mut emitted = self.emitted.borrow_mut();
+            if text.ends_with('\u{FFFD}') || text.len() < *emitted {
+                String::new()
+            } else {
+                let piece = text.get(*emitted..).unwrap_or_default().to_owned();
+                *emitted = text.len();
+                piece
+            }
+        };
+        f(&piece, id);
+    }
+}

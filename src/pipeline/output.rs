@@ -1,0 +1,84 @@
+//! Stage 7, tokens -> result: what a task returns, and the one post-processing policy.
+
+use crate::error::Result;
+use crate::postprocess::{post_process_generation, TaskResult};
+use crate::processor::prompt::Task;
+use crate::render::render;
+
+/// Milliseconds per stage of one task. Natively each stage is waited for; in the browser a GPU stage's
+/// figure is its recording + submit time and `decode` absorbs the rest (see `clock.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// Image -> pixels (0 on an encoded image) + prompt -> ids.
+    pub preprocess_ms: f64,
+    /// DaViT + projector (0 on an encoded image).
+    pub vision_ms: f64,
+    /// Prompt embedding + encoder + cross-attention K/V.
+    pub encoder_ms: f64,
+    /// Generation until the last id was read back.
+    pub decode_ms: f64,
+    /// Ids -> text -> answer -> rendering.
+    pub postprocess_ms: f64,
+}
+
+impl Timings {
+    pub fn total_ms(&self) -> f64 {
+        self.preprocess_ms + self.vision_ms + self.encoder_ms + self.decode_ms + self.postprocess_ms
+    }
+}
+
+/// The answer to one task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskOutput {
+    pub task: Task,
+    /// Exactly `post_process_generation`'s value for the task.
+    pub result: TaskResult,
+    /// A human-readable rendering of `result`.
+    pub text: String,
+    /// The generation decoded with special tokens kept.
+    pub generated_text: String,
+    /// Generated ids, decoder start token first (as the reference's `generate` returns them).
+    pub token_ids: Vec<u32>,
+    /// (width, height) of the original image (the coordinates' frame).
+    pub image_size: (u32, u32),
+    /// Whether the task ran on an image encoded before (DaViT and the projector skipped).
+    pub reused_image: bool,
+    pub timings: Timings,
+}
+
+impl TaskOutput {
+    /// The reference's return value `{TASK: value}`.
+    pub fn result_json(&self) -> serde_json::Value {
+        self.result.to_json(self.task)
+    }
+}
+
+/// The post-processing policy, the same for every front end: parse failures the reference tolerates
+/// give the task's empty answer (inside `post_process_generation`, as the reference does); any other
+/// post-processing error fails the task (`run_task` returns it; no partial output), because a
+/// front end cannot tell a half-made answer from a real one.
+pub(crate) fn finish(
+    task: Task,
+    generated_text: &str,
+    size: (u32, u32),
+) -> Result<(TaskResult, String)> {
+    let result = post_process_generation(generated_text, task, size)?;
+    let text = render(&result);
+    Ok((result, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unparsable_located_answers_are_empty_and_text_answers_are_kept() {
+        // Location tokens missing: the reference's parser yields no boxes, not an error.
+        let (r, text) = finish(Task::Od, "</s><s>cat</s>", (10, 10)).unwrap();
+        assert_eq!(r.to_json(Task::Od)["<OD>"]["bboxes"], serde_json::json!([]));
+        assert_eq!(text, "");
+        let (r, text) = finish(Task::Caption, "</s><s>a cat</s>", (10, 10)).unwrap();
+        assert_eq!(r, TaskResult::Text("a cat".into()));
+        assert_eq!(text, "a cat");
+    }
+}

@@ -1,0 +1,163 @@
+//! The one sequence: image -> pixels -> DaViT + projector ([`Pipeline::encode_image`]), then prompt ->
+//! ids -> encoder -> decoder -> ids -> text -> answer ([`Pipeline::run_task`]).
+
+use crate::error::{Error, Result};
+use crate::gpu::Tensor;
+use crate::model::generate::Observer;
+use crate::pipeline::cancel::Cancel;
+use crate::pipeline::clock::Stopwatch;
+use crate::pipeline::image::{EncodedImage, Image, TaskInput};
+use crate::pipeline::observe::{Callbacks, Stage, TokenStreamer};
+use crate::pipeline::options::TaskOptions;
+use crate::pipeline::output::{finish, TaskOutput, Timings};
+use crate::pipeline::Pipeline;
+use crate::processor::prompt::parse_task_prompt;
+
+impl Pipeline {
+    /// Encode an image once: pixels, then DaViT + projector, the projected features kept on the GPU.
+    /// Every task run on the result skips those stages and gives exactly the answer it gives on the
+    /// image itself.
+    pub fn encode_image(&self, image: Image<'_>) -> Result<EncodedImage> {
+        self.encode_image_with(image, &|| false, &Callbacks::default())
+    }
+
+    fn encode_image_with(
+        &self,
+        image: Image<'_>,
+        cancel: &dyn Cancel,
+        cb: &Callbacks<'_>,
+    ) -> Result<EncodedImage> {
+        let gpu = self.model.gpu();
+        gpu.check()?;
+        cb.stage(Stage::Preprocess);
+        let t = Stopwatch::start();
+        let pre = &self.processor;
+        let px = image.pixels(pre, &self.limits)?;
+        let pixels = Tensor::from_f32(gpu, &[1, 3, pre.height, pre.width], &px.values, "pixels")?;
+        drop(px.values);
+        let preprocess_ms = t.ms();
+        check(cancel)?;
+
+        cb.stage(Stage::Vision);
+        let t = Stopwatch::start();
+        let features = self.model.encode_image(&pixels)?; // (1, N, D)
+        let vision_ms = t.ms_after_gpu(gpu)?;
+        Ok(EncodedImage {
+            features,
+            image_size: px.size,
+            owner: self.id,
+            preprocess_ms,
+            vision_ms,
+        })
+    }
+
+    /// Run one task (`prompt`: a task marker plus its input, e.g. `<OD>` or
+    /// `<CAPTION_TO_PHRASE_GROUNDING>two cats`) on an image or an [`EncodedImage`]. `options` override
+    /// the pipeline's generation defaults; `cancel` is asked before each GPU stage and before every decode
+    /// step (a cancelled task fails with [`Error::Cancelled`] and leaves the pipeline usable);
+    /// `callbacks` report stages and tokens. Async because each decode step awaits its readback;
+    /// natively [`Pipeline::run_task_blocking`] waits for it.
+    pub async fn run_task(
+        &self,
+        input: TaskInput<'_>,
+        prompt: &str,
+        options: &TaskOptions,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TaskOutput> {
+        // Everything that can be refused without the GPU, first.
+        let tp = parse_task_prompt(prompt)?;
+        let gen = options.resolve(&self.generation)?;
+        check(cancel)?;
+
+        let t = Stopwatch::start();
+        let ids = self.tokenizer.encode_prompt(&tp.encoder_text())?;
+        let tokenize_ms = t.ms();
+        let fresh;
+        let (image, reused) = match input {
+            TaskInput::Image(img) => {
+                fresh = self.encode_image_with(img, cancel, callbacks)?;
+                (&fresh, false)
+            }
+            TaskInput::Encoded(e) => {
+                if e.owner != self.id {
+                    return Err(Error::InvalidInput(
+                        "this EncodedImage was made by another model".into(),
+                    ));
+                }
+                (e, true)
+            }
+        };
+        check(cancel)?;
+        let gpu = self.model.gpu();
+        gpu.check()?;
+
+        callbacks.stage(Stage::Encoder);
+        let t = Stopwatch::start();
+        let enc = self.model.encode_prompt(&image.features, &ids)?; // (1, S, D) + cross K/V
+        let encoder_ms = t.ms_after_gpu(gpu)?;
+
+        callbacks.stage(Stage::Decode);
+        let t = Stopwatch::start();
+        let streamer = TokenStreamer::new(&self.tokenizer, callbacks.on_token);
+        let stop = || cancel.is_cancelled();
+        let push = |id| streamer.push(id);
+        let obs = Observer {
+            cancel: &stop,
+            on_token: &push,
+        };
+        let token_ids = self.model.generate(&enc, &gen, obs).await?;
+        drop(enc);
+        let decode_ms = t.ms_after_gpu(gpu)?;
+
+        callbacks.stage(Stage::Postprocess);
+        let t = Stopwatch::start();
+        let generated_text = self.tokenizer.decode(&token_ids, false)?;
+        let task = tp.task();
+        let (result, text) = finish(task, &generated_text, image.image_size)?;
+        let postprocess_ms = t.ms();
+        let (preprocess_ms, vision_ms) = if reused {
+            (tokenize_ms, 0.0)
+        } else {
+            (image.preprocess_ms + tokenize_ms, image.vision_ms)
+        };
+        Ok(TaskOutput {
+            task,
+            result,
+            text,
+            generated_text,
+            token_ids,
+            image_size: image.image_size,
+            reused_image: reused,
+            timings: Timings {
+                preprocess_ms,
+                vision_ms,
+                encoder_ms,
+                decode_ms,
+                postprocess_ms,
+            },
+        })
+    }
+
+    /// [`Pipeline::run_task`], blocking the calling thread until it is done (native; from an async
+    /// server, call it inside `spawn_blocking`).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run_task_blocking(
+        &self,
+        input: TaskInput<'_>,
+        prompt: &str,
+        options: &TaskOptions,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TaskOutput> {
+        pollster::block_on(self.run_task(input, prompt, options, cancel, callbacks))
+    }
+}
+
+fn check(cancel: &dyn Cancel) -> Result<()> {
+    if cancel.is_cancelled() {
+        Err(Error::Cancelled)
+    } else {
+        Ok(())
+    }
+}

@@ -1,0 +1,44 @@
+//! The settings a pipeline runs with, read from a model's JSON files.
+
+use crate::error::Result;
+use crate::model::config::Florence2Config;
+use crate::model::generate::GenerateOptions;
+use crate::pipeline::options::DEFAULT_MAX_NEW_TOKENS;
+use crate::processor::image::{ImageLimits, ImageProcessorConfig};
+use crate::processor::tokenizer::Florence2Tokenizer;
+
+/// Tokenizer, image processor, input limits and generation defaults of one model.
+pub struct Settings {
+    pub tokenizer: Florence2Tokenizer,
+    pub processor: ImageProcessorConfig,
+    pub limits: ImageLimits,
+    pub generation: GenerateOptions,
+}
+
+impl Settings {
+    /// From the model's files: `tokenizer.json`, and the optional `preprocessor_config.json` (else
+    /// Florence-2's processor) and `generation_config.json` (over config.json's settings, over
+    /// Florence-2's defaults: 3 beams, no-repeat-n-gram 3). Default limits, max 1024 new tokens.
+    pub fn from_files(
+        config: &Florence2Config,
+        tokenizer_json: &[u8],
+        preprocessor_json: Option<&[u8]>,
+        generation_json: Option<&[u8]>,
+    ) -> Result<Settings> {
+        let tokenizer = Florence2Tokenizer::from_json_bytes(tokenizer_json)?;
+        let processor = match preprocessor_json {
+            Some(b) => ImageProcessorConfig::from_json_bytes(b)?,
+            None => ImageProcessorConfig::default(),
+        };
+        let mut generation = GenerateOptions::from_config(config, DEFAULT_MAX_NEW_TOKENS);
+        if let Some(b) = generation_json {
+            generation = generation.with_generation_config(b)?;
+        }
+        Ok(Settings {
+            tokenizer,
+            processor,
+            limits: ImageLimits::default(),
+            generation,
+        })
+    }
+}
