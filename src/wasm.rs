@@ -10,10 +10,9 @@
 //!
 //! - `Florence2.load(source, options)` streams every safetensors file from `fetch()` into GPU buffers
 //!   ([`fetch`]), parses the JSON files, and builds the model (the same Rust model as natively).
-//! - `runTask(image, prompt, options)` mirrors `florence2 run` (src/bin/florence2.rs): prompt -> ids,
-//!   image -> pixels ([`image`]), encode, generate (the model's generation_config.json: beam search with 3
-//!   beams for Florence-2; `numBeams` overrides), decode with special tokens kept, post-process with
-//!   the original image size, render.
+//! - `runTask(image, prompt, options)` and `encodeImage(image)` are adapters over the library's
+//!   [`Pipeline`] (the same sequence as `florence2 run`): this file only reads JS options and images
+//!   ([`image`]) and writes the JS answer. `runTask` on an `EncodedImage` skips the vision tower.
 //! - Calls are queued FIFO ([`queue`]); wasm-bindgen methods cannot hold `&self` across an await, so the
 //!   state lives in an `Rc` that each call's future clones. A failed or aborted call leaves the model
 //!   usable (GPU state is per call). Errors reject with a JS `Error` whose `name` is [`Error::name`]
@@ -26,35 +25,35 @@ mod js;
 mod queue;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use js_sys::{Function, Promise};
+use js_sys::{Promise, Reflect};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, GpuOptions, Tensor};
+use crate::gpu::{Gpu, GpuOptions};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
-use crate::model::generate::{GenerateOptions, MAX_BEAMS};
+use crate::model::generate::MAX_BEAMS;
+use crate::pipeline::{
+    Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
+};
 use crate::postprocess::{post_process_generation, TaskResult};
-use crate::processor::image::{ImageLimits, ImageProcessorConfig};
+use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};
-use crate::processor::tokenizer::{Florence2Tokenizer, MAX_TOKENIZER_JSON_BYTES};
-use crate::render::render;
+use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
 use crate::weights::load::{CONFIG_FILE, INDEX_FILE, SINGLE_FILE};
 use crate::weights::{detect_layout, Assembler, CheckpointIndex, LoadOptions};
 
 pub use fetch::{Source, CACHE_NAME, PIECE_BYTES};
-use js::{
-    call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, perf_now, to_js,
-};
+use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
 
-/// The model card's `max_new_tokens` (also bounded by the decoder's position table).
-pub const DEFAULT_MAX_NEW_TOKENS: usize = 1024;
+pub use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
 /// Cap on the small JSON files (config, preprocessor/generation configs).
 const MAX_JSON_BYTES: u64 = 4 << 20;
 /// Largest safe integer of a JS number.
@@ -113,9 +112,10 @@ export type TaskResult = { [T in TaskMarker]: TaskResultOf<T> }[TaskMarker];
 
 /** Milliseconds spent per stage of one `runTask` call. */
 export interface TaskTimings {
-  /** Image read/decode + resize + normalise, prompt tokenization. */
+  /** Image read/decode + resize + normalise (none on an `EncodedImage`), prompt tokenization. */
   preprocess: number;
-  /** Recording and submitting the vision tower, projector and encoder (the GPU runs them asynchronously). */
+  /** Recording and submitting the vision tower (none on an `EncodedImage`), projector and encoder (the GPU
+   * runs them asynchronously). */
   encode: number;
   /** Decoding (greedy or beam search) until the last token was read back (includes waiting for the
    * encoder). */
@@ -177,6 +177,10 @@ export interface LoadOptions {
   limits?: LoadLimits;
 }
 
+export interface EncodeImageOptions {
+  signal?: AbortSignal;
+}
+
 export interface RunTaskOptions {
   /** Default 1024 (also bounded by the model's position table). */
   maxNewTokens?: number;
@@ -190,19 +194,14 @@ export interface RunTaskOptions {
 }
 "#;
 
-/// Everything a loaded model needs to run a task.
-struct Loaded {
-    model: Florence2,
-    tok: Florence2Tokenizer,
-    pre: ImageProcessorConfig,
-    gen: GenerateOptions,
-}
-
+/// The state shared by a model's calls.
 struct Inner {
     /// `None` once disposed.
-    loaded: RefCell<Option<Rc<Loaded>>>,
+    pipeline: RefCell<Option<Rc<Pipeline>>>,
+    /// The model's live `EncodedImage`s by id (an `EncodedImage` removes itself on `dispose()` or when
+    /// it is garbage-collected).
+    images: Rc<RefCell<HashMap<u32, Rc<EncodedImage>>>>,
     lock: Rc<queue::FifoLock>,
-    limits: ImageLimits,
     gpu: Arc<Gpu>,
 }
 
@@ -212,14 +211,69 @@ pub struct JsFlorence2 {
     inner: Rc<Inner>,
 }
 
+/// An image encoded once (`model.encodeImage(image)`): its vision features stay on the GPU and every
+/// `runTask` on it skips the vision tower. `dispose()` (or `using`) frees them.
+#[wasm_bindgen(js_name = EncodedImage)]
+pub struct JsEncodedImage {
+    id: u32,
+    size: (u32, u32),
+    images: Rc<RefCell<HashMap<u32, Rc<EncodedImage>>>>,
+}
+
+/// Ids of `EncodedImage`s (wasm is single-threaded).
+static NEXT_IMAGE_ID: AtomicU32 = AtomicU32::new(1);
+
+/// The JS property an `EncodedImage` is recognised by.
+const ENCODING_ID: &str = "encodingId";
+
+#[wasm_bindgen(js_class = EncodedImage)]
+impl JsEncodedImage {
+    /// Identifies this encoding (unique in the page).
+    #[wasm_bindgen(getter, js_name = encodingId)]
+    pub fn encoding_id(&self) -> u32 {
+        self.id
+    }
+
+    /// Width of the original image in pixels.
+    #[wasm_bindgen(getter)]
+    pub fn width(&self) -> u32 {
+        self.size.0
+    }
+
+    /// Height of the original image in pixels.
+    #[wasm_bindgen(getter)]
+    pub fn height(&self) -> u32 {
+        self.size.1
+    }
+
+    /// Free the GPU memory now; later `runTask` calls on it reject with `Florence2InputError`.
+    pub fn dispose(&self) {
+        self.images.borrow_mut().remove(&self.id);
+    }
+
+    /// Whether `dispose()` was called (or the model was disposed).
+    #[wasm_bindgen(getter)]
+    pub fn disposed(&self) -> bool {
+        !self.images.borrow().contains_key(&self.id)
+    }
+}
+
+impl Drop for JsEncodedImage {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.images.try_borrow_mut() {
+            m.remove(&self.id);
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Output<'a> {
     task: &'a str,
-    text: String,
+    text: &'a str,
     result: BTreeMap<&'a str, &'a TaskResult>,
-    generated_text: String,
-    token_ids: Vec<u32>,
+    generated_text: &'a str,
+    token_ids: &'a [u32],
     timings: Timings,
 }
 
@@ -242,21 +296,40 @@ impl JsFlorence2 {
         load_impl(&source, &options).await.map_err(|e| js_error(&e))
     }
 
-    /// Run one task on one image; resolves to `{task, text, result, generatedText, tokenIds, timings}`.
+    /// Run one task on an image or an `EncodedImage`; resolves to
+    /// `{task, text, result, generatedText, tokenIds, timings}`.
     #[wasm_bindgen(js_name = runTask, unchecked_return_type = "Promise<TaskOutput>")]
     pub fn run_task(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "ImageInput")] image: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ImageInput | EncodedImage")] image: JsValue,
         prompt: String,
         #[wasm_bindgen(unchecked_optional_param_type = "RunTaskOptions")] options: JsValue,
     ) -> Promise {
         let inner = self.inner.clone();
         // The model is taken now: a call made before `dispose()` completes.
-        let loaded = self.inner.loaded.borrow().clone();
+        let pipeline = self.inner.pipeline.borrow().clone();
         future_to_promise(async move {
-            let loaded = loaded.ok_or_else(|| js_error(&Error::Disposed))?;
-            run_impl(inner, loaded, image, prompt, options)
+            let pipeline = pipeline.ok_or_else(|| js_error(&Error::Disposed))?;
+            run_impl(inner, pipeline, image, prompt, options)
                 .await
+                .map_err(|e| js_error(&e))
+        })
+    }
+
+    /// Encode an image once for several tasks: resolves to an `EncodedImage` to pass to `runTask`.
+    #[wasm_bindgen(js_name = encodeImage, unchecked_return_type = "Promise<EncodedImage>")]
+    pub fn encode_image(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ImageInput")] image: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "EncodeImageOptions")] options: JsValue,
+    ) -> Promise {
+        let inner = self.inner.clone();
+        let pipeline = self.inner.pipeline.borrow().clone();
+        future_to_promise(async move {
+            let pipeline = pipeline.ok_or_else(|| js_error(&Error::Disposed))?;
+            encode_impl(inner, pipeline, image, options)
+                .await
+                .map(JsValue::from)
                 .map_err(|e| js_error(&e))
         })
     }
@@ -276,10 +349,11 @@ impl JsFlorence2 {
     /// Release the GPU memory (the device is destroyed once the calls made before `dispose()` have
     /// settled). Later calls reject with `Florence2DisposedError`.
     pub fn dispose(&self) {
-        let Some(loaded) = self.inner.loaded.borrow_mut().take() else {
+        let Some(pipeline) = self.inner.pipeline.borrow_mut().take() else {
             return;
         };
-        drop(loaded);
+        drop(pipeline);
+        self.inner.images.borrow_mut().clear();
         let inner = self.inner.clone();
         // Destroy the device after every call queued before this one has settled.
         wasm_bindgen_futures::spawn_local(async move {
@@ -291,7 +365,7 @@ impl JsFlorence2 {
     /// Whether `dispose()` was called.
     #[wasm_bindgen(getter)]
     pub fn disposed(&self) -> bool {
-        self.inner.loaded.borrow().is_none()
+        self.inner.pipeline.borrow().is_none()
     }
 
     /// The GPU adapter in use (name, backend, limits).
@@ -327,22 +401,15 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         .read_small("tokenizer.json", true, MAX_TOKENIZER_JSON_BYTES as u64)
         .await?
         .unwrap_or_default();
-    let tok = Florence2Tokenizer::from_json_bytes(&tok)?;
-    let pre = match f
+    let pre = f
         .read_small("preprocessor_config.json", false, MAX_JSON_BYTES)
-        .await?
-    {
-        Some(b) => ImageProcessorConfig::from_json_bytes(&b)?,
-        None => ImageProcessorConfig::default(),
-    };
-    let mut gen = GenerateOptions::from_config(&cfg, DEFAULT_MAX_NEW_TOKENS);
-    if let Some(b) = f
+        .await?;
+    let gen = f
         .read_small("generation_config.json", false, MAX_JSON_BYTES)
-        .await?
-    {
-        gen = gen.with_generation_config(&b)?;
-    }
-    gen.check_ids(cfg.text.vocab_size)?;
+        .await?;
+    let mut settings = Settings::from_files(&cfg, &tok, pre.as_deref(), gen.as_deref())?;
+    settings.limits = limits;
+    drop(tok);
 
     let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
     match f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {
@@ -366,141 +433,134 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     f.progress("ready", "", 0, 0, false);
     Ok(JsFlorence2 {
         inner: Rc::new(Inner {
-            loaded: RefCell::new(Some(Rc::new(Loaded {
-                model,
-                tok,
-                pre,
-                gen,
-            }))),
+            pipeline: RefCell::new(Some(Rc::new(Pipeline::new(model, settings)))),
+            images: Rc::new(RefCell::new(HashMap::new())),
             lock: Rc::new(queue::FifoLock::default()),
-            limits,
             gpu,
         }),
     })
 }
 
-/// Streams token texts to `onToken`: each call gets the text the new token adds to the decoded
-/// sequence (empty while a multi-byte character is incomplete).
-struct TokenStreamer<'a> {
-    tok: &'a Florence2Tokenizer,
-    f: Option<Function>,
-    ids: RefCell<Vec<u32>>,
-    emitted: RefCell<usize>,
+/// An `AbortSignal` as the pipeline's cancel check; a cancellation becomes `AbortError`.
+fn aborted(e: Error, what: &str) -> Error {
+    match e {
+        Error::Cancelled => Error::Aborted(format!("{what}: aborted")),
+        e => e,
+    }
 }
 
-impl TokenStreamer<'_> {
-    fn push(&self, id: u32) {
-        let Some(f) = &self.f else { return };
-        let piece = {
-            let mut ids = self.ids.borrow_mut();
-            ids.push(id);
-            let text = self.tok.decode(&ids, false).unwrap_or_default();
-            let mut emitted = self.emitted.borrow_mut();
-            if text.ends_with('\u{FFFD}') || text.len() < *emitted {
-                String::new()
-            } else {
-                let piece = text.get(*emitted..).unwrap_or_default().to_owned();
-                *emitted = text.len();
-                piece
-            }
-        };
-        call2(f, &JsValue::from_str(&piece), &JsValue::from(id));
+/// The `EncodedImage` `value` refers to, `None` when it is not one; an error when it was disposed or
+/// belongs to another model.
+fn encoded_of(inner: &Inner, value: &JsValue) -> Result<Option<Rc<EncodedImage>>> {
+    if !value.is_object() {
+        return Ok(None);
     }
+    let id = match Reflect::get(value, &JsValue::from_str(ENCODING_ID)) {
+        Ok(v) => match v.as_f64() {
+            Some(id) => id,
+            None => return Ok(None),
+        },
+        // The getter throws once the object was freed (`[Symbol.dispose]` / `free()`).
+        Err(_) => return Err(Error::InvalidInput("the EncodedImage was disposed".into())),
+    };
+    let found = inner.images.borrow().get(&(id as u32)).cloned();
+    found.map(Some).ok_or_else(|| {
+        Error::InvalidInput("the EncodedImage was disposed or was made by another model".into())
+    })
+}
+
+async fn encode_impl(
+    inner: Rc<Inner>,
+    pipeline: Rc<Pipeline>,
+    image: JsValue,
+    options: JsValue,
+) -> Result<JsEncodedImage> {
+    let signal = opt_signal(&options, "signal")?;
+    let abort = || check_signal(signal.as_ref(), "encodeImage");
+    abort()?;
+    let _guard = inner.lock.acquire().await;
+    abort()?;
+    let js = image::image_from_js(&image, pipeline.limits(), &abort).await?;
+    abort()?;
+    let encoded = pipeline.encode_image(js.as_image())?;
+    let id = NEXT_IMAGE_ID.fetch_add(1, Ordering::Relaxed);
+    let size = encoded.image_size();
+    inner.images.borrow_mut().insert(id, Rc::new(encoded));
+    Ok(JsEncodedImage {
+        id,
+        size,
+        images: inner.images.clone(),
+    })
 }
 
 async fn run_impl(
     inner: Rc<Inner>,
-    loaded: Rc<Loaded>,
+    pipeline: Rc<Pipeline>,
     image: JsValue,
     prompt: String,
     options: JsValue,
 ) -> Result<JsValue> {
-    let t0 = perf_now();
     let signal = opt_signal(&options, "signal")?;
     let abort = || check_signal(signal.as_ref(), "runTask");
-    let max_new = opt_uint(&options, "maxNewTokens", MAX_SAFE)?
-        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-        .unwrap_or(DEFAULT_MAX_NEW_TOKENS);
-    let num_beams = opt_uint(&options, "numBeams", MAX_BEAMS as f64)?;
+    let opts = TaskOptions {
+        max_new_tokens: opt_uint(&options, "maxNewTokens", MAX_SAFE)?
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        num_beams: opt_uint(&options, "numBeams", MAX_BEAMS as f64)?.map(|n| n as usize),
+        ..TaskOptions::default()
+    };
     let on_token = opt_fn(&options, "onToken")?;
-    let tp = parse_task_prompt(&prompt)?;
+    let encoded = encoded_of(&inner, &image)?;
+    parse_task_prompt(&prompt)?;
     abort()?;
 
     // One call at a time, in call order.
     let _guard = inner.lock.acquire().await;
     abort()?;
-    let gpu = loaded.model.gpu().clone();
-    gpu.check()?;
 
-    let t1 = perf_now();
-    let px = image::pixels_from_js(&image, &loaded.pre, &inner.limits, &abort).await?;
-    let pre = &loaded.pre;
-    let pixels = Tensor::from_f32(&gpu, &[1, 3, pre.height, pre.width], &px.values, "pixels")?;
-    drop(px.values);
-    let ids = loaded.tok.encode_prompt(&tp.encoder_text())?;
-    let t2 = perf_now();
+    let t = Stopwatch::start();
+    let js = match encoded {
+        Some(_) => None,
+        None => Some(image::image_from_js(&image, pipeline.limits(), &abort).await?),
+    };
+    let read_ms = t.ms();
     abort()?;
-
-    let enc = loaded.model.encode(&pixels, &ids)?;
-    let t3 = perf_now();
-    let mut gen = loaded.gen.clone();
-    gen.max_new_tokens = max_new;
-    if let Some(n) = num_beams {
-        gen.num_beams = n as usize;
-    }
-    gen.validate()?;
+    let input = match (&encoded, &js) {
+        (Some(e), _) => TaskInput::Encoded(e),
+        (None, Some(js)) => TaskInput::Image(js.as_image()),
+        (None, None) => return Err(Error::InvalidInput("no image".into())),
+    };
     let cancel = || signal.as_ref().is_some_and(|s| s.aborted());
-    let streamer = TokenStreamer {
-        tok: &loaded.tok,
-        f: on_token,
-        ids: RefCell::new(Vec::new()),
-        emitted: RefCell::new(0),
-    };
-    let token_ids = if gen.num_beams <= 1 {
-        // Greedy: every token is final as soon as it is chosen, so it streams.
-        loaded
-            .model
-            .generate_greedy_observed_async(&enc, &gen, &cancel, &|t| streamer.push(t))
-            .await
-    } else {
-        // Beam search: the tokens are known when the search ends.
-        let ids = loaded.model.generate_async(&enc, &gen, &cancel).await;
-        if let Ok(ids) = &ids {
-            for &t in ids.iter().skip(1) {
-                streamer.push(t);
-            }
+    let emit = |piece: &str, id: u32| {
+        if let Some(f) = &on_token {
+            call2(f, &JsValue::from_str(piece), &JsValue::from(id));
         }
-        ids
-    }
-    .map_err(|e| match e {
-        Error::Cancelled => Error::Aborted("runTask: generation was aborted".into()),
-        e => e,
-    })?;
-    drop(enc);
-    gpu.check()?;
-    let t4 = perf_now();
-
-    let generated_text = loaded.tok.decode(&token_ids, false)?;
-    let task = tp.task();
-    let result = post_process_generation(&generated_text, task, px.size)?;
-    let text = render(&result);
-    let mut map = BTreeMap::new();
-    map.insert(task.marker(), &result);
-    let _ = t0;
-    let out = Output {
-        task: task.marker(),
-        text,
-        result: map,
-        generated_text,
-        token_ids,
-        timings: Timings {
-            preprocess: t2 - t1,
-            encode: t3 - t2,
-            decode: t4 - t3,
-            total: perf_now() - t1,
-        },
     };
-    to_js(&out)
+    let callbacks = Callbacks {
+        on_stage: None,
+        on_token: Some(&emit),
+    };
+    let out = pipeline
+        .run_task(input, &prompt, &opts, &cancel, &callbacks)
+        .await
+        .map_err(|e| aborted(e, "runTask"))?;
+    drop(js);
+
+    let t = &out.timings;
+    let mut result = BTreeMap::new();
+    result.insert(out.task.marker(), &out.result);
+    to_js(&Output {
+        task: out.task.marker(),
+        text: &out.text,
+        result,
+        generated_text: &out.generated_text,
+        token_ids: &out.token_ids,
+        timings: Timings {
+            preprocess: read_ms + t.preprocess_ms,
+            encode: t.vision_ms + t.encoder_ms,
+            decode: t.decode_ms,
+            total: read_ms + t.total_ms(),
+        },
+    })
 }
 
 fn post_process_impl(text: &str, task: &str, width: u32, height: u32) -> Result<JsValue> {

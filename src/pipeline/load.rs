@@ -1,29 +1,15 @@
-//! Native loading of a model directory into a [`Pipeline`].
+//! Native loading of a model directory into a [`Pipeline`] (every file through the byte-capped reader).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::files::{read_capped, read_capped_opt, MAX_JSON_FILE};
 use crate::gpu::Gpu;
 use crate::model::florence2::Florence2;
 use crate::pipeline::{Pipeline, Settings};
+use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
 use crate::weights;
-
-fn read(dir: &Path, name: &str) -> Result<Vec<u8>> {
-    let path = dir.join(name);
-    std::fs::read(&path).map_err(|e| Error::FileRead {
-        file: path.display().to_string(),
-        msg: e.to_string(),
-    })
-}
-
-fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>> {
-    if dir.join(name).exists() {
-        read(dir, name).map(Some)
-    } else {
-        Ok(None)
-    }
-}
 
 impl Pipeline {
     /// Load `dir`: config.json, the weights (`model.safetensors` or an index + shards, any supported
@@ -33,9 +19,9 @@ impl Pipeline {
         let (cfg, weights) = weights::load_dir(gpu, dir)?;
         let settings = Settings::from_files(
             &cfg,
-            &read(dir, "tokenizer.json")?,
-            read_optional(dir, "preprocessor_config.json")?.as_deref(),
-            read_optional(dir, "generation_config.json")?.as_deref(),
+            &read_capped(&dir.join("tokenizer.json"), MAX_TOKENIZER_JSON_BYTES as u64)?,
+            read_capped_opt(&dir.join("preprocessor_config.json"), MAX_JSON_FILE)?.as_deref(),
+            read_capped_opt(&dir.join("generation_config.json"), MAX_JSON_FILE)?.as_deref(),
         )?;
         let model = Florence2::new(gpu, cfg, &weights)?;
         drop(weights);

@@ -18,7 +18,7 @@ pub struct Settings {
 impl Settings {
     /// From the model's files: `tokenizer.json`, and the optional `preprocessor_config.json` (else
     /// Florence-2's processor) and `generation_config.json` (over config.json's settings, over
-    /// Florence-2's defaults: 3 beams, no-repeat-n-gram 3). Default limits, max 1024 new tokens.
+    /// Florence-2's defaults: 3 beams, no-repeat-n-gram 3). Default limits, max 1024 new tokens; the generation ids are checked against the vocabulary.
     pub fn from_files(
         config: &Florence2Config,
         tokenizer_json: &[u8],
@@ -34,6 +34,7 @@ impl Settings {
         if let Some(b) = generation_json {
             generation = generation.with_generation_config(b)?;
         }
+        generation.check_ids(config.text.vocab_size)?;
         Ok(Settings {
             tokenizer,
             processor,

@@ -1,5 +1,5 @@
-//! JS images to `pixel_values`. A `Blob` (an image file's bytes) goes through our own PNG/JPEG decoder,
-//! exactly as the native CLI decodes a file (same pixels, so the same answers). Decoded images
+//! JS images to the pipeline's [`Image`]. A `Blob` (an image file's bytes) goes through our own PNG/JPEG
+//! decoder in the pipeline, exactly as the native CLI decodes a file (same pixels, so the same answers). Decoded images
 //! (`ImageData`, `ImageBitmap`, `HTMLImageElement`, `HTMLCanvasElement`, `OffscreenCanvas`) are read as
 //! RGBA8 (drawn onto an `OffscreenCanvas` where needed) and composited onto white like a transparent file.
 
@@ -12,15 +12,35 @@ use web_sys::{
 };
 
 use crate::error::{Error, Result};
-use crate::processor::image::{
-    decode_image, preprocess, preprocess_rgba, ImageLimits, ImageProcessorConfig,
-};
+use crate::pipeline::Image;
+use crate::processor::image::ImageLimits;
 use crate::wasm::js::describe_js;
 
-/// Preprocessed pixels (1, 3, H, W) and the original image size (width, height).
-pub struct Pixels {
-    pub values: Vec<f32>,
-    pub size: (u32, u32),
+/// A JS image read into wasm memory: a file's bytes or decoded RGBA8 pixels.
+pub enum JsImage {
+    File(Vec<u8>),
+    Rgba {
+        data: Vec<u8>,
+        width: u32,
+        height: u32,
+    },
+}
+
+impl JsImage {
+    pub fn as_image(&self) -> Image<'_> {
+        match self {
+            JsImage::File(bytes) => Image::Encoded(bytes),
+            JsImage::Rgba {
+                data,
+                width,
+                height,
+            } => Image::Rgba {
+                data,
+                width: *width,
+                height: *height,
+            },
+        }
+    }
 }
 
 fn js_img_err(what: &str, e: &JsValue) -> Error {
@@ -48,13 +68,13 @@ fn check_pixels(w: u32, h: u32, limits: &ImageLimits) -> Result<()> {
     Ok(())
 }
 
-/// Read any supported JS image. `abort` is checked after every await.
-pub async fn pixels_from_js(
+/// Read any supported JS image (the pipeline decodes and preprocesses it). `abort` is checked after
+/// every await.
+pub async fn image_from_js(
     img: &JsValue,
-    pre: &ImageProcessorConfig,
     limits: &ImageLimits,
     abort: &dyn Fn() -> Result<()>,
-) -> Result<Pixels> {
+) -> Result<JsImage> {
     if let Some(blob) = img.dyn_ref::<Blob>() {
         if blob.size() > limits.max_alloc_bytes as f64 {
             return Err(Error::Image(format!(
@@ -67,21 +87,15 @@ pub async fn pixels_from_js(
             .await
             .map_err(|e| js_img_err("reading the Blob", &e))?;
         abort()?;
-        let bytes = Uint8Array::new(&buf).to_vec();
-        let rgb = decode_image(&bytes, limits)?;
-        drop(bytes);
-        let size = (rgb.width(), rgb.height());
-        let values = preprocess(&rgb, pre)?;
-        return Ok(Pixels { values, size });
+        return Ok(JsImage::File(Uint8Array::new(&buf).to_vec()));
     }
     if let Some(data) = img.dyn_ref::<ImageData>() {
         let (w, h) = (data.width(), data.height());
         check_pixels(w, h, limits)?;
-        let raw = data.data().0;
-        let values = preprocess_rgba(&raw, w, h, pre, limits)?;
-        return Ok(Pixels {
-            values,
-            size: (w, h),
+        return Ok(JsImage::Rgba {
+            data: data.data().0,
+            width: w,
+            height: h,
         });
     }
     // Drawables: size first (the pixel limit is checked before anything is allocated).
@@ -127,10 +141,9 @@ pub async fn pixels_from_js(
     let data = ctx
         .get_image_data(0.0, 0.0, f64::from(w), f64::from(h))
         .map_err(|e| js_img_err("getImageData (a cross-origin image taints the canvas)", &e))?;
-    let raw = data.data().0;
-    let values = preprocess_rgba(&raw, w, h, pre, limits)?;
-    Ok(Pixels {
-        values,
-        size: (w, h),
+    Ok(JsImage::Rgba {
+        data: data.data().0,
+        width: w,
+        height: h,
     })
 }

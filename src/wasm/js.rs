@@ -1,4 +1,4 @@
-//! Small JS interop helpers of the facade: errors both ways, option lookups, the clock, serialization.
+//! Small JS interop helpers of the facade: errors both ways, option lookups, serialization.
 
 use js_sys::{Function, Object, Reflect};
 use serde::Serialize;
@@ -7,13 +7,6 @@ use wasm_bindgen::JsCast;
 use web_sys::AbortSignal;
 
 use crate::error::{Error, Result};
-
-#[wasm_bindgen]
-extern "C" {
-    /// `performance.now()` (windows and workers).
-    #[wasm_bindgen(js_namespace = performance, js_name = now)]
-    pub fn perf_now() -> f64;
-}
 
 /// A JS `Error` whose `name` is [`Error::name`] and whose `message` is the error's text.
 pub fn js_error(e: &Error) -> JsValue {

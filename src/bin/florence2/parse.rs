@@ -1,0 +1,70 @@
+//! `florence2 parse`: post-process a raw generation without a model.
+
+use clap::Args;
+use florence2_wasm::files;
+use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::processor::prompt::{parse_task_prompt, Task};
+use florence2_wasm::render::render;
+
+use super::{print_json, Failure};
+
+#[derive(Args, Debug)]
+pub struct ParseArgs {
+    /// A marker (<OD>), a name (OD) or a whole prompt ('<OPEN_VOCABULARY_DETECTION>cat')
+    #[arg(long, value_name = "TASK", value_parser = parse_task)]
+    task: Task,
+    /// The original image size, W,H (or WxH), both positive
+    #[arg(long, value_name = "W,H", value_parser = parse_image_size)]
+    image_size: (u32, u32),
+    /// The raw generation; '-' reads it from stdin
+    #[arg(long, value_name = "RAW", allow_hyphen_values = true)]
+    text: String,
+    /// Print {"task", "result", "text"} as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_task(s: &str) -> Result<Task, String> {
+    match s.parse::<Task>() {
+        Ok(task) => Ok(task),
+        Err(e) => parse_task_prompt(s)
+            .map(|p| p.task())
+            .map_err(|_| e.to_string()),
+    }
+}
+
+/// `W,H` (or `WxH`) with both positive.
+pub fn parse_image_size(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("takes W,H (positive integers), got {s:?}");
+    let (w, h) = s.split_once([',', 'x']).ok_or_else(bad)?;
+    let w: u32 = w.trim().parse().map_err(|_| bad())?;
+    let h: u32 = h.trim().parse().map_err(|_| bad())?;
+    if w == 0 || h == 0 {
+        return Err(bad());
+    }
+    Ok((w, h))
+}
+
+pub fn parse_cmd(a: ParseArgs) -> Result<(), Failure> {
+    let raw = if a.text == "-" {
+        // Capped like every file the CLI reads (a generation is a few KB).
+        let bytes = files::read_stream_capped(std::io::stdin(), "stdin", files::MAX_JSON_FILE)?;
+        String::from_utf8(bytes).map_err(|e| Failure::Run(format!("stdin is not UTF-8: {e}")))?
+    } else {
+        a.text
+    };
+    let result = post_process_generation(&raw, a.task, a.image_size)?;
+    let text = render(&result);
+    if a.json {
+        print_json(&serde_json::json!({
+            "task": a.task.marker(),
+            "result": result.to_json(a.task),
+            "text": text,
+        }))
+    } else {
+        if !text.is_empty() {
+            println!("{text}");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,187 @@
+//! `florence2 run`: load a model directory into a [`Pipeline`], encode the image once, run each task on
+//! it, print the answers.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use florence2_wasm::files;
+use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
+use florence2_wasm::pipeline::{
+    Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
+};
+use florence2_wasm::processor::prompt::parse_task_prompt;
+
+use super::{print_json, Failure};
+
+/// Decoding settings default to the model's generation_config.json (Florence-2: 3 beams,
+/// no-repeat-n-gram 3), overridable; max 1024 new tokens.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Model directory: config.json, model.safetensors (or index + shards), tokenizer.json, optional
+    /// preprocessor_config.json and generation_config.json
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// PNG or JPEG image
+    #[arg(long, value_name = "FILE")]
+    image: PathBuf,
+    /// Task prompt, e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats'; repeat to run several tasks
+    /// on one image (encoded once; --json then prints an array)
+    #[arg(long = "task", value_name = "PROMPT", required = true)]
+    tasks: Vec<String>,
+    /// Text input appended to the task prompt; give it once per --task when repeating (may be '')
+    #[arg(long = "text", value_name = "INPUT", allow_hyphen_values = true)]
+    texts: Vec<String>,
+    /// New tokens after the decoder start token [default: 1024]
+    #[arg(long, value_name = "N")]
+    max_new_tokens: Option<usize>,
+    /// Beam width; 1 is greedy decoding
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=MAX_BEAMS as i64))]
+    num_beams: Option<u16>,
+    /// Ban repeating n-grams of this size (0 = off)
+    #[arg(long, value_name = "N")]
+    no_repeat_ngram_size: Option<usize>,
+    /// Beam search stopping rule
+    #[arg(long, value_name = "true|false|never", value_parser = parse_early_stopping)]
+    early_stopping: Option<EarlyStopping>,
+    /// Exponent of the length dividing a finished beam's score
+    #[arg(long, value_name = "X", allow_negative_numbers = true, value_parser = parse_finite)]
+    length_penalty: Option<f32>,
+    /// Print JSON (one object; an array with several --task)
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
+    s.parse::<EarlyStopping>().map_err(|e| e.to_string())
+}
+
+fn parse_finite(s: &str) -> Result<f32, String> {
+    s.parse::<f32>()
+        .ok()
+        .filter(|p| p.is_finite())
+        .ok_or_else(|| format!("takes a finite number, got {s:?}"))
+}
+
+impl RunArgs {
+    /// The prompts: each `--task` with its `--text` (none, or one per task).
+    fn prompts(&self) -> Result<Vec<String>, Failure> {
+        let texts: Vec<&str> = match self.texts.len() {
+            0 => vec![""; self.tasks.len()],
+            n if n == self.tasks.len() => self.texts.iter().map(String::as_str).collect(),
+            n => {
+                return Err(Failure::Usage(format!(
+                    "--text given {n} times for {} --task; give it once per --task (or not at all)",
+                    self.tasks.len()
+                )))
+            }
+        };
+        let prompts: Vec<String> = self
+            .tasks
+            .iter()
+            .zip(texts)
+            .map(|(t, x)| format!("{t}{x}"))
+            .collect();
+        for p in &prompts {
+            parse_task_prompt(p).map_err(|e| Failure::Usage(format!("--task {p:?}: {e}")))?;
+        }
+        Ok(prompts)
+    }
+
+    fn options(&self) -> TaskOptions {
+        TaskOptions {
+            max_new_tokens: self.max_new_tokens,
+            num_beams: self.num_beams.map(usize::from),
+            no_repeat_ngram_size: self.no_repeat_ngram_size,
+            early_stopping: self.early_stopping,
+            length_penalty: self.length_penalty,
+        }
+    }
+}
+
+pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
+    let prompts = a.prompts()?;
+    let options = a.options();
+
+    let t = Stopwatch::start();
+    let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+    let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
+    let load_ms = t.ms();
+
+    let bytes = files::read_capped(&a.image, pipeline.limits().max_alloc_bytes)?;
+    let image = pipeline.encode_image(Image::Encoded(&bytes))?;
+    drop(bytes);
+
+    let mut outputs = Vec::with_capacity(prompts.len());
+    for prompt in &prompts {
+        let out = pipeline.run_task_blocking(
+            (&image).into(),
+            prompt,
+            &options,
+            &NeverCancel,
+            &Callbacks::default(),
+        )?;
+        outputs.push(out);
+    }
+
+    let several = outputs.len() > 1;
+    if a.json {
+        let objects: Vec<serde_json::Value> = outputs
+            .iter()
+            .enumerate()
+            .map(|(i, out)| {
+                let (pre, vision) = if i == 0 {
+                    (image.preprocess_ms(), image.vision_ms())
+                } else {
+                    (0.0, 0.0)
+                };
+                json_of(out, load_ms, pre, vision)
+            })
+            .collect();
+        match (several, objects.first()) {
+            (false, Some(only)) => print_json(only),
+            _ => print_json(&serde_json::Value::Array(objects)),
+        }
+    } else {
+        for (i, out) in outputs.iter().enumerate() {
+            if several {
+                println!("{}", out.task.marker());
+            }
+            println!("{}", out.text);
+            let t = &out.timings;
+            let (pre, vision) = if i == 0 {
+                (image.preprocess_ms(), image.vision_ms())
+            } else {
+                (0.0, 0.0)
+            };
+            eprintln!(
+                "{} tokens; load {load_ms:.0} ms, preprocess {:.0} ms, vision {vision:.0} ms, \
+                 encoder {:.0} ms, decode {:.0} ms",
+                out.token_ids.len(),
+                t.preprocess_ms + pre,
+                t.encoder_ms,
+                t.decode_ms
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `{"task", "generated_text", "token_ids", "timings_ms", "result", "text"}` of one task; `pre_ms` and
+/// `vision_ms` are the image's own stages (counted in the first task of a run).
+fn json_of(out: &TaskOutput, load_ms: f64, pre_ms: f64, vision_ms: f64) -> serde_json::Value {
+    serde_json::json!({
+        "task": out.task.marker(),
+        "generated_text": out.generated_text,
+        "token_ids": out.token_ids,
+        "timings_ms": {
+            "load": load_ms,
+            "preprocess": out.timings.preprocess_ms + pre_ms,
+            "vision": vision_ms,
+            "encoder": out.timings.encoder_ms,
+            "decode": out.timings.decode_ms,
+        },
+        "result": out.result_json(),
+        "text": out.text,
+    })
+}
