@@ -176,7 +176,7 @@ impl Florence2 {
             )?;
         }
         if placeholders.is_empty() {
-            rec.copy_range(&image, 0, &embeds, 0, n_img as u64 * row)?;
+            rec.copy_range(image, 0, &embeds, 0, n_img as u64 * row)?;
         } else {
             // Scatter feature rows onto the placeholder positions, one copy per contiguous run.
             let mut k = 0;
@@ -187,7 +187,7 @@ impl Florence2 {
                     run += 1;
                 }
                 rec.copy_range(
-                    &image,
+                    image,
                     k as u64 * row,
                     &embeds,
                     placeholders[k] as u64 * row,

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
 pub use image::{EncodedImage, Image, TaskInput};
-pub use observe::{Callbacks, Stage};
+pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{TaskOutput, Timings};
 pub use settings::Settings;

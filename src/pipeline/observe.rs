@@ -32,6 +32,9 @@ impl Stage {
     }
 }
 
+/// A token callback: the text a token adds to the answer, and its id.
+pub type OnToken<'a> = &'a dyn Fn(&str, u32);
+
 /// Callbacks of one task; both optional. They run on the task's thread.
 #[derive(Clone, Copy, Default)]
 pub struct Callbacks<'a> {
@@ -41,7 +44,7 @@ pub struct Callbacks<'a> {
     /// decoded answer (empty while a multi-byte character is incomplete) and its id: as each token is
     /// chosen with greedy decoding, in order at the end with beam search (whose tokens are only final
     /// then).
-    pub on_token: Option<&'a dyn Fn(&str, u32)>,
+    pub on_token: Option<OnToken<'a>>,
 }
 
 impl Callbacks<'_> {
@@ -55,13 +58,13 @@ impl Callbacks<'_> {
 /// Turns ids into the text each one adds (decoding with special tokens kept, as the answer is).
 pub(crate) struct TokenStreamer<'a> {
     tok: &'a Florence2Tokenizer,
-    on_token: Option<&'a dyn Fn(&str, u32)>,
+    on_token: Option<OnToken<'a>>,
     ids: RefCell<Vec<u32>>,
     emitted: RefCell<usize>,
 }
 
 impl<'a> TokenStreamer<'a> {
-    pub fn new(tok: &'a Florence2Tokenizer, on_token: Option<&'a dyn Fn(&str, u32)>) -> Self {
+    pub fn new(tok: &'a Florence2Tokenizer, on_token: Option<OnToken<'a>>) -> Self {
         TokenStreamer {
             tok,
             on_token,
