@@ -6,6 +6,7 @@
 //! florence2 run --model DIR --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
+//! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
 //!
@@ -24,6 +25,7 @@
 
 mod parse;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,8 @@ pub enum Command {
     Parse(parse::ParseArgs),
     /// Run the model on an image: one or several tasks (the image is encoded once).
     Run(run::RunArgs),
+    /// OpenAI-compatible HTTP server (POST /v1/chat/completions, GET /v1/models, /health, /metrics).
+    Serve(serve::ServeArgs),
 }
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
@@ -62,6 +66,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Parse(a) => parse::parse_cmd(a),
         Command::Run(a) => run::run_cmd(a),
+        Command::Serve(a) => serve::main(a).map_err(Failure::Run),
     }
 }
 

@@ -1,0 +1,477 @@
+//! The chat-completions request: parsing and validation of the OpenAI shape, before anything is queued.
+//!
+//! A request is a JSON object with `messages` (the task prompt is the text of the last `user` message; the
+//! image is the one `image_url` part among all messages), optional `model`, `max_tokens` (or
+//! `max_completion_tokens`), `n` (1 only), `stream`, `stream_options.include_usage` and the extension
+//! `num_beams`. Sampling parameters (`temperature`, `top_p`, ...) are accepted and ignored: Florence-2
+//! decodes deterministically (greedy or beam search). Every failure is a 400 naming the parameter.
+//!
+//! Images are `data:image/png;base64,...` or `data:image/jpeg;base64,...` URLs. The declared media type,
+//! the encoded size (computed from the base64 length, before decoding it) and the decoded byte count are
+//! checked here; the pixel count is checked from the image header before the pixels are decoded
+//! (`decode_image` with [`ImageLimits`]). Remote `http(s)` URLs are refused (this server never fetches), as
+//! are `file:` and every other scheme.
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use florence2_wasm::model::generate::MAX_BEAMS;
+use florence2_wasm::processor::prompt::{parse_task_prompt, TaskPrompt};
+
+use super::error::{excerpt, ApiError};
+
+/// Limits applied to every request.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestLimits {
+    /// Largest decoded image, in bytes.
+    pub max_image_bytes: usize,
+    /// Largest `max_tokens` (the model's decoder positions minus the start token).
+    pub max_new_tokens: usize,
+}
+
+/// A validated chat-completions request.
+#[derive(Debug)]
+pub struct ChatRequest {
+    pub prompt: TaskPrompt,
+    /// The encoded image (PNG or JPEG bytes); pixel limits are checked when it is decoded.
+    pub image: Vec<u8>,
+    pub max_tokens: Option<usize>,
+    pub num_beams: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// An optional positive integer field (`null` = absent).
+fn opt_count(body: &Value, key: &str, max: usize) -> Result<Option<usize>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            let n = v.as_u64().ok_or_else(|| {
+                ApiError::invalid(
+                    key,
+                    format!("{key} must be a positive integer, got {}", type_name_or(v)),
+                )
+            })?;
+            if n == 0 {
+                return Err(ApiError::invalid(key, format!("{key} must be at least 1")));
+            }
+            if n > max as u64 {
+                return Err(ApiError::invalid(
+                    key,
+                    format!("{key} is {n}; this model accepts at most {max}"),
+                ));
+            }
+            Ok(Some(n as usize))
+        }
+    }
+}
+
+/// `a number 1.5`, `a string "x"`, ... for error messages (bounded).
+fn type_name_or(v: &Value) -> String {
+    match v {
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("the string {}", excerpt(s)),
+        other => type_name(other).to_string(),
+    }
+}
+
+fn opt_bool(v: Option<&Value>, key: &str) -> Result<bool, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(ApiError::invalid(
+            key,
+            format!("{key} must be a boolean, got {}", type_name(other)),
+        )),
+    }
+}
+
+/// Parse and validate a request body (already size-checked).
+pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRequest, ApiError> {
+    let body: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
+    if !body.is_object() {
+        return Err(ApiError::bad_json(format!(
+            "the request body must be a JSON object, got {}",
+            type_name(&body)
+        )));
+    }
+    if let Some(m) = body.get("model") {
+        if !m.is_string() && !m.is_null() {
+            return Err(ApiError::invalid(
+                "model",
+                format!("model must be a string, got {}", type_name(m)),
+            ));
+        }
+    }
+    match body.get("n") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_u64() == Some(1) => {}
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "n",
+                format!(
+                    "n must be 1 (one answer per request), got {}",
+                    type_name_or(v)
+                ),
+            ))
+        }
+    }
+    let max_tokens = match opt_count(&body, "max_completion_tokens", limits.max_new_tokens)? {
+        Some(n) => Some(n),
+        None => opt_count(&body, "max_tokens", limits.max_new_tokens)?,
+    };
+    let num_beams = opt_count(&body, "num_beams", MAX_BEAMS)?;
+    let stream = opt_bool(body.get("stream"), "stream")?;
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => opt_bool(o.get("include_usage"), "stream_options.include_usage")?,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("stream_options must be an object, got {}", type_name(other)),
+            ))
+        }
+    };
+
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid("messages", "messages must not be empty"))
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("messages must be an array, got {}", type_name(other)),
+            ))
+        }
+        None => return Err(ApiError::invalid("messages", "messages is required")),
+    };
+
+    let mut prompt_text: Option<String> = None;
+    let mut images: Vec<(String, &str)> = Vec::new();
+    for (i, msg) in messages.iter().enumerate() {
+        let param = format!("messages[{i}]");
+        let Some(obj) = msg.as_object() else {
+            return Err(ApiError::invalid(
+                &param,
+                format!("{param} must be an object, got {}", type_name(msg)),
+            ));
+        };
+        let role = match obj.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            _ => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.role"),
+                    format!("{param}.role must be a string"),
+                ))
+            }
+        };
+        if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool") {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!(
+                    "{param}.role {} is not one of system, developer, user, assistant, tool",
+                    excerpt(role)
+                ),
+            ));
+        }
+        let mut text = String::new();
+        match obj.get("content") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => text.push_str(s),
+            Some(Value::Array(parts)) => {
+                for (j, part) in parts.iter().enumerate() {
+                    let pparam = format!("{param}.content[{j}]");
+                    let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+                    match kind {
+                        "text" => match part.get("text") {
+                            Some(Value::String(s)) => text.push_str(s),
+                            _ => {
+                                return Err(ApiError::invalid(
+                                    &format!("{pparam}.text"),
+                                    format!("{pparam}.text must be a string"),
+                                ))
+                            }
+                        },
+                        "image_url" => {
+                            let url = match part.get("image_url") {
+                                Some(Value::String(u)) => u.as_str(),
+                                Some(Value::Object(o)) => match o.get("url") {
+                                    Some(Value::String(u)) => u.as_str(),
+                                    _ => {
+                                        return Err(ApiError::invalid(
+                                            &format!("{pparam}.image_url.url"),
+                                            format!("{pparam}.image_url.url must be a string"),
+                                        ))
+                                    }
+                                },
+                                _ => {
+                                    return Err(ApiError::invalid(
+                                        &format!("{pparam}.image_url"),
+                                        format!("{pparam}.image_url must be an object with a url"),
+                                    ))
+                                }
+                            };
+                            images.push((format!("{pparam}.image_url.url"), url));
+                        }
+                        other => {
+                            return Err(ApiError::invalid_code(
+                                &format!("{pparam}.type"),
+                                "unsupported_content",
+                                format!(
+                                    "{pparam}.type {} is not supported (text and image_url are)",
+                                    excerpt(other)
+                                ),
+                            ))
+                        }
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.content"),
+                    format!(
+                        "{param}.content must be a string or an array of parts, got {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        }
+        if role == "user" {
+            prompt_text = Some(text);
+        }
+    }
+
+    let prompt_text = prompt_text.ok_or_else(|| {
+        ApiError::invalid(
+            "messages",
+            "no user message: the task prompt (e.g. <OD>) is the text of the last user message",
+        )
+    })?;
+    let prompt = parse_task_prompt(&prompt_text)
+        .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
+
+    let (param, url) = match images.as_slice() {
+        [] => return Err(ApiError::invalid_code(
+            "messages",
+            "image_required",
+            "no image: send one content part {\"type\": \"image_url\", \"image_url\": {\"url\": \
+                 \"data:image/png;base64,...\"}}",
+        )),
+        [one] => one,
+        more => {
+            return Err(ApiError::invalid_code(
+                "messages",
+                "too_many_images",
+                format!(
+                    "{} images were sent; Florence-2 takes exactly one per request",
+                    more.len()
+                ),
+            ))
+        }
+    };
+    let image = decode_data_url(param, url, limits.max_image_bytes)?;
+    Ok(ChatRequest {
+        prompt,
+        image,
+        max_tokens,
+        num_beams,
+        stream,
+        include_usage,
+    })
+}
+
+/// The bytes of a `data:image/(png|jpeg);base64,...` URL, size-checked before and after decoding.
+fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, ApiError> {
+    let scheme_end = url.find(':').unwrap_or(0);
+    let scheme = url[..scheme_end].to_ascii_lowercase();
+    match scheme.as_str() {
+        "data" => {}
+        "http" | "https" => {
+            return Err(ApiError::invalid_code(
+                param,
+                "remote_image_refused",
+                "remote image URLs are not fetched by this server; send the image inline as a \
+                 data:image/png;base64,... or data:image/jpeg;base64,... URL",
+            ))
+        }
+        _ => {
+            return Err(ApiError::invalid_code(
+                param,
+                "invalid_image_url",
+                format!(
+                "the image URL must be a data:image/png;base64,... or data:image/jpeg;base64,... \
+                     URL; got {}",
+                excerpt(url)
+            ),
+            ))
+        }
+    }
+    let rest = &url[scheme_end + 1..];
+    let Some((meta, payload)) = rest.split_once(',') else {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image_url",
+            "the data URL has no ',' before its payload",
+        ));
+    };
+    let mut fields = meta.split(';').map(|f| f.trim().to_ascii_lowercase());
+    let media = fields.next().unwrap_or_default();
+    let is_base64 = fields.any(|f| f == "base64");
+    if !matches!(media.as_str(), "image/png" | "image/jpeg" | "image/jpg") {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image_type",
+            format!(
+                "image type {} is not supported (image/png and image/jpeg are)",
+                excerpt(&media)
+            ),
+        ));
+    }
+    if !is_base64 {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image_url",
+            "the data URL must be base64-encoded (data:image/png;base64,...)",
+        ));
+    }
+    let payload = payload.trim_end_matches('=');
+    // Decoded size from the length alone, before decoding anything.
+    let decoded_len = payload.len() / 4 * 3 + (payload.len() % 4).saturating_sub(1);
+    if decoded_len > max_bytes {
+        return Err(ApiError::invalid_code(
+            param,
+            "image_too_large",
+            format!("the image is {decoded_len} bytes; at most {max_bytes} bytes are accepted"),
+        ));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(payload)
+        .map_err(|e| {
+            ApiError::invalid_code(
+                param,
+                "invalid_image_url",
+                format!("the data URL payload is not valid base64: {e}"),
+            )
+        })?;
+    if bytes.is_empty() {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image",
+            "the image is empty",
+        ));
+    }
+    let declared_png = media == "image/png";
+    let is_png = bytes.starts_with(b"\x89PNG\r\n\x1a\n");
+    let is_jpeg = bytes.starts_with(&[0xFF, 0xD8, 0xFF]);
+    if !(is_png || is_jpeg) {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image",
+            "the image bytes are neither PNG nor JPEG",
+        ));
+    }
+    if declared_png != is_png {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image_type",
+            format!(
+                "the data URL says {media} but the bytes are {}",
+                if is_png { "PNG" } else { "JPEG" }
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> RequestLimits {
+        RequestLimits {
+            max_image_bytes: 100,
+            max_new_tokens: 127,
+        }
+    }
+
+    fn png_url() -> String {
+        let png = b"\x89PNG\r\n\x1a\n0123456789";
+        format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(png)
+        )
+    }
+
+    fn body(text: &str, url: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": url}}
+            ]}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn parses_a_valid_request() {
+        let r = parse_chat_request(&body("<OD>", &png_url()), &limits()).unwrap();
+        assert_eq!(r.prompt.task().marker(), "<OD>");
+        assert_eq!(r.image.len(), 18);
+        assert!(!r.stream);
+    }
+
+    #[test]
+    fn image_size_is_checked_from_the_base64_length() {
+        // 200 bytes of payload decode to 150 > 100: refused before decoding (the payload is not even base64).
+        let url = format!("data:image/png;base64,{}", "!".repeat(200));
+        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        assert_eq!(e.code, "image_too_large", "{}", e.message);
+    }
+
+    #[test]
+    fn declared_type_must_match_the_bytes() {
+        let url = png_url().replace("image/png", "image/jpeg");
+        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        assert_eq!(e.code, "invalid_image_type");
+        let url = png_url().replace("image/png", "image/gif");
+        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        assert_eq!(e.code, "invalid_image_type");
+    }
+
+    #[test]
+    fn remote_and_file_urls_are_refused() {
+        for url in ["http://x/a.png", "https://x/a.png"] {
+            let e = parse_chat_request(&body("<OD>", url), &limits()).unwrap_err();
+            assert_eq!(e.code, "remote_image_refused");
+        }
+        let e = parse_chat_request(&body("<OD>", "file:///etc/passwd"), &limits()).unwrap_err();
+        assert_eq!(e.code, "invalid_image_url");
+    }
+
+    #[test]
+    fn prompt_errors_are_the_library_rules() {
+        let e = parse_chat_request(&body("<NOPE>", &png_url()), &limits()).unwrap_err();
+        assert_eq!(e.code, "invalid_prompt");
+        assert!(e.message.contains("<CAPTION>"), "{}", e.message);
+        let e = parse_chat_request(
+            &body("<REGION_TO_CATEGORY><loc_1><loc_2><loc_3>", &png_url()),
+            &limits(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "invalid_prompt");
+    }
+}

@@ -1,0 +1,261 @@
+//! Server metrics in the Prometheus text format (version 0.0.4): requests by outcome, queue depth and
+//! capacity, readiness, generated tokens, and phase latencies as histograms.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Invalid,
+    Unauthorized,
+    TooLarge,
+    QueueFull,
+    Loading,
+    Cancelled,
+    Error,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 8] = [
+        Outcome::Ok,
+        Outcome::Invalid,
+        Outcome::Unauthorized,
+        Outcome::TooLarge,
+        Outcome::QueueFull,
+        Outcome::Loading,
+        Outcome::Cancelled,
+        Outcome::Error,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Invalid => "invalid",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::TooLarge => "too_large",
+            Outcome::QueueFull => "queue_full",
+            Outcome::Loading => "unavailable",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Phases timed per request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Admission to the worker picking the request up.
+    Queue,
+    /// Image decoding (in the HTTP handler).
+    Decode,
+    /// Preprocess + vision tower + encoder (the worker's encode call).
+    Encode,
+    /// Generation.
+    Generate,
+    /// Admission to answer.
+    Total,
+}
+
+impl Phase {
+    const ALL: [Phase; 5] = [
+        Phase::Queue,
+        Phase::Decode,
+        Phase::Encode,
+        Phase::Generate,
+        Phase::Total,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Queue => "queue",
+            Phase::Decode => "image_decode",
+            Phase::Encode => "encode",
+            Phase::Generate => "generate",
+            Phase::Total => "total",
+        }
+    }
+}
+
+/// Histogram bucket upper bounds, seconds.
+const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+#[derive(Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+/// All counters; shared by the handlers and the worker.
+pub struct Metrics {
+    outcomes: [AtomicU64; 8],
+    generated_tokens: AtomicU64,
+    decode_steps: AtomicU64,
+    disconnects: AtomicU64,
+    queue_depth: AtomicU64,
+    running: AtomicU64,
+    phases: Mutex<[Histogram; 5]>,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Metrics {
+            outcomes: Default::default(),
+            generated_tokens: AtomicU64::new(0),
+            decode_steps: AtomicU64::new(0),
+            disconnects: AtomicU64::new(0),
+            queue_depth: AtomicU64::new(0),
+            running: AtomicU64::new(0),
+            phases: Mutex::new(Default::default()),
+        }
+    }
+
+    pub fn count(&self, outcome: Outcome) {
+        let i = Outcome::ALL.iter().position(|&o| o == outcome).unwrap_or(0);
+        self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add_tokens(&self, n: u64) {
+        self.generated_tokens.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// One decode step polled (before it runs).
+    pub fn decode_step(&self) {
+        self.decode_steps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client went away before its answer was complete.
+    pub fn disconnect(&self) {
+        self.disconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn queued(&self, delta: i64) {
+        if delta >= 0 {
+            self.queue_depth.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.queue_depth
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
+    pub fn set_running(&self, running: bool) {
+        self.running.store(u64::from(running), Ordering::Relaxed);
+    }
+
+    pub fn observe(&self, phase: Phase, seconds: f64) {
+        let i = Phase::ALL.iter().position(|&p| p == phase).unwrap_or(0);
+        if let Ok(mut phases) = self.phases.lock() {
+            let h = &mut phases[i];
+            for (b, c) in BUCKETS.iter().zip(h.counts.iter_mut()) {
+                if seconds <= *b {
+                    *c += 1;
+                }
+            }
+            h.count += 1;
+            h.sum += seconds;
+        }
+    }
+
+    /// The Prometheus text exposition.
+    /// `in_flight`: admitted requests not yet answered (running, queued or decoding their image).
+    pub fn render(&self, ready: bool, capacity: usize, in_flight: usize) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "# HELP florence2_requests_total Chat-completion requests by outcome.\n\
+             # TYPE florence2_requests_total counter"
+        );
+        for (o, c) in Outcome::ALL.iter().zip(&self.outcomes) {
+            let _ = writeln!(
+                s,
+                "florence2_requests_total{{outcome=\"{}\"}} {}",
+                o.label(),
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let gauges = [
+            (
+                "florence2_queue_depth",
+                "Requests admitted and waiting for the GPU worker.",
+                self.queue_depth.load(Ordering::Relaxed),
+            ),
+            (
+                "florence2_queue_capacity",
+                "Requests that may be admitted at once (running + waiting).",
+                capacity as u64,
+            ),
+            (
+                "florence2_in_flight",
+                "Admitted requests not yet answered (decoding their image, queued or running).",
+                in_flight as u64,
+            ),
+            (
+                "florence2_running",
+                "Requests the GPU worker is running (0 or 1).",
+                self.running.load(Ordering::Relaxed),
+            ),
+            (
+                "florence2_ready",
+                "1 once the model is loaded.",
+                u64::from(ready),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP florence2_generated_tokens_total Tokens generated (decoder start token excluded).\n\
+             # TYPE florence2_generated_tokens_total counter\n\
+             florence2_generated_tokens_total {}",
+            self.generated_tokens.load(Ordering::Relaxed)
+        );
+        let counters = [
+            (
+                "florence2_decode_steps_total",
+                "Decode steps started (each polls for cancellation first).",
+                self.decode_steps.load(Ordering::Relaxed),
+            ),
+            (
+                "florence2_client_disconnects_total",
+                "Clients that went away before their answer was complete.",
+                self.disconnects.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP florence2_phase_seconds Request phase latencies.\n\
+             # TYPE florence2_phase_seconds histogram"
+        );
+        let phases = self
+            .phases
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
+        for (p, h) in Phase::ALL.iter().zip(phases.iter()) {
+            let l = p.label();
+            for (b, c) in BUCKETS.iter().zip(h.counts.iter()) {
+                let _ = writeln!(
+                    s,
+                    "florence2_phase_seconds_bucket{{phase=\"{l}\",le=\"{b}\"}} {c}"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "florence2_phase_seconds_bucket{{phase=\"{l}\",le=\"+Inf\"}} {}\n\
+                 florence2_phase_seconds_sum{{phase=\"{l}\"}} {}\n\
+                 florence2_phase_seconds_count{{phase=\"{l}\"}} {}",
+                h.count, h.sum, h.count
+            );
+        }
+        s
+    }
+}

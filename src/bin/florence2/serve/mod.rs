@@ -1,0 +1,295 @@
+//! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
+//!
+//! ```text
+//! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
+//!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
+//!                 [--max-image-pixels N] [--shutdown-timeout SECS]
+//! ```
+//!
+//! One GPU worker thread owns the library `Pipeline` (`engine.rs`, `worker.rs`) (`worker.rs`); HTTP runs on tokio + axum (`routes.rs`); requests
+//! are validated in `api.rs`; errors have the OpenAI shape (`error.rs`); `/metrics` is Prometheus text
+//! (`metrics.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
+//! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
+//! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0.
+
+mod api;
+mod engine;
+mod error;
+mod metrics;
+mod routes;
+mod worker;
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use tokio::sync::Semaphore;
+
+use florence2_wasm::processor::image::ImageLimits;
+
+use metrics::Metrics;
+use routes::AppState;
+use worker::{Shared, LOADING};
+
+/// OpenAI-compatible HTTP server: POST /v1/chat/completions, GET /v1/models, /health, /metrics. The
+/// address is printed on stdout as 'listening on http://ADDR' once bound.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Model directory (as for `florence2 run`)
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    /// Port; 0 picks a free one
+    #[arg(long, value_name = "N", default_value_t = 8000)]
+    port: u16,
+    /// Model id reported by /v1/models and in responses [default: the directory's name]
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    model_id: Option<String>,
+    /// Requests that may wait for the GPU worker (one more runs); beyond that: 429
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    max_queue: usize,
+    /// Require 'Authorization: Bearer KEY' on /v1/* and /metrics
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "FLORENCE2_API_KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+    /// Largest request body; beyond that: 413
+    #[arg(long, value_name = "N", default_value_t = 32 << 20, value_parser = positive)]
+    max_body_bytes: usize,
+    /// Largest image (decoded from its data URL, checked before decoding)
+    #[arg(long, value_name = "N", default_value_t = 20 << 20, value_parser = positive)]
+    max_image_bytes: usize,
+    /// Largest width x height (checked from the image header before decoding the pixels)
+    #[arg(long, value_name = "N", default_value_t = 25_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    max_image_pixels: u64,
+    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM before they are cancelled
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    shutdown_timeout: u64,
+}
+
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("takes a positive integer, got {s:?}")),
+    }
+}
+
+/// Parsed options.
+#[derive(Debug)]
+struct ServeOptions {
+    model: PathBuf,
+    addr: SocketAddr,
+    model_id: String,
+    max_queue: usize,
+    api_key: Option<String>,
+    max_body_bytes: usize,
+    max_image_bytes: usize,
+    max_image_pixels: u64,
+    shutdown_timeout: Duration,
+}
+
+impl From<ServeArgs> for ServeOptions {
+    fn from(a: ServeArgs) -> Self {
+        let model_id = a.model_id.unwrap_or_else(|| {
+            a.model
+                .canonicalize()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "florence-2".into())
+        });
+        ServeOptions {
+            addr: SocketAddr::new(a.host, a.port),
+            model: a.model,
+            model_id,
+            max_queue: a.max_queue,
+            api_key: a.api_key.filter(|k| !k.is_empty()),
+            max_body_bytes: a.max_body_bytes,
+            max_image_bytes: a.max_image_bytes,
+            max_image_pixels: a.max_image_pixels,
+            shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
+        }
+    }
+}
+
+/// Run the server until SIGINT/SIGTERM (exit 0) or a failed model load (an error).
+pub fn main(args: ServeArgs) -> Result<(), String> {
+    let opts = ServeOptions::from(args);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("florence2-http")
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    let result = rt.block_on(serve(opts));
+    // A worker still loading a model must not hold the exit up.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+async fn serve(opts: ServeOptions) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(opts.addr)
+        .await
+        .map_err(|e| format!("binding {}: {e}", opts.addr))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("reading the bound address: {e}"))?;
+
+    let shared = Arc::new(Shared {
+        state: AtomicU8::new(LOADING),
+        info: Mutex::new(None),
+        load_error: Mutex::new(None),
+        abort: AtomicBool::new(false),
+        closing: AtomicBool::new(false),
+        metrics: Metrics::new(),
+        hold_file: std::env::var_os("FLORENCE2_SERVE_HOLD_FILE").map(PathBuf::from),
+    });
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
+    let worker = {
+        let shared = shared.clone();
+        let dir = opts.model.clone();
+        std::thread::Builder::new()
+            .name("florence2-gpu".into())
+            .spawn(move || worker::run(dir, shared, jobs_rx, loaded_tx))
+            .map_err(|e| format!("starting the GPU worker: {e}"))?
+    };
+
+    let capacity = opts.max_queue.saturating_add(1);
+    let state = Arc::new(AppState {
+        shared: shared.clone(),
+        model_id: opts.model_id.clone(),
+        api_key: opts.api_key.clone(),
+        max_body_bytes: opts.max_body_bytes,
+        max_image_bytes: opts.max_image_bytes,
+        image_limits: ImageLimits {
+            max_pixels: opts.max_image_pixels,
+            ..ImageLimits::default()
+        },
+        capacity,
+        admission: Arc::new(Semaphore::new(capacity)),
+        jobs: Mutex::new(Some(jobs_tx)),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+
+    println!("florence2 serve: listening on http://{addr}");
+    eprintln!(
+        "florence2 serve: model {} (id {:?}) loading; {} request(s) admitted at once; API key {}",
+        opts.model.display(),
+        opts.model_id,
+        capacity,
+        if opts.api_key.is_some() {
+            "required"
+        } else {
+            "not required"
+        }
+    );
+
+    // Stop on a signal (exit 0) or a failed load (an error).
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let load_failed = async {
+        match loaded_rx.await {
+            Ok(Err(msg)) => msg,
+            Ok(Ok(())) => {
+                eprintln!("florence2 serve: model loaded, ready");
+                std::future::pending().await
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let stopper = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let reason = tokio::select! {
+                _ = shutdown_signal() => None,
+                msg = load_failed => Some(msg),
+            };
+            shared.closing.store(true, Ordering::Relaxed);
+            let _ = stop_tx.send(true);
+            reason
+        })
+    };
+
+    let app = routes::router(state.clone());
+    let graceful = async move {
+        let _ = stop_rx.wait_for(|s| *s).await;
+    };
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(graceful)
+            .into_future(),
+    );
+    let reason = tokio::select! {
+        r = stopper => r.unwrap_or(None),
+        r = &mut server => {
+            return match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("server error: {e}")),
+                Err(e) => Err(format!("server task failed: {e}")),
+            };
+        }
+    };
+    eprintln!(
+        "florence2 serve: shutting down (finishing in-flight requests for up to {:?})",
+        opts.shutdown_timeout
+    );
+    // Let in-flight requests finish for the grace period, then cancel them (each stops within one decode
+    // step), then give the connections a moment to flush their 503s.
+    if tokio::time::timeout(opts.shutdown_timeout, &mut server)
+        .await
+        .is_err()
+    {
+        shared.abort.store(true, Ordering::Relaxed);
+        if tokio::time::timeout(Duration::from_secs(5), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
+    }
+    shared.abort.store(true, Ordering::Relaxed);
+    if let Ok(mut jobs) = state.jobs.lock() {
+        jobs.take(); // the worker's channel closes: it ends after draining (cancelling) what is left
+    }
+    drop(state);
+    let joined = tokio::task::spawn_blocking(move || worker.join());
+    let _ = tokio::time::timeout(Duration::from_secs(10), joined).await;
+    match reason {
+        None => {
+            eprintln!("florence2 serve: stopped");
+            Ok(())
+        }
+        Some(msg) => Err(msg),
+    }
+}

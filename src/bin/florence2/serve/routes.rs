@@ -1,0 +1,496 @@
+//! The HTTP routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`, `GET /metrics`.
+//!
+//! A chat request goes through, in order: the API key (401), readiness (503 while loading or shutting
+//! down), the body size (413, from `Content-Length` first and while reading), request validation (400),
+//! admission (429 when `--max-queue` requests already wait and one runs), image decoding under the pixel
+//! limit (400), then the worker's queue. The answer is one JSON object, or with `"stream": true` an SSE
+//! stream of `chat.completion.chunk` objects ending with `data: [DONE]`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::Semaphore;
+
+use florence2_wasm::processor::image::{decode_image, ImageLimits};
+
+use super::api::{parse_chat_request, ChatRequest, RequestLimits};
+use super::engine::Answer;
+use super::error::ApiError;
+use super::metrics::{Outcome, Phase};
+use super::worker::{Event, Job, Shared, FAILED};
+
+/// Settings and shared state of the routes.
+pub struct AppState {
+    pub shared: Arc<Shared>,
+    pub model_id: String,
+    pub api_key: Option<String>,
+    pub max_body_bytes: usize,
+    pub max_image_bytes: usize,
+    pub image_limits: ImageLimits,
+    /// `--max-queue` waiting + 1 running.
+    pub capacity: usize,
+    pub admission: Arc<Semaphore>,
+    pub jobs: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    pub started: u64,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(fallback)
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(state)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Constant-time comparison of the bearer token with the key.
+fn authorized(state: &AppState, headers: &HeaderMap) -> bool {
+    let Some(key) = &state.api_key else {
+        return true;
+    };
+    let Some(got) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (got.trim().as_bytes(), key.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if authorized(state, headers) {
+        Ok(())
+    } else {
+        state.shared.metrics.count(Outcome::Unauthorized);
+        Err(ApiError::unauthorized())
+    }
+}
+
+async fn fallback(req: Request) -> ApiError {
+    ApiError::not_found(req.uri().path())
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let shared = &state.shared;
+    if shared.closing.load(Ordering::Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "shutting_down"})),
+        )
+            .into_response();
+    }
+    match shared.state.load(Ordering::Acquire) {
+        s if s == FAILED => {
+            let err = shared
+                .load_error
+                .lock()
+                .ok()
+                .and_then(|e| e.clone())
+                .unwrap_or_default();
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "failed", "error": err})),
+            )
+                .into_response()
+        }
+        _ if shared.ready() => (
+            StatusCode::OK,
+            Json(json!({"status": "ok", "model": state.model_id})),
+        )
+            .into_response(),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "loading"})),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_auth(&state, &headers) {
+        return e.into_response();
+    }
+    let in_flight = state
+        .capacity
+        .saturating_sub(state.admission.available_permits());
+    let body = state
+        .shared
+        .metrics
+        .render(state.shared.ready(), state.capacity, in_flight);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn model_object(state: &AppState) -> Value {
+    json!({
+        "id": state.model_id,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "florence2-wasm",
+    })
+}
+
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_auth(&state, &headers) {
+        return e.into_response();
+    }
+    Json(json!({"object": "list", "data": [model_object(&state)]})).into_response()
+}
+
+async fn model(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Err(e) = check_auth(&state, &headers) {
+        return e.into_response();
+    }
+    if id == state.model_id {
+        Json(model_object(&state)).into_response()
+    } else {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            kind: "invalid_request_error",
+            code: "model_not_found",
+            param: Some("model".into()),
+            message: format!("no model {}", super::error::excerpt(&id)),
+        }
+        .into_response()
+    }
+}
+
+/// The body, refused with 413 beyond `limit` (from `Content-Length` before reading, else while reading).
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::body_too_large(limit));
+    }
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::body_too_large(limit))
+}
+
+async fn chat(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    match chat_inner(&state, req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let outcome = match e.status {
+                StatusCode::UNAUTHORIZED => None, // counted in check_auth
+                StatusCode::PAYLOAD_TOO_LARGE => Some(Outcome::TooLarge),
+                StatusCode::TOO_MANY_REQUESTS => Some(Outcome::QueueFull),
+                StatusCode::SERVICE_UNAVAILABLE => Some(Outcome::Loading),
+                s if s.is_client_error() => Some(Outcome::Invalid),
+                _ => Some(Outcome::Error),
+            };
+            if let Some(o) = outcome {
+                state.shared.metrics.count(o);
+            }
+            e.into_response()
+        }
+    }
+}
+
+async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
+    let (parts, body) = req.into_parts();
+    check_auth(state, &parts.headers)?;
+    let shared = &state.shared;
+    if shared.closing.load(Ordering::Relaxed) {
+        return Err(ApiError::shutting_down());
+    }
+    let Some(info) = shared.info().filter(|_| shared.ready()) else {
+        return Err(ApiError::loading());
+    };
+    let bytes = read_body(body, &parts.headers, state.max_body_bytes).await?;
+    let limits = RequestLimits {
+        max_image_bytes: state.max_image_bytes,
+        max_new_tokens: info.max_new_tokens,
+    };
+    let req = parse_chat_request(&bytes, &limits)?;
+    drop(bytes);
+
+    // Admission: a slot among `capacity`, held until the worker is done with the request.
+    let permit = state
+        .admission
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::queue_full(state.capacity))?;
+    let admitted = Instant::now();
+
+    let ChatRequest {
+        prompt,
+        image,
+        max_tokens,
+        num_beams,
+        stream,
+        include_usage,
+    } = req;
+    let limits = state.image_limits;
+    let t = Instant::now();
+    let rgb = tokio::task::spawn_blocking(move || decode_image(&image, &limits))
+        .await
+        .map_err(|e| ApiError::internal(format!("image decoding task failed: {e}")))?
+        .map_err(|e| ApiError::from_engine(&e))?;
+    shared
+        .metrics
+        .observe(Phase::Decode, t.elapsed().as_secs_f64());
+
+    let (tx, rx) = unbounded_channel();
+    let job = Job {
+        prompt,
+        image: rgb,
+        max_tokens,
+        num_beams,
+        stream,
+        reply: tx,
+        admitted,
+        permit,
+    };
+    {
+        let jobs = state
+            .jobs
+            .lock()
+            .map_err(|_| ApiError::internal("job queue poisoned"))?;
+        let sender = jobs.as_ref().ok_or_else(ApiError::shutting_down)?;
+        shared.metrics.queued(1);
+        if sender.send(job).is_err() {
+            shared.metrics.queued(-1);
+            return Err(ApiError::shutting_down());
+        }
+    }
+
+    let id = format!("chatcmpl-{:016x}{:08x}", rand_u64(), unix_now() as u32);
+    let meta = Meta {
+        id,
+        created: unix_now(),
+        model: state.model_id.clone(),
+    };
+    let guard = DisconnectGuard {
+        shared: shared.clone(),
+        armed: true,
+    };
+    if stream {
+        Ok(sse_response(meta, rx, include_usage, guard))
+    } else {
+        let mut guard = guard;
+        let mut rx = rx;
+        loop {
+            let event = rx.recv().await;
+            guard.armed = false;
+            match event {
+                Some(Event::Step) => guard.armed = true,
+                Some(Event::Done(done)) => {
+                    return match *done {
+                        Ok(answer) => Ok(Json(completion(&meta, &answer)).into_response()),
+                        Err(e) => Err(e),
+                    }
+                }
+                None => return Err(ApiError::shutting_down()),
+            }
+        }
+    }
+}
+
+/// Counts a client that went away: dropped (by hyper, when the connection closes) while still armed.
+struct DisconnectGuard {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.metrics.disconnect();
+        }
+    }
+}
+
+/// A request id: not a secret, only unique enough to tell responses apart in logs.
+fn rand_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+fn finish_reason(a: &Answer) -> &'static str {
+    if a.stopped {
+        "stop"
+    } else {
+        "length"
+    }
+}
+
+fn usage(a: &Answer) -> Value {
+    let c = a.completion_tokens();
+    json!({
+        "prompt_tokens": a.encoder_tokens,
+        "completion_tokens": c,
+        "total_tokens": a.encoder_tokens + c,
+    })
+}
+
+/// `message.florence2_result`: the task, the post-processed result exactly as `florence2 run --json`
+/// prints it (`{TASK: value}` with reference key names and float pixel coordinates), the raw generation
+/// and its token ids, and the image size the coordinates refer to.
+fn florence2_result(a: &Answer) -> Value {
+    let o = &a.out;
+    json!({
+        "task": o.task.marker(),
+        "result": o.result_json(),
+        "generated_text": o.generated_text,
+        "token_ids": o.token_ids,
+        "image_size": [o.image_size.0, o.image_size.1],
+    })
+}
+
+fn completion(meta: &Meta, a: &Answer) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [{
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": a.out.text,
+                "refusal": null,
+                "florence2_result": florence2_result(a),
+            },
+            "logprobs": null,
+            "finish_reason": finish_reason(a),
+        }],
+        "usage": usage(a),
+    })
+}
+
+fn chunk(meta: &Meta, delta: Value, finish: Option<&str>) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+    })
+}
+
+fn data(v: &Value) -> SseEvent {
+    SseEvent::default().data(v.to_string())
+}
+
+/// The SSE answer: a role chunk at once, an SSE comment per decode step, then the content chunk (the whole
+/// rendered answer plus `florence2_result`: post-processing needs the complete generation), the finish
+/// chunk, a usage chunk when asked for, and `[DONE]`. A failure after the headers were sent is an
+/// `{"error": ...}` event followed by `[DONE]`.
+fn sse_response(
+    meta: Meta,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+    guard: DisconnectGuard,
+) -> Response {
+    let first = data(&chunk(
+        &meta,
+        json!({"role": "assistant", "content": ""}),
+        None,
+    ));
+    let events = stream::unfold(Some((rx, meta, guard)), move |st| async move {
+        let (mut rx, meta, mut guard) = st?;
+        let event = rx.recv().await;
+        // Everything from here on is written in one go: the client did not leave mid-answer.
+        guard.armed = false;
+        let out: Vec<SseEvent> = match event {
+            Some(Event::Step) => {
+                guard.armed = true;
+                return Some((
+                    vec![SseEvent::default().comment("step")],
+                    Some((rx, meta, guard)),
+                ));
+            }
+            Some(Event::Done(done)) => match *done {
+                Ok(a) => {
+                    let mut v = vec![
+                        data(&chunk(
+                            &meta,
+                            json!({"content": a.out.text, "florence2_result": florence2_result(&a)}),
+                            None,
+                        )),
+                        data(&chunk(&meta, json!({}), Some(finish_reason(&a)))),
+                    ];
+                    if include_usage {
+                        v.push(data(&json!({
+                            "id": meta.id,
+                            "object": "chat.completion.chunk",
+                            "created": meta.created,
+                            "model": meta.model,
+                            "choices": [],
+                            "usage": usage(&a),
+                        })));
+                    }
+                    v
+                }
+                Err(e) => vec![data(&e.body())],
+            },
+            None => vec![data(&ApiError::shutting_down().body())],
+        };
+        let mut out = out;
+        out.push(SseEvent::default().data("[DONE]"));
+        Some((out, None))
+    });
+    let all = stream::iter(vec![first])
+        .chain(events.flat_map(stream::iter))
+        .map(Ok::<_, std::convert::Infallible>);
+    sse(all)
+}
+
+fn sse<S>(s: S) -> Response
+where
+    S: Stream<Item = Result<SseEvent, std::convert::Infallible>> + Send + 'static,
+{
+    Sse::new(s)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(1)))
+        .into_response()
+}
