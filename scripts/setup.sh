@@ -6,6 +6,8 @@
 #   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
 #     pinned in Cargo.lock (the CLI and the crate must match).
 #   - npm: the packages the end-to-end tests and the demo server use (www/package.json), if present.
+#   - Python: a virtual environment in scripts/.cache/venv (gitignored) with the official `openai` client,
+#     pinned, for the `florence2 serve` client test (scripts/test_openai_client.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +16,7 @@ if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 need=()
 # g++: libFuzzer (C++) is compiled by the fuzz targets' libfuzzer-sys (scripts/fuzz.sh).
-for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++; do
+for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++ python3-venv; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -44,4 +46,13 @@ fi
 if [ -f www/package.json ] && [ ! -d www/node_modules ]; then
   (cd www && npm ci --no-audit --no-fund)
 fi
+OPENAI_VERSION=3.51.0
+venv=scripts/.cache/venv
+if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+  echo "setup: python venv with openai $OPENAI_VERSION in $venv"
+  mkdir -p scripts/.cache
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
+fi
+
 echo "setup: ok ($(wasm-pack --version), wasm-bindgen $wb_version)"

@@ -31,6 +31,10 @@ fi
 echo "== fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
 scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
 
+echo "== florence2 serve with the official openai Python client"
+cargo build --bin florence2
+scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
+
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model

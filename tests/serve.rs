@@ -390,11 +390,11 @@ fn validation_errors_are_400_in_the_openai_shape() {
         "max_tokens 0",
     );
     let e = bad(
-        ok(json!({"max_tokens": 128})),
+        ok(json!({"max_completion_tokens": -1})),
         "invalid_value",
-        "max_tokens over positions",
+        "negative max_completion_tokens",
     );
-    assert_eq!(e["param"], "max_tokens");
+    assert_eq!(e["param"], "max_completion_tokens");
     bad(
         ok(json!({"max_tokens": "ten"})),
         "invalid_value",
@@ -432,9 +432,16 @@ fn validation_errors_are_400_in_the_openai_shape() {
         "body over the limit",
     );
 
-    // The worker still serves a valid request after all of that; max_tokens at the bound is accepted.
-    let r = post(&ok(json!({"max_tokens": 127, "num_beams": 1})));
-    assert_eq!(r.status, 200, "{}", r.text());
+    // The worker still serves a valid request after all of that. max_tokens beyond the model's positions
+    // (tiny4: 128, so 127 new tokens) is clamped: the same answer as at the bound.
+    let at_bound = post(&ok(json!({"max_tokens": 127, "num_beams": 1})));
+    assert_eq!(at_bound.status, 200, "{}", at_bound.text());
+    let beyond = post(&ok(json!({"max_tokens": 100_000, "num_beams": 1})));
+    assert_eq!(beyond.status, 200, "{}", beyond.text());
+    assert_eq!(
+        beyond.json()["choices"][0]["message"],
+        at_bound.json()["choices"][0]["message"]
+    );
     let text = server.get("/metrics").text();
     assert!(
         metric(&text, "florence2_requests_total{outcome=\"invalid\"}") >= 30.0,

@@ -25,7 +25,7 @@ use super::error::{excerpt, ApiError};
 pub struct RequestLimits {
     /// Largest decoded image, in bytes.
     pub max_image_bytes: usize,
-    /// Largest `max_tokens` (the model's decoder positions minus the start token).
+    /// Largest effective `max_tokens` (the model's decoder positions minus the start token).
     pub max_new_tokens: usize,
 }
 
@@ -128,10 +128,13 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
             ))
         }
     }
-    let max_tokens = match opt_count(&body, "max_completion_tokens", limits.max_new_tokens)? {
+    // Bounded by the model's positions: a larger value (1024, the model card's default, on a model with
+    // 1024 positions) is clamped, not refused; generation could not go further anyway.
+    let max_tokens = match opt_count(&body, "max_completion_tokens", usize::MAX)? {
         Some(n) => Some(n),
-        None => opt_count(&body, "max_tokens", limits.max_new_tokens)?,
-    };
+        None => opt_count(&body, "max_tokens", usize::MAX)?,
+    }
+    .map(|n| n.min(limits.max_new_tokens));
     let num_beams = opt_count(&body, "num_beams", MAX_BEAMS)?;
     let stream = opt_bool(body.get("stream"), "stream")?;
     let include_usage = match body.get("stream_options") {
