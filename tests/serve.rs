@@ -402,6 +402,16 @@ fn validation_errors_are_400_in_the_openai_shape() {
     );
     bad(ok(json!({"num_beams": 65})), "invalid_value", "65 beams");
     bad(
+        ok(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})),
+        "unsupported_parameter",
+        "tools",
+    );
+    bad(
+        ok(json!({"response_format": {"type": "json_object"}})),
+        "unsupported_parameter",
+        "response_format",
+    );
+    bad(
         ok(json!({"stream": "yes"})),
         "invalid_value",
         "stream string",
@@ -451,6 +461,22 @@ fn validation_errors_are_400_in_the_openai_shape() {
         metric(&text, "florence2_requests_total{outcome=\"too_large\"}"),
         1.0
     );
+}
+
+#[test]
+fn a_model_that_does_not_load_exits_1_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("florence2-serve-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .env("NODEVICE_SELECT", "1")
+        .args(["serve", "--port", "0", "--model"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.json"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

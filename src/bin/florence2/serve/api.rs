@@ -97,6 +97,32 @@ fn opt_bool(v: Option<&Value>, key: &str) -> Result<bool, ApiError> {
     }
 }
 
+/// Features a client might rely on that this model cannot honour are refused rather than silently
+/// ignored: structured output formats, tool calling, log-probabilities.
+fn refuse_unsupported(body: &Value) -> Result<(), ApiError> {
+    let unsupported = |param: &str, what: &str| {
+        Err(ApiError::invalid_code(
+            param,
+            "unsupported_parameter",
+            format!("{what} is not supported by Florence-2 (it answers a task prompt with text)"),
+        ))
+    };
+    match body.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.get("type").and_then(Value::as_str) == Some("text") => {}
+        Some(_) => return unsupported("response_format", "response_format other than text"),
+    }
+    match body.get("tools") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(t)) if t.is_empty() => {}
+        Some(_) => return unsupported("tools", "tool calling"),
+    }
+    if body.get("logprobs").and_then(Value::as_bool) == Some(true) {
+        return unsupported("logprobs", "logprobs");
+    }
+    Ok(())
+}
+
 /// Parse and validate a request body (already size-checked).
 pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRequest, ApiError> {
     let body: Value = serde_json::from_slice(bytes)
@@ -137,6 +163,7 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
     .map(|n| n.min(limits.max_new_tokens));
     let num_beams = opt_count(&body, "num_beams", MAX_BEAMS)?;
     let stream = opt_bool(body.get("stream"), "stream")?;
+    refuse_unsupported(&body)?;
     let include_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => opt_bool(o.get("include_usage"), "stream_options.include_usage")?,
@@ -350,6 +377,18 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
             "the data URL must be base64-encoded (data:image/png;base64,...)",
         ));
     }
+    // Some encoders wrap base64 in lines (MIME style): whitespace is dropped (the copy is bounded by the
+    // body limit).
+    let unwrapped: String;
+    let payload = if payload.bytes().any(|b| b.is_ascii_whitespace()) {
+        unwrapped = payload
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        unwrapped.as_str()
+    } else {
+        payload
+    };
     let payload = payload.trim_end_matches('=');
     // Decoded size from the length alone, before decoding anything.
     let decoded_len = payload.len() / 4 * 3 + (payload.len() % 4).saturating_sub(1);
@@ -453,6 +492,39 @@ mod tests {
         let url = png_url().replace("image/png", "image/gif");
         let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
+    }
+
+    #[test]
+    fn wrapped_base64_is_accepted() {
+        let url = png_url();
+        let (head, payload) = url.split_once(',').unwrap();
+        let wrapped = format!("{head},{}\n{}", &payload[..8], &payload[8..]);
+        let r = parse_chat_request(&body("<OD>", &wrapped), &limits()).unwrap();
+        assert_eq!(r.image.len(), 18);
+    }
+
+    #[test]
+    fn unsupported_features_are_refused() {
+        for (k, v) in [
+            (
+                "response_format",
+                serde_json::json!({"type": "json_object"}),
+            ),
+            ("tools", serde_json::json!([{"type": "function"}])),
+            ("logprobs", serde_json::json!(true)),
+        ] {
+            let mut b: Value = serde_json::from_slice(&body("<OD>", &png_url())).unwrap();
+            b[k] = v;
+            let e = parse_chat_request(&serde_json::to_vec(&b).unwrap(), &limits()).unwrap_err();
+            assert_eq!(e.code, "unsupported_parameter", "{k}");
+            assert_eq!(e.param.as_deref(), Some(k));
+        }
+        let mut b: Value = serde_json::from_slice(&body("<OD>", &png_url())).unwrap();
+        b["response_format"] = serde_json::json!({"type": "text"});
+        b["tools"] = serde_json::json!([]);
+        b["logprobs"] = serde_json::json!(false);
+        b["temperature"] = serde_json::json!(0.7);
+        assert!(parse_chat_request(&serde_json::to_vec(&b).unwrap(), &limits()).is_ok());
     }
 
     #[test]
