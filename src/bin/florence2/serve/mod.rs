@@ -228,7 +228,7 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
             Err(_) => std::future::pending().await,
         }
     };
-    let stopper = {
+    let mut stopper = {
         let shared = shared.clone();
         tokio::spawn(async move {
             let reason = tokio::select! {
@@ -250,14 +250,19 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
             .with_graceful_shutdown(graceful)
             .into_future(),
     );
+    let mut server_done = false;
     let reason = tokio::select! {
-        r = stopper => r.unwrap_or(None),
+        biased;
+        r = &mut stopper => r.unwrap_or(None),
         r = &mut server => {
-            return match r {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!("server error: {e}")),
-                Err(e) => Err(format!("server task failed: {e}")),
-            };
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("server error: {e}")),
+                Err(e) => return Err(format!("server task failed: {e}")),
+            }
+            // The server stops gracefully only after the stopper said so: take its reason.
+            server_done = true;
+            stopper.await.unwrap_or(None)
         }
     };
     eprintln!(
@@ -266,9 +271,10 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     );
     // Let in-flight requests finish for the grace period, then cancel them (each stops within one decode
     // step), then give the connections a moment to flush their 503s.
-    if tokio::time::timeout(opts.shutdown_timeout, &mut server)
-        .await
-        .is_err()
+    if !server_done
+        && tokio::time::timeout(opts.shutdown_timeout, &mut server)
+            .await
+            .is_err()
     {
         shared.abort.store(true, Ordering::Relaxed);
         if tokio::time::timeout(Duration::from_secs(5), &mut server)
