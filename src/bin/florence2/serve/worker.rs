@@ -159,14 +159,28 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
         }
         stop
     };
-    let out = engine.run(
-        &job.image,
-        &job.prompt,
-        job.max_tokens,
-        job.num_beams,
-        &on_step,
-    );
+    // The library does not panic on any input; should a bug make it, this request fails with a 500 and
+    // the worker goes on serving (a dead worker would leave every later request unanswered).
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine.run(
+            &job.image,
+            &job.prompt,
+            job.max_tokens,
+            job.num_beams,
+            &on_step,
+        )
+    }));
     m.set_running(false);
+    let out = match out {
+        Ok(out) => out,
+        Err(_) => {
+            m.count(Outcome::Error);
+            drop(job.permit);
+            let e = ApiError::internal("the engine panicked while running this request");
+            let _ = job.reply.send(Event::Done(Box::new(Err(e))));
+            return;
+        }
+    };
     let result = match out {
         Ok(answer) => {
             m.observe(Phase::Encode, answer.encode_s);
