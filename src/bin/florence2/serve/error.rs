@@ -116,6 +116,16 @@ impl ApiError {
         )
     }
 
+    /// 503: the model cannot serve anymore (the GPU device was lost).
+    pub fn unavailable(why: &str) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "model_unavailable",
+            format!("the model is unavailable ({why}); restart the server"),
+        )
+    }
+
     pub fn shutting_down() -> Self {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

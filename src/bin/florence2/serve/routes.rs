@@ -233,6 +233,15 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
     if shared.closing.load(Ordering::Relaxed) {
         return Err(ApiError::shutting_down());
     }
+    if shared.state.load(Ordering::Acquire) == FAILED {
+        let why = shared
+            .load_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            .unwrap_or_default();
+        return Err(ApiError::unavailable(&why));
+    }
     let Some(info) = shared.info().filter(|_| shared.ready()) else {
         return Err(ApiError::loading());
     };

@@ -190,6 +190,14 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
             Ok(answer)
         }
         Err(e) => {
+            if matches!(e, florence2_wasm::Error::DeviceLost(_)) {
+                // Nothing will run on this device again: /health turns 503 "failed" (a load balancer
+                // or supervisor takes the server out) and new requests get 503.
+                if let Ok(mut slot) = shared.load_error.lock() {
+                    *slot = Some(e.to_string());
+                }
+                shared.state.store(FAILED, Ordering::Release);
+            }
             let api = ApiError::from_engine(&e);
             let outcome = if reply.is_closed() {
                 Outcome::Cancelled
