@@ -433,8 +433,8 @@ pub fn region_bins(s: &str) -> Option<[u32; 4]> {
     rest.is_empty().then_some(bins)
 }
 
-/// A short, escaped, quoted prefix of untrusted text for error messages.
-pub(crate) fn echo(s: &str) -> String {
+/// A short, escaped, quoted prefix of untrusted text for error messages (also used by `florence2 serve`).
+pub fn echo(s: &str) -> String {
     let mut out = String::from("\"");
     let mut chars = s.chars();
     for c in chars.by_ref().take(ECHO_CHARS) {

@@ -19,22 +19,9 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// Longest excerpt of client input echoed in a message (characters, before escaping).
-const EXCERPT_CHARS: usize = 40;
-
-/// A short, escaped, quoted excerpt of untrusted text.
-pub fn excerpt(s: &str) -> String {
-    let mut out = String::from("\"");
-    let mut chars = s.chars();
-    for c in chars.by_ref().take(EXCERPT_CHARS) {
-        out.extend(c.escape_debug());
-    }
-    out.push('"');
-    if chars.next().is_some() {
-        out.push_str(&format!("... ({} bytes)", s.len()));
-    }
-    out
-}
+/// A short, escaped, quoted excerpt of untrusted text: the library's rule for prompt errors (at most
+/// [`florence2_wasm::processor::prompt::ECHO_CHARS`] characters), used for every echoed input.
+pub use florence2_wasm::processor::prompt::echo as excerpt;
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {

@@ -108,12 +108,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
     }
     match shared.state.load(Ordering::Acquire) {
         s if s == FAILED => {
-            let err = shared
-                .load_error
-                .lock()
-                .ok()
-                .and_then(|e| e.clone())
-                .unwrap_or_default();
+            let err = shared.failure();
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Json(json!({"status": "failed", "error": err})),
@@ -234,13 +229,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         return Err(ApiError::shutting_down());
     }
     if shared.state.load(Ordering::Acquire) == FAILED {
-        let why = shared
-            .load_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone())
-            .unwrap_or_default();
-        return Err(ApiError::unavailable(&why));
+        return Err(ApiError::unavailable(&shared.failure()));
     }
     let Some(info) = shared.info().filter(|_| shared.ready()) else {
         return Err(ApiError::loading());

@@ -74,6 +74,15 @@ impl Shared {
         self.state.load(Ordering::Acquire) == READY
     }
 
+    /// Why the model cannot serve (a failed load, a lost device).
+    pub fn failure(&self) -> String {
+        self.load_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone())
+            .unwrap_or_default()
+    }
+
     pub fn info(&self) -> Option<ModelInfo> {
         self.info.lock().ok().and_then(|i| i.clone())
     }
