@@ -205,6 +205,34 @@ fn answers_match_the_cli_and_streaming_and_isolation() {
     assert_eq!(last["choices"], json!([]));
     assert_eq!(last["usage"], plain["usage"]);
 
+    // A greedy text task streams its answer as it grows: several content deltas that concatenate to the
+    // CLI's rendering.
+    let c = case("<CAPTION>");
+    let cli = common::fixtures::cli_run("tiny4", &c, &["--num-beams", "1"]);
+    let r = server.post_json(
+        "/v1/chat/completions",
+        &case_body(&c, json!({"num_beams": 1, "stream": true})),
+    );
+    let deltas: Vec<String> = r
+        .sse_data()
+        .iter()
+        .filter(|d| d.as_str() != "[DONE]")
+        .filter_map(|d| {
+            let v: Value = serde_json::from_str(d).unwrap();
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .filter(|d| !d.is_empty())
+        .collect();
+    assert_eq!(deltas.concat(), cli["text"].as_str().unwrap());
+    let tokens = cli["token_ids"].as_array().unwrap().len();
+    assert!(
+        deltas.len() >= 2 || tokens <= 3,
+        "a {tokens}-token caption came in {} delta(s): {deltas:?}",
+        deltas.len()
+    );
+
     // Isolation: B, then A (another task, image and beam count), then B again: identical answers, and
     // equal to the CLI's (a fresh process: B alone).
     let b = case_body(&case("<OCR_WITH_REGION>"), json!({"num_beams": 1}));
@@ -227,16 +255,16 @@ fn answers_match_the_cli_and_streaming_and_isolation() {
         text.contains("# TYPE florence2_requests_total counter"),
         "{text}"
     );
-    // 3 parity + 2 streaming comparison + 3 isolation requests.
+    // 3 parity + 2 streaming comparison + 1 text streaming + 3 isolation requests.
     assert_eq!(
         metric(&text, "florence2_requests_total{outcome=\"ok\"}"),
-        8.0,
+        9.0,
         "{text}"
     );
     assert_eq!(metric(&text, "florence2_ready"), 1.0);
     assert_eq!(
         metric(&text, "florence2_phase_seconds_count{phase=\"generate\"}"),
-        8.0
+        9.0
     );
     assert!(metric(&text, "florence2_generated_tokens_total") > 0.0);
 }

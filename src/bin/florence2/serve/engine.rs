@@ -1,13 +1,16 @@
 //! The model behind the server: a thin adapter over the library [`Pipeline`] (no model sequencing here).
 //! It loads a model directory and runs one (image, prompt) request, returning what the response needs.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use image::RgbImage;
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
 use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
-use florence2_wasm::processor::prompt::TaskPrompt;
+use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
+use florence2_wasm::render::render;
 use florence2_wasm::Result;
 
 /// What the HTTP side needs to know about the loaded model.
@@ -29,6 +32,8 @@ pub struct Answer {
     pub encode_s: f64,
     /// Decoding, seconds.
     pub generate_s: f64,
+    /// What `on_text` already delivered: a prefix of `out.text`.
+    pub streamed: String,
 }
 
 impl Answer {
@@ -61,7 +66,8 @@ impl Engine {
     }
 
     /// Run one request. `cancel` is asked between stages and before every decode step (the caller also
-    /// asks it before calling, so a request cancelled while queued never reaches the GPU).
+    /// asks it before calling, so a request cancelled while queued never reaches the GPU). With greedy
+    /// decoding of a text task, `on_text` receives the answer as it grows (see [`TextStream`]).
     pub fn run(
         &self,
         image: &RgbImage,
@@ -69,8 +75,19 @@ impl Engine {
         max_tokens: Option<usize>,
         num_beams: Option<usize>,
         cancel: &dyn Fn() -> bool,
+        on_text: Option<&dyn Fn(&str)>,
     ) -> Result<Answer> {
         let p = &self.pipeline;
+        let greedy = num_beams.unwrap_or(p.generation().num_beams) == 1;
+        let text_task = prompt.task().answer_type() == AnswerType::PureText;
+        let streamer = TextStream {
+            task: prompt,
+            image_size: (image.width(), image.height()),
+            raw: RefCell::new(String::new()),
+            emitted: RefCell::new(String::new()),
+            on_text: on_text.filter(|_| greedy && text_task),
+        };
+        let on_token = |piece: &str, _id: u32| streamer.push(piece);
         let encoded = p.encode_image(Image::Rgb(image))?;
         let prompt_tokens = p.tokenizer().encode_prompt(&prompt.encoder_text())?.len();
         let options = TaskOptions {
@@ -84,7 +101,10 @@ impl Engine {
             &text,
             &options,
             &cancel,
-            &Callbacks::default(),
+            &Callbacks {
+                on_token: streamer.on_text.map(|_| &on_token as &dyn Fn(&str, u32)),
+                ..Callbacks::default()
+            },
         )?;
         let stopped = out.token_ids.len() > 1
             && out
@@ -99,7 +119,38 @@ impl Engine {
             stopped,
             encode_s: encode_ms / 1e3,
             generate_s: t.decode_ms / 1e3,
+            streamed: streamer.emitted.into_inner(),
             out,
         })
+    }
+}
+
+/// Streams a text answer as it is generated, exactly: after each token the partial generation is
+/// post-processed and rendered like the final answer, and only what extends what was already sent is
+/// sent. For text answers (special tokens removed, whitespace stripped, control characters escaped) the
+/// rendering of a prefix is a prefix of the final rendering, so the deltas concatenate to the final
+/// content; anything that would break that is held back and sent with the final chunk instead.
+struct TextStream<'a> {
+    task: &'a TaskPrompt,
+    image_size: (u32, u32),
+    raw: RefCell<String>,
+    emitted: RefCell<String>,
+    on_text: Option<&'a dyn Fn(&str)>,
+}
+
+impl TextStream<'_> {
+    fn push(&self, piece: &str) {
+        let Some(f) = self.on_text else { return };
+        let mut raw = self.raw.borrow_mut();
+        raw.push_str(piece);
+        let Ok(result) = post_process_generation(&raw, self.task.task(), self.image_size) else {
+            return;
+        };
+        let text = render(&result);
+        let mut emitted = self.emitted.borrow_mut();
+        if text.len() > emitted.len() && text.starts_with(emitted.as_str()) {
+            f(&text[emitted.len()..]);
+            *emitted = text;
+        }
     }
 }

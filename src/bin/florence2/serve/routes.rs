@@ -311,7 +311,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
             let event = rx.recv().await;
             guard.armed = false;
             match event {
-                Some(Event::Step) => guard.armed = true,
+                Some(Event::Step | Event::Text(_)) => guard.armed = true,
                 Some(Event::Done(done)) => {
                     return match *done {
                         Ok(answer) => Ok(Json(completion(&meta, &answer)).into_response()),
@@ -406,6 +406,14 @@ fn completion(meta: &Meta, a: &Answer) -> Value {
     })
 }
 
+/// The part of the answer not streamed yet (all of it unless a greedy text task streamed a prefix).
+fn remainder(a: &Answer) -> &str {
+    a.out
+        .text
+        .strip_prefix(a.streamed.as_str())
+        .unwrap_or(&a.out.text)
+}
+
 fn chunk(meta: &Meta, delta: Value, finish: Option<&str>) -> Value {
     json!({
         "id": meta.id,
@@ -420,9 +428,10 @@ fn data(v: &Value) -> SseEvent {
     SseEvent::default().data(v.to_string())
 }
 
-/// The SSE answer: a role chunk at once, an SSE comment per decode step, then the content chunk (the whole
-/// rendered answer plus `florence2_result`: post-processing needs the complete generation), the finish
-/// chunk, a usage chunk when asked for, and `[DONE]`. A failure after the headers were sent is an
+/// The SSE answer: a role chunk at once, an SSE comment per decode step, content deltas as a greedy text
+/// answer grows, then the content chunk (the rest of the rendered answer: all of it for located answers
+/// and beam search, whose post-processing needs the complete generation; plus `florence2_result`), the
+/// finish chunk, a usage chunk when asked for, and `[DONE]`. A failure after the headers were sent is an
 /// `{"error": ...}` event followed by `[DONE]`.
 fn sse_response(
     meta: Meta,
@@ -448,12 +457,17 @@ fn sse_response(
                     Some((rx, meta, guard)),
                 ));
             }
+            Some(Event::Text(delta)) => {
+                guard.armed = true;
+                let ev = data(&chunk(&meta, json!({ "content": delta }), None));
+                return Some((vec![ev], Some((rx, meta, guard))));
+            }
             Some(Event::Done(done)) => match *done {
                 Ok(a) => {
                     let mut v = vec![
                         data(&chunk(
                             &meta,
-                            json!({"content": a.out.text, "florence2_result": florence2_result(&a)}),
+                            json!({"content": remainder(&a), "florence2_result": florence2_result(&a)}),
                             None,
                         )),
                         data(&chunk(&meta, json!({}), Some(finish_reason(&a)))),

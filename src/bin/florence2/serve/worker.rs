@@ -28,6 +28,8 @@ use super::metrics::{Metrics, Outcome, Phase};
 /// What the worker tells a request's handler.
 #[derive(Debug)]
 pub enum Event {
+    /// More of a streamed text answer (greedy text tasks).
+    Text(String),
     /// One decode step ran (streaming sends an SSE comment: progress, and a write that detects a
     /// disconnected client).
     Step,
@@ -170,6 +172,9 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
     };
     // The library does not panic on any input; should a bug make it, this request fails with a 500 and
     // the worker goes on serving (a dead worker would leave every later request unanswered).
+    let on_text = |delta: &str| {
+        let _ = reply.send(Event::Text(delta.to_string()));
+    };
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         engine.run(
             &job.image,
@@ -177,6 +182,7 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
             job.max_tokens,
             job.num_beams,
             &on_step,
+            job.stream.then_some(&on_text as &dyn Fn(&str)),
         )
     }));
     m.set_running(false);
