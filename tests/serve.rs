@@ -3,7 +3,8 @@
 //! route, every error status (400 validation, 401, 404, 405, 413, 429, 503 loading), answers equal to
 //! `florence2 run --json` (token ids, content, result) greedy and with beam search, streaming (SSE, equal
 //! to the non-streamed answer), isolation (B after A equals B alone), disconnect cancellation while
-//! queued (no encoder pass) and while decoding (within one step), and SIGTERM (exit 0).
+//! queued (no encoder pass) and while decoding (within one step), SIGTERM (exit 0), and remote image
+//! URLs (`--allow-remote-images`) against a loopback origin written in the test.
 //!
 //! Waits are bounded polls of `/health` or `/metrics`; the worker-hold test hook
 //! (`FLORENCE2_SERVE_HOLD_FILE`, see src/bin/florence2/serve/worker.rs) makes the queue and cancellation
@@ -727,4 +728,207 @@ fn sigterm_cancels_in_flight_work_and_exits_0() {
     // Nothing listens anymore.
     assert!(std::net::TcpStream::connect(addr).is_err());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tiny HTTP/1.1 origin on a loopback port (one thread per connection) for the remote image tests.
+/// Paths: `/img` (the PNG or JPEG it was given), `/redirect` (302 to `img`, relative), `/loop` (302 to
+/// itself), `/to-file` (302 to `file:///etc/passwd`), `/endless` (PNG magic then zeros, no length, until
+/// the client hangs up), `/slow` (headers and 8 bytes of a 1000-byte body, then nothing until the client
+/// hangs up), `/text` (an HTML page), anything else 404. Counts connections.
+struct Origin {
+    addr: std::net::SocketAddr,
+    hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Origin {
+    fn start(image: Vec<u8>, kind: &'static str) -> Origin {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let image = Arc::new(image);
+        let counter = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                counter.fetch_add(1, Ordering::SeqCst);
+                let image = image.clone();
+                std::thread::spawn(move || {
+                    // Bounded: a test that fails must not leave threads blocked forever.
+                    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(120)));
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && head.len() < 16384 {
+                        match s.read(&mut byte) {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).to_string();
+                    let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                    let redirect = |to: &str| {
+                        format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    };
+                    let _ = match path.as_str() {
+                        "/img" => s
+                            .write_all(
+                                format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Type: image/{kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                    image.len()
+                                )
+                                .as_bytes(),
+                            )
+                            .and_then(|_| s.write_all(&image)),
+                        "/redirect" => s.write_all(redirect("img").as_bytes()),
+                        "/loop" => s.write_all(redirect("/loop").as_bytes()),
+                        "/to-file" => s.write_all(redirect("file:///etc/passwd").as_bytes()),
+                        "/endless" => (|| {
+                            s.write_all(
+                                b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nConnection: close\r\n\r\n\x89PNG\r\n\x1a\n",
+                            )?;
+                            let zeros = vec![0u8; 64 * 1024];
+                            // Until the client hangs up (a write fails): only a reader that stops at
+                            // its limit while streaming gets an answer before the time limit.
+                            loop {
+                                s.write_all(&zeros)?;
+                            }
+                        })(),
+                        "/slow" => s
+                            .write_all(
+                                b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n\x89PNG\r\n\x1a\n",
+                            )
+                            .map(|_| {
+                                // Nothing more until the client hangs up.
+                                let mut sink = [0u8; 64];
+                                while s.read(&mut sink).is_ok_and(|n| n > 0) {}
+                            }),
+                        "/text" => s.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 19\r\nConnection: close\r\n\r\n<html>hello</html>\n",
+                        ),
+                        _ => s.write_all(
+                            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        ),
+                    };
+                });
+            }
+        });
+        Origin { addr, hits }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn remote_images_only_with_allow_remote_images_and_within_limits() {
+    let c = case("<CAPTION>");
+    let image_name = c["image"].as_str().unwrap();
+    let image = std::fs::read(fixtures().join("images").join(image_name)).unwrap();
+    let kind = if image_name.ends_with(".png") {
+        "png"
+    } else {
+        "jpeg"
+    };
+    let origin = Origin::start(image.clone(), kind);
+    let with_url = |url: &str| {
+        let mut extra = json!({});
+        extra["max_tokens"] = c["max_new_tokens"].clone();
+        chat_body(&prompt_of(&c), url, extra)
+    };
+
+    // Without the flag: refused, and the origin is never contacted.
+    {
+        let server = Server::start("tiny4", &[], &[]);
+        server.wait_ready();
+        let r = server.post_json("/v1/chat/completions", &with_url(&origin.url("/img")));
+        let e = assert_error(&r, 400, "remote_image_refused", "no flag");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("--allow-remote-images"),
+            "{e}"
+        );
+        assert_eq!(origin.hits(), 0, "a refused URL must not be fetched");
+    }
+
+    // The byte limit is the image limit: the fixture image fits, the endless body does not.
+    let max_bytes = (image.len() + 1000).to_string();
+    let server = Server::start(
+        "tiny4",
+        &[
+            "--allow-remote-images",
+            "--remote-image-timeout",
+            "3",
+            "--max-remote-redirects",
+            "3",
+            "--max-image-bytes",
+            &max_bytes,
+        ],
+        &[],
+    );
+    server.wait_ready();
+    let post = |url: &str| server.post_json("/v1/chat/completions", &with_url(url));
+
+    // A served image gives the same answer as the same image in a data URL (and as the CLI).
+    let inline = post(&data_url(image_name));
+    assert_eq!(inline.status, 200, "{}", inline.text());
+    let inline = inline.json();
+    let cli = common::fixtures::cli_run("tiny4", &c, &[]);
+    assert_same_as_cli(&inline, &cli, "data URL");
+    for path in ["/img", "/redirect"] {
+        let r = post(&origin.url(path));
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let remote = r.json();
+        assert_eq!(
+            remote["choices"][0]["message"], inline["choices"][0]["message"],
+            "{path}: remote answer vs data URL"
+        );
+        assert_eq!(remote["usage"], inline["usage"], "{path}: usage");
+    }
+
+    // Each failure: its own 400.
+    for (path, code) in [
+        ("/endless", "image_too_large"),
+        ("/slow", "remote_image_timeout"),
+        ("/loop", "remote_image_redirects"),
+        ("/to-file", "remote_image_redirect_refused"),
+        ("/text", "invalid_image"),
+        ("/missing", "remote_image_fetch_failed"),
+    ] {
+        let e = assert_error(&post(&origin.url(path)), 400, code, path);
+        assert_eq!(
+            e["param"], "messages[0].content[1].image_url.url",
+            "{path}: {e}"
+        );
+    }
+    // The redirect loop stopped at the bound: 1 + 3 requests for /loop.
+    let before = origin.hits();
+    post(&origin.url("/loop"));
+    assert_eq!(origin.hits() - before, 4, "1 request + 3 redirects");
+    // `file:` is refused even with the flag, without any fetch.
+    let before = origin.hits();
+    assert_error(
+        &post("file:///etc/passwd"),
+        400,
+        "invalid_image_url",
+        "file URL with the flag",
+    );
+    assert_eq!(origin.hits(), before);
+    // Every fetch is timed in /metrics: 2 successful + 7 failed (after admission; file: is not fetched).
+    assert_eq!(
+        server.metric("florence2_phase_seconds_count{phase=\"image_fetch\"}"),
+        9.0
+    );
+    assert_eq!(
+        server.metric("florence2_requests_total{outcome=\"ok\"}"),
+        3.0
+    );
 }

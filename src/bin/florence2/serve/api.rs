@@ -9,8 +9,9 @@
 //! Images are `data:image/png;base64,...` or `data:image/jpeg;base64,...` URLs. The declared media type,
 //! the encoded size (computed from the base64 length, before decoding it) and the decoded byte count are
 //! checked here; the pixel count is checked from the image header before the pixels are decoded
-//! (`decode_image` with [`ImageLimits`]). Remote `http(s)` URLs are refused (this server never fetches), as
-//! are `file:` and every other scheme.
+//! (`decode_image` with [`ImageLimits`]). Remote `http(s)` URLs are refused unless the server runs with
+//! `--allow-remote-images` (then they are fetched after admission, see `remote.rs`); `file:` and every
+//! other scheme are always refused.
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -27,14 +28,25 @@ pub struct RequestLimits {
     pub max_image_bytes: usize,
     /// Largest effective `max_tokens` (the model's decoder positions minus the start token).
     pub max_new_tokens: usize,
+    /// `--allow-remote-images`: accept `http(s)` image URLs (fetched later, off the GPU worker).
+    pub allow_remote_images: bool,
+}
+
+/// Where the request's image comes from.
+#[derive(Debug)]
+pub enum ImageSource {
+    /// The encoded bytes of a data URL (PNG or JPEG, already checked).
+    Inline(Vec<u8>),
+    /// An `http(s)` URL to fetch (only with `--allow-remote-images`); `param` names it in errors.
+    Remote { param: String, url: String },
 }
 
 /// A validated chat-completions request.
 #[derive(Debug)]
 pub struct ChatRequest {
     pub prompt: TaskPrompt,
-    /// The encoded image (PNG or JPEG bytes); pixel limits are checked when it is decoded.
-    pub image: Vec<u8>,
+    /// The image (PNG or JPEG bytes, or a URL to fetch); pixel limits are checked when it is decoded.
+    pub image: ImageSource,
     pub max_tokens: Option<usize>,
     pub num_beams: Option<usize>,
     pub stream: bool,
@@ -312,7 +324,25 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
             ))
         }
     };
-    let image = decode_data_url(param, url, limits.max_image_bytes)?;
+    let image = match super::remote::remote_scheme(url) {
+        Some(_) if limits.allow_remote_images => {
+            if url.len() > MAX_URL_CHARS {
+                return Err(ApiError::invalid_code(
+                    param,
+                    "invalid_image_url",
+                    format!(
+                        "the image URL is {} characters long; at most {MAX_URL_CHARS} are accepted",
+                        url.len()
+                    ),
+                ));
+            }
+            ImageSource::Remote {
+                param: param.clone(),
+                url: url.to_string(),
+            }
+        }
+        _ => ImageSource::Inline(decode_data_url(param, url, limits.max_image_bytes)?),
+    };
     Ok(ChatRequest {
         prompt,
         image,
@@ -321,6 +351,20 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
         stream,
         include_usage,
     })
+}
+
+/// The longest remote image URL accepted.
+const MAX_URL_CHARS: usize = 8192;
+
+/// `Some("png")` or `Some("jpeg")` from the magic bytes; `None` for anything else.
+pub fn image_kind(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("jpeg")
+    } else {
+        None
+    }
 }
 
 /// The bytes of a `data:image/(png|jpeg);base64,...` URL, size-checked before and after decoding.
@@ -333,8 +377,9 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
             return Err(ApiError::invalid_code(
                 param,
                 "remote_image_refused",
-                "remote image URLs are not fetched by this server; send the image inline as a \
-                 data:image/png;base64,... or data:image/jpeg;base64,... URL",
+                "remote image URLs are not fetched by this server (it runs without \
+                 --allow-remote-images); send the image inline as a data:image/png;base64,... or \
+                 data:image/jpeg;base64,... URL",
             ))
         }
         _ => {
@@ -416,9 +461,9 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
         ));
     }
     let declared_png = media == "image/png";
-    let is_png = bytes.starts_with(b"\x89PNG\r\n\x1a\n");
-    let is_jpeg = bytes.starts_with(&[0xFF, 0xD8, 0xFF]);
-    if !(is_png || is_jpeg) {
+    let kind = image_kind(&bytes);
+    let is_png = kind == Some("png");
+    if kind.is_none() {
         return Err(ApiError::invalid_code(
             param,
             "invalid_image",
@@ -446,6 +491,7 @@ mod tests {
         RequestLimits {
             max_image_bytes: 100,
             max_new_tokens: 127,
+            allow_remote_images: false,
         }
     }
 
@@ -472,7 +518,7 @@ mod tests {
     fn parses_a_valid_request() {
         let r = parse_chat_request(&body("<OD>", &png_url()), &limits()).unwrap();
         assert_eq!(r.prompt.task().marker(), "<OD>");
-        assert_eq!(r.image.len(), 18);
+        assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
         assert!(!r.stream);
     }
 
@@ -500,7 +546,7 @@ mod tests {
         let (head, payload) = url.split_once(',').unwrap();
         let wrapped = format!("{head},{}\n{}", &payload[..8], &payload[8..]);
         let r = parse_chat_request(&body("<OD>", &wrapped), &limits()).unwrap();
-        assert_eq!(r.image.len(), 18);
+        assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
     }
 
     #[test]
@@ -534,6 +580,14 @@ mod tests {
             assert_eq!(e.code, "remote_image_refused");
         }
         let e = parse_chat_request(&body("<OD>", "file:///etc/passwd"), &limits()).unwrap_err();
+        assert_eq!(e.code, "invalid_image_url");
+        let allow = RequestLimits {
+            allow_remote_images: true,
+            ..limits()
+        };
+        let r = parse_chat_request(&body("<OD>", "https://x/a.png"), &allow).unwrap();
+        assert!(matches!(r.image, ImageSource::Remote { ref url, .. } if url == "https://x/a.png"));
+        let e = parse_chat_request(&body("<OD>", "file:///etc/passwd"), &allow).unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
     }
 

@@ -49,6 +49,8 @@ impl Outcome {
 pub enum Phase {
     /// Admission to the worker picking the request up.
     Queue,
+    /// Remote image fetch (`--allow-remote-images`, on a blocking thread of the HTTP runtime).
+    Fetch,
     /// Image decoding (in the HTTP handler).
     Decode,
     /// Preprocess + vision tower + encoder (the worker's encode call).
@@ -60,8 +62,9 @@ pub enum Phase {
 }
 
 impl Phase {
-    const ALL: [Phase; 5] = [
+    const ALL: [Phase; 6] = [
         Phase::Queue,
+        Phase::Fetch,
         Phase::Decode,
         Phase::Encode,
         Phase::Generate,
@@ -71,6 +74,7 @@ impl Phase {
     fn label(self) -> &'static str {
         match self {
             Phase::Queue => "queue",
+            Phase::Fetch => "image_fetch",
             Phase::Decode => "image_decode",
             Phase::Encode => "encode",
             Phase::Generate => "generate",
@@ -99,7 +103,7 @@ pub struct Metrics {
     disconnects: AtomicU64,
     queue_depth: AtomicU64,
     running: AtomicU64,
-    phases: Mutex<[Histogram; 5]>,
+    phases: Mutex<[Histogram; 6]>,
 }
 
 impl Metrics {

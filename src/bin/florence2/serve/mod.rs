@@ -4,6 +4,7 @@
 //! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
+//!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]]
 //! ```
 //!
 //! One GPU worker thread owns the library `Pipeline` (`engine.rs`, `worker.rs`) (`worker.rs`); HTTP runs on tokio + axum (`routes.rs`); requests
@@ -16,6 +17,7 @@ mod api;
 mod engine;
 mod error;
 mod metrics;
+mod remote;
 mod routes;
 mod worker;
 
@@ -65,7 +67,7 @@ pub struct ServeArgs {
     /// Largest request body; beyond that: 413
     #[arg(long, value_name = "N", default_value_t = 32 << 20, value_parser = positive)]
     max_body_bytes: usize,
-    /// Largest image (decoded from its data URL, checked before decoding)
+    /// Largest image (decoded from its data URL, checked before decoding; or fetched, checked while reading)
     #[arg(long, value_name = "N", default_value_t = 20 << 20, value_parser = positive)]
     max_image_bytes: usize,
     /// Largest width x height (checked from the image header before decoding the pixels)
@@ -74,6 +76,23 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM before they are cancelled
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     shutdown_timeout: u64,
+    /// Fetch http(s) image URLs (off by default: they are refused with a 400). Only behind an
+    /// egress-restricted network: the server fetches whatever host a client names (see the README)
+    #[arg(long)]
+    allow_remote_images: bool,
+    /// Total time for one remote image fetch (connect, redirects, body), in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = positive_secs)]
+    remote_image_timeout: f64,
+    /// Redirects followed by a remote image fetch (only to http/https URLs)
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    max_remote_redirects: u32,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
+        _ => Err(format!("takes seconds in (0, 3600], got {s:?}")),
+    }
 }
 
 fn positive(s: &str) -> Result<usize, String> {
@@ -95,6 +114,7 @@ struct ServeOptions {
     max_image_bytes: usize,
     max_image_pixels: u64,
     shutdown_timeout: Duration,
+    remote: Option<remote::RemoteLimits>,
 }
 
 impl From<ServeArgs> for ServeOptions {
@@ -116,6 +136,11 @@ impl From<ServeArgs> for ServeOptions {
             max_image_bytes: a.max_image_bytes,
             max_image_pixels: a.max_image_pixels,
             shutdown_timeout: Duration::from_secs(a.shutdown_timeout),
+            remote: a.allow_remote_images.then(|| remote::RemoteLimits {
+                max_bytes: a.max_image_bytes,
+                timeout: Duration::from_secs_f64(a.remote_image_timeout),
+                max_redirects: a.max_remote_redirects,
+            }),
         }
     }
 }
@@ -194,6 +219,7 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
             max_pixels: opts.max_image_pixels,
             ..ImageLimits::default()
         },
+        remote: opts.remote,
         capacity,
         admission: Arc::new(Semaphore::new(capacity)),
         jobs: Mutex::new(Some(jobs_tx)),

@@ -2,8 +2,9 @@
 //!
 //! A chat request goes through, in order: the API key (401), readiness (503 while loading or shutting
 //! down), the body size (413, from `Content-Length` first and while reading), request validation (400),
-//! admission (429 when `--max-queue` requests already wait and one runs), image decoding under the pixel
-//! limit (400), then the worker's queue. The answer is one JSON object, or with `"stream": true` an SSE
+//! admission (429 when `--max-queue` requests already wait and one runs), the remote image fetch with
+//! `--allow-remote-images` (400 for each failure, see `remote.rs`), image decoding under the pixel limit
+//! (400), then the worker's queue. The answer is one JSON object, or with `"stream": true` an SSE
 //! stream of `chat.completion.chunk` objects ending with `data: [DONE]`.
 
 use std::sync::atomic::Ordering;
@@ -24,10 +25,11 @@ use tokio::sync::Semaphore;
 
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 
-use super::api::{parse_chat_request, ChatRequest, RequestLimits};
+use super::api::{parse_chat_request, ChatRequest, ImageSource, RequestLimits};
 use super::engine::Answer;
 use super::error::ApiError;
 use super::metrics::{Outcome, Phase};
+use super::remote::{fetch_image, RemoteLimits};
 use super::worker::{Event, Job, Shared, FAILED};
 
 /// Settings and shared state of the routes.
@@ -38,6 +40,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub max_image_bytes: usize,
     pub image_limits: ImageLimits,
+    /// `--allow-remote-images` with its limits; `None`: remote URLs are refused.
+    pub remote: Option<RemoteLimits>,
     /// `--max-queue` waiting + 1 running.
     pub capacity: usize,
     pub admission: Arc<Semaphore>,
@@ -238,6 +242,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
     let limits = RequestLimits {
         max_image_bytes: state.max_image_bytes,
         max_new_tokens: info.max_new_tokens,
+        allow_remote_images: state.remote.is_some(),
     };
     let req = parse_chat_request(&bytes, &limits)?;
     drop(bytes);
@@ -258,6 +263,26 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         stream,
         include_usage,
     } = req;
+    let (image, permit) = match image {
+        ImageSource::Inline(bytes) => (bytes, permit),
+        ImageSource::Remote { param, url } => {
+            let remote = state
+                .remote
+                .ok_or_else(|| ApiError::internal("remote images are off"))?;
+            let t = Instant::now();
+            // On a blocking thread, never on the GPU worker. The admission permit travels with the
+            // fetch, so a client that leaves mid-fetch frees its slot only when the fetch (bounded by
+            // the time limit) ends: at most `capacity` fetches at once.
+            let (bytes, permit) =
+                tokio::task::spawn_blocking(move || (fetch_image(&param, &url, &remote), permit))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("image fetch task failed: {e}")))?;
+            shared
+                .metrics
+                .observe(Phase::Fetch, t.elapsed().as_secs_f64());
+            (bytes?, permit)
+        }
+    };
     let limits = state.image_limits;
     let t = Instant::now();
     let rgb = tokio::task::spawn_blocking(move || decode_image(&image, &limits))
