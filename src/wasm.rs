@@ -43,6 +43,7 @@ use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
     Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
 };
+use crate::ops::tune::{self, CacheLocation, Tuning};
 use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};
@@ -149,7 +150,7 @@ export type ModelSource = string | Record<string, string>;
 
 /** A download progress event (shaped like transformers.js's). */
 export interface ProgressEvent {
-  status: "initiate" | "download" | "progress" | "done" | "ready";
+  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready";
   /** The model source (base URL). */
   name: string;
   /** The file this event is about (empty for `ready`). */
@@ -175,6 +176,11 @@ export interface LoadOptions {
   cache?: boolean;
   signal?: AbortSignal;
   limits?: LoadLimits;
+  /** Kernel tuning at load: "auto" (default) times the candidate kernels for this model's shapes on this
+   * device once and caches the choice (Cache API, per adapter and package version); "off" keeps the
+   * static choices; "exhaustive" ignores the cache and times every candidate at full size. The result is
+   * in `model.tuningTable`. */
+  tuning?: "auto" | "off" | "exhaustive";
 }
 
 export interface EncodeImageOptions {
@@ -203,6 +209,8 @@ struct Inner {
     images: Rc<RefCell<HashMap<u32, Rc<EncodedImage>>>>,
     lock: Rc<queue::FifoLock>,
     gpu: Arc<Gpu>,
+    /// The kernel tuner's table from load (`tuning` option).
+    tuning_table: String,
 }
 
 /// A Florence-2 model on the GPU.
@@ -368,6 +376,13 @@ impl JsFlorence2 {
         self.inner.pipeline.borrow().is_none()
     }
 
+    /// The kernel choices made at load: per op and shape class, each variant's time and the chosen one
+    /// (empty with `tuning: "off"`).
+    #[wasm_bindgen(getter, js_name = tuningTable)]
+    pub fn tuning_table(&self) -> String {
+        self.inner.tuning_table.clone()
+    }
+
     /// The GPU adapter in use (name, backend, limits).
     #[wasm_bindgen(getter, js_name = adapterInfo)]
     pub fn adapter_info(&self) -> String {
@@ -380,6 +395,17 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
     let signal = opt_signal(options, "signal")?;
     let on_progress = opt_fn(options, "onProgress")?;
+    let tuning = match opt_get(options, "tuning") {
+        None => Tuning::Auto,
+        Some(v) => v
+            .as_string()
+            .ok_or_else(|| {
+                Error::InvalidInput(
+                    "option tuning must be \"auto\", \"off\" or \"exhaustive\"".into(),
+                )
+            })?
+            .parse::<Tuning>()?,
+    };
     let mut limits = ImageLimits::default();
     if let Some(l) = opt_get(options, "limits") {
         if let Some(p) = opt_uint(&l, "maxImagePixels", MAX_SAFE)? {
@@ -430,6 +456,29 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     let model = Florence2::new(&gpu, cfg, &weights)?;
     drop(weights);
     gpu.check()?;
+    // Kernel tuning for this device at the processor's image size (cached in the Cache API: a later
+    // load of the same package on the same adapter times nothing). A failure here only costs speed.
+    if tuning != Tuning::Off {
+        f.progress("tuning", "", 0, 0, false);
+    }
+    let tuning_table = match tune::tune_model(
+        &model,
+        settings.processor.height,
+        settings.processor.width,
+        settings.generation.num_beams,
+        tuning,
+        &CacheLocation::Default,
+    )
+    .await
+    {
+        Ok(r) => r.table(),
+        Err(e) => {
+            gpu.choices.clear();
+            let _ = gpu.check();
+            log::warn!("kernel tuning failed ({e}); using the static kernel choices");
+            format!("tuning failed: {e}")
+        }
+    };
     f.progress("ready", "", 0, 0, false);
     Ok(JsFlorence2 {
         inner: Rc::new(Inner {
@@ -437,6 +486,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
             images: Rc::new(RefCell::new(HashMap::new())),
             lock: Rc::new(queue::FifoLock::default()),
             gpu,
+            tuning_table,
         }),
     })
 }

@@ -309,3 +309,124 @@ async fn browser_channel_attention_and_pos_embed() {
     rec.submit().unwrap();
     assert_eq!(max_diff(&run_vec(&g, &to).await, &want), 0.0);
 }
+
+// ---- Linear variants and the tuner -------------------------------------------------------------------
+
+/// f64 reference of x (M, K) @ w (N, K)^T + bias, and per-element bounds: a K-term f32 sum of products
+/// errs by at most gamma_K * sum |x w| (gamma_K ~ K 2^-24), plus the bias add and output roundings.
+fn linear_ref64(
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let u = 1.0 / (1u64 << 24) as f64;
+    let mut want = vec![0f32; m * n];
+    let mut bound = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut a) = (b[j] as f64, b[j].abs() as f64);
+            for t in 0..k {
+                let p = x[i * k + t] as f64 * w[j * k + t] as f64;
+                s += p;
+                a += p.abs();
+            }
+            want[i * n + j] = s as f32;
+            bound[i * n + j] = ((k as f64 + 3.0) * u * a * 1.01 + 1e-30) as f32;
+        }
+    }
+    (want, bound)
+}
+
+/// Every linear variant this browser can run (the registry's candidate list: here no subgroups), forced,
+/// on shapes with ragged tile edges, f32 and packed-f16 weights, against the f64 reference.
+#[wasm_bindgen_test]
+async fn browser_linear_every_variant() {
+    use ops::matmul::{linear_variant, Act, LinearVariant};
+    let g = gpu().await;
+    let mut ran = 0;
+    for &(m, n, k) in &[(1, 37, 64), (3, 70, 40), (130, 129, 147), (17, 65, 32)] {
+        for format in [DType::F32, DType::F16] {
+            let x = rand_vec(m as u64, m * k);
+            let mut w: Vec<f32> = rand_vec(n as u64 + 7, n * k)
+                .iter()
+                .map(|v| v * 0.5)
+                .collect();
+            let b = rand_vec(k as u64 + 3, n);
+            let tw = if format == DType::F16 {
+                w = w.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+                Tensor::from_f32_as_f16(&g, &[n, k], &w, "w").unwrap()
+            } else {
+                Tensor::from_f32(&g, &[n, k], &w, "w").unwrap()
+            };
+            let tx = Tensor::from_f32(&g, &[m, k], &x, "x").unwrap();
+            let tb = Tensor::from_f32(&g, &[n], &b, "b").unwrap();
+            let (want, bound) = linear_ref64(&x, &w, &b, m, n, k);
+            for v in LinearVariant::ALL {
+                if !v.supports(&g.caps, m, k, format) {
+                    continue;
+                }
+                let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
+                let mut rec = Recorder::new(&g);
+                linear_variant(&mut rec, v, &tx, &tw, Some(&tb), Act::None, &to).unwrap();
+                rec.submit().unwrap();
+                let got = run_vec(&g, &to).await;
+                for (i, ((gv, wv), bd)) in got.iter().zip(&want).zip(&bound).enumerate() {
+                    assert!(
+                        (gv - wv).abs() <= *bd,
+                        "{v:?} {format:?} m={m} n={n} k={k} [{i}]: {gv} vs {wv} (bound {bd})"
+                    );
+                }
+                ran += 1;
+            }
+        }
+    }
+    web_sys::console::log_1(&format!("linear: {ran} variant x shape x format runs").into());
+    assert!(
+        ran >= 4 * 2 * 3,
+        "scalar, tiled64, tiled128 at least everywhere"
+    );
+}
+
+/// The tuner in the browser: it times, installs its choices and caches them in the Cache API, so a second
+/// tuning of the same shapes times nothing.
+#[wasm_bindgen_test]
+async fn browser_tuner_caches_its_choices() {
+    use florence2_wasm::ops::tune::{tune, CacheLocation, LinearShape, Tuning};
+    let g = gpu().await;
+    let shapes = [
+        LinearShape {
+            m: 1,
+            n: 40,
+            k: 64,
+            format: DType::F32,
+        },
+        LinearShape {
+            m: 70,
+            n: 48,
+            k: 32,
+            format: DType::F16,
+        },
+    ];
+    let first = tune(&g, &shapes, Tuning::Exhaustive, &CacheLocation::Default)
+        .await
+        .unwrap();
+    web_sys::console::log_1(&first.table().into());
+    assert!(first.timings >= 2);
+    assert_eq!(g.choices.len(), 2);
+    let has_caches = js_sys::Reflect::has(&js_sys::global(), &"caches".into()).unwrap_or(false);
+    g.choices.clear();
+    let second = tune(&g, &shapes, Tuning::Auto, &CacheLocation::Default)
+        .await
+        .unwrap();
+    assert_eq!(g.choices.len(), 2);
+    if has_caches {
+        assert_eq!(second.timings, 0, "{}", second.table());
+    } else {
+        web_sys::console::log_1(
+            &"no Cache API in this context: the cache half is not exercised".into(),
+        );
+    }
+}
