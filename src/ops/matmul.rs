@@ -69,6 +69,10 @@ pub enum LinearVariant {
     SubgroupR16,
     /// `matmul_gemv.wgsl`: one output column per invocation, M <= 4 (decode). K % 8 == 0.
     Gemv,
+    /// `matmul_gemv.wgsl` `linear_gemv_wg`: multi-row GEMV for GPUs, M <= 4, K % 8 == 0. A workgroup
+    /// computes 4 output columns with its lanes splitting K (coalesced weight reads) and reduces in
+    /// workgroup memory.
+    GemvWorkgroup,
     /// `matmul.wgsl` `linear_tiled` with RM = 4: 64x64 output tiles, 4x4 per invocation, K slices in
     /// workgroup memory (register double-buffered). Any shape. The GPU-class GEMM.
     Tiled64,
@@ -81,7 +85,7 @@ pub enum LinearVariant {
 
 impl LinearVariant {
     /// Every variant, in the order the tuner tries them (the registry's candidate list for `linear`).
-    pub const ALL: [LinearVariant; 9] = [
+    pub const ALL: [LinearVariant; 10] = [
         LinearVariant::Scalar,
         LinearVariant::Tiled64,
         LinearVariant::Tiled128,
@@ -91,6 +95,7 @@ impl LinearVariant {
         LinearVariant::SubgroupR16,
         LinearVariant::Gemv,
         LinearVariant::GemvSubgroup,
+        LinearVariant::GemvWorkgroup,
     ];
 
     /// Stable name (tuning cache, tables).
@@ -103,6 +108,7 @@ impl LinearVariant {
             LinearVariant::SubgroupR16 => "subgroup_r16",
             LinearVariant::Gemv => "gemv",
             LinearVariant::GemvSubgroup => "gemv_subgroup",
+            LinearVariant::GemvWorkgroup => "gemv_wg",
             LinearVariant::Tiled64 => "tiled64",
             LinearVariant::Tiled128 => "tiled128",
         }
@@ -131,7 +137,10 @@ impl LinearVariant {
         )
     }
     fn is_gemv(self) -> bool {
-        matches!(self, LinearVariant::Gemv | LinearVariant::GemvSubgroup)
+        matches!(
+            self,
+            LinearVariant::Gemv | LinearVariant::GemvSubgroup | LinearVariant::GemvWorkgroup
+        )
     }
     /// K must be a multiple of this.
     fn k_multiple(self) -> usize {
@@ -196,6 +205,8 @@ const V4_WG: usize = 64;
 const SG_WG: usize = 32;
 const SG4_WG: usize = 64;
 const GEMV_WG: usize = 64;
+/// Output columns per workgroup of `linear_gemv_wg` (`RW` in `matmul_gemv.wgsl`).
+const GEMV_WG_COLS: usize = 4;
 
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
@@ -343,6 +354,9 @@ pub fn linear_variant(
         LinearVariant::GemvSubgroup => {
             Kernel::new(&SHADER_SG, "linear_gemv_sg").with(&overrides_gemv)
         }
+        LinearVariant::GemvWorkgroup => {
+            Kernel::new(&SHADER_GEMV, "linear_gemv_wg").with(&overrides_gemv)
+        }
     };
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
@@ -373,6 +387,7 @@ pub fn linear_variant(
             LinearVariant::Gemv | LinearVariant::GemvSubgroup => {
                 grid_1d(ceil_div(chunk.rows, GEMV_WG))
             }
+            LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
         };
         rec.dispatch(
             &kernel,

@@ -193,7 +193,7 @@ fn cache_name(adapter_key: &str) -> String {
     )
 }
 
-/// The linear shapes Florence-2 runs for `cfg` on a `height` x `width` image, with decode steps of 1 and
+/// The linear shapes (patch-embedding convs included, as im2col GEMMs) Florence-2 runs for `cfg` on a `height` x `width` image, with decode steps of 1 and
 /// `beams` rows and weights in `format`. Prompt length varies; the encoder rows are taken for a prompt
 /// of 16 tokens (rows are bucketed by powers of two, so nearby lengths share the class).
 pub fn model_linear_shapes(
@@ -218,6 +218,13 @@ pub fn model_linear_shapes(
         h = (h + 2 * p).saturating_sub(k) / st.max(1) + 1;
         w = (w + 2 * p).saturating_sub(k) / st.max(1) + 1;
         let c = v.embed_dim[s];
+        // Patch-embedding conv as im2col + GEMM: K = k*k*Cin (147 for the 7x7 RGB stem).
+        let cin = if s == 0 {
+            v.in_channels
+        } else {
+            v.embed_dim[s - 1]
+        };
+        push(h * w, c, k * k * cin);
         let hidden = (c as f64 * v.mlp_ratio) as usize;
         let rows = h * w;
         let wrows = h.div_ceil(ws) * w.div_ceil(ws) * ws * ws;
