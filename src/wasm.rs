@@ -40,10 +40,10 @@ use crate::gpu::{Gpu, GpuOptions};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::model::generate::MAX_BEAMS;
+use crate::ops::tune::{self, CacheLocation, Tuning};
 use crate::pipeline::{
     Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
 };
-use crate::ops::tune::{self, CacheLocation, Tuning};
 use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};

@@ -208,6 +208,7 @@ fn cli_run_rejects_bad_generation_flags() {
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
             .env("NODEVICE_SELECT", "1")
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
             .args(["run", "--model", m, "--image", i, "--task", "<OD>"])
             .args(extra)
             .output()

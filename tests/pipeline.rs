@@ -143,6 +143,8 @@ fn cli_runs_several_tasks_on_one_image_as_a_json_array() {
         })
         .collect();
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
+    // The kernel tuner's cache goes under target/, not the user's cache directory.
+    cmd.env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"));
     cmd.env("NODEVICE_SELECT", "1").args([
         "run",
         "--model",

@@ -457,6 +457,7 @@ fn cli_run_usage_errors() {
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
             .env("NODEVICE_SELECT", "1")
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
             .args(args)
             .output()
             .unwrap()

@@ -233,3 +233,70 @@ fn model_shapes_cover_every_layer_kind() {
         assert!(s[i + 1..].iter().all(|b| b.class() != a.class()));
     }
 }
+
+/// `--profile`: with timestamp queries each dispatch comes back with its phase, op, variant, shape and a
+/// GPU time; without them enabling fails with a named error.
+#[test]
+fn profiler_times_each_dispatch() {
+    use florence2_wasm::gpu::profile;
+    let g = open(GpuOptions::default());
+    if !g.caps.timestamp_query {
+        let err = g.profiler.enable(&g, true).unwrap_err();
+        assert!(err.to_string().contains("timestamp-query"), "{err}");
+        eprintln!(
+            "no timestamp queries on {}: only the refusal is tested",
+            g.describe()
+        );
+        return;
+    }
+    g.profiler.enable(&g, true).unwrap();
+    let (m, n, k) = (9, 20, 32);
+    let x = Tensor::zeros(&g, &[m, k], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[n, k], DType::F16, "w").unwrap();
+    let out = Tensor::zeros(&g, &[m, n], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    assert!(rec.profiling());
+    rec.set_phase("test");
+    matmul::linear_variant(
+        &mut rec,
+        LinearVariant::Tiled64,
+        &x,
+        &w,
+        None,
+        Act::None,
+        &out,
+    )
+    .unwrap();
+    matmul::linear_variant(
+        &mut rec,
+        LinearVariant::Scalar,
+        &x,
+        &w,
+        None,
+        Act::Gelu,
+        &out,
+    )
+    .unwrap();
+    rec.submit().unwrap();
+    let entries = pollster::block_on(g.profiler.take(&g)).unwrap();
+    eprint!("{}", profile::table(&entries));
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(entries
+        .iter()
+        .all(|e| e.phase == "test" && e.ms.is_finite() && e.ms >= 0.0));
+    assert_eq!(entries[0].op, "matmul:linear_tiled");
+    assert!(
+        entries[0].variant.contains("RM=4"),
+        "{}",
+        entries[0].variant
+    );
+    assert_eq!(entries[0].shape, "M=9 N=20 K=32 f16 tiled64");
+    assert_eq!(entries[1].shape, "M=9 N=20 K=32 f16 scalar");
+    let totals = profile::phase_totals(&entries);
+    assert_eq!(totals.len(), 1);
+    assert_eq!(totals[0].2, 2);
+    // Taken entries are gone; a recorder made after disabling times nothing.
+    g.profiler.enable(&g, false).unwrap();
+    assert!(pollster::block_on(g.profiler.take(&g)).unwrap().is_empty());
+    assert!(!Recorder::new(&g).profiling());
+}

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::gpu::pipeline::PipelineCache;
+use crate::gpu::profile::Profiler;
 use crate::ops::registry::Choices;
 
 /// What the caller may tune when opening the device.
@@ -63,6 +64,8 @@ pub struct Gpu {
     pub(crate) uniform_pool: Mutex<Vec<wgpu::Buffer>>,
     /// Kernel variant chosen per (op, weight format, shape class) by the tuner; empty = static choices.
     pub choices: Choices,
+    /// Per-dispatch GPU times (off unless enabled; see `gpu::profile`).
+    pub profiler: Profiler,
 }
 
 impl Gpu {
@@ -180,6 +183,7 @@ impl Gpu {
             lost,
             uniform_pool: Mutex::new(Vec::new()),
             choices: Choices::default(),
+            profiler: Profiler::default(),
         }))
     }
 

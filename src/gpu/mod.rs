@@ -10,6 +10,7 @@
 mod context;
 mod pipeline;
 pub mod preprocess;
+pub mod profile;
 pub mod readback;
 mod recorder;
 mod tensor;

@@ -13,6 +13,7 @@ use futures_channel::oneshot;
 
 use crate::error::{Error, Result};
 use crate::gpu::pipeline::Kernel;
+use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
 use crate::gpu::{Gpu, Tensor};
 
 const PAGE_SLOTS: usize = 256;
@@ -23,6 +24,17 @@ pub struct Recorder {
     slot: u64,
     pages: Vec<(wgpu::Buffer, Vec<u8>)>,
     dispatches: usize,
+    /// Timestamp bookkeeping when the device's profiler is on (see `gpu::profile`).
+    prof: Option<RecProf>,
+}
+
+struct RecProf {
+    queries: wgpu::QuerySet,
+    phase: String,
+    /// The shape the next dispatch is labelled with ([`Recorder::note_shape`]).
+    note: Option<String>,
+    /// (op, variant, shape) of each timed dispatch, in query order.
+    labels: Vec<(String, String, String)>,
 }
 
 /// A readback recorded into a [`Recorder`]; resolve it after [`Recorder::submit`].
@@ -38,12 +50,42 @@ impl Recorder {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("florence2-recorder"),
             });
+        let prof = gpu.profiler.is_enabled().then(|| RecProf {
+            queries: gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("profile-timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: MAX_QUERIES,
+            }),
+            phase: String::new(),
+            note: None,
+            labels: Vec::new(),
+        });
         Recorder {
             gpu: gpu.clone(),
             encoder,
             slot: gpu.caps.uniform_offset_alignment.max(256) as u64,
             pages: Vec::new(),
             dispatches: 0,
+            prof,
+        }
+    }
+
+    /// Whether this recorder times its dispatches (the device's profiler was on when it was created).
+    pub fn profiling(&self) -> bool {
+        self.prof.is_some()
+    }
+
+    /// Name the phase (vision, encoder, decode, ...) this recorder's dispatches are profiled under.
+    pub fn set_phase(&mut self, phase: &str) {
+        if let Some(p) = &mut self.prof {
+            p.phase = phase.to_string();
+        }
+    }
+
+    /// Label the next dispatch's shape in the profile (launchers call it only when [`Self::profiling`]).
+    pub fn note_shape(&mut self, shape: String) {
+        if let Some(p) = &mut self.prof {
+            p.note = Some(shape);
         }
     }
 
@@ -146,11 +188,39 @@ impl Recorder {
             });
         // One compute pass per dispatch: passes are cheap to open, and separate passes give the
         // driver a clear synchronisation point between dependent dispatches.
+        let timestamp_writes = match &mut self.prof {
+            Some(p) if (p.labels.len() as u32 + 1) * 2 <= MAX_QUERIES => {
+                let i = p.labels.len() as u32;
+                let variant: Vec<String> = kernel
+                    .defines
+                    .iter()
+                    .map(|d| d.to_string())
+                    .chain(kernel.overrides.iter().map(|(n, v)| format!("{n}={v}")))
+                    .collect();
+                let shape = p.note.take().unwrap_or_else(|| format!("grid={grid:?}"));
+                p.labels.push((
+                    format!("{}:{}", kernel.shader.name, kernel.entry),
+                    variant.join(" "),
+                    shape,
+                ));
+                Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &p.queries,
+                    beginning_of_pass_write_index: Some(2 * i),
+                    end_of_pass_write_index: Some(2 * i + 1),
+                })
+            }
+            Some(p) => {
+                p.note = None;
+                self.gpu.profiler.add_untimed(1);
+                None
+            }
+            None => None,
+        };
         let mut pass = self
             .encoder
             .begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(kernel.entry),
-                timestamp_writes: None,
+                timestamp_writes,
             });
         pass.set_pipeline(&pipe.pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
@@ -232,8 +302,9 @@ impl Recorder {
     pub fn submit(self) -> Result<()> {
         let Recorder {
             gpu,
-            encoder,
+            mut encoder,
             pages,
+            prof,
             ..
         } = self;
         gpu.check()?;
@@ -242,12 +313,80 @@ impl Recorder {
                 gpu.queue.write_buffer(buf, 0, data);
             }
         }
+        let timestamps = prof
+            .filter(|p| !p.labels.is_empty())
+            .map(|p| resolve_timestamps(&gpu, &mut encoder, p));
         gpu.queue.submit(Some(encoder.finish()));
+        if let Some((staging, phase, labels)) = timestamps {
+            read_timestamps(&gpu, staging, phase, labels);
+        }
         if let Ok(mut pool) = gpu.uniform_pool.lock() {
             pool.extend(pages.into_iter().map(|(b, _)| b));
         }
         gpu.check()
     }
+}
+
+/// Record the resolve of a recorder's timestamps into a mappable buffer.
+fn resolve_timestamps(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    p: RecProf,
+) -> (wgpu::Buffer, String, Vec<(String, String, String)>) {
+    let n = 2 * p.labels.len() as u32;
+    let bytes = n as u64 * 8;
+    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("profile-resolve"),
+        size: bytes,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("profile-staging"),
+        size: bytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    encoder.resolve_query_set(&p.queries, 0..n, &resolve, 0);
+    encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+    (staging, p.phase, p.labels)
+}
+
+/// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the
+/// callback runs at the next poll natively, on the event loop in the browser).
+fn read_timestamps(
+    gpu: &Arc<Gpu>,
+    staging: wgpu::Buffer,
+    phase: String,
+    labels: Vec<(String, String, String)>,
+) {
+    use std::sync::atomic::Ordering;
+    gpu.profiler.pending.fetch_add(1, Ordering::AcqRel);
+    let period_ns = gpu.queue.get_timestamp_period() as f64;
+    let g = gpu.clone();
+    let buf = staging.clone();
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let mut entries = Vec::new();
+        if r.is_ok() {
+            if let Ok(view) = buf.slice(..).get_mapped_range() {
+                let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view[..]);
+                drop(view);
+                for (i, (op, variant, shape)) in labels.into_iter().enumerate() {
+                    let (a, b) = (ticks[2 * i], ticks[2 * i + 1]);
+                    entries.push(ProfileEntry {
+                        phase: phase.clone(),
+                        op,
+                        variant,
+                        shape,
+                        ms: b.saturating_sub(a) as f64 * period_ns * 1e-6,
+                    });
+                }
+            }
+            buf.unmap();
+        }
+        g.profiler.push(entries);
+        g.profiler.pending.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 /// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`].

@@ -87,6 +87,7 @@ impl Florence2 {
     pub fn encode_image(&self, pixels: &Tensor) -> Result<Tensor> {
         let d = self.config.text.d_model;
         let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("vision");
         let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
         let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
         rec.submit()?;
@@ -131,6 +132,7 @@ impl Florence2 {
 
         // Prompt embedding + concat + encoder + cross K/V: one submit.
         let mut rec = Recorder::new(gpu);
+        rec.set_phase("encoder");
         let placeholders: Vec<usize> = match self.config.image_token_id {
             Some(img) => input_ids
                 .iter()

@@ -360,6 +360,13 @@ pub fn linear_variant(
     };
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
+    let note = rec.profiling().then(|| {
+        format!(
+            "M={m} N={n} K={k} {} {}",
+            format!("{:?}", w.dtype()).to_lowercase(),
+            variant.name()
+        )
+    });
     // Without a bias the shader never reads binding 3; bind x (read-only) as a placeholder.
     let bias_b = match bias {
         Some(b) => b.binding(&gpu)?,
@@ -389,6 +396,9 @@ pub fn linear_variant(
             }
             LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
         };
+        if let Some(n) = &note {
+            rec.note_shape(n.clone());
+        }
         rec.dispatch(
             &kernel,
             &params,

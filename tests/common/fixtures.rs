@@ -28,6 +28,8 @@ pub fn ids_of(v: &Value) -> Vec<u32> {
 /// `florence2 run --json` on a fixture model dir and a reference case, with `extra` flags; the parsed JSON.
 pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
+    // The kernel tuner's cache goes under target/, not the user's cache directory.
+    cmd.env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"));
     cmd.env("NODEVICE_SELECT", "1").args([
         "run",
         "--model",

@@ -6,6 +6,8 @@
 //! florence2 run --model DIR --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
+//!               [--tuning auto|off|exhaustive] [--profile]
+//! florence2 tune --model DIR [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
 //! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
@@ -18,6 +20,9 @@
 //! reference's `generate` returns them) and `timings_ms` {load, preprocess, vision, encoder, decode}.
 //! `run` with several `--task`s encodes the image once and prints a JSON array of those objects (one per
 //! task, in order; the image's preprocess and vision times are counted in the first).
+//! `--tuning` (default auto) runs the kernel tuner after loading (cached per adapter in the user's cache
+//! directory, so only the first run times anything); `--profile` prints per-op GPU times from timestamp
+//! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
 //! error (clap's message naming the flag, then the subcommand's usage).
 //!
@@ -26,6 +31,7 @@
 mod parse;
 mod run;
 mod serve;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -48,6 +54,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// OpenAI-compatible HTTP server (POST /v1/chat/completions, GET /v1/models, /health, /metrics).
     Serve(serve::ServeArgs),
+    /// Time the candidate kernels for a model's shapes on this GPU and print the table (cached choice).
+    Tune(tune::TuneArgs),
 }
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
@@ -67,6 +75,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Parse(a) => parse::parse_cmd(a),
         Command::Run(a) => run::run_cmd(a),
         Command::Serve(a) => serve::main(a).map_err(Failure::Run),
+        Command::Tune(a) => tune::tune_cmd(a),
     }
 }
 

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::files;
-use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
+use florence2_wasm::ops::tune::{tune_model, CacheLocation, Tuning};
 use florence2_wasm::pipeline::{
     Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
 };
@@ -50,6 +51,13 @@ pub struct RunArgs {
     /// Print JSON (one object; an array with several --task)
     #[arg(long)]
     json: bool,
+    /// Kernel tuning after load: auto (time what the per-adapter cache lacks), off (static kernel
+    /// choices), exhaustive (ignore the cache, time every candidate at full size)
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
+    tuning: Tuning,
+    /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
+    #[arg(long)]
+    profile: bool,
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -106,7 +114,24 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let t = Stopwatch::start();
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
     let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
+    let beams = a
+        .num_beams
+        .map_or(pipeline.generation().num_beams, usize::from);
+    let report = pollster::block_on(tune_model(
+        pipeline.model(),
+        pipeline.processor().height,
+        pipeline.processor().width,
+        beams,
+        a.tuning,
+        &CacheLocation::Default,
+    ))?;
+    for warning in &report.warnings {
+        eprintln!("florence2: warning: {warning}");
+    }
     let load_ms = t.ms();
+    if a.profile {
+        gpu.profiler.enable(&gpu, true)?;
+    }
 
     let bytes = files::read_capped(&a.image, pipeline.limits().max_alloc_bytes)?;
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
@@ -124,6 +149,14 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         outputs.push(out);
     }
 
+    let profile = if a.profile {
+        let entries = pollster::block_on(gpu.profiler.take(&gpu))?;
+        eprint!("{}", profile::table(&entries));
+        Some(entries)
+    } else {
+        None
+    };
+
     let several = outputs.len() > 1;
     if a.json {
         let objects: Vec<serde_json::Value> = outputs
@@ -138,6 +171,11 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 json_of(out, load_ms, pre, vision)
             })
             .collect();
+        let objects = match profile {
+            // The profile covers the whole run: attached to the first object.
+            Some(p) => add_profile(objects, &p)?,
+            None => objects,
+        };
         match (several, objects.first()) {
             (false, Some(only)) => print_json(only),
             _ => print_json(&serde_json::Value::Array(objects)),
@@ -165,6 +203,26 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         }
         Ok(())
     }
+}
+
+/// `profile`: {"entries": [{phase, op, variant, shape, ms}], "phases_ms": {phase: total}} on the first
+/// object.
+fn add_profile(
+    mut objects: Vec<serde_json::Value>,
+    entries: &[profile::ProfileEntry],
+) -> Result<Vec<serde_json::Value>, Failure> {
+    let phases: serde_json::Map<String, serde_json::Value> = profile::phase_totals(entries)
+        .into_iter()
+        .map(|(p, ms, _)| (p, serde_json::json!(ms)))
+        .collect();
+    let value = serde_json::json!({
+        "entries": serde_json::to_value(entries).map_err(|e| Failure::Run(e.to_string()))?,
+        "phases_ms": phases,
+    });
+    if let Some(serde_json::Value::Object(first)) = objects.first_mut() {
+        first.insert("profile".into(), value);
+    }
+    Ok(objects)
 }
 
 /// `{"task", "generated_text", "token_ids", "timings_ms", "result", "text"}` of one task; `pre_ms` and

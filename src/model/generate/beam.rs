@@ -471,6 +471,7 @@ impl StepSource for GpuSource<'_> {
         }
         self.state.write_tokens(tokens)?;
         let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("decode");
         // Positions 0..pos hold the previous tokens' K/V.
         self.state.reorder(&mut rec, src, pos)?;
         let logits = self

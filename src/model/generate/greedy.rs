@@ -67,6 +67,7 @@ pub async fn greedy_observed(
         state.write_tokens(&[last])?;
         let pos = (seq.len() - 1) as u32;
         let mut rec = Recorder::new(gpu);
+        rec.set_phase("decode");
         let logits = decoder.step(&mut rec, &tokens, pos, &mut state)?; // (1, V)
         let next = match &rule {
             NextToken::Forced(t) => {

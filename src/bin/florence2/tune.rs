@@ -1,0 +1,64 @@
+//! `florence2 tune`: load a model, run the kernel tuner for the shapes it runs at an image size, print the
+//! table (op and shape class, each candidate's time, the chosen one). The choice is cached like a normal
+//! load's (user cache directory), so this also pre-warms later runs.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::ops::tune::{tune_model, CacheLocation, Tuning};
+use florence2_wasm::pipeline::Pipeline;
+
+use super::Failure;
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// Model directory (as for `run`)
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Square image side the shapes are derived for [default: the processor's size]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8192))]
+    image_size: Option<u32>,
+    /// Rows of a decode step (beams) [default: the model's num_beams]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    num_beams: Option<u16>,
+    /// auto: time what the cache lacks; exhaustive: ignore the cache and time every candidate at the
+    /// full shape; off: print nothing timed
+    #[arg(long, value_name = "MODE", default_value = "exhaustive", value_parser = parse_tuning)]
+    tuning: Tuning,
+}
+
+pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
+    s.parse::<Tuning>().map_err(|e| e.to_string())
+}
+
+pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
+    let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+    let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
+    let (h, w) = match a.image_size {
+        Some(n) => (n as usize, n as usize),
+        None => (pipeline.processor().height, pipeline.processor().width),
+    };
+    let beams = a
+        .num_beams
+        .map_or(pipeline.generation().num_beams, usize::from);
+    let report = pollster::block_on(tune_model(
+        pipeline.model(),
+        h,
+        w,
+        beams,
+        a.tuning,
+        &CacheLocation::Default,
+    ))?;
+    println!("adapter: {}", gpu.describe());
+    println!(
+        "image {w}x{h}, decode rows 1 and {beams}, tuning {}; cache: {}",
+        a.tuning.name(),
+        report.cache_path.as_deref().unwrap_or("none")
+    );
+    print!("{}", report.table());
+    for warning in &report.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
