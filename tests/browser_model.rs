@@ -855,3 +855,79 @@ async fn peak_wasm_memory_while_streaming_a_320mb_checkpoint() {
 fn bytemuck_cast(v: &[f32]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
+
+async fn encode(m: &Florence2, image: JsValue) -> Result<JsValue, JsValue> {
+    JsFuture::from(m.encode_image(image, JsValue::UNDEFINED)).await
+}
+
+/// Call `obj[key]()`.
+fn call_method(o: &JsValue, key: &JsValue) {
+    let f: js_sys::Function = Reflect::get(o, key).unwrap().dyn_into().unwrap();
+    f.call0(o).unwrap();
+}
+
+/// `encodeImage` once, then every tiny2 scene.png task (default beams and greedy) on the encoding
+/// equals the CLI's answer and `runTask` on the image itself, twice over; the encoding knows its size;
+/// another model refuses it; after `dispose()` or `[Symbol.dispose]()` it is refused by name.
+#[wasm_bindgen_test]
+async fn encoded_image_runs_every_task_like_the_image() {
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let img = encode(&m, blob_of(SCENE_PNG, "image/png")).await.unwrap();
+    let rgb = decode_image(SCENE_PNG, &ImageLimits::default()).unwrap();
+    assert_eq!(get(&img, "width").as_f64(), Some(f64::from(rgb.width())));
+    assert_eq!(get(&img, "height").as_f64(), Some(f64::from(rgb.height())));
+    assert_eq!(get(&img, "disposed").as_bool(), Some(false));
+    let cases: Vec<Value> = expected()
+        .into_iter()
+        .filter(|c| c["model"] == "tiny2" && c["image"] == "scene.png")
+        .collect();
+    assert!(cases.len() >= 4, "several tasks on one image");
+    for round in 0..2 {
+        for case in &cases {
+            let out = run(
+                &m,
+                img.clone(),
+                case["prompt"].as_str().unwrap(),
+                max_new(case),
+            )
+            .await
+            .unwrap();
+            check_output(&out, case);
+            if round == 0 {
+                let fresh = to_json(&run_case(&m, case).await);
+                let got = to_json(&out);
+                for k in ["task", "tokenIds", "generatedText", "result", "text"] {
+                    assert_eq!(got[k], fresh[k], "{k}: encoded vs image");
+                }
+            }
+        }
+    }
+    // Another model's encoding.
+    let other = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let e = run(&other, img.clone(), "<CAPTION>", JsValue::UNDEFINED)
+        .await
+        .unwrap_err();
+    assert_err(&e, "Florence2InputError", "another model");
+    other.dispose();
+    // dispose(): refused afterwards, the model still works.
+    call_method(&img, &"dispose".into());
+    assert_eq!(get(&img, "disposed").as_bool(), Some(true));
+    let e = run(&m, img.clone(), "<CAPTION>", JsValue::UNDEFINED)
+        .await
+        .unwrap_err();
+    assert_err(&e, "Florence2InputError", "disposed");
+    // [Symbol.dispose]() (what `using img = ...` calls) frees the object itself.
+    let img2 = encode(&m, blob_of(SCENE_PNG, "image/png")).await.unwrap();
+    call_method(&img2, &js_sys::Symbol::dispose().into());
+    let e = run(&m, img2, "<CAPTION>", JsValue::UNDEFINED)
+        .await
+        .unwrap_err();
+    assert_err(&e, "Florence2InputError", "disposed");
+    let out = run_case(&m, &cases[0]).await;
+    check_output(&out, &cases[0]);
+    m.dispose();
+}

@@ -2,10 +2,12 @@
 // detection), overlay drawing, answer/JSON/timings, cancel. The model itself runs in worker.js.
 //
 // Automation hooks (for scripts and the end-to-end tests):
-//   ?model=URL&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0]
+//   ?model=URL&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0] [&all=1]
 // loads the model, opens the image, runs the task and writes the output JSON into #result-json, whose
 // data-status goes idle -> loading -> running -> "done" or "error" (data-error-name then says which error,
-// e.g. Florence2LoadError, AbortError, WebGPUUnavailableError).
+// e.g. Florence2LoadError, AbortError, WebGPUUnavailableError). With all=1 it then runs every task on the image
+// ("Run every task": one image encoding for all of them) and writes the JSON array of {prompt, output} into
+// #all-json, whose data-status goes running -> "done".
 
 // A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
 // package loads that layout). See README "Default model".
@@ -47,14 +49,17 @@ const el = {
   dropHint: $("drop-hint"), imageInfo: $("image-info"),
   tabs: [...document.querySelectorAll(".tab")], taskForm: $("task-form"), task: $("task"),
   taskTextWrap: $("task-text-wrap"), taskTextLabel: $("task-text-label"), taskText: $("task-text"),
-  beams: $("beams"), maxTokens: $("max-tokens"), run: $("run"), cancel: $("cancel"), message: $("message"),
+  beams: $("beams"), maxTokens: $("max-tokens"), run: $("run"), runAll: $("run-all"), cancel: $("cancel"), message: $("message"),
+  allCard: $("all-card"), allTable: $("all-results"), allJson: $("all-json"),
   stream: $("stream"), answer: $("answer"), ocrList: $("ocr-list"), timings: $("timings"), resultJson: $("result-json"),
 };
 
 const state = {
   gpu: null,          // probe result
   modelSource: null,  // URL of the loaded model
-  image: null,        // {blob, bitmap, width, height, name}
+  image: null,        // {blob, bitmap, width, height, name, key}
+  imageKey: 0,        // a new key per opened image: the worker reuses its encoding while the key stays
+  stopAll: false,     // "run every task" was cancelled
   busy: null,         // {kind: "load"|"run", id}
   view: "detection",
   lastOutput: null,
@@ -134,6 +139,7 @@ function fail(e, during) {
 function updateButtons() {
   const busy = Boolean(state.busy);
   el.run.disabled = busy || !state.image || state.gpu?.ok === false;
+  el.runAll.disabled = el.run.disabled;
   el.loadModel.disabled = busy || state.gpu?.ok === false;
   el.cancel.disabled = !busy;
 }
@@ -302,7 +308,7 @@ async function setImage(blob, name) {
   if (blob.type === "image/jpeg" && jpegOrientation(await blob.slice(0, 65536).arrayBuffer()) !== 1) {
     modelImage = await createImageBitmap(blob, { imageOrientation: "from-image" });
   }
-  state.image = { blob, modelImage, bitmap, width: bitmap.width, height: bitmap.height, name };
+  state.image = { blob, modelImage, bitmap, width: bitmap.width, height: bitmap.height, name, key: ++state.imageKey };
   const c = el.imageCanvas;
   c.width = bitmap.width; c.height = bitmap.height;
   c.getContext("2d").drawImage(bitmap, 0, 0);
@@ -449,7 +455,7 @@ function onTaskChange() {
 
 // ---------------------------------------------------------------- running
 
-function renderOutput(out, wallMs) {
+function renderOutput(out, wallMs, enc) {
   state.lastOutput = out;
   el.answer.textContent = out.text ?? "";
   el.answer.dataset.state = "done";
@@ -469,6 +475,7 @@ function renderOutput(out, wallMs) {
   const shapes = drawResult(value);
   el.overlay.dataset.shapes = String(shapes);
   const rows = Object.entries(out.timings || {}).map(([k, v]) => [k, typeof v === "number" ? `${v.toFixed(1)} ms` : String(v)]);
+  if (enc) rows.push(["image encoding", enc.reused ? "reused (vision tower skipped)" : `${enc.encodeMs.toFixed(1)} ms`]);
   if (typeof wallMs === "number") rows.push(["round trip (worker)", `${wallMs.toFixed(1)} ms`]);
   if (Array.isArray(out.tokenIds)) rows.push(["tokens", String(out.tokenIds.length)]);
   el.timings.tBodies[0].replaceChildren(...rows.map(([k, v]) => {
@@ -487,6 +494,80 @@ function prettyJson(v) {
   return JSON.stringify(v, null, 2).replace(/\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]/g, (_, inner) => `[${inner.split(/,\s*/).join(", ")}]`);
 }
 
+/** Load the model when the URL field names another one; false when that failed. */
+async function ensureModel() {
+  let wanted = null;
+  try { wanted = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
+  if (!state.modelSource || state.modelSource !== wanted) {
+    try { await loadModel(); } catch (_) { return false; }
+  }
+  return true;
+}
+
+/** Decoding options from the form. */
+function decodingOptions() {
+  const options = {};
+  const beams = Number(el.beams.value);
+  if (beams > 0) options.numBeams = beams; // empty: the model's generation_config (Florence-2: 3 beams)
+  const maxNew = Number(el.maxTokens.value);
+  if (maxNew > 0) options.maxNewTokens = maxNew;
+  return options;
+}
+
+/** One run in the worker on the current image (its encoding is reused while the image stays). */
+function runRequest(prompt, options, onToken) {
+  return request({ type: "run", prompt, options, image: state.image.modelImage, imageKey: state.image.key }, { onToken });
+}
+
+/** Every task of the page on the current image, one after the other (the image is encoded once); inputs
+ * of the tasks that need one are their placeholders. Results go to #all-results and #all-json. */
+export const ALL_TASKS = Object.values(TASKS).flat().map((t) => ({
+  task: t.task,
+  text: t.input === "region" ? REGION_PLACEHOLDER : t.input ? t.placeholder : "",
+}));
+
+async function runAllTasks() {
+  if (!state.image) { showMessage("error", "Open an image first."); return; }
+  if (!(await ensureModel())) return;
+  const options = decodingOptions();
+  const outputs = [];
+  state.stopAll = false;
+  el.allCard.hidden = false;
+  el.allTable.tBodies[0].replaceChildren();
+  el.allJson.textContent = "";
+  el.allJson.dataset.status = "running";
+  showMessage("info", `Running ${ALL_TASKS.length} tasks on the image…`);
+  for (const { task, text } of ALL_TASKS) {
+    if (state.stopAll) break;
+    const tr = document.createElement("tr");
+    const th = document.createElement("th"); th.textContent = task + (text ? ` ${text}` : "");
+    const answer = document.createElement("td"); answer.textContent = "…";
+    const ms = document.createElement("td");
+    tr.append(th, answer, ms);
+    el.allTable.tBodies[0].append(tr);
+    const { id, promise } = runRequest(task + text, options, () => {});
+    state.busy = { kind: "run", id };
+    updateButtons();
+    try {
+      const { output, wallMs, reused, encodeMs } = await promise;
+      outputs.push({ prompt: task + text, output });
+      answer.textContent = output.text || "(empty)";
+      ms.textContent = `${wallMs.toFixed(0)} ms${reused ? "" : ` (incl. encoding ${encodeMs.toFixed(0)} ms)`}`;
+      tr.addEventListener("click", () => renderOutput(output, wallMs, { reused, encodeMs }));
+    } catch (e) {
+      answer.textContent = `${e.name}: ${e.message}`;
+      outputs.push({ prompt: task + text, error: { name: e.name, message: e.message } });
+      if (e.name === "AbortError") state.stopAll = true;
+    } finally {
+      state.busy = null;
+      updateButtons();
+    }
+  }
+  el.allJson.textContent = JSON.stringify(outputs, null, 2);
+  el.allJson.dataset.status = state.stopAll ? "cancelled" : "done";
+  showMessage(state.stopAll ? "warn" : "info", state.stopAll ? "Stopped." : `${outputs.length} tasks done (click a row to show it).`);
+}
+
 async function runTask() {
   if (!state.image) { showMessage("error", "Open an image first."); return; }
   const task = el.task.value;
@@ -497,32 +578,21 @@ async function runTask() {
     el.taskText.focus();
     return;
   }
-  let wanted = null;
-  try { wanted = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
-  if (!state.modelSource || state.modelSource !== wanted) {
-    try { await loadModel(); } catch (_) { return; }
-  }
+  if (!(await ensureModel())) return;
   const prompt = task + text;
-  const options = {};
-  const beams = Number(el.beams.value);
-  if (beams > 0) options.numBeams = beams; // empty: the model's generation_config (Florence-2: 3 beams)
-  const maxNew = Number(el.maxTokens.value);
-  if (maxNew > 0) options.maxNewTokens = maxNew;
+  const options = decodingOptions();
   showMessage("info", "");
   el.stream.textContent = "";
   el.answer.textContent = "";
   delete el.answer.dataset.state;
   clearOverlay();
   setStatus("running");
-  const { id, promise } = request(
-    { type: "run", prompt, options, image: state.image.modelImage },
-    { onToken: (t) => { el.stream.textContent += t; } },
-  );
+  const { id, promise } = runRequest(prompt, options, (t) => { el.stream.textContent += t; });
   state.busy = { kind: "run", id };
   updateButtons();
   try {
-    const { output, wallMs } = await promise;
-    renderOutput(output, wallMs);
+    const { output, wallMs, reused, encodeMs } = await promise;
+    renderOutput(output, wallMs, { reused, encodeMs });
     setStatus("done");
   } catch (e) {
     fail(e, "run");
@@ -534,6 +604,7 @@ async function runTask() {
 
 function cancel() {
   if (!state.busy) return;
+  state.stopAll = true;
   worker.postMessage({ type: "cancel", target: state.busy.id });
   showMessage("warn", "Cancelling…");
 }
@@ -544,6 +615,7 @@ function wire() {
   el.modelForm.addEventListener("submit", (e) => { e.preventDefault(); loadModel().catch(() => {}); });
   el.taskForm.addEventListener("submit", (e) => { e.preventDefault(); runTask(); });
   el.cancel.addEventListener("click", cancel);
+  el.runAll.addEventListener("click", () => { runAllTasks(); });
   el.task.addEventListener("change", onTaskChange);
   for (const t of el.tabs) t.addEventListener("click", () => setView(t.dataset.view));
   el.imageFile.addEventListener("change", () => {
@@ -617,6 +689,7 @@ async function main() {
   }
   try { await loadModel(); } catch (_) { return; }
   if (state.image) await runTask();
+  if (state.image && params.get("all") === "1" && el.resultJson.dataset.status === "done") await runAllTasks();
 }
 
 main();

@@ -5,14 +5,27 @@
 //   page -> worker  {type: "probe"}                               -> {type: "probe", ok, reason, adapter}
 //                   {type: "load", id, source, cache}             -> {type: "progress", id, event}*,
 //                                                                    {type: "loaded", id} | {type: "error", id, error}
-//                   {type: "run", id, image, prompt, options}     -> {type: "token", id, text}*,
-//                                                                    {type: "result", id, output, wallMs} | {type: "error", id, error}
+//                   {type: "run", id, image, imageKey, prompt, options}
+//                                                                 -> {type: "token", id, text}*,
+//                                                                    {type: "result", id, output, wallMs, reused, encodeMs}
+//                                                                    | {type: "error", id, error}
 //                   {type: "cancel", id}                          (aborts that request's AbortSignal)
 // Errors travel as {name, message} (structured cloning would lose the package's error names).
+//
+// Image encoding reuse: the worker keeps the EncodedImage (`model.encodeImage`) of the last image, keyed by
+// the page's `imageKey` (a new key per opened image). A run with the same key (only the task, text or
+// decoding changed) skips the vision tower; `reused` says so and `encodeMs` is the encoding's time otherwise.
 
 let pkg = null;   // the imported package module, after init()
 let model = null; // the loaded Florence2 instance
 const controllers = new Map(); // request id -> AbortController
+let encoded = null; // {key, img}: the EncodedImage of the page's current image
+
+function dropEncoding() {
+  if (!encoded) return;
+  try { encoded.img.dispose(); } catch (_) { /* already released */ }
+  encoded = null;
+}
 
 async function ensurePackage() {
   if (pkg) return pkg;
@@ -103,6 +116,7 @@ async function handle(msg) {
   try {
     if (type === "load") {
       const { Florence2 } = await ensurePackage();
+      dropEncoding();
       if (model) {
         try { model.dispose(); } catch (_) { /* already released */ }
         model = null;
@@ -123,8 +137,16 @@ async function handle(msg) {
       if (msg.options?.maxNewTokens) options.maxNewTokens = msg.options.maxNewTokens;
       if (msg.options?.numBeams) options.numBeams = msg.options.numBeams;
       const t0 = performance.now();
-      const out = await model.runTask(await toModelImage(msg.image), msg.prompt, options);
-      postMessage({ type: "result", id, output: toPlain(out), wallMs: performance.now() - t0 });
+      const reused = msg.imageKey != null && encoded?.key === msg.imageKey;
+      let encodeMs = 0;
+      if (!reused) {
+        dropEncoding();
+        const img = await model.encodeImage(await toModelImage(msg.image), { signal: ctrl.signal });
+        encoded = { key: msg.imageKey, img };
+        encodeMs = performance.now() - t0;
+      }
+      const out = await model.runTask(encoded.img, msg.prompt, options);
+      postMessage({ type: "result", id, output: toPlain(out), wallMs: performance.now() - t0, reused, encodeMs });
     } else {
       throw new Error(`unknown message ${type}`);
     }

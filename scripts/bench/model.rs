@@ -25,6 +25,8 @@
 //! Environment: `MODEL_BENCH_DTYPES` (default `f32,f16`), `MODEL_BENCH_TOKENS` (default 20),
 //! `MODEL_BENCH_NO_REF=1` skips PyTorch, `MODEL_BENCH_COLD=0` skips the cold end-to-end pass,
 //! `MODEL_BENCH_BREAKDOWN=0` skips the per-op DaViT breakdown (first dtype only),
+//! `MODEL_BENCH_REUSE=0` skips the image-encoding reuse ratio (first dtype only: a `<CAPTION>` task from
+//! the image vs later tasks on its kept features, same run),
 //! `MODEL_BENCH_TOKENIZER=<florence2 tokenizer.json>` checks the hard-coded prompt ids against it.
 
 use std::collections::HashMap;
@@ -422,7 +424,73 @@ fn wait(gpu: &Gpu) {
     gpu.wait_idle().expect("wait_idle");
 }
 
-fn run_model(gpu: &Arc<Gpu>, dir: &Path, tokens: usize, cold: bool, breakdown: bool) -> Phases {
+/// Image-encoding reuse, same run: a first `<CAPTION>` task from the image (preprocess, DaViT +
+/// projector, encoder, greedy decode: what `Pipeline::run_task` does on an image) against later tasks on
+/// the kept image features (encoder + decode: what it does on an `EncodedImage`), each waited for, all
+/// with compiled pipelines. Prints the median later/first ratio (issue 12's target: <= 25%).
+fn encoding_reuse(
+    gpu: &Arc<Gpu>,
+    model: &Florence2,
+    pcfg: &ImageProcessorConfig,
+    img: &image::RgbImage,
+    opts: &florence2_wasm::model::generate::GenerateOptions,
+    warm: bool,
+) {
+    let greedy = florence2_wasm::model::generate::GenerateOptions {
+        num_beams: 1,
+        ..opts.clone()
+    };
+    let first = || {
+        let t = Instant::now();
+        let px = preprocess(img, pcfg).expect("preprocess");
+        let pixels =
+            Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("px");
+        let features = model.encode_image(&pixels).expect("encode_image"); // (1, N, D)
+        let enc = model
+            .encode_prompt(&features, &CAPTION_IDS)
+            .expect("encode_prompt");
+        let ids = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+            .expect("generate");
+        (t.elapsed().as_secs_f64(), features, ids)
+    };
+    if !warm {
+        first(); // compile the pipelines
+    }
+    let (first_s, features, ids) = first();
+    let mut later = Vec::new();
+    for _ in 0..2 {
+        let t = Instant::now();
+        let enc = model
+            .encode_prompt(&features, &CAPTION_IDS)
+            .expect("encode_prompt");
+        let again = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+            .expect("generate");
+        later.push(t.elapsed().as_secs_f64());
+        assert_eq!(
+            again, ids,
+            "a task on the kept features decodes the same ids"
+        );
+    }
+    let later_s = median(&later);
+    println!(
+        "  encoding reuse (<CAPTION>, {} greedy tokens): first task {:.2} s, later task on the encoded \
+         image {:.2} s (median of {}) = {:.1}% of the first (target <= 25%)",
+        ids.len() - 1,
+        first_s,
+        later_s,
+        later.len(),
+        100.0 * later_s / first_s
+    );
+}
+
+fn run_model(
+    gpu: &Arc<Gpu>,
+    dir: &Path,
+    tokens: usize,
+    cold: bool,
+    breakdown: bool,
+    reuse: bool,
+) -> Phases {
     let mut ph = Phases::default();
     reset_peak_rss();
     let rss0 = proc_status_bytes("VmRSS:");
@@ -466,6 +534,9 @@ fn run_model(gpu: &Arc<Gpu>, dir: &Path, tokens: usize, cold: bool, breakdown: b
             ph.cold_total_s,
             ids.len()
         );
+    }
+    if reuse {
+        encoding_reuse(gpu, &model, &pcfg, &img, &opts, cold);
     }
 
     // Warm pass, phase by phase.
@@ -898,7 +969,15 @@ fn main() {
         println!("\n== {dt} checkpoint ==");
         let breakdown = results.is_empty() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
         // Pipelines are cached per device: only the first dtype's pass is cold.
-        let ph = run_model(&gpu, &dir, tokens, cold && results.is_empty(), breakdown);
+        let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
+        let ph = run_model(
+            &gpu,
+            &dir,
+            tokens,
+            cold && results.is_empty(),
+            breakdown,
+            reuse,
+        );
         results.push((dt.to_owned(), ph));
     }
 

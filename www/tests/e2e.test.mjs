@@ -80,7 +80,7 @@ async function newPage(context = ctx) {
 }
 
 async function waitForResult(page) {
-  await page.waitForSelector('#result-json[data-status="done"], #result-json[data-status="error"]', { timeout: TIMEOUT });
+  await page.waitForSelector('#result-json[data-status="done"], #result-json[data-status="error"]', { timeout: TIMEOUT, state: "attached" });
   return page.$eval("#result-json", (e) => ({
     status: e.dataset.status, errorName: e.dataset.errorName || null, json: JSON.parse(e.textContent || "null"),
   }));
@@ -187,6 +187,41 @@ test("tiny2 <OCR_WITH_REGION> on scene.png equals the native CLI and draws its q
 test("tiny2 <OD> with the model's default decoding (beam search) equals the native CLI's", async () => {
   const { pts } = await runAndCompare("tiny2", "<OD>", "scene.png", boxCorners, "e2e-od-beams.png", null, null);
   console.log(`# tiny2 <OD>, generation_config beams: ${pts / 4} boxes checked on the overlay`);
+});
+
+test("run every task: one image encoding, every answer equals the native CLI's multi-task run", async () => {
+  const page = await newPage();
+  await page.goto(pageUrl({
+    model: MODEL_URL.tiny2, image: "/fixtures/images/scene.png", task: "<CAPTION>", autorun: 1, all: 1, max: MAX_NEW, beams: 1,
+  }));
+  await page.waitForSelector('#all-json[data-status="done"], #all-json[data-status="cancelled"], #result-json[data-status="error"]', { timeout: TIMEOUT, state: "attached" });
+  assert.equal(await page.$eval("#all-json", (e) => e.dataset.status), "done");
+  const runs = JSON.parse(await page.textContent("#all-json"));
+  assert.equal(runs.length, 15, "every task of the page");
+  // The CLI's `run --task A --text a --task B --text b ...`: the image encoded once, a JSON array.
+  const args = ["run", "--model", path.join(MODELS, "tiny2"), "--image", path.join(IMAGES, "scene.png"),
+    "--max-new-tokens", String(MAX_NEW), "--num-beams", "1", "--json"];
+  for (const r of runs) {
+    const marker = r.prompt.slice(0, r.prompt.indexOf(">") + 1);
+    args.push("--task", marker, "--text", r.prompt.slice(marker.length));
+  }
+  const expected = JSON.parse(execFileSync(CLI, args, { env: { ...process.env, NODEVICE_SELECT: "1" } }).toString());
+  assert.equal(expected.length, runs.length);
+  runs.forEach((r, i) => {
+    assert.ok(r.output, `${r.prompt}: ${JSON.stringify(r.error)}`);
+    assert.equal(r.output.task, expected[i].task, r.prompt);
+    assert.deepEqual(r.output.tokenIds, expected[i].token_ids, `${r.prompt}: token ids`);
+    assert.equal(r.output.generatedText, expected[i].generated_text, r.prompt);
+    assert.deepEqual(r.output.result, expected[i].result, `${r.prompt}: result`);
+    assert.equal(r.output.text, expected[i].text, r.prompt);
+  });
+  // The first run (autorun's <CAPTION>) encoded the image; every task after it reused the encoding.
+  const cells = await page.$$eval("#all-results tbody tr td:nth-child(3)", (tds) => tds.map((t) => t.textContent));
+  assert.equal(cells.length, 15);
+  assert.deepEqual(cells.filter((c) => c.includes("encoding")), [], "no task re-encoded the image");
+  await page.screenshot({ path: path.join(OUT, "e2e-run-all.png"), fullPage: true });
+  assert.deepEqual(page.errors, [], "console errors");
+  await page.close();
 });
 
 test("a phone-sized viewport: no horizontal scrolling, result rendered", async () => {
