@@ -11,7 +11,8 @@
 //!   qkv = bias, and take part in their windows' attention, exactly as in the reference), attends within
 //!   ws x ws windows with scale head_dim^-0.5, and crops. Channel attention scales by N^-0.5 (N = tokens).
 //!
-//! DropPath is the identity at inference; every LayerNorm uses eps 1e-5 (PyTorch's default).
+//! DropPath is the identity at inference; every LayerNorm uses eps 1e-5 (PyTorch's default,
+//! [`crate::model::layers::LN_EPS`]).
 //!
 //! Buffers: one set per stage, reused by every block of the stage (dispatches execute in recording
 //! order, so reuse is safe inside one command buffer). Taps copy into fresh tensors.
@@ -19,86 +20,21 @@
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
 use crate::model::config::VisionConfig;
+use crate::model::layers::{Conv2d, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
 use crate::weights::expected::davit_mlp_hidden;
 use crate::weights::WeightsView;
 
-/// PyTorch `nn.LayerNorm` default.
-pub const LN_EPS: f32 = 1e-5;
-
 /// Optional activation taps: (name, tensor) pairs, read back by the caller after the submit.
 pub type Taps<'a> = Option<&'a mut Vec<(String, Tensor)>>;
-
-/// `nn.Linear`: weight (out, in), optional bias (out).
-#[derive(Clone, Debug)]
-pub struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-}
-
-impl Linear {
-    fn new(w: &WeightsView, out_f: usize, in_f: usize, bias: bool) -> Result<Self> {
-        Ok(Linear {
-            weight: w.get("weight", &[out_f, in_f])?,
-            bias: if bias {
-                Some(w.get("bias", &[out_f])?)
-            } else {
-                None
-            },
-        })
-    }
-
-    /// out (R, out) = x (R, in) @ weight^T + bias, then `act`.
-    pub fn forward(&self, rec: &mut Recorder, x: &Tensor, act: Act, out: &Tensor) -> Result<()> {
-        ops::matmul::linear(rec, x, &self.weight, self.bias.as_ref(), act, out)
-    }
-}
-
-/// `nn.LayerNorm` (eps 1e-5).
-#[derive(Clone, Debug)]
-pub struct LayerNorm {
-    pub weight: Tensor,
-    pub bias: Tensor,
-}
-
-impl LayerNorm {
-    fn new(w: &WeightsView, c: usize) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: w.get("weight", &[c])?,
-            bias: w.get("bias", &[c])?,
-        })
-    }
-
-    pub fn forward(&self, rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
-        ops::norm::layer_norm(rec, x, &self.weight, &self.bias, LN_EPS, out)
-    }
-}
-
-/// `nn.Conv2d` weight (Cout, Cin/groups, kh, kw) and bias (Cout).
-#[derive(Clone, Debug)]
-pub struct Conv2d {
-    pub weight: Tensor,
-    pub bias: Tensor,
-}
-
-impl Conv2d {
-    fn new(w: &WeightsView, shape: [usize; 4]) -> Result<Self> {
-        Ok(Conv2d {
-            weight: w.get("weight", &shape)?,
-            bias: w.get("bias", &[shape[0]])?,
-        })
-    }
-}
 
 /// `Florence2VisionConvEmbed`: strided conv + LayerNorm (on the input when `pre_norm`, else the output).
 #[derive(Clone, Debug)]
 pub struct ConvEmbed {
     pub conv: Conv2d,
     pub norm: LayerNorm,
-    pub stride: usize,
-    pub padding: usize,
     pub pre_norm: bool,
     pub in_channels: usize,
     pub embed_dim: usize,
@@ -313,10 +249,15 @@ impl DaVit {
             let pre_norm = cfg.patch_prenorm[s];
             let cw = w.pp("convs").pp(&s.to_string());
             convs.push(ConvEmbed {
-                conv: Conv2d::new(&cw.pp("conv"), [c, cin, k, k])?,
+                conv: Conv2d::new(
+                    &cw.pp("conv"),
+                    cin,
+                    c,
+                    k,
+                    cfg.patch_stride[s],
+                    cfg.patch_padding[s],
+                )?,
                 norm: LayerNorm::new(&cw.pp("norm"), if pre_norm { cin } else { c })?,
-                stride: cfg.patch_stride[s],
-                padding: cfg.patch_padding[s],
                 pre_norm,
                 in_channels: cin,
                 embed_dim: c,
@@ -324,11 +265,12 @@ impl DaVit {
             let hidden = davit_mlp_hidden(c, cfg.mlp_ratio);
             let mlp = |v: &WeightsView| -> Result<Mlp> {
                 Ok(Mlp {
-                    fc1: Linear::new(&v.pp("fc1"), hidden, c, true)?,
-                    fc2: Linear::new(&v.pp("fc2"), c, hidden, true)?,
+                    fc1: Linear::new(&v.pp("fc1"), c, hidden, true)?,
+                    fc2: Linear::new(&v.pp("fc2"), hidden, c, true)?,
                 })
             };
-            let dw = [c, 1, 3, 3];
+            // The positional convs: depthwise 3x3, stride 1, padding 1.
+            let dw = |v: &WeightsView| Conv2d::depthwise(v, c, 3, 1, 1);
             let mut stage = Vec::with_capacity(cfg.depths[s]);
             for b in 0..cfg.depths[s] {
                 let bw = w.pp("blocks").pp(&s.to_string()).pp(&b.to_string());
@@ -336,34 +278,34 @@ impl DaVit {
                 let chw = bw.pp("channel_block");
                 stage.push(Block {
                     spatial_block: SpatialBlock {
-                        conv1: Conv2d::new(&sw.pp("conv1"), dw)?,
+                        conv1: dw(&sw.pp("conv1"))?,
                         norm1: LayerNorm::new(&sw.pp("norm1"), c)?,
                         window_attn: WindowAttention {
                             qkv: Linear::new(
                                 &sw.pp("window_attn").pp("qkv"),
-                                3 * c,
                                 c,
+                                3 * c,
                                 cfg.qkv_bias,
                             )?,
                             proj: Linear::new(&sw.pp("window_attn").pp("proj"), c, c, true)?,
                         },
-                        conv2: Conv2d::new(&sw.pp("conv2"), dw)?,
+                        conv2: dw(&sw.pp("conv2"))?,
                         norm2: LayerNorm::new(&sw.pp("norm2"), c)?,
                         ffn: mlp(&sw.pp("ffn"))?,
                     },
                     channel_block: ChannelBlock {
-                        conv1: Conv2d::new(&chw.pp("conv1"), dw)?,
+                        conv1: dw(&chw.pp("conv1"))?,
                         norm1: LayerNorm::new(&chw.pp("norm1"), c)?,
                         channel_attn: ChannelAttention {
                             qkv: Linear::new(
                                 &chw.pp("channel_attn").pp("qkv"),
-                                3 * c,
                                 c,
+                                3 * c,
                                 cfg.qkv_bias,
                             )?,
                             proj: Linear::new(&chw.pp("channel_attn").pp("proj"), c, c, true)?,
                         },
-                        conv2: Conv2d::new(&chw.pp("conv2"), dw)?,
+                        conv2: dw(&chw.pp("conv2"))?,
                         norm2: LayerNorm::new(&chw.pp("norm2"), c)?,
                         ffn: mlp(&chw.pp("ffn"))?,
                     },
@@ -389,10 +331,10 @@ impl DaVit {
         let (mut h, mut w) = (h, w);
         let mut out = Vec::with_capacity(self.convs.len());
         for (s, ce) in self.convs.iter().enumerate() {
-            let k = ce.conv.weight.dim(2);
+            let (k, stride, pad) = (ce.conv.kernel_size(), ce.conv.stride, ce.conv.padding);
             match (
-                ops::conv::conv_out_len(h, k, ce.stride, ce.padding),
-                ops::conv::conv_out_len(w, k, ce.stride, ce.padding),
+                ops::conv::conv_out_len(h, k, stride, pad),
+                ops::conv::conv_out_len(w, k, stride, pad),
             ) {
                 (Some(nh), Some(nw)) if nh > 0 && nw > 0 => {
                     h = nh;
@@ -469,25 +411,9 @@ impl DaVit {
             if ce.pre_norm {
                 let normed = zeros(rec, &[bsz, h, w, ce.in_channels], "davit.prenorm")?;
                 ce.norm.forward(rec, &x, &normed)?; // (B, H, W, Cin)
-                ops::conv::conv2d(
-                    rec,
-                    &normed,
-                    &ce.conv.weight,
-                    &ce.conv.bias,
-                    ce.stride,
-                    ce.padding,
-                    &bufs.a,
-                )?; // (B, h, w, C)
+                ce.conv.forward(rec, &normed, &bufs.a)?; // (B, h, w, C)
             } else {
-                ops::conv::conv2d(
-                    rec,
-                    &x,
-                    &ce.conv.weight,
-                    &ce.conv.bias,
-                    ce.stride,
-                    ce.padding,
-                    &bufs.b,
-                )?; // (B, h, w, C)
+                ce.conv.forward(rec, &x, &bufs.b)?; // (B, h, w, C)
                 ce.norm.forward(rec, &bufs.b, &bufs.a)?; // (B, h, w, C)
             }
             (h, w) = (nh, nw);
@@ -533,7 +459,7 @@ impl DaVit {
         rows: usize,
         c: usize,
     ) -> Result<()> {
-        ops::conv::dwconv3x3_residual(rec, &bufs.a, &conv.weight, &conv.bias, &bufs.b)?; // (B, H, W, C)
+        conv.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let n2 = bufs.n.reshape(&[rows, c])?;
         norm.forward(rec, &x2, &n2)?; // (B*H*W, C)
@@ -583,8 +509,8 @@ impl DaVit {
         let ws = self.window_size;
         let heads = stage_param(&self.num_heads, s, "num_heads")?;
         // x = x + dwconv(x)
-        ops::conv::dwconv3x3_residual(rec, &bufs.a, &blk.conv1.weight, &blk.conv1.bias, &bufs.b)?; // (B, H, W, C)
-                                                                                                   // x = x + window_attn(norm1(x))
+        blk.conv1.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
+                                                            // x = x + window_attn(norm1(x))
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         blk.norm1.forward(rec, &x2, &bufs.n.reshape(&[rows, c])?)?; // (B*H*W, C)
         ops::window::window_partition(rec, &bufs.n, ws, &bufs.win)?; // (nW, ws*ws, C), zero-padded
@@ -630,8 +556,8 @@ impl DaVit {
     ) -> Result<()> {
         let rows = bsz * h * w;
         // x = x + dwconv(x)
-        ops::conv::dwconv3x3_residual(rec, &bufs.a, &blk.conv1.weight, &blk.conv1.bias, &bufs.b)?; // (B, H, W, C)
-                                                                                                   // x = x + channel_attn(norm1(x))
+        blk.conv1.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
+                                                            // x = x + channel_attn(norm1(x))
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let n2 = bufs.n.reshape(&[rows, c])?;
         blk.norm1.forward(rec, &x2, &n2)?; // (B*H*W, C)

@@ -16,9 +16,8 @@ use crate::model::projector::Projector;
 use crate::ops;
 use crate::weights::{Weights, FINAL_LOGITS_BIAS};
 
-/// Canonical names of the tied embedding / LM head and the optional logits bias.
-pub const SHARED: &str = "model.language_model.shared.weight";
-pub const LM_HEAD: &str = "lm_head.weight";
+/// Canonical names of the tied embedding and LM head.
+pub use crate::weights::expected::{LM_HEAD, SHARED};
 
 /// The model on the GPU.
 pub struct Florence2 {

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod davit;
+pub mod layers;
 pub mod projector;
 
 pub use config::{Florence2Config, TextConfig, VisionConfig};

@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
 use crate::model::config::Florence2Config;
-use crate::model::davit::{LayerNorm, LN_EPS};
+use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::matmul::Act;
 use crate::weights::WeightsView;
@@ -29,8 +29,8 @@ pub enum FeatureSource {
 /// `image_position_embed`: learned row / column tables.
 #[derive(Clone, Debug)]
 pub struct ImagePositionEmbed {
-    pub row_embeddings: Tensor,
-    pub column_embeddings: Tensor,
+    pub row_embeddings: Embedding,
+    pub column_embeddings: Embedding,
 }
 
 #[derive(Clone, Debug)]
@@ -38,8 +38,8 @@ pub struct Projector {
     pub image_position_embed: ImagePositionEmbed,
     /// `visual_temporal_embed.pos_idx_to_embed` (T, C_last); row 0 is used.
     pub visual_temporal_embed: Tensor,
-    /// (D, C_last), applied as a Linear without bias.
-    pub image_projection: Tensor,
+    /// `nn.Linear(C_last, D, bias=False)`.
+    pub image_projection: Linear,
     pub image_proj_norm: LayerNorm,
     pub sources: Vec<FeatureSource>,
     pub max_positions: usize,
@@ -73,18 +73,15 @@ impl Projector {
         let pe = w.pp("image_position_embed");
         Ok(Projector {
             image_position_embed: ImagePositionEmbed {
-                row_embeddings: pe.get("row_embeddings.weight", &[p, c / 2])?,
-                column_embeddings: pe.get("column_embeddings.weight", &[p, c - c / 2])?,
+                row_embeddings: Embedding::new(&pe.pp("row_embeddings"), p, c / 2)?,
+                column_embeddings: Embedding::new(&pe.pp("column_embeddings"), p, c - c / 2)?,
             },
             visual_temporal_embed: w.get(
                 "visual_temporal_embed.pos_idx_to_embed",
                 &[v.max_temporal_embeddings, c],
             )?,
-            image_projection: w.get("image_projection.weight", &[d, c])?,
-            image_proj_norm: LayerNorm {
-                weight: w.get("image_proj_norm.weight", &[d])?,
-                bias: w.get("image_proj_norm.bias", &[d])?,
-            },
+            image_projection: Linear::new(&w.pp("image_projection"), c, d, false)?,
+            image_proj_norm: LayerNorm::new(&w.pp("image_proj_norm"), d)?,
             sources,
             max_positions: p,
         })
@@ -110,8 +107,8 @@ impl Projector {
         grid: (usize, usize),
     ) -> Result<Tensor> {
         const OP: &str = "Projector::forward";
-        let c = self.image_projection.dim(1);
-        let d = self.image_projection.dim(0);
+        let c = self.image_projection.in_features();
+        let d = self.image_projection.out_features();
         let (h, w) = grid;
         if feats.rank() != 3 || feats.dim(1) != h * w || feats.dim(2) != c || h * w == 0 {
             return Err(Error::shape(
@@ -137,8 +134,8 @@ impl Projector {
         ops::pos_embed::pos2d_temporal_add(
             rec,
             feats,
-            &pe.column_embeddings,
-            &pe.row_embeddings,
+            &pe.column_embeddings.weight,
+            &pe.row_embeddings.weight,
             &self.visual_temporal_embed,
             grid,
             &x,
@@ -180,23 +177,11 @@ impl Projector {
         // image_projection (no bias), then image_proj_norm.
         let rows = bsz * t;
         let proj = Tensor::zeros(&gpu, &[rows, d], DType::F32, "projector.proj")?;
-        ops::matmul::linear(
-            rec,
-            &tokens.reshape(&[rows, c])?,
-            &self.image_projection,
-            None,
-            Act::None,
-            &proj,
-        )?; // (B*T, D)
+        self.image_projection
+            .forward(rec, &tokens.reshape(&[rows, c])?, Act::None, &proj)?; // (B*T, D)
         let out = Tensor::zeros(&gpu, &[bsz, t, d], DType::F32, "projector.out")?;
-        ops::norm::layer_norm(
-            rec,
-            &proj,
-            &self.image_proj_norm.weight,
-            &self.image_proj_norm.bias,
-            LN_EPS,
-            &out.reshape(&[rows, d])?,
-        )?; // (B*T, D)
+        self.image_proj_norm
+            .forward(rec, &proj, &out.reshape(&[rows, d])?)?; // (B*T, D)
         Ok(out)
     }
 }

@@ -28,8 +28,8 @@ use crate::error::{Error, Result};
 
 /// Longest accepted task input, in bytes (UTF-8).
 pub const MAX_INPUT_BYTES: usize = 2048;
-/// Quantization bins per axis.
-pub const BINS: u32 = 1000;
+/// Quantization bins per axis: one per location token `<loc_0>`..`<loc_999>`.
+pub const BINS: u32 = crate::processor::tokenizer::NUM_LOC_TOKENS;
 /// Most characters of offending input echoed in an error message (before escaping).
 pub const ECHO_CHARS: usize = 40;
 

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Recorder, Tensor};
 use crate::model::bart::encoder::POS_OFFSET;
-use crate::model::bart::{ffn_act, LayerNorm, Linear};
+use crate::model::bart::{ffn_act, Attention};
 use crate::model::config::TextConfig;
+use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
@@ -24,19 +25,13 @@ use crate::weights::WeightsView;
 
 #[derive(Clone, Debug)]
 struct DecoderLayer {
-    sq: Linear,
-    sk: Linear,
-    sv: Linear,
-    so: Linear,
-    ln_self: LayerNorm,
-    cq: Linear,
-    ck: Linear,
-    cv: Linear,
-    co: Linear,
-    ln_cross: LayerNorm,
+    self_attn: Attention,
+    self_attn_layer_norm: LayerNorm,
+    encoder_attn: Attention,
+    encoder_attn_layer_norm: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    ln_ffn: LayerNorm,
+    final_layer_norm: LayerNorm,
 }
 
 /// The BART decoder and the tied LM head.
@@ -49,15 +44,13 @@ pub struct Decoder {
     act: Act,
     embed_scale: f32,
     /// (V, D), shared with the encoder side and the LM head.
-    embed_tokens: Tensor,
+    embed_tokens: Embedding,
     /// (max_position_embeddings + 2, D)
-    positions: Tensor,
-    ln_emb: LayerNorm,
+    embed_positions: Embedding,
+    layernorm_embedding: LayerNorm,
     layers: Vec<DecoderLayer>,
-    /// (V, D)
-    lm_head: Tensor,
-    /// (V)
-    final_logits_bias: Option<Tensor>,
+    /// `lm_head.weight` (V, D), with `final_logits_bias` (V) as its bias when the checkpoint has one.
+    lm_head: Linear,
 }
 
 /// Cross-attention K and V of one image for every decoder layer, each (1, S, D).
@@ -113,15 +106,7 @@ impl Decoder {
                 cfg.decoder_attention_heads
             )));
         }
-        for (name, t) in [("shared embedding", &embed_tokens), ("lm_head", &lm_head)] {
-            if t.shape() != [v, d] {
-                return Err(Error::TensorShape {
-                    name: name.into(),
-                    expected: vec![v, d],
-                    got: t.shape().to_vec(),
-                });
-            }
-        }
+        let embed_tokens = Embedding::from_tensor("shared embedding", embed_tokens, v, d)?;
         let final_logits_bias = match final_logits_bias {
             None => None,
             Some(b) if b.numel() == v => Some(b.reshape(&[v])?),
@@ -136,22 +121,14 @@ impl Decoder {
         let layers = (0..cfg.decoder_layers)
             .map(|i| {
                 let l = w.pp("layers").pp(&i.to_string());
-                let s = l.pp("self_attn");
-                let c = l.pp("encoder_attn");
                 Ok(DecoderLayer {
-                    sq: Linear::load(&s, "q_proj", d, d)?,
-                    sk: Linear::load(&s, "k_proj", d, d)?,
-                    sv: Linear::load(&s, "v_proj", d, d)?,
-                    so: Linear::load(&s, "out_proj", d, d)?,
-                    ln_self: LayerNorm::load(&l, "self_attn_layer_norm", d)?,
-                    cq: Linear::load(&c, "q_proj", d, d)?,
-                    ck: Linear::load(&c, "k_proj", d, d)?,
-                    cv: Linear::load(&c, "v_proj", d, d)?,
-                    co: Linear::load(&c, "out_proj", d, d)?,
-                    ln_cross: LayerNorm::load(&l, "encoder_attn_layer_norm", d)?,
-                    fc1: Linear::load(&l, "fc1", f, d)?,
-                    fc2: Linear::load(&l, "fc2", d, f)?,
-                    ln_ffn: LayerNorm::load(&l, "final_layer_norm", d)?,
+                    self_attn: Attention::new(&l.pp("self_attn"), d)?,
+                    self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
+                    encoder_attn: Attention::new(&l.pp("encoder_attn"), d)?,
+                    encoder_attn_layer_norm: LayerNorm::new(&l.pp("encoder_attn_layer_norm"), d)?,
+                    fc1: Linear::new(&l.pp("fc1"), d, f, true)?,
+                    fc2: Linear::new(&l.pp("fc2"), f, d, true)?,
+                    final_layer_norm: LayerNorm::new(&l.pp("final_layer_norm"), d)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -167,20 +144,20 @@ impl Decoder {
                 1.0
             },
             embed_tokens,
-            positions: w.get(
-                "embed_positions.weight",
-                &[cfg.max_position_embeddings + POS_OFFSET, d],
+            embed_positions: Embedding::new(
+                &w.pp("embed_positions"),
+                cfg.max_position_embeddings + POS_OFFSET,
+                d,
             )?,
-            ln_emb: LayerNorm::load(&w, "layernorm_embedding", d)?,
+            layernorm_embedding: LayerNorm::new(&w.pp("layernorm_embedding"), d)?,
             layers,
-            lm_head,
-            final_logits_bias,
+            lm_head: Linear::from_tensors("lm_head", lm_head, final_logits_bias, d, v)?,
         })
     }
 
     /// Number of decoder positions the position table allows (= max_position_embeddings).
     pub fn max_positions(&self) -> usize {
-        self.positions.dim(0) - POS_OFFSET
+        self.embed_positions.num_embeddings() - POS_OFFSET
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -211,8 +188,8 @@ impl Decoder {
         for (i, l) in self.layers.iter().enumerate() {
             let kt = Tensor::zeros(&gpu, &[s, d], DType::F32, &format!("cross.k{i}"))?;
             let vt = Tensor::zeros(&gpu, &[s, d], DType::F32, &format!("cross.v{i}"))?;
-            l.ck.forward(rec, &x, Act::None, &kt)?; // (S, D)
-            l.cv.forward(rec, &x, Act::None, &vt)?; // (S, D)
+            l.encoder_attn.k_proj.forward(rec, &x, Act::None, &kt)?; // (S, D)
+            l.encoder_attn.v_proj.forward(rec, &x, Act::None, &vt)?; // (S, D)
             k.push(kt.reshape(&[1, s, d])?);
             v.push(vt.reshape(&[1, s, d])?);
         }
@@ -307,19 +284,19 @@ impl Decoder {
         let row_bytes = d as u64 * f4;
 
         // Embedding, position, layernorm_embedding.
-        ops::embedding::embedding(rec, tokens, &self.embed_tokens, &s.x)?; // (B, D)
+        self.embed_tokens.forward(rec, tokens, &s.x)?; // (B, D)
         if self.embed_scale != 1.0 {
             ops::elementwise::scale(rec, &s.x, self.embed_scale, &s.x)?; // (B, D)
         }
         rec.copy_range(
-            &self.positions,
+            &self.embed_positions.weight,
             (p + POS_OFFSET) as u64 * row_bytes,
             &s.pos_row,
             0,
             row_bytes,
         )?;
         ops::elementwise::add_row(rec, &s.x, &s.pos_row, &s.x)?; // (B, D)
-        self.ln_emb.forward(rec, &s.x, &s.x)?; // (B, D)
+        self.layernorm_embedding.forward(rec, &s.x, &s.x)?; // (B, D)
 
         let scale = ((d / self.heads) as f32).powf(-0.5);
         let q3 = s.q.reshape(&[b, 1, d])?;
@@ -340,38 +317,34 @@ impl Decoder {
         for (i, l) in self.layers.iter().enumerate() {
             let (ck, cv) = (&s.self_k[i], &s.self_v[i]);
             // Self-attention with the cache.
-            l.sq.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
-            l.sk.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
-            l.sv.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
+            let sa = &l.self_attn;
+            sa.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
+            sa.k_proj.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
+            sa.v_proj.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
             for r in 0..b {
                 let dst = ((r * s.max_len + p) as u64) * row_bytes;
                 rec.copy_range(&s.kn, r as u64 * row_bytes, ck, dst, row_bytes)?;
                 rec.copy_range(&s.vn, r as u64 * row_bytes, cv, dst, row_bytes)?;
             }
             ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
-            l.so.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
+            sa.out_proj.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
             ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
-            l.ln_self.forward(rec, &s.t, &s.x)?; // (B, D)
-                                                 // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
-            l.cq.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
+            l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
+                                                              // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
+            l.encoder_attn.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
             ops::attention::attention(rec, &q3, &s.cross.k[i], &s.cross.v[i], &cross_opts, &a3)?; // (B, 1, D)
-            l.co.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
+            l.encoder_attn
+                .out_proj
+                .forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
             ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
-            l.ln_cross.forward(rec, &s.t, &s.x)?; // (B, D)
-                                                  // Feed-forward.
+            l.encoder_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
+                                                                 // Feed-forward.
             l.fc1.forward(rec, &s.x, self.act, &s.f)?; // (B, F)
             l.fc2.forward(rec, &s.f, Act::None, &s.t)?; // (B, D)
             ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
-            l.ln_ffn.forward(rec, &s.t, &s.x)?; // (B, D)
+            l.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
         }
-        ops::matmul::linear(
-            rec,
-            &s.x,
-            &self.lm_head,
-            self.final_logits_bias.as_ref(),
-            Act::None,
-            &s.logits,
-        )?; // (B, V)
+        self.lm_head.forward(rec, &s.x, Act::None, &s.logits)?; // (B, V)
         Ok(s.logits.clone())
     }
 }

@@ -3,8 +3,9 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
-use crate::model::bart::{ffn_act, LayerNorm, Linear};
+use crate::model::bart::{ffn_act, Attention};
 use crate::model::config::TextConfig;
+use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
@@ -15,14 +16,11 @@ pub(crate) const POS_OFFSET: usize = 2;
 
 #[derive(Clone, Debug)]
 struct EncoderLayer {
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ln_attn: LayerNorm,
+    self_attn: Attention,
+    self_attn_layer_norm: LayerNorm,
     fc1: Linear,
     fc2: Linear,
-    ln_ffn: LayerNorm,
+    final_layer_norm: LayerNorm,
 }
 
 /// The BART encoder over precomputed `inputs_embeds` (image features ++ embedded prompt).
@@ -33,8 +31,8 @@ pub struct Encoder {
     ffn: usize,
     act: Act,
     /// (max_position_embeddings + 2, D)
-    positions: Tensor,
-    ln_emb: LayerNorm,
+    embed_positions: Embedding,
+    layernorm_embedding: LayerNorm,
     layers: Vec<EncoderLayer>,
 }
 
@@ -46,16 +44,12 @@ impl Encoder {
         let layers = (0..cfg.encoder_layers)
             .map(|i| {
                 let l = w.pp("layers").pp(&i.to_string());
-                let a = l.pp("self_attn");
                 Ok(EncoderLayer {
-                    q: Linear::load(&a, "q_proj", d, d)?,
-                    k: Linear::load(&a, "k_proj", d, d)?,
-                    v: Linear::load(&a, "v_proj", d, d)?,
-                    o: Linear::load(&a, "out_proj", d, d)?,
-                    ln_attn: LayerNorm::load(&l, "self_attn_layer_norm", d)?,
-                    fc1: Linear::load(&l, "fc1", f, d)?,
-                    fc2: Linear::load(&l, "fc2", d, f)?,
-                    ln_ffn: LayerNorm::load(&l, "final_layer_norm", d)?,
+                    self_attn: Attention::new(&l.pp("self_attn"), d)?,
+                    self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
+                    fc1: Linear::new(&l.pp("fc1"), d, f, true)?,
+                    fc2: Linear::new(&l.pp("fc2"), f, d, true)?,
+                    final_layer_norm: LayerNorm::new(&l.pp("final_layer_norm"), d)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -70,18 +64,19 @@ impl Encoder {
             heads: cfg.encoder_attention_heads,
             ffn: f,
             act: ffn_act(&cfg.activation_function)?,
-            positions: w.get(
-                "embed_positions.weight",
-                &[cfg.max_position_embeddings + POS_OFFSET, d],
+            embed_positions: Embedding::new(
+                &w.pp("embed_positions"),
+                cfg.max_position_embeddings + POS_OFFSET,
+                d,
             )?,
-            ln_emb: LayerNorm::load(&w, "layernorm_embedding", d)?,
+            layernorm_embedding: LayerNorm::new(&w.pp("layernorm_embedding"), d)?,
             layers,
         })
     }
 
     /// Longest sequence the position table allows.
     pub fn max_len(&self) -> usize {
-        self.positions.dim(0) - POS_OFFSET
+        self.embed_positions.num_embeddings() - POS_OFFSET
     }
 
     /// Record the encoder over `inputs_embeds` (1, S, D); returns the hidden states (1, S, D).
@@ -127,20 +122,22 @@ impl Encoder {
         };
 
         let emb = inputs_embeds.reshape(&[s, d])?;
-        ops::elementwise::add_rows_at(rec, &emb, &self.positions, POS_OFFSET as u32, &x)?; // (S, D)
-        self.ln_emb.forward(rec, &x, &x)?; // (S, D)
+        self.embed_positions
+            .add_rows(rec, &emb, POS_OFFSET as u32, &x)?; // (S, D)
+        self.layernorm_embedding.forward(rec, &x, &x)?; // (S, D)
         for l in &self.layers {
-            l.q.forward(rec, &x, Act::None, &q)?; // (S, D)
-            l.k.forward(rec, &x, Act::None, &k)?; // (S, D)
-            l.v.forward(rec, &x, Act::None, &v)?; // (S, D)
+            let at = &l.self_attn;
+            at.q_proj.forward(rec, &x, Act::None, &q)?; // (S, D)
+            at.k_proj.forward(rec, &x, Act::None, &k)?; // (S, D)
+            at.v_proj.forward(rec, &x, Act::None, &v)?; // (S, D)
             ops::attention::attention(rec, &q3, &k3, &v3, &opts, &a3)?; // (1, S, D)
-            l.o.forward(rec, &a, Act::None, &t)?; // (S, D)
+            at.out_proj.forward(rec, &a, Act::None, &t)?; // (S, D)
             ops::elementwise::add(rec, &x, &t, &t)?; // (S, D) residual
-            l.ln_attn.forward(rec, &t, &x)?; // (S, D)
+            l.self_attn_layer_norm.forward(rec, &t, &x)?; // (S, D)
             l.fc1.forward(rec, &x, self.act, &f)?; // (S, F)
             l.fc2.forward(rec, &f, Act::None, &t)?; // (S, D)
             ops::elementwise::add(rec, &x, &t, &t)?; // (S, D) residual
-            l.ln_ffn.forward(rec, &t, &x)?; // (S, D)
+            l.final_layer_norm.forward(rec, &t, &x)?; // (S, D)
         }
         x.reshape(&[1, s, d])
     }

@@ -13,54 +13,27 @@ pub use decoder::{CrossKv, Decoder, DecoderState};
 pub use encoder::Encoder;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Recorder, Tensor};
-use crate::ops;
+use crate::model::layers::Linear;
 use crate::ops::matmul::Act;
 use crate::weights::WeightsView;
 
-/// PyTorch's `nn.LayerNorm` default, used by every BART norm.
-pub(crate) const LN_EPS: f32 = 1e-5;
-
-/// A PyTorch `nn.Linear` (weight (out, in), bias (out)).
+/// BART attention projections (`self_attn`, `encoder_attn`): four `nn.Linear(d, d)` with bias.
 #[derive(Clone, Debug)]
-pub(crate) struct Linear {
-    pub w: Tensor,
-    pub b: Option<Tensor>,
+pub(crate) struct Attention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub out_proj: Linear,
 }
 
-impl Linear {
-    pub fn load(w: &WeightsView, name: &str, out_f: usize, in_f: usize) -> Result<Self> {
-        let v = w.pp(name);
-        Ok(Linear {
-            w: v.get("weight", &[out_f, in_f])?,
-            b: Some(v.get("bias", &[out_f])?),
+impl Attention {
+    pub fn new(w: &WeightsView, d: usize) -> Result<Self> {
+        Ok(Attention {
+            q_proj: Linear::new(&w.pp("q_proj"), d, d, true)?,
+            k_proj: Linear::new(&w.pp("k_proj"), d, d, true)?,
+            v_proj: Linear::new(&w.pp("v_proj"), d, d, true)?,
+            out_proj: Linear::new(&w.pp("out_proj"), d, d, true)?,
         })
-    }
-
-    /// out (M, out) = act(x (M, in) W^T + b).
-    pub fn forward(&self, rec: &mut Recorder, x: &Tensor, act: Act, out: &Tensor) -> Result<()> {
-        ops::matmul::linear(rec, x, &self.w, self.b.as_ref(), act, out)
-    }
-}
-
-/// A PyTorch `nn.LayerNorm` over the last dim.
-#[derive(Clone, Debug)]
-pub(crate) struct LayerNorm {
-    pub g: Tensor,
-    pub b: Tensor,
-}
-
-impl LayerNorm {
-    pub fn load(w: &WeightsView, name: &str, d: usize) -> Result<Self> {
-        let v = w.pp(name);
-        Ok(LayerNorm {
-            g: v.get("weight", &[d])?,
-            b: v.get("bias", &[d])?,
-        })
-    }
-
-    pub fn forward(&self, rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
-        ops::norm::layer_norm(rec, x, &self.g, &self.b, LN_EPS, out)
     }
 }
 
