@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "attention",
@@ -120,10 +121,6 @@ fn tiles(d: usize, tq: usize) -> (usize, usize) {
     (qb, kt)
 }
 
-fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::shape(op, format!("{what} {v} exceeds u32")))
-}
-
 /// out = softmax(scale * q k^T + mask) v per head. q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
 /// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask. The kernel is chosen by
 /// [`choose_attention_variant`].
@@ -157,16 +154,8 @@ pub fn attention_variant(
 ) -> Result<()> {
     const OP: &str = "attention";
     for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
-        if t.dtype() != DType::F32 || t.rank() != 3 {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "{name} must be a rank-3 f32 tensor, got {:?} {:?}",
-                    t.dtype(),
-                    t.shape()
-                ),
-            ));
-        }
+        check::f32(OP, name, t)?;
+        check::rank(OP, name, t, 3)?;
     }
     let (b, tq, hd) = (q.dim(0), q.dim(1), q.dim(2));
     let (bk, tk) = (k.dim(0), k.dim(1));
@@ -255,11 +244,11 @@ pub fn attention_variant(
         .and_then(|x| x.checked_mul(n_qblocks))
         .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
     let params = Params {
-        batch: u32_of(OP, "batch", b)?,
-        tq: u32_of(OP, "Tq", tq)?,
-        tk: u32_of(OP, "Tk", tk)?,
-        heads: u32_of(OP, "heads", heads)?,
-        bk: u32_of(OP, "Bk", bk)?,
+        batch: check::u32_of(OP, "batch", b)?,
+        tq: check::u32_of(OP, "Tq", tq)?,
+        tk: check::u32_of(OP, "Tk", tk)?,
+        heads: check::u32_of(OP, "heads", heads)?,
+        bk: check::u32_of(OP, "Bk", bk)?,
         kv_len: kv_len as u32,
         q_offset: opts.q_offset,
         causal: opts.causal as u32,
@@ -289,7 +278,7 @@ pub fn attention_variant(
             mask.binding(&gpu)?,
             out.binding(&gpu)?,
         ],
-        grid_1d(u32_of(OP, "workgroups", groups)?),
+        grid_1d(check::u32_of(OP, "workgroups", groups)?),
     )
 }
 
@@ -315,15 +304,15 @@ fn record_rows(
         .checked_mul(heads)
         .and_then(|x| x.checked_mul(n_qgroups))
         .ok_or_else(|| Error::shape(OP, "invocation count overflows"))?;
-    let total32 = u32_of(OP, "invocations", total)?;
+    let total32 = check::u32_of(OP, "invocations", total)?;
     // Few invocations (decode): small workgroups so that they still spread over every CPU thread.
     let wg: u32 = if total < 512 { 8 } else { WG };
     let params = Params {
-        batch: u32_of(OP, "batch", b)?,
-        tq: u32_of(OP, "Tq", tq)?,
-        tk: u32_of(OP, "Tk", tk)?,
-        heads: u32_of(OP, "heads", heads)?,
-        bk: u32_of(OP, "Bk", bk)?,
+        batch: check::u32_of(OP, "batch", b)?,
+        tq: check::u32_of(OP, "Tq", tq)?,
+        tk: check::u32_of(OP, "Tk", tk)?,
+        heads: check::u32_of(OP, "heads", heads)?,
+        bk: check::u32_of(OP, "Bk", bk)?,
         kv_len: kv_len as u32,
         q_offset: opts.q_offset,
         causal: opts.causal as u32,

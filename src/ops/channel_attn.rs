@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor, MAX_GRID_DIM};
+use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "channel_attn",
@@ -45,14 +46,8 @@ pub fn channel_attention(
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "channel_attention";
-    for (name, t) in [("qkv", qkv), ("out", out)] {
-        if t.dtype() != DType::F32 {
-            return Err(Error::shape(
-                OP,
-                format!("{name}: expected F32, got {:?}", t.dtype()),
-            ));
-        }
-    }
+    check::f32(OP, "qkv", qkv)?;
+    check::f32(OP, "out", out)?;
     if qkv.rank() != 3 || out.rank() != 3 {
         return Err(Error::shape(
             OP,
@@ -94,13 +89,7 @@ pub fn channel_attention(
             ),
         ));
     }
-    let numel = qkv.numel();
-    if u32::try_from(numel).is_err() {
-        return Err(Error::shape(
-            OP,
-            format!("{numel} elements do not fit in u32"),
-        ));
-    }
+    check::u32_of(OP, "qkv elements", qkv.numel())?;
     let gpu = rec.gpu().clone();
     let part = Tensor::zeros(
         &gpu,

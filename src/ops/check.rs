@@ -20,6 +20,20 @@ pub(crate) fn f32(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
     dtype(op, name, t, DType::F32)
 }
 
+/// `t` must hold 4-byte elements (f32 or u32): kernels that move elements as raw bits.
+pub(crate) fn word(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
+    if !matches!(t.dtype(), DType::F32 | DType::U32) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{name}: expected f32 or u32 (4-byte elements), got {:?}",
+                t.dtype()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `t` must have exactly `shape`.
 pub(crate) fn shape(op: &'static str, name: &str, t: &Tensor, shape: &[usize]) -> Result<()> {
     if t.shape() != shape {

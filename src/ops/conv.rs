@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 use crate::ops::matmul::{linear, Act};
 
 pub static SHADER: Shader = Shader {
@@ -42,20 +43,6 @@ struct DwParams {
     h: u32,
     w: u32,
     c: u32,
-}
-
-fn f32_only(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
-    if t.dtype() != DType::F32 {
-        return Err(Error::shape(
-            op,
-            format!("{name}: expected F32, got {:?}", t.dtype()),
-        ));
-    }
-    Ok(())
-}
-
-fn u32_of(op: &'static str, what: &str, n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| Error::shape(op, format!("{what} = {n} does not fit in u32")))
 }
 
 /// Output size of a convolution along one axis: floor((n + 2 pad - k) / stride) + 1, or an error when
@@ -100,9 +87,9 @@ pub fn conv2d_chunked(
     scratch_bytes: u64,
 ) -> Result<()> {
     const OP: &str = "conv2d";
-    f32_only(OP, "x", x)?;
-    f32_only(OP, "bias", bias)?;
-    f32_only(OP, "out", out)?;
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "bias", bias)?;
+    check::f32(OP, "out", out)?;
     if x.rank() != 4 || w.rank() != 4 || out.rank() != 4 {
         return Err(Error::shape(
             OP,
@@ -153,8 +140,8 @@ pub fn conv2d_chunked(
     if rows == 0 {
         return Ok(());
     }
-    u32_of(OP, "input elements", x.numel())?;
-    u32_of(OP, "output rows", rows)?;
+    check::u32_of(OP, "input elements", x.numel())?;
+    check::u32_of(OP, "output rows", rows)?;
     let gpu = rec.gpu().clone();
     let w2 = w.reshape(&[cout, k])?; // (Cout, Cin*kh*kw): a Linear weight
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
@@ -228,7 +215,7 @@ pub fn dwconv3x3_residual(
 ) -> Result<()> {
     const OP: &str = "dwconv3x3_residual";
     for (n, t) in [("x", x), ("w", w), ("bias", bias), ("out", out)] {
-        f32_only(OP, n, t)?;
+        check::f32(OP, n, t)?;
     }
     if x.rank() != 4 {
         return Err(Error::shape(
@@ -249,15 +236,13 @@ pub fn dwconv3x3_residual(
             ),
         ));
     }
-    if x.buffer() == out.buffer() {
-        return Err(Error::shape(OP, "out must not share x's buffer"));
-    }
+    check::distinct(OP, ("x", x), ("out", out))?;
     let n = x.numel();
     if n == 0 {
         return Ok(());
     }
     let gpu = rec.gpu().clone();
-    let n32 = u32_of(OP, "elements", n)?;
+    let n32 = check::u32_of(OP, "elements", n)?;
     // Transpose the (C, 9) taps to (9, C): tap t's weights for neighbouring channels are neighbours (one
     // vec4 load for 4 channels in the VEC4 variant).
     let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;

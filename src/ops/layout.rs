@@ -2,7 +2,7 @@
 //! output into separate q, k, v).
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
@@ -37,17 +37,6 @@ impl Params {
     }
 }
 
-/// f32 or u32: the layout kernels move 4-byte elements as raw bits.
-fn check_word(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
-    if t.dtype() == DType::F16 {
-        return Err(Error::shape(
-            op,
-            format!("{name}: packed f16 is not supported, expected f32 or u32"),
-        ));
-    }
-    Ok(())
-}
-
 /// Record `entry` (its VEC4 variant when `vec4`) over `items` invocations.
 fn launch(
     rec: &mut Recorder,
@@ -76,7 +65,7 @@ fn launch(
 /// Example: mlx channels-last conv weights (O, kH, kW, I) -> (O, I, kH, kW) is `dims = [0, 3, 1, 2]`.
 pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> Result<()> {
     const OP: &str = "permute";
-    check_word(OP, "x", x)?;
+    check::word(OP, "x", x)?;
     if out.dtype() != x.dtype() {
         return Err(Error::shape(
             OP,

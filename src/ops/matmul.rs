@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 use crate::ops::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
@@ -211,20 +212,6 @@ const GEMV_WG_COLS: usize = 4;
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
 
-fn check_f32(op: &'static str, what: &str, t: &Tensor) -> Result<()> {
-    if t.dtype() != DType::F32 {
-        return Err(Error::shape(
-            op,
-            format!("{what} must be f32, got {:?}", t.dtype()),
-        ));
-    }
-    Ok(())
-}
-
-fn to_u32(op: &'static str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::shape(op, format!("size {v} exceeds u32")))
-}
-
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32 or F16 (packed pairs); it may exceed
 /// the device's storage-binding limit, in which case it is processed in row chunks. The kernel is the
 /// tuned choice for this shape class ([`crate::ops::registry`]) when there is one, else
@@ -263,8 +250,8 @@ pub fn linear_variant(
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "linear";
-    check_f32(OP, "x", x)?;
-    check_f32(OP, "out", out)?;
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "out", out)?;
     if w.dtype() != DType::F32 && w.dtype() != DType::F16 {
         return Err(Error::shape(
             OP,
@@ -296,7 +283,7 @@ pub fn linear_variant(
         ));
     }
     if let Some(b) = bias {
-        check_f32(OP, "bias", b)?;
+        check::f32(OP, "bias", b)?;
         if b.shape() != [n] {
             return Err(Error::shape(
                 OP,
@@ -374,11 +361,11 @@ pub fn linear_variant(
     };
     for chunk in w.row_chunks(&gpu, k)? {
         let params = LinearParams {
-            m: to_u32(OP, m)?,
-            n: to_u32(OP, n)?,
-            k: to_u32(OP, k)?,
-            n_off: to_u32(OP, chunk.row_start)?,
-            n_rows: to_u32(OP, chunk.rows)?,
+            m: check::u32_of(OP, "M", m)?,
+            n: check::u32_of(OP, "N", n)?,
+            k: check::u32_of(OP, "K", k)?,
+            n_off: check::u32_of(OP, "chunk start", chunk.row_start)?,
+            n_rows: check::u32_of(OP, "chunk rows", chunk.rows)?,
             flags,
             _pad0: 0,
             _pad1: 0,
@@ -418,7 +405,7 @@ pub fn linear_variant(
 pub fn matmul(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
     const OP: &str = "matmul";
     for (name, t) in [("a", a), ("b", b), ("out", out)] {
-        check_f32(OP, name, t)?;
+        check::f32(OP, name, t)?;
     }
     if a.rank() != 3 || b.rank() != 3 || out.rank() != 3 {
         return Err(Error::shape(
@@ -452,15 +439,19 @@ pub fn matmul(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Resul
     }
     let gpu = rec.gpu().clone();
     let params = BmmParams {
-        m: to_u32(OP, m)?,
-        n: to_u32(OP, n)?,
-        k: to_u32(OP, k)?,
-        batch: to_u32(OP, bt)?,
+        m: check::u32_of(OP, "M", m)?,
+        n: check::u32_of(OP, "N", n)?,
+        k: check::u32_of(OP, "K", k)?,
+        batch: check::u32_of(OP, "batch", bt)?,
     };
     rec.dispatch(
         &Kernel::new(&SHADER_BATCHED, "bmm"),
         &params,
         &[a.binding(&gpu)?, b.binding(&gpu)?, out.binding(&gpu)?],
-        [ceil_div(n, BLOCK), ceil_div(m, BLOCK), to_u32(OP, bt)?],
+        [
+            ceil_div(n, BLOCK),
+            ceil_div(m, BLOCK),
+            check::u32_of(OP, "batch", bt)?,
+        ],
     )
 }

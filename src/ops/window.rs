@@ -2,7 +2,8 @@
 //! into ws x ws windows (row-major windows, row-major tokens), and the inverse with the padding cropped.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "window",
@@ -23,16 +24,6 @@ struct Params {
     nwh: u32,
     nww: u32,
     _pad0: u32,
-}
-
-fn f32_only(op: &'static str, name: &str, t: &Tensor) -> Result<()> {
-    if t.dtype() != DType::F32 {
-        return Err(Error::shape(
-            op,
-            format!("{name}: expected F32, got {:?}", t.dtype()),
-        ));
-    }
-    Ok(())
 }
 
 /// Number of windows along each axis for an h x w image: (ceil(h / ws), ceil(w / ws)).
@@ -66,8 +57,7 @@ fn launch(
     } else {
         c
     };
-    let n32 = u32::try_from(n)
-        .map_err(|_| Error::shape(entry, format!("{n} elements do not fit in u32")))?;
+    let n32 = check::u32_of(entry, "elements", n)?;
     let (nwh, nww) = window_grid(h, w, ws);
     let gpu = rec.gpu().clone();
     let params = Params {
@@ -94,8 +84,8 @@ fn launch(
 /// (bottom/right, like the reference's `F.pad`). Window order: batch, window row, window column.
 pub fn window_partition(rec: &mut Recorder, x: &Tensor, ws: usize, out: &Tensor) -> Result<()> {
     const OP: &str = "window_partition";
-    f32_only(OP, "x", x)?;
-    f32_only(OP, "out", out)?;
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "out", out)?;
     if x.rank() != 4 || ws == 0 {
         return Err(Error::shape(
             OP,
@@ -125,8 +115,8 @@ pub fn window_reverse(
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "window_reverse";
-    f32_only(OP, "x", x)?;
-    f32_only(OP, "out", out)?;
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "out", out)?;
     if out.rank() != 4 || x.rank() != 3 || ws == 0 {
         return Err(Error::shape(
             OP,

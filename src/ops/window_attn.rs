@@ -3,7 +3,8 @@
 //! Florence-2 uses 32). Other head sizes go through the generic `ops::attention::attention`.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",
@@ -48,16 +49,8 @@ pub fn window_attention(
 ) -> Result<()> {
     const OP: &str = "window_attention";
     for (n, t) in [("qkv", qkv), ("out", out)] {
-        if t.dtype() != DType::F32 || t.rank() != 3 {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "{n}: expected a rank-3 f32 tensor, got {:?} {:?}",
-                    t.dtype(),
-                    t.shape()
-                ),
-            ));
-        }
+        check::f32(OP, n, t)?;
+        check::rank(OP, n, t, 3)?;
     }
     let (nw, t, c3) = (qkv.dim(0), qkv.dim(1), qkv.dim(2));
     let c = c3 / 3;
@@ -75,18 +68,14 @@ pub fn window_attention(
             ),
         ));
     }
-    if qkv.buffer() == out.buffer() {
-        return Err(Error::shape(OP, "out must not share qkv's buffer"));
-    }
+    check::distinct(OP, ("qkv", qkv), ("out", out))?;
     if nw == 0 || t == 0 {
         return Ok(());
     }
     let nqg = t.div_ceil(QPI);
     let total = nw * heads * nqg;
-    let total32 = u32::try_from(total)
-        .ok()
-        .filter(|_| u32::try_from(qkv.numel()).is_ok())
-        .ok_or_else(|| Error::shape(OP, format!("{} elements do not fit in u32", qkv.numel())))?;
+    check::u32_of(OP, "qkv elements", qkv.numel())?;
+    let total32 = check::u32_of(OP, "invocations", total)?;
     let gpu = rec.gpu().clone();
     let params = Params {
         total: total32,
