@@ -40,18 +40,7 @@ fn w_at(e: u32) -> f32 {
     return bitcast<f32>(w[e]);
 }
 
-#include gelu
-
-fn epilogue(v: f32, col: u32) -> f32 {
-    var r = v;
-    if ((p.flags & 1u) != 0u) {
-        r = r + bias[col];
-    }
-    if ((p.flags & 2u) != 0u) {
-        r = gelu_f32(r);
-    }
-    return r;
-}
+#include linear_epilogue
 
 @compute @workgroup_size(16, 16)
 fn linear(@builtin(global_invocation_id) gid: vec3<u32>) {

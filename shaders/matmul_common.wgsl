@@ -44,18 +44,7 @@ fn w_load8(base: u32, k8: u32) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(bitcast<vec4<f32>>(w[i]), bitcast<vec4<f32>>(w[i + 1u]));
 }
 
-#include gelu
-
-fn epilogue(v: f32, col: u32) -> f32 {
-    var r = v;
-    if ((p.flags & 1u) != 0u) {
-        r = r + bias[col];
-    }
-    if ((p.flags & 2u) != 0u) {
-        r = gelu_f32(r);
-    }
-    return r;
-}
+#include linear_epilogue
 
 // Store an 8-row x 8-column register block (acc[2 r + h] holds row r, columns 4 h .. 4 h + 4) at output
 // rows m0.., chunk columns j0.., skipping what lies outside the matrix.

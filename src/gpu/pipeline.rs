@@ -42,6 +42,10 @@ pub static INCLUDES: &[(&str, &str)] = &[
     ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
     ("lanes", include_str!("../../shaders/include/lanes.wgsl")),
     (
+        "linear_epilogue",
+        include_str!("../../shaders/include/linear_epilogue.wgsl"),
+    ),
+    (
         "row_reduce",
         include_str!("../../shaders/include/row_reduce.wgsl"),
     ),
