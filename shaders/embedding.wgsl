@@ -48,3 +48,44 @@ fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         out[i] = F(0.0);
     }
 }
+
+// Packed-weight variant (table in f16 pairs, or q8/q4 rows as in `src/gpu/quant.rs`), one invocation per
+// output element. W_FMT: 16 = f16, 8 = q8, 4 = q4. `row_words` is the u32 words per table row (C/2 for
+// f16 with C even, the quantized row bytes / 4 for q8/q4); the launcher binds whole rows.
+override W_FMT: u32 = 16u;
+override ROW_WORDS: u32 = 1u;
+@group(0) @binding(2) var<storage, read> table_w: array<u32>; // (rows, ROW_WORDS) u32 words
+@group(0) @binding(3) var<storage, read_write> out_p: array<f32>; // (T, C), whatever the VEC4 flag
+
+fn packed_at(row: u32, col: u32) -> f32 {
+    let base = row * ROW_WORDS;
+    if (W_FMT == 16u) {
+        return unpack2x16float(table_w[base + col / 2u])[col % 2u];
+    }
+    let qwords = p.c * W_FMT / 32u; // quant words per row
+    let blk = col / 32u;
+    let d = unpack2x16float(table_w[base + qwords + blk / 2u])[blk % 2u];
+    if (W_FMT == 8u) {
+        let byte = (table_w[base + col / 4u] >> (8u * (col % 4u))) & 255u;
+        return d * f32(bitcast<i32>(byte << 24u) >> 24u);
+    }
+    let nib = (table_w[base + col / 8u] >> (4u * (col % 8u))) & 15u;
+    return d * (f32(nib) - 8.0);
+}
+
+@compute @workgroup_size(WG)
+fn embedding_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * WG + lid;
+    if (i >= p.n) {
+        return;
+    }
+    let t = i / p.c;
+    let col = i - t * p.c;
+    let id = ids[t];
+    if (id >= p.row_start && id - p.row_start < p.rows) {
+        out_p[i] = packed_at(id - p.row_start, col);
+    } else if (p.zero_oob == 1u && id >= p.v) {
+        out_p[i] = 0.0;
+    }
+}

@@ -16,6 +16,11 @@
 //   M*kq - 1 (GEMV: r*kq + 8*(K/32 - 1) + 7 <= M*kq - 1 for r < MR = M).
 // - w: weight rows are clamped to min(j, n_rows-1); `w_load8(base, k8)` reads base + 2*k8 + 1 (f32,
 //   base = row*kq) or base + k8 (f16, base = row*K/8), with k8 < K/8: below n_rows*kq or n_rows*K/8.
+//   Quantized (W_Q = 8 or 4, K % 32 == 0): base = row*R with R = QW + SW row words (QW = K*W_Q/128 quant
+//   words, SW = ceil(K/256) scale words); `q_load8` reads base + k8/2 < base + K/16 = base + QW (q8) or
+//   base + k8/4 < base + K/32 = base + QW (q4), and the scale word base + QW + blk/8 with
+//   blk = k8/4 < K/32, so blk/8 < ceil(K/256) = SW: all below (row + 1)*R <= n_rows*R words, which the
+//   launcher binds. Vector components are indexed by values reduced mod 4 or mod 2, or by h + 1 <= 3.
 // - out / bias: written only for m < M and j < n_rows, at m*N + n_off + j < M*N; bias[n_off + j] < N.
 // - function-scope arrays: every index is a loop counter bounded by the array length (8, 16 or 4; xv and
 //   acc of the GEMV are length 4 and indexed by r < MR <= 4).

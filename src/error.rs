@@ -60,6 +60,9 @@ pub enum Error {
     #[error("tensor '{name}' has unsupported dtype {dtype} (F32, F16, BF16 are supported)")]
     UnsupportedDtype { name: String, dtype: String },
     /// A safetensors header is malformed (length, JSON, offsets, overlaps, ...).
+    #[error("unknown weight dtype '{0}' (expected fp32, fp16, q8 or q4)")]
+    UnknownDType(String),
+
     #[error("bad safetensors header in {file}: {msg}")]
     SafetensorsHeader { file: String, msg: String },
     /// A file ended before the bytes its header promises.
@@ -140,7 +143,7 @@ impl Error {
             Error::Cancelled => "Florence2CancelledError",
             Error::Aborted(_) => "AbortError",
             Error::Disposed => "Florence2DisposedError",
-            Error::InvalidInput(_) => "Florence2InputError",
+            Error::InvalidInput(_) | Error::UnknownDType(_) => "Florence2InputError",
         }
     }
 

@@ -36,7 +36,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, GpuOptions};
+use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::model::generate::MAX_BEAMS;
@@ -49,7 +49,7 @@ use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};
 use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
 use crate::weights::load::{CONFIG_FILE, INDEX_FILE, SINGLE_FILE};
-use crate::weights::{detect_layout, Assembler, CheckpointIndex, LoadOptions};
+use crate::weights::{detect_layout, Assembler, CheckpointIndex, LoadOptions, WeightDType};
 
 pub use fetch::{Source, CACHE_NAME, PIECE_BYTES};
 use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
@@ -135,6 +135,8 @@ export interface TaskOutputOf<T extends TaskMarker> {
   /** Generated ids, decoder start token first (as the reference's `generate`). */
   tokenIds: number[];
   timings: TaskTimings;
+  /** GPU memory at the end of the call, with the peak reached during it. */
+  memory: MemoryInfo;
 }
 /** What `runTask` resolves to: a union discriminated by `task`. */
 export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
@@ -170,7 +172,31 @@ export interface LoadLimits {
   maxImagePixels?: number;
 }
 
+/** Resident format of the matrix weights on the GPU: f32, f16 (half the bytes, f32 arithmetic), or
+ * block-quantized 8-bit / 4-bit (32 weights per block, one f16 scale). Any checkpoint converts into any
+ * of them while it streams in. */
+export type WeightDType = "fp32" | "fp16" | "q8" | "q4";
+
+/** GPU bytes held by the model's tensors, counted by the engine. */
+export interface MemoryInfo {
+  /** The resident weight format. */
+  dtype: WeightDType;
+  /** Weights now resident. */
+  weightsBytes: number;
+  /** Activations, caches and scratch now live (including `EncodedImage`s). */
+  activationsBytes: number;
+  currentBytes: number;
+  /** Highest weights + activations since the model loaded (`model.memory()`) or since the `runTask`
+   * call started (in its result). */
+  peakBytes: number;
+  peakActivationsBytes: number;
+  /** Tensor buffers created so far. */
+  allocations: number;
+}
+
 export interface LoadOptions {
+  /** Resident weight format; default "fp16". */
+  dtype?: WeightDType;
   onProgress?: (event: ProgressEvent) => void;
   /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. */
   cache?: boolean;
@@ -283,6 +309,33 @@ struct Output<'a> {
     generated_text: &'a str,
     token_ids: &'a [u32],
     timings: Timings,
+    memory: MemoryInfo,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MemoryInfo {
+    dtype: &'static str,
+    weights_bytes: u64,
+    activations_bytes: u64,
+    current_bytes: u64,
+    peak_bytes: u64,
+    peak_activations_bytes: u64,
+    allocations: u64,
+}
+
+impl MemoryInfo {
+    fn of(m: MemReport, dtype: WeightDType) -> Self {
+        MemoryInfo {
+            dtype: dtype.as_str(),
+            weights_bytes: m.weights_bytes,
+            activations_bytes: m.activations_bytes,
+            current_bytes: m.current_bytes,
+            peak_bytes: m.peak_bytes,
+            peak_activations_bytes: m.peak_activations_bytes,
+            allocations: m.allocations,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -383,6 +436,19 @@ impl JsFlorence2 {
         self.inner.tuning_table.clone()
     }
 
+    /// GPU memory held by the model's tensors: `{dtype, weightsBytes, activationsBytes, currentBytes,
+    /// peakBytes, peakActivationsBytes, allocations}`.
+    #[wasm_bindgen(unchecked_return_type = "MemoryInfo")]
+    pub fn memory(&self) -> Result<JsValue, JsValue> {
+        let pipeline = self
+            .inner
+            .pipeline
+            .borrow()
+            .clone()
+            .ok_or_else(|| js_error(&Error::Disposed))?;
+        to_js(&MemoryInfo::of(pipeline.memory(), pipeline.weight_dtype())).map_err(|e| js_error(&e))
+    }
+
     /// The GPU adapter in use (name, backend, limits).
     #[wasm_bindgen(getter, js_name = adapterInfo)]
     pub fn adapter_info(&self) -> String {
@@ -405,6 +471,13 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
                 )
             })?
             .parse::<Tuning>()?,
+    };
+    let dtype = match opt_get(options, "dtype") {
+        None => WeightDType::default(),
+        Some(v) => v
+            .as_string()
+            .ok_or_else(|| Error::InvalidInput("option dtype must be a string".into()))?
+            .parse::<WeightDType>()?,
     };
     let mut limits = ImageLimits::default();
     if let Some(l) = opt_get(options, "limits") {
@@ -437,7 +510,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     settings.limits = limits;
     drop(tok);
 
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
+    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(dtype));
     match f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {
         Some(idx) => {
             let index = CheckpointIndex::parse(&idx)?;
@@ -482,7 +555,9 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     f.progress("ready", "", 0, 0, false);
     Ok(JsFlorence2 {
         inner: Rc::new(Inner {
-            pipeline: RefCell::new(Some(Rc::new(Pipeline::new(model, settings)))),
+            pipeline: RefCell::new(Some(Rc::new(
+                Pipeline::new(model, settings).with_weight_dtype(dtype),
+            ))),
             images: Rc::new(RefCell::new(HashMap::new())),
             lock: Rc::new(queue::FifoLock::default()),
             gpu,
@@ -567,6 +642,7 @@ async fn run_impl(
     let _guard = inner.lock.acquire().await;
     abort()?;
 
+    pipeline.gpu().reset_peak_memory();
     let t = Stopwatch::start();
     let js = match encoded {
         Some(_) => None,
@@ -610,6 +686,7 @@ async fn run_impl(
             decode: t.decode_ms,
             total: read_ms + t.total_ms(),
         },
+        memory: MemoryInfo::of(out.memory, pipeline.weight_dtype()),
     })
 }
 

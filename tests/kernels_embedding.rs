@@ -96,3 +96,56 @@ fn embedding_rejects_mismatched_shapes() {
         "embedding",
     );
 }
+
+/// Packed tables (f16 pairs, q8/q4 rows): the gather must return exactly the host's widening /
+/// dequantization of the same bytes (a copy of `d * q`, exact in f32), so the tolerance is 0. Run on
+/// the default device and on one with 4 KiB bindings, where the tables are bound in row chunks.
+#[test]
+fn embedding_packed_tables() {
+    use florence2_wasm::gpu::{quant, DType, Tensor};
+    let g2 = pollster::block_on(Gpu::new(GpuOptions {
+        max_storage_binding_size: Some(4 * 1024),
+        ..Default::default()
+    }))
+    .unwrap();
+    for g in [gpu(), g2] {
+        let (v, c) = (97, 64);
+        let mut rng = Rng::new(47);
+        let table = rng.vec(v * c, 2.0);
+        let ids = [0, 96, 3, 3, 50, 97, 1_000_000, u32::MAX, 25];
+        let ti = tu32(&g, &[ids.len()], &ids);
+        for dt in [DType::F16, DType::Q8, DType::Q4] {
+            let (tt, host) = match dt.qformat() {
+                None => {
+                    let h: Vec<f32> = table
+                        .iter()
+                        .map(|&x| half::f16::from_f32(x).to_f32())
+                        .collect();
+                    (
+                        Tensor::from_f32_as_f16(&g, &[v, c], &table, "t").unwrap(),
+                        h,
+                    )
+                }
+                Some(fmt) => {
+                    let mut bytes = Vec::new();
+                    quant::quantize_rows(fmt, c, &table, &mut bytes).unwrap();
+                    let h = quant::dequantize_rows(fmt, c, &bytes).unwrap();
+                    let t = Tensor::from_f32_quantized(&g, &[v, c], &table, fmt, "t").unwrap();
+                    (t, h)
+                }
+            };
+            let want = embedding_ref(&ids, &host, c);
+            let to = tf32(&g, &[ids.len(), c], &vec![7.0; ids.len() * c]);
+            let chunks = tt.row_chunks(&g, c).unwrap().len();
+            let got = run_f32(&g, &to, |r| {
+                ops::embedding::embedding(r, &ti, &tt, &to).unwrap()
+            });
+            assert_close(
+                &format!("embedding {dt:?} V={v} C={c} ({chunks} chunks)"),
+                &got,
+                &want,
+                0.0,
+            );
+        }
+    }
+}

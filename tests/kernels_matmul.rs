@@ -5,14 +5,17 @@
 //! rounding each for the bias add and the output. We assert every element against its own bound
 //! (computed from the same data), with GELU's Lipschitz constant (<= 1.13) and the erf approximation's
 //! 1.5e-7 absolute error (times 0.5 |v|) added when the epilogue is on. F16 weights: the reference uses the
-//! same f16-rounded weights, so the bound is unchanged.
+//! same f16-rounded weights, so the bound is unchanged. Q8/Q4 weights likewise: the reference multiplies
+//! by the dequantized weights (`d * q`, computed on the host from the same bytes), and the kernel's
+//! in-register dequantization `d * q` is exact in f32 (|q| <= 127 has 7 significant bits, d is an f16
+//! with 11), so only the accumulation order differs.
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use std::sync::Arc;
 
 use common::{gpu, Rng};
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{quant, readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
@@ -161,6 +164,14 @@ fn run_linear_variant(
             w = round_f16(&w);
             Tensor::from_f32_as_f16(g, &[n, k], &w, "w").unwrap()
         }
+        DType::Q8 | DType::Q4 => {
+            let fmt = w_dtype.qformat().unwrap();
+            let t = Tensor::from_f32_quantized(g, &[n, k], &w, fmt, "w").unwrap();
+            let mut bytes = Vec::new();
+            quant::quantize_rows(fmt, k, &w, &mut bytes).unwrap();
+            w = quant::dequantize_rows(fmt, k, &bytes).unwrap();
+            t
+        }
         _ => Tensor::from_f32(g, &[n, k], &w, "w").unwrap(),
     };
     let tb = Tensor::from_f32(g, &[n], &bias, "bias").unwrap();
@@ -243,6 +254,53 @@ fn linear_f16_weights() {
     run_linear(&g, &mut rng, 12, 21, 16, true, Act::Gelu, DType::F16);
 }
 
+/// Block-quantized weights through every kernel variant (GEMM shapes, the decode GEMV with and without
+/// subgroups), against the f64 reference on the dequantized weights. K = 32 is one block per row; K = 96
+/// an odd number of blocks (scale words half used); K = 768 and 3072 are Florence-2 widths whose scale
+/// tail needs padding (q8 row 816 / 3264 bytes).
+#[test]
+fn linear_quantized_weights() {
+    let g = gpu();
+    let mut rng = Rng::new(14);
+    for dt in [DType::Q8, DType::Q4] {
+        for &(m, n, k) in &[
+            (1, 1, 32),
+            (1, 37, 96),
+            (4, 70, 768),
+            (3, 9, 3072),
+            (17, 300, 64),
+            (66, 70, 96),
+        ] {
+            run_linear(&g, &mut rng, m, n, k, true, Act::None, dt);
+        }
+        run_linear(&g, &mut rng, 2, 45, 64, false, Act::Gelu, dt);
+        run_linear(&g, &mut rng, 12, 21, 128, true, Act::Gelu, dt);
+    }
+}
+
+#[test]
+fn linear_quantized_refusals() {
+    let g = gpu();
+    // Rows that are not whole blocks cannot be quantized at all.
+    let err = Tensor::zeros(&g, &[4, 48], DType::Q8, "w").unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+    let x = Tensor::zeros(&g, &[5, 64], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[3, 64], DType::Q4, "w").unwrap();
+    let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    let err = matmul::linear_variant(
+        &mut rec,
+        LinearVariant::Scalar,
+        &x,
+        &w,
+        None,
+        Act::None,
+        &out,
+    )
+    .unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+}
+
 /// A device whose storage bindings are limited to 64 KiB, so a 100x257 f32 weight (102.8 KB), a
 /// 300x257 f16 weight (154 KB) and a 130x256 f32 weight (133 KB) must be split into row chunks.
 #[test]
@@ -269,6 +327,11 @@ fn linear_weight_larger_than_binding_limit() {
     run_linear(&g, &mut rng, 1, 130, 256, true, Act::None, DType::F32);
     run_linear(&g, &mut rng, 11, 130, 256, true, Act::Gelu, DType::F32);
     run_linear(&g, &mut rng, 3, 300, 256, true, Act::None, DType::F16);
+    // Quantized rows split too (q8: 300 rows of 272 bytes = 81.6 KB).
+    let w = Tensor::zeros(&g, &[300, 256], DType::Q8, "w").unwrap();
+    assert!(w.row_chunks(&g, 256).unwrap().len() >= 2);
+    run_linear(&g, &mut rng, 1, 300, 256, true, Act::None, DType::Q8);
+    run_linear(&g, &mut rng, 9, 300, 256, true, Act::None, DType::Q8);
 }
 
 #[test]

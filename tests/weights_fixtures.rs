@@ -9,11 +9,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use florence2_wasm::gpu::readback;
 use florence2_wasm::gpu::Gpu;
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::{
-    expected_tensors, load_dir, temporal_cosine_table, Assembler, LoadOptions, StreamLoader,
-    Weights, FINAL_LOGITS_BIAS,
+    expected_tensors, is_matrix_weight, load_dir, load_dir_with, temporal_cosine_table, Assembler,
+    LoadOptions, StreamLoader, WeightDType, Weights, FINAL_LOGITS_BIAS,
 };
 use weights_util::*;
 
@@ -120,13 +121,20 @@ fn fixture_variants_load_to_the_hf_native_tensors() {
     eprintln!("tiny4-f16-sharded: {n} tensors equal to f16(tiny4)");
 }
 
+/// Streamed in random chunks (which split f16 pairs and quantized rows anywhere) == ranged, for every
+/// resident dtype.
 #[test]
 fn fixture_streamed_equals_ranged() {
     let gpu = gpu();
-    for name in ["tiny2-mlx-bf16", "tiny4-f16-sharded"] {
+    for (name, dtype) in ["tiny2-mlx-bf16", "tiny4-f16-sharded"]
+        .into_iter()
+        .flat_map(|n| WeightDType::ALL.into_iter().map(move |d| (n, d)))
+    {
         let dir = model_dir(name);
-        let (cfg, _, want) = load(&gpu, name);
-        let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
+        let (cfg, w) = load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype)).unwrap();
+        let want = readback_all(&gpu, &w);
+        drop(w);
+        let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(dtype));
         let index = std::fs::read(dir.join("model.safetensors.index.json")).ok();
         let shards: Vec<(String, Vec<String>)> = match &index {
             Some(b) => {
@@ -154,7 +162,84 @@ fn fixture_streamed_equals_ranged() {
             s.finish(&mut asm).unwrap();
         }
         let w = asm.finish().unwrap();
-        assert_eq!(readback_all(&gpu, &w), want, "{name}");
-        eprintln!("{name}: streamed in random chunks of 1..4099 bytes == ranged");
+        assert_eq!(readback_all(&gpu, &w), want, "{name} {dtype}");
+        eprintln!("{name} {dtype}: streamed in random chunks of 1..4099 bytes == ranged");
+    }
+}
+
+/// Every fixture (HF-native f32, original layout, mlx bf16 channels-last, f16 shards) loads into every
+/// resident dtype: matrix weights in the dtype's format (f16 where rows are not whole 32-weight blocks),
+/// everything else f32, and each value equal to the host's conversion of the f32 load (f16 rounding, or
+/// quantize + dequantize of the same rows). The engine's weight bytes equal the tensors' bytes.
+#[test]
+fn fixtures_load_into_every_dtype() {
+    use florence2_wasm::gpu::{quant, DType, GpuOptions, MemKind};
+    // A device of its own: the memory counter is per device and the other tests load concurrently.
+    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
+    for name in [
+        "tiny2",
+        "tiny2-orig",
+        "tiny2-mlx-bf16",
+        "tiny4",
+        "tiny4-orig",
+        "tiny4-mlx-bf16",
+        "tiny4-f16-sharded",
+    ] {
+        let (_, _, f32s) = load(&gpu, name);
+        for dtype in [WeightDType::Fp16, WeightDType::Q8, WeightDType::Q4] {
+            let before = gpu.memory().weights_bytes;
+            let (_, w) = load_dir_with(&gpu, &model_dir(name), LoadOptions::with_dtype(dtype))
+                .unwrap_or_else(|e| panic!("{name} {dtype}: {e}"));
+            assert_eq!(
+                gpu.memory().weights_bytes - before,
+                w.byte_size(),
+                "{name} {dtype}: counted weight bytes"
+            );
+            let (mut packed, mut quantized) = (0, 0);
+            for n in w.names() {
+                let t = w.get_any(n).unwrap();
+                assert_eq!(t.mem_kind(), MemKind::Weights, "{name} {n}");
+                let want = &f32s[n];
+                let got = readback::to_f32_blocking(&gpu, &t).unwrap();
+                let k = t.dim(-1);
+                // The original layout's transposed image_projection (also in the mlx re-saves, which
+                // keep the original names) is permuted on the GPU by the f32 layout kernels.
+                let hf_native = matches!(name, "tiny2" | "tiny4" | "tiny4-f16-sharded");
+                let permuted = !hf_native && n.ends_with("image_projection.weight");
+                let expect_dtype = if is_matrix_weight(n, t.shape()) && !permuted {
+                    dtype.matrix_dtype(k)
+                } else {
+                    DType::F32
+                };
+                assert_eq!(t.dtype(), expect_dtype, "{name} {dtype} {n}");
+                let host: Vec<f32> = match expect_dtype.qformat() {
+                    Some(fmt) => {
+                        let mut bytes = Vec::new();
+                        quant::quantize_rows(fmt, k, want, &mut bytes).unwrap();
+                        quantized += 1;
+                        quant::dequantize_rows(fmt, k, &bytes).unwrap()
+                    }
+                    None if expect_dtype == DType::F16 => {
+                        packed += 1;
+                        want.iter()
+                            .map(|&x| half::f16::from_f32(x).to_f32())
+                            .collect()
+                    }
+                    None => want.clone(),
+                };
+                assert_eq!(got, host, "{name} {dtype} {n}");
+            }
+            eprintln!(
+                "{name} {dtype}: {packed} f16 + {quantized} quantized matrices; {} weight bytes",
+                w.byte_size()
+            );
+            assert!(
+                packed + quantized > 0,
+                "{name} {dtype}: no matrix converted"
+            );
+            if dtype != WeightDType::Fp16 {
+                assert!(quantized > 0, "{name} {dtype}: nothing quantized");
+            }
+        }
     }
 }

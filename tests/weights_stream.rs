@@ -39,7 +39,11 @@ fn stream_errors_are_named() {
     }
     // Truncated with the length announced: the header check knows early.
     let gpu = gpu();
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
+    let mut asm = Assembler::new(
+        &gpu,
+        &cfg,
+        LoadOptions::with_dtype(florence2_wasm::weights::WeightDType::Fp32),
+    );
     let mut s = StreamLoader::new("m", Some(file.len() as u64 - 1));
     assert!(matches!(
         s.feed(&mut asm, &file[..file.len() - 1]),
@@ -66,7 +70,11 @@ fn stream_errors_are_named() {
         stream(&cfg, &extra, &[1000], false),
         Err(Error::SafetensorsHeader { .. })
     ));
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
+    let mut asm = Assembler::new(
+        &gpu,
+        &cfg,
+        LoadOptions::with_dtype(florence2_wasm::weights::WeightDType::Fp32),
+    );
     let mut s = StreamLoader::new("m", Some(file.len() as u64));
     assert!(matches!(
         s.feed(&mut asm, &extra),
@@ -92,7 +100,11 @@ fn stream_errors_are_named() {
     raw[0].shape.push(1);
     let f = write_safetensors(&raw, None);
     let hlen = 8 + u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
+    let mut asm = Assembler::new(
+        &gpu,
+        &cfg,
+        LoadOptions::with_dtype(florence2_wasm::weights::WeightDType::Fp32),
+    );
     let mut s = StreamLoader::new("m", None);
     assert!(matches!(
         s.feed(&mut asm, &f[..hlen]),

@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader};
+use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use weights_util::*;
 
 // ---- allocation counter (this test binary only) ----------------------------------------------------
@@ -58,23 +58,36 @@ fn peak_host_memory_is_about_one_chunk() {
     PEAK.store(base, Ordering::Relaxed);
     let w = stream(&cfg, &file, &[chunk], true).unwrap();
     let peak = PEAK.load(Ordering::Relaxed) - base;
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
-    let mut s = StreamLoader::new("model.safetensors", Some(file.len() as u64));
-    for c in file.chunks(chunk) {
-        s.feed(&mut asm, c).unwrap();
-    }
-    s.finish(&mut asm).unwrap();
-    let own = asm.mem_stats().peak;
-    drop(asm);
     eprintln!(
         "file {} bytes, chunk {chunk}: peak Rust heap growth while streaming {peak} bytes \
-         ({:.1}% of the file); loader's own accounting {own} bytes; GPU bytes {}",
+         ({:.1}% of the file); GPU bytes {}",
         file.len(),
         100.0 * peak as f64 / file.len() as f64,
         w.byte_size()
     );
-    // The loader's own buffers: the caller's chunk + its f32 conversion (+ the small header).
-    assert!(own <= 2 * chunk as u64 + 64 * 1024, "own accounting {own}");
+    // The loader's own buffers, per resident dtype: the caller's chunk + its f32 conversion + the
+    // encoded copy written to the GPU (f16: half the conversion; q8/q4 less) + one pending row
+    // (+ the small header).
+    for dtype in WeightDType::ALL {
+        let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(dtype));
+        let mut s = StreamLoader::new("model.safetensors", Some(file.len() as u64));
+        for c in file.chunks(chunk) {
+            s.feed(&mut asm, c).unwrap();
+        }
+        s.finish(&mut asm).unwrap();
+        let own = asm.mem_stats().peak;
+        drop(asm.finish().unwrap());
+        eprintln!("{dtype}: loader's own accounting {own} bytes");
+        let encoded = if dtype == WeightDType::Fp32 {
+            0
+        } else {
+            chunk as u64 / 2
+        };
+        assert!(
+            own <= 2 * chunk as u64 + encoded + 64 * 1024,
+            "{dtype}: own accounting {own}"
+        );
+    }
     // Whole-process Rust heap (loader + wgpu bookkeeping) stays a small multiple of the chunk, far
     // below the 16 MiB file.
     assert!(peak < 8 * chunk, "peak {peak}");

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::error::{Error, Result};
 use crate::gpu::pipeline::PipelineCache;
 use crate::gpu::profile::Profiler;
+use crate::gpu::tensor::{MemCounter, MemReport};
 use crate::ops::registry::Choices;
 
 /// What the caller may tune when opening the device.
@@ -66,6 +67,8 @@ pub struct Gpu {
     pub choices: Choices,
     /// Per-dispatch GPU times (off unless enabled; see `gpu::profile`).
     pub profiler: Profiler,
+    /// GPU bytes held by live tensors (weights vs activations, current and peak).
+    pub mem: Arc<MemCounter>,
 }
 
 impl Gpu {
@@ -184,6 +187,7 @@ impl Gpu {
             uniform_pool: Mutex::new(Vec::new()),
             choices: Choices::default(),
             profiler: Profiler::default(),
+            mem: Arc::new(MemCounter::default()),
         }))
     }
 
@@ -209,6 +213,17 @@ impl Gpu {
                 .map_err(|e| Error::Gpu(e.to_string()))?;
         }
         self.check()
+    }
+
+    /// GPU memory held by tensors now, and the peak since the device opened or the last
+    /// [`Gpu::reset_peak_memory`].
+    pub fn memory(&self) -> MemReport {
+        self.mem.report()
+    }
+
+    /// Start a new peak-memory window (e.g. at the start of a request).
+    pub fn reset_peak_memory(&self) {
+        self.mem.reset_peak()
     }
 
     /// A short human-readable description of the adapter and the features in use.

@@ -11,14 +11,16 @@ mod context;
 mod pipeline;
 pub mod preprocess;
 pub mod profile;
+pub mod quant;
 pub mod readback;
 mod recorder;
 mod tensor;
 
 pub use context::{Caps, Gpu, GpuOptions};
 pub use pipeline::{include, Kernel, PipelineCache, Shader, INCLUDES};
+pub use quant::QFormat;
 pub use recorder::{staging_buffer, Pending, Recorder};
-pub use tensor::{DType, RowChunk, Tensor};
+pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 
 /// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).
 pub const MAX_GRID_DIM: u32 = 65535;

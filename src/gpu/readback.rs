@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::gpu::{DType, Gpu, Recorder, Tensor};
 
-/// Read a tensor back as f32 values (F16 tensors are widened).
+/// Read a tensor back as f32 values (F16 tensors are widened, Q8/Q4 dequantized).
 pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
     let mut rec = Recorder::new(gpu);
     let p = rec.read_back(t);
@@ -23,6 +23,16 @@ pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
             .iter()
             .map(|v| v.to_f32())
             .collect(),
+        DType::Q8 | DType::Q4 => {
+            let k = t.dim(-1);
+            let fmt = t
+                .dtype()
+                .qformat()
+                .ok_or_else(|| crate::error::Error::shape("to_f32", "not quantized"))?;
+            let rows = n.checked_div(k).unwrap_or(0);
+            let len = rows * fmt.row_bytes(k);
+            crate::gpu::quant::dequantize_rows(fmt, k, &bytes[..len.min(bytes.len())])?
+        }
     })
 }
 

@@ -6,11 +6,13 @@
 //! still be created (up to `max_buffer_size`) and written, but a kernel must bind it in pieces: see
 //! [`Tensor::row_chunks`], which splits it into row ranges that each fit one binding at an aligned offset.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
+use crate::gpu::quant::QFormat;
 use crate::gpu::Gpu;
 
 /// Element type of a tensor's storage.
@@ -21,14 +23,155 @@ pub enum DType {
     /// `shader-f16` feature). The buffer is padded to a multiple of 4 bytes.
     F16,
     U32,
+    /// Block-quantized matrix, 8-bit ([`QFormat::Q8`]); rows laid out as documented in
+    /// [`crate::gpu::quant`]. Only for matrices whose last dimension is a multiple of 32.
+    Q8,
+    /// Block-quantized matrix, 4-bit ([`QFormat::Q4`]).
+    Q4,
 }
 
 impl DType {
+    /// Bytes per element for the element types; for the quantized formats, the bytes per row come from
+    /// [`DType::row_bytes`] instead (this returns 1, a lower bound, for them).
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::U32 => 4,
             DType::F16 => 2,
+            DType::Q8 | DType::Q4 => 1,
         }
+    }
+
+    /// The quantization format, for Q8 and Q4.
+    pub fn qformat(self) -> Option<QFormat> {
+        match self {
+            DType::Q8 => Some(QFormat::Q8),
+            DType::Q4 => Some(QFormat::Q4),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one row of `row_elems` elements (quantized rows: quants, scales and padding).
+    pub fn row_bytes(self, row_elems: usize) -> usize {
+        match self.qformat() {
+            Some(q) => q.row_bytes(row_elems),
+            None => row_elems * self.size(),
+        }
+    }
+
+    /// Unpadded bytes of a tensor of this shape. Quantized tensors must have a last dimension that is a
+    /// whole number of 32-weight blocks.
+    pub fn bytes_for(self, shape: &[usize]) -> Result<usize> {
+        let numel: usize = shape.iter().product();
+        match self.qformat() {
+            Some(q) => {
+                let k = shape.last().copied().unwrap_or(0);
+                q.check_k(&format!("{shape:?} {self:?}"), k)?;
+                Ok(numel / k * q.row_bytes(k))
+            }
+            None => Ok(numel * self.size()),
+        }
+    }
+}
+
+/// What a GPU allocation holds, for the memory accounting ([`MemCounter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Model weights (loaded once).
+    Weights,
+    /// Everything else: activations, caches, scratch.
+    Activations,
+}
+
+/// Running totals of the GPU bytes held by live tensors, by kind, with high-water marks. Every
+/// [`Tensor`] allocation adds to it and the last clone of a tensor's buffer subtracts on drop.
+#[derive(Debug, Default)]
+pub struct MemCounter {
+    weights: AtomicU64,
+    activations: AtomicU64,
+    peak_total: AtomicU64,
+    peak_activations: AtomicU64,
+    allocations: AtomicU64,
+}
+
+/// A snapshot of [`MemCounter`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MemReport {
+    /// Bytes of weight tensors now resident.
+    pub weights_bytes: u64,
+    /// Bytes of other tensors (activations, KV caches, scratch) now live.
+    pub activations_bytes: u64,
+    /// Weights + activations now.
+    pub current_bytes: u64,
+    /// Highest weights + activations since the device opened or the last [`MemCounter::reset_peak`].
+    pub peak_bytes: u64,
+    /// Highest activation bytes over the same span.
+    pub peak_activations_bytes: u64,
+    /// Tensor buffers created so far.
+    pub allocations: u64,
+}
+
+impl MemCounter {
+    fn add(&self, kind: MemKind, bytes: u64) {
+        let (w, a) = match kind {
+            MemKind::Weights => (self.weights.fetch_add(bytes, Ordering::Relaxed) + bytes, {
+                self.activations.load(Ordering::Relaxed)
+            }),
+            MemKind::Activations => (
+                self.weights.load(Ordering::Relaxed),
+                self.activations.fetch_add(bytes, Ordering::Relaxed) + bytes,
+            ),
+        };
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        self.peak_total.fetch_max(w + a, Ordering::Relaxed);
+        self.peak_activations.fetch_max(a, Ordering::Relaxed);
+    }
+
+    fn sub(&self, kind: MemKind, bytes: u64) {
+        let slot = match kind {
+            MemKind::Weights => &self.weights,
+            MemKind::Activations => &self.activations,
+        };
+        // Saturating: never wraps even if a caller resets between add and sub.
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(bytes))
+        });
+    }
+
+    /// The current figures.
+    pub fn report(&self) -> MemReport {
+        let w = self.weights.load(Ordering::Relaxed);
+        let a = self.activations.load(Ordering::Relaxed);
+        MemReport {
+            weights_bytes: w,
+            activations_bytes: a,
+            current_bytes: w + a,
+            peak_bytes: self.peak_total.load(Ordering::Relaxed).max(w + a),
+            peak_activations_bytes: self.peak_activations.load(Ordering::Relaxed).max(a),
+            allocations: self.allocations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Start a new high-water mark from the current figures (e.g. per request).
+    pub fn reset_peak(&self) {
+        let w = self.weights.load(Ordering::Relaxed);
+        let a = self.activations.load(Ordering::Relaxed);
+        self.peak_total.store(w + a, Ordering::Relaxed);
+        self.peak_activations.store(a, Ordering::Relaxed);
+    }
+}
+
+/// A GPU buffer with its accounting: subtracts itself from the counter when the last tensor sharing it
+/// is dropped.
+#[derive(Debug)]
+struct Alloc {
+    buf: wgpu::Buffer,
+    kind: MemKind,
+    counter: Arc<MemCounter>,
+}
+
+impl Drop for Alloc {
+    fn drop(&mut self) {
+        self.counter.sub(self.kind, self.buf.size());
     }
 }
 
@@ -43,21 +186,31 @@ pub struct RowChunk {
 
 #[derive(Clone, Debug)]
 pub struct Tensor {
-    buf: wgpu::Buffer,
+    alloc: Arc<Alloc>,
     shape: Arc<[usize]>,
     dtype: DType,
 }
 
-fn padded_bytes(numel: usize, dtype: DType) -> u64 {
+fn padded_bytes(shape: &[usize], dtype: DType) -> Result<u64> {
     // Storage bindings must be a multiple of 4 bytes; keep at least 4 so empty tensors stay valid.
-    ((numel * dtype.size()).div_ceil(4) * 4).max(4) as u64
+    Ok((dtype.bytes_for(shape)?.div_ceil(4) * 4).max(4) as u64)
 }
 
 impl Tensor {
-    /// A zero-filled tensor.
+    /// A zero-filled activation tensor.
     pub fn zeros(gpu: &Gpu, shape: &[usize], dtype: DType, label: &str) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
-        let size = padded_bytes(numel, dtype);
+        Self::zeros_kind(gpu, shape, dtype, label, MemKind::Activations)
+    }
+
+    /// A zero-filled tensor counted as `kind` by the memory accounting.
+    pub fn zeros_kind(
+        gpu: &Gpu,
+        shape: &[usize],
+        dtype: DType,
+        label: &str,
+        kind: MemKind,
+    ) -> Result<Tensor> {
+        let size = padded_bytes(shape, dtype)?;
         if size > gpu.caps.max_buffer {
             return Err(Error::Limit {
                 what: format!("tensor '{label}' {shape:?}"),
@@ -73,11 +226,25 @@ impl Tensor {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        Ok(Tensor {
-            buf,
+        Ok(Self::wrap(gpu, buf, shape, dtype, kind))
+    }
+
+    fn wrap(gpu: &Gpu, buf: wgpu::Buffer, shape: &[usize], dtype: DType, kind: MemKind) -> Tensor {
+        gpu.mem.add(kind, buf.size());
+        Tensor {
+            alloc: Arc::new(Alloc {
+                buf,
+                kind,
+                counter: gpu.mem.clone(),
+            }),
             shape: shape.into(),
             dtype,
-        })
+        }
+    }
+
+    /// What the memory accounting counts this tensor as.
+    pub fn mem_kind(&self) -> MemKind {
+        self.alloc.kind
     }
 
     fn from_bytes(
@@ -87,8 +254,19 @@ impl Tensor {
         bytes: &[u8],
         label: &str,
     ) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
-        if bytes.len() != numel * dtype.size() {
+        Self::from_bytes_kind(gpu, shape, dtype, bytes, label, MemKind::Activations)
+    }
+
+    /// Upload raw bytes in `dtype`'s storage layout (quantized: whole rows as in [`crate::gpu::quant`]).
+    pub fn from_bytes_kind(
+        gpu: &Gpu,
+        shape: &[usize],
+        dtype: DType,
+        bytes: &[u8],
+        label: &str,
+        kind: MemKind,
+    ) -> Result<Tensor> {
+        if bytes.len() != dtype.bytes_for(shape)? {
             return Err(Error::shape(
                 "Tensor::from_bytes",
                 format!(
@@ -97,7 +275,7 @@ impl Tensor {
                 ),
             ));
         }
-        let size = padded_bytes(numel, dtype);
+        let size = padded_bytes(shape, dtype)?;
         if size > gpu.caps.max_buffer {
             return Err(Error::Limit {
                 what: format!("tensor '{label}' {shape:?}"),
@@ -116,11 +294,7 @@ impl Tensor {
                     | wgpu::BufferUsages::COPY_SRC
                     | wgpu::BufferUsages::COPY_DST,
             });
-        Ok(Tensor {
-            buf,
-            shape: shape.into(),
-            dtype,
-        })
+        Ok(Self::wrap(gpu, buf, shape, dtype, kind))
     }
 
     pub fn from_f32(gpu: &Gpu, shape: &[usize], data: &[f32], label: &str) -> Result<Tensor> {
@@ -142,6 +316,24 @@ impl Tensor {
         Self::from_bytes(gpu, shape, DType::F16, bytemuck::cast_slice(&h), label)
     }
 
+    /// Quantize f32 rows (last dimension a multiple of 32) into a Q8 or Q4 tensor.
+    pub fn from_f32_quantized(
+        gpu: &Gpu,
+        shape: &[usize],
+        data: &[f32],
+        fmt: QFormat,
+        label: &str,
+    ) -> Result<Tensor> {
+        let k = shape.last().copied().unwrap_or(0);
+        let mut bytes = Vec::new();
+        crate::gpu::quant::quantize_rows(fmt, k, data, &mut bytes)?;
+        let dtype = match fmt {
+            QFormat::Q8 => DType::Q8,
+            QFormat::Q4 => DType::Q4,
+        };
+        Self::from_bytes(gpu, shape, dtype, &bytes, label)
+    }
+
     /// Write raw bytes at a byte offset (used by the streaming loader to fill a tensor chunk by chunk).
     /// `offset` and `bytes.len()` must be multiples of 4.
     pub fn write_bytes(&self, gpu: &Gpu, offset: u64, bytes: &[u8]) -> Result<()> {
@@ -151,17 +343,17 @@ impl Tensor {
                 "offset and length must be multiples of 4",
             ));
         }
-        if offset + bytes.len() as u64 > self.buf.size() {
+        if offset + bytes.len() as u64 > self.alloc.buf.size() {
             return Err(Error::shape(
                 "Tensor::write_bytes",
                 format!(
                     "write of {} bytes at {offset} overruns a {}-byte buffer",
                     bytes.len(),
-                    self.buf.size()
+                    self.alloc.buf.size()
                 ),
             ));
         }
-        gpu.queue.write_buffer(&self.buf, offset, bytes);
+        gpu.queue.write_buffer(&self.alloc.buf, offset, bytes);
         Ok(())
     }
 
@@ -192,16 +384,25 @@ impl Tensor {
     }
 
     pub fn byte_size(&self) -> u64 {
-        self.buf.size()
+        self.alloc.buf.size()
     }
 
     pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buf
+        &self.alloc.buf
     }
 
     /// Same buffer, new shape with the same element count.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
+        if self.dtype.qformat().is_some() && shape.last() != self.shape.last() {
+            return Err(Error::shape(
+                "reshape",
+                format!(
+                    "{:?} -> {shape:?} changes the row length of a {:?} tensor",
+                    self.shape, self.dtype
+                ),
+            ));
+        }
         if n != self.numel() {
             return Err(Error::shape(
                 "reshape",
@@ -209,7 +410,7 @@ impl Tensor {
             ));
         }
         Ok(Tensor {
-            buf: self.buf.clone(),
+            alloc: self.alloc.clone(),
             shape: shape.into(),
             dtype: self.dtype,
         })
@@ -218,20 +419,20 @@ impl Tensor {
     /// The whole buffer as one binding. Fails with [`Error::Limit`] if it exceeds the device's
     /// storage-binding limit: such tensors must be bound through [`Tensor::row_chunks`].
     pub fn binding(&self, gpu: &Gpu) -> Result<wgpu::BindingResource<'_>> {
-        if self.buf.size() > gpu.caps.max_storage_binding {
+        if self.alloc.buf.size() > gpu.caps.max_storage_binding {
             return Err(Error::Limit {
                 what: format!("binding a {:?} tensor whole", self.shape),
-                requested: self.buf.size(),
+                requested: self.alloc.buf.size(),
                 max: gpu.caps.max_storage_binding,
             });
         }
-        Ok(self.buf.as_entire_binding())
+        Ok(self.alloc.buf.as_entire_binding())
     }
 
     /// A byte range of the buffer as a binding (offset must respect the storage offset alignment).
     pub fn binding_range(&self, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: &self.buf,
+            buffer: &self.alloc.buf,
             offset,
             size: std::num::NonZeroU64::new(size),
         })
@@ -252,15 +453,15 @@ impl Tensor {
             ));
         }
         let rows = numel / row_elems;
-        let row_bytes = (row_elems * self.dtype.size()) as u64;
+        let row_bytes = self.dtype.row_bytes(row_elems) as u64;
         let max = gpu.caps.max_storage_binding;
         let align = gpu.caps.storage_offset_alignment.max(4) as u64;
-        if self.buf.size() <= max {
+        if self.alloc.buf.size() <= max {
             return Ok(vec![RowChunk {
                 row_start: 0,
                 rows,
                 byte_offset: 0,
-                byte_size: self.buf.size(),
+                byte_size: self.alloc.buf.size(),
             }]);
         }
         // Rows per chunk: as many as fit, rounded down so that every chunk starts aligned.
@@ -287,7 +488,7 @@ impl Tensor {
                 row_start: r,
                 rows: n,
                 byte_offset: off,
-                byte_size: size.min(self.buf.size() - off),
+                byte_size: size.min(self.alloc.buf.size() - off),
             });
             r += n;
         }

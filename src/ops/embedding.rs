@@ -25,13 +25,25 @@ struct Params {
     _pad1: u32,
 }
 
-/// out[t, :] = table[ids[t], :] for ids U32 (T), table f32 (V, C), out f32 (T, C). Ids >= V give zero
+/// out[t, :] = table[ids[t], :] for ids U32 (T), table (V, C) f32, f16 (C even) or q8/q4 (C % 32 == 0,
+/// dequantized on the fly), out f32 (T, C). Ids >= V give zero
 /// rows (never an out-of-bounds read). The table may exceed the device's storage-binding limit: it is
 /// bound in row chunks, one dispatch per chunk.
 pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor) -> Result<()> {
     const OP: &str = "embedding";
     check::dtype(OP, "ids", ids, DType::U32)?;
-    check::f32(OP, "table", table)?;
+    let fmt: u32 = match table.dtype() {
+        DType::F32 => 0,
+        DType::F16 => 16,
+        DType::Q8 => 8,
+        DType::Q4 => 4,
+        DType::U32 => {
+            return Err(Error::shape(
+                OP,
+                "table: expected f32, f16, q8 or q4, got U32",
+            ))
+        }
+    };
     check::f32(OP, "out", out)?;
     let t = check::rank(OP, "ids", ids, 1)?[0];
     let ts = check::rank(OP, "table", table, 2)?;
@@ -46,10 +58,30 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     check::u32_of(OP, "table elements", table.numel())?;
     let gpu = rec.gpu().clone();
     let chunks = table.row_chunks(&gpu, c)?;
-    // The VEC4 variant when rows are whole vec4s (then every chunk's offset and size are multiples of
-    // 16).
-    let vec4 = c.is_multiple_of(4);
+    if fmt == 16 && c % 2 != 0 {
+        return Err(Error::shape(
+            OP,
+            format!("f16 table rows of odd length {c}"),
+        ));
+    }
+    let row_words = table.dtype().row_bytes(c) / 4;
+    // f32 tables: the VEC4 variant when rows are whole vec4s (then every chunk's offset and size are
+    // multiples of 16). Packed tables (f16, q8, q4) go through the unpacking entry, one invocation per
+    // element.
+    let vec4 = fmt == 0 && c.is_multiple_of(4);
     let items = if vec4 { n as usize / 4 } else { n as usize };
+    let overrides = [
+        ("WG", WG as f64),
+        ("W_FMT", fmt as f64),
+        ("ROW_WORDS", row_words as f64),
+    ];
+    let kernel = if fmt != 0 {
+        Kernel::new(&SHADER, "embedding_packed").with(&overrides)
+    } else {
+        Kernel::new(&SHADER, "embedding")
+            .defines(if vec4 { &["VEC4"] } else { &[] })
+            .with(&overrides[..1])
+    };
     for (k, ch) in chunks.iter().enumerate() {
         let params = Params {
             n,
@@ -62,9 +94,7 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
             _pad1: 0,
         };
         rec.dispatch(
-            &Kernel::new(&SHADER, "embedding")
-                .defines(if vec4 { &["VEC4"] } else { &[] })
-                .with(&[("WG", WG as f64)]),
+            &kernel,
             &params,
             &[
                 ids.binding(&gpu)?,

@@ -123,9 +123,23 @@ impl LinearVariant {
     /// (the same rules [`linear_variant`] enforces).
     pub fn supports(self, caps: &Caps, m: usize, k: usize, format: DType) -> bool {
         let sg_ok = !self.needs_subgroups() || (caps.subgroups && caps.subgroup_min_size >= 8);
-        let fmt_ok = matches!(format, DType::F32 | DType::F16);
+        // Block-quantized weights are read 8 at a time by `w_load8` (the vec4, subgroup and GEMV
+        // kernels), in whole 32-weight blocks.
+        let fmt_ok = match format {
+            DType::F32 | DType::F16 => true,
+            DType::Q8 | DType::Q4 => self.reads_quantized() && k.is_multiple_of(32),
+            DType::U32 => false,
+        };
         let m_ok = !self.is_gemv() || m <= GEMV_MAX_ROWS;
         sg_ok && fmt_ok && m_ok && k > 0 && k.is_multiple_of(self.k_multiple())
+    }
+
+    /// Whether the kernel reads Q8/Q4 weights (through `matmul_common.wgsl`'s `w_load8`).
+    fn reads_quantized(self) -> bool {
+        !matches!(
+            self,
+            LinearVariant::Scalar | LinearVariant::Tiled64 | LinearVariant::Tiled128
+        )
     }
 
     fn needs_subgroups(self) -> bool {
@@ -212,10 +226,10 @@ const GEMV_WG_COLS: usize = 4;
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
 
-/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32 or F16 (packed pairs); it may exceed
-/// the device's storage-binding limit, in which case it is processed in row chunks. The kernel is the
-/// tuned choice for this shape class ([`crate::ops::registry`]) when there is one, else
-/// [`choose_linear_variant`].
+/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
+/// Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in registers); it may exceed the device's
+/// storage-binding limit, in which case it is processed in row chunks. The kernel is the tuned choice
+/// for this shape class ([`crate::ops::registry`]) when there is one, else [`choose_linear_variant`].
 pub fn linear(
     rec: &mut Recorder,
     x: &Tensor,
@@ -252,10 +266,20 @@ pub fn linear_variant(
     const OP: &str = "linear";
     check::f32(OP, "x", x)?;
     check::f32(OP, "out", out)?;
-    if w.dtype() != DType::F32 && w.dtype() != DType::F16 {
+    let wq = w.dtype().qformat();
+    if !matches!(w.dtype(), DType::F32 | DType::F16) && wq.is_none() {
         return Err(Error::shape(
             OP,
-            format!("w must be f32 or f16, got {:?}", w.dtype()),
+            format!("w must be f32, f16, q8 or q4, got {:?}", w.dtype()),
+        ));
+    }
+    if wq.is_some() && !variant.reads_quantized() {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "the {variant:?} kernel does not read {:?} weights",
+                w.dtype()
+            ),
         ));
     }
     if x.rank() != 2 || w.rank() != 2 || out.rank() != 2 {
@@ -297,6 +321,9 @@ pub fn linear_variant(
     if k == 0 {
         return Err(Error::shape(OP, "K = 0"));
     }
+    if let Some(q) = wq {
+        q.check_k("linear weight", k)?;
+    }
     if !k.is_multiple_of(variant.k_multiple()) {
         return Err(Error::shape(
             OP,
@@ -322,13 +349,19 @@ pub fn linear_variant(
     }
     let flags = u32::from(bias.is_some()) | (u32::from(act == Act::Gelu) << 1);
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
+    let q = wq.map_or(0.0, |q| q.bits() as f64);
     let overrides_scalar = [("W_F16", f16)];
     let overrides_t64 = [("W_F16", f16), ("RM", 4.0)];
     let overrides_t128 = [("W_F16", f16), ("RM", 8.0)];
-    let overrides_v4 = [("W_F16", f16), ("WG", V4_WG as f64)];
-    let overrides_sg = [("W_F16", f16), ("WG", SG_WG as f64)];
-    let overrides_sg4 = [("W_F16", f16), ("WG", SG4_WG as f64)];
-    let overrides_gemv = [("W_F16", f16), ("WG", GEMV_WG as f64), ("MR", m as f64)];
+    let overrides_v4 = [("W_F16", f16), ("W_Q", q), ("WG", V4_WG as f64)];
+    let overrides_sg = [("W_F16", f16), ("W_Q", q), ("WG", SG_WG as f64)];
+    let overrides_sg4 = [("W_F16", f16), ("W_Q", q), ("WG", SG4_WG as f64)];
+    let overrides_gemv = [
+        ("W_F16", f16),
+        ("W_Q", q),
+        ("WG", GEMV_WG as f64),
+        ("MR", m as f64),
+    ];
     let kernel = match variant {
         LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
         LinearVariant::Tiled64 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t64),

@@ -137,6 +137,8 @@ pub fn format_from_name(s: &str) -> Option<DType> {
         "F32" => Some(DType::F32),
         "F16" => Some(DType::F16),
         "U32" => Some(DType::U32),
+        "Q8" => Some(DType::Q8),
+        "Q4" => Some(DType::Q4),
         _ => None,
     }
 }

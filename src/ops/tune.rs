@@ -205,6 +205,12 @@ pub fn model_linear_shapes(
 ) -> Vec<LinearShape> {
     let mut out = Vec::new();
     let mut push = |m: usize, n: usize, k: usize| {
+        // The loader keeps matrices whose rows are not whole quantization blocks in f16.
+        let format = if format.qformat().is_some() && !k.is_multiple_of(crate::gpu::quant::QBLOCK) {
+            DType::F16
+        } else {
+            format
+        };
         let s = LinearShape { m, n, k, format };
         if m > 0 && n > 0 && k > 0 && !out.iter().any(|o: &LinearShape| o.class() == s.class()) {
             out.push(s);

@@ -56,10 +56,12 @@ pub use output::{TaskOutput, Timings};
 pub use settings::Settings;
 
 use crate::gpu::Gpu;
+use crate::gpu::{DType, MemReport};
 use crate::model::florence2::Florence2;
 use crate::model::generate::GenerateOptions;
 use crate::processor::image::{ImageLimits, ImageProcessorConfig};
 use crate::processor::tokenizer::Florence2Tokenizer;
+use crate::weights::WeightDType;
 
 /// A loaded model and everything needed to run tasks on it.
 pub struct Pipeline {
@@ -71,6 +73,8 @@ pub struct Pipeline {
     generation: GenerateOptions,
     /// Tells this pipeline's [`EncodedImage`]s from another's.
     id: u64,
+    /// The resident format of the matrix weights.
+    dtype: WeightDType,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -85,7 +89,37 @@ impl Pipeline {
             limits: settings.limits,
             generation: settings.generation,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            dtype: WeightDType::Fp32,
         }
+        .with_weight_dtype_of_model()
+    }
+
+    /// Record the resident dtype the weights were loaded with (the loaders do; [`Pipeline::new`] infers
+    /// it from the token embedding's format).
+    pub fn with_weight_dtype(mut self, dtype: WeightDType) -> Self {
+        self.dtype = dtype;
+        self
+    }
+
+    fn with_weight_dtype_of_model(self) -> Self {
+        let d = match self.model.shared.dtype() {
+            DType::F16 => WeightDType::Fp16,
+            DType::Q8 => WeightDType::Q8,
+            DType::Q4 => WeightDType::Q4,
+            DType::F32 | DType::U32 => WeightDType::Fp32,
+        };
+        self.with_weight_dtype(d)
+    }
+
+    /// The resident format of the matrix weights.
+    pub fn weight_dtype(&self) -> WeightDType {
+        self.dtype
+    }
+
+    /// GPU bytes held by tensors on this pipeline's device: weights, activations, and the peak since
+    /// the device opened or the last [`Gpu::reset_peak_memory`].
+    pub fn memory(&self) -> MemReport {
+        self.gpu().memory()
     }
 
     pub fn model(&self) -> &Florence2 {

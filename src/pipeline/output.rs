@@ -1,6 +1,7 @@
 //! Stage 7, tokens -> result: what a task returns, and the one post-processing policy.
 
 use crate::error::Result;
+use crate::gpu::MemReport;
 use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::prompt::Task;
 use crate::render::render;
@@ -44,6 +45,9 @@ pub struct TaskOutput {
     /// Whether the task ran on an image encoded before (DaViT and the projector skipped).
     pub reused_image: bool,
     pub timings: Timings,
+    /// GPU memory when the task finished, with the peak since the last
+    /// [`crate::gpu::Gpu::reset_peak_memory`] (front ends reset it per request or after loading).
+    pub memory: MemReport,
 }
 
 impl TaskOutput {

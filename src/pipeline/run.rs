@@ -136,6 +136,7 @@ impl Pipeline {
                 decode_ms,
                 postprocess_ms,
             },
+            memory: gpu.memory(),
         })
     }
 

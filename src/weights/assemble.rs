@@ -8,16 +8,85 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::quant::{quantize_rows, QBLOCK};
+use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
 use crate::model::config::Florence2Config;
 use crate::ops::layout::permute;
 use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
-    expected_tensors, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
+    expected_tensors, is_matrix_weight, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED,
+    TEMPORAL_TABLE,
 };
 use crate::weights::header::{Header, TensorInfo};
 use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
 use crate::weights::store::Weights;
+
+/// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); every other tensor
+/// (convolutions, norms, biases, position tables) stays f32. Any source dtype (f32, f16, bf16) converts
+/// into any resident dtype on the way in, chunk by chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum WeightDType {
+    /// f32 weights.
+    Fp32,
+    /// IEEE half weights (packed pairs), f32 arithmetic: half the bytes, read on every adapter.
+    #[default]
+    Fp16,
+    /// 8-bit block-quantized weights ([`crate::gpu::quant`]), f16 where a matrix's rows are not whole
+    /// 32-weight blocks.
+    Q8,
+    /// 4-bit block-quantized weights, likewise.
+    Q4,
+}
+
+impl WeightDType {
+    pub const ALL: [WeightDType; 4] = [
+        WeightDType::Fp32,
+        WeightDType::Fp16,
+        WeightDType::Q8,
+        WeightDType::Q4,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightDType::Fp32 => "fp32",
+            WeightDType::Fp16 => "fp16",
+            WeightDType::Q8 => "q8",
+            WeightDType::Q4 => "q4",
+        }
+    }
+
+    /// The GPU element type of a matrix weight with rows of `k` elements.
+    pub fn matrix_dtype(self, k: usize) -> DType {
+        let whole_blocks = k > 0 && k.is_multiple_of(QBLOCK);
+        match self {
+            WeightDType::Fp32 => DType::F32,
+            WeightDType::Fp16 => DType::F16,
+            WeightDType::Q8 if whole_blocks => DType::Q8,
+            WeightDType::Q4 if whole_blocks => DType::Q4,
+            WeightDType::Q8 | WeightDType::Q4 => DType::F16,
+        }
+    }
+}
+
+impl std::fmt::Display for WeightDType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for WeightDType {
+    type Err = Error;
+    /// `fp32`/`f32`/`float32`, `fp16`/`f16`/`float16`, `q8`/`int8`, `q4`/`int4` (case-insensitive).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp32" | "f32" | "float32" => Ok(WeightDType::Fp32),
+            "fp16" | "f16" | "float16" => Ok(WeightDType::Fp16),
+            "q8" | "int8" => Ok(WeightDType::Q8),
+            "q4" | "int4" => Ok(WeightDType::Q4),
+            _ => Err(Error::UnknownDType(s.chars().take(32).collect())),
+        }
+    }
+}
 
 /// Loader tuning.
 #[derive(Clone, Debug)]
@@ -27,6 +96,8 @@ pub struct LoadOptions {
     /// Natively, submit the queue (flushing wgpu's staging copies of `write_buffer`) after this many
     /// bytes were written, so host staging memory stays bounded.
     pub flush_bytes: u64,
+    /// Resident format of the matrix weights (default fp16).
+    pub dtype: WeightDType,
 }
 
 impl Default for LoadOptions {
@@ -34,6 +105,17 @@ impl Default for LoadOptions {
         LoadOptions {
             chunk_bytes: 8 << 20,
             flush_bytes: 64 << 20,
+            dtype: WeightDType::default(),
+        }
+    }
+}
+
+impl LoadOptions {
+    /// Default tuning with the given resident dtype.
+    pub fn with_dtype(dtype: WeightDType) -> Self {
+        LoadOptions {
+            dtype,
+            ..LoadOptions::default()
         }
     }
 }
@@ -76,9 +158,16 @@ impl MemStats {
 pub struct TensorWriter {
     plan: TensorPlan,
     conv: ElemConverter,
-    /// GPU buffer receiving the source-layout f32 values (permuted on the GPU when complete).
+    /// GPU buffer receiving the source-layout values in its resident dtype (f32 when a fix-up permutes
+    /// it on the GPU when complete).
     dest: Tensor,
+    /// Elements converted so far.
     written: usize,
+    /// Converted values not yet encoded: the resident dtype is written in whole units (f16: a pair,
+    /// q8/q4: a row), so at most one unit's worth waits here.
+    pending: Vec<f32>,
+    /// Elements already written to `dest`.
+    flushed: usize,
     /// Every value seen so far is zero (tracked to drop an all-zero `final_logits_bias`).
     all_zero: bool,
 }
@@ -90,7 +179,17 @@ impl TensorWriter {
 
     /// Bytes held on the host by this writer (a partial element).
     pub fn host_bytes(&self) -> u64 {
-        self.conv.pending() as u64
+        (self.conv.pending() + self.pending.capacity() * 4) as u64
+    }
+
+    /// Elements per encoded unit of the resident dtype, and bytes per unit.
+    fn unit(&self) -> (usize, usize) {
+        let k = self.dest.dim(-1);
+        match self.dest.dtype() {
+            DType::F16 => (2, 4),
+            d if d.qformat().is_some() => (k, d.row_bytes(k)),
+            _ => (1, 4),
+        }
     }
 }
 
@@ -275,16 +374,25 @@ impl Assembler {
             name: plan.src.name.clone(),
             dtype: plan.src.dtype.as_str().to_owned(),
         })?;
-        let shape = match plan.fixup {
-            Fixup::None => &plan.shape,
-            Fixup::Permute(_) => &plan.src.shape,
+        let (shape, dtype) = match plan.fixup {
+            Fixup::None if is_matrix_weight(&plan.canonical, &plan.shape) => (
+                &plan.shape,
+                self.opts
+                    .dtype
+                    .matrix_dtype(plan.shape.last().copied().unwrap_or(0)),
+            ),
+            Fixup::None => (&plan.shape, DType::F32),
+            // Permuted on the GPU by the f32 layout kernels.
+            Fixup::Permute(_) => (&plan.src.shape, DType::F32),
         };
-        let dest = Tensor::zeros(&self.gpu, shape, DType::F32, &plan.canonical)?;
+        let dest = Tensor::zeros_kind(&self.gpu, shape, dtype, &plan.canonical, MemKind::Weights)?;
         Ok(TensorWriter {
             plan,
             conv,
             dest,
             written: 0,
+            pending: Vec::new(),
+            flushed: 0,
             all_zero: true,
         })
     }
@@ -307,20 +415,65 @@ impl Assembler {
                 msg: "more bytes than the tensor holds".into(),
             });
         }
-        let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
-        self.stats.set(held);
+
         if w.all_zero && w.plan.canonical == FINAL_LOGITS_BIAS {
             w.all_zero = out.iter().all(|&x| x == 0.0);
         }
-        if !out.is_empty() {
-            w.dest
-                .write_bytes(&self.gpu, (w.written * 4) as u64, bytemuck::cast_slice(out))?;
-            self.since_flush += (out.len() * 4) as u64;
-        }
         w.written += out.len();
+        let (unit, unit_bytes) = w.unit();
+        if unit == 1 {
+            if !out.is_empty() {
+                w.dest
+                    .write_bytes(&self.gpu, (w.flushed * 4) as u64, bytemuck::cast_slice(out))?;
+                self.since_flush += (out.len() * 4) as u64;
+                w.flushed += out.len();
+            }
+            let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
+            self.stats.set(held);
+        } else {
+            // Complete the pending unit first, then encode this chunk's whole units straight from it;
+            // the partial unit at its end waits in `pending`.
+            let mut vals: &[f32] = out;
+            if !w.pending.is_empty() {
+                let take = (unit - w.pending.len()).min(vals.len());
+                w.pending.extend_from_slice(&vals[..take]);
+                vals = &vals[take..];
+                if w.pending.len() == unit {
+                    let pending = std::mem::take(&mut w.pending);
+                    self.write_units(w, unit, unit_bytes, &pending, out.capacity())?;
+                    w.pending = pending;
+                    w.pending.clear();
+                }
+            }
+            let whole = vals.len() / unit * unit;
+            if whole > 0 {
+                self.write_units(w, unit, unit_bytes, &vals[..whole], out.capacity())?;
+            }
+            w.pending.extend_from_slice(&vals[whole..]);
+        }
         if self.since_flush >= self.opts.flush_bytes {
             self.flush()?;
         }
+        Ok(())
+    }
+
+    /// Encode whole units of values into the writer's resident dtype and write them after what was
+    /// written so far. `scratch_capacity`: the f32 scratch the caller holds (host accounting).
+    fn write_units(
+        &mut self,
+        w: &mut TensorWriter,
+        unit: usize,
+        unit_bytes: usize,
+        vals: &[f32],
+        scratch_capacity: usize,
+    ) -> Result<()> {
+        let bytes = encode(w.dest.dtype(), unit, vals)?;
+        let held = self.external + w.host_bytes() + (scratch_capacity * 4 + bytes.len()) as u64;
+        self.stats.set(held);
+        let offset = (w.flushed / unit * unit_bytes) as u64;
+        w.dest.write_bytes(&self.gpu, offset, &bytes)?;
+        self.since_flush += bytes.len() as u64;
+        w.flushed += vals.len();
         Ok(())
     }
 
@@ -347,8 +500,23 @@ impl Assembler {
             plan,
             dest,
             all_zero,
+            pending,
+            flushed,
             ..
         } = w;
+        if !pending.is_empty() {
+            // Only an f16 tensor with an odd element count ends mid-unit: pad its last pair with 0
+            // (the buffer is padded to 4 bytes).
+            if dest.dtype() != DType::F16 || pending.len() != 1 {
+                return Err(Error::Truncated {
+                    file: plan.src.name.clone(),
+                    expected: plan.src.byte_len(),
+                    got: (flushed * plan.src.dtype.size()) as u64,
+                });
+            }
+            let bytes = encode(DType::F16, 2, &[pending[0], 0.0])?;
+            dest.write_bytes(&self.gpu, (flushed * 2) as u64, &bytes)?;
+        }
         if plan.canonical == FINAL_LOGITS_BIAS && all_zero {
             log::debug!("final_logits_bias is all zeros: dropped");
             return Ok(());
@@ -357,7 +525,13 @@ impl Assembler {
             Fixup::None => dest,
             Fixup::Permute(perm) => {
                 // On the GPU: the staged source-layout tensor is permuted into the canonical one.
-                let out = Tensor::zeros(&self.gpu, &plan.shape, DType::F32, &plan.canonical)?;
+                let out = Tensor::zeros_kind(
+                    &self.gpu,
+                    &plan.shape,
+                    DType::F32,
+                    &plan.canonical,
+                    MemKind::Weights,
+                )?;
                 let mut rec = Recorder::new(&self.gpu);
                 permute(&mut rec, &dest, perm, &out)?;
                 rec.submit()?;
@@ -396,7 +570,14 @@ impl Assembler {
                 if let [n, c] = shape.as_slice() {
                     // Bounded by the config's cost checks (Florence2Config::validate).
                     let data = temporal_cosine_table(*n, *c);
-                    let t = Tensor::from_f32(&self.gpu, shape, &data, TEMPORAL_TABLE)?;
+                    let t = Tensor::from_bytes_kind(
+                        &self.gpu,
+                        shape,
+                        DType::F32,
+                        bytemuck::cast_slice(&data),
+                        TEMPORAL_TABLE,
+                        MemKind::Weights,
+                    )?;
                     self.weights.insert(TEMPORAL_TABLE, t);
                 }
             }
@@ -414,5 +595,46 @@ impl Assembler {
         }
         self.flush()?;
         Ok(self.weights)
+    }
+}
+
+/// Encode whole units of f32 values into `dtype`'s storage bytes (f16 pairs, or quantized rows of
+/// `unit` weights).
+fn encode(dtype: DType, unit: usize, vals: &[f32]) -> Result<Vec<u8>> {
+    match dtype.qformat() {
+        Some(q) => {
+            let mut out = Vec::with_capacity(vals.len() / unit * q.row_bytes(unit));
+            quantize_rows(q, unit, vals, &mut out)?;
+            Ok(out)
+        }
+        None => {
+            let h: Vec<half::f16> = vals.iter().map(|&v| half::f16::from_f32(v)).collect();
+            Ok(bytemuck::cast_slice(&h).to_vec())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_names_parse() {
+        for d in WeightDType::ALL {
+            assert_eq!(d.as_str().parse::<WeightDType>().unwrap(), d);
+        }
+        assert_eq!("F16".parse::<WeightDType>().unwrap(), WeightDType::Fp16);
+        assert!(matches!(
+            "int3".parse::<WeightDType>(),
+            Err(Error::UnknownDType(_))
+        ));
+        assert_eq!(LoadOptions::default().dtype, WeightDType::Fp16);
+    }
+
+    #[test]
+    fn matrix_dtype_falls_back_to_f16_for_partial_blocks() {
+        assert_eq!(WeightDType::Q8.matrix_dtype(64), DType::Q8);
+        assert_eq!(WeightDType::Q4.matrix_dtype(48), DType::F16);
+        assert_eq!(WeightDType::Fp32.matrix_dtype(48), DType::F32);
     }
 }

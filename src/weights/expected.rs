@@ -161,3 +161,14 @@ pub fn temporal_cosine_table(max_len: usize, dim: usize) -> Vec<f32> {
     }
     out
 }
+
+/// True for the matrices that the resident dtype applies to: Linear weights `(out, in)` of DaViT, the
+/// projector and BART, and the shared token embedding / LM head rows. Convolutions, norms, biases and
+/// the position tables (learned or sinusoidal) are not matrix weights and stay f32 (their kernels read
+/// f32).
+pub fn is_matrix_weight(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 2
+        && name.ends_with(".weight")
+        && !name.contains("embed_positions")
+        && !name.contains("image_position_embed")
+}

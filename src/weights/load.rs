@@ -225,9 +225,25 @@ pub async fn load_weights<F: ModelFiles>(
     asm.finish()
 }
 
-/// Native: load `dir/config.json` and its checkpoint onto the GPU.
+/// Native: load `dir/config.json` and its checkpoint onto the GPU with f32 weights (the reference
+/// precision the parity tests use). See [`load_dir_with`] for the other resident dtypes.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn load_dir(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Result<(Florence2Config, Weights)> {
+    load_dir_with(
+        gpu,
+        dir,
+        LoadOptions::with_dtype(crate::weights::assemble::WeightDType::Fp32),
+    )
+}
+
+/// Native: load `dir/config.json` and its checkpoint onto the GPU with the given options (resident
+/// dtype, chunk sizes).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn load_dir_with(
+    gpu: &Arc<Gpu>,
+    dir: &std::path::Path,
+    opts: LoadOptions,
+) -> Result<(Florence2Config, Weights)> {
     let files = crate::weights::source::DirFiles::new(dir);
-    pollster::block_on(load_files(gpu, &files, LoadOptions::default()))
+    pollster::block_on(load_files(gpu, &files, opts))
 }

@@ -1,6 +1,7 @@
 //! Checkpoint loading: safetensors files (f32/f16/bf16, single or sharded) in any of the three Florence-2
-//! layouts (HF-native, original Microsoft, mlx-community) become f32 GPU tensors under their canonical
-//! HF-native names.
+//! layouts (HF-native, original Microsoft, mlx-community) become GPU tensors under their canonical
+//! HF-native names: matrix weights in the resident dtype chosen by [`LoadOptions::dtype`] (fp32, fp16,
+//! q8, q4; default fp16), everything else f32.
 //!
 //! - [`header`]: our own validated, incremental safetensors header parser.
 //! - [`source`]: where bytes come from ([`ByteSource`] ranges, [`ModelFiles`] directories; native files,
@@ -34,12 +35,12 @@ pub mod source;
 pub mod store;
 pub mod stream;
 
-pub use assemble::{Assembler, LoadOptions, MemStats};
-pub use expected::{expected_tensors, optional_tensors, temporal_cosine_table};
+pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
+pub use expected::{expected_tensors, is_matrix_weight, optional_tensors, temporal_cosine_table};
 pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
-#[cfg(not(target_arch = "wasm32"))]
-pub use load::load_dir;
 pub use load::{load_config, load_files, load_weights, CheckpointIndex};
+#[cfg(not(target_arch = "wasm32"))]
+pub use load::{load_dir, load_dir_with};
 pub use names::{detect_layout, Layout, FINAL_LOGITS_BIAS};
 pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
 #[cfg(not(target_arch = "wasm32"))]

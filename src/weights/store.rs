@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 use crate::gpu::Tensor;
 
-/// GPU tensors by canonical HF-native name (`model.vision_tower.convs.0.conv.weight`, ...), all f32,
-/// already in HF-native layout whatever the checkpoint's layout and dtype were.
+/// GPU tensors by canonical HF-native name (`model.vision_tower.convs.0.conv.weight`, ...), in HF-native
+/// layout whatever the checkpoint's layout and dtype were: matrix weights in the resident dtype of the
+/// load ([`crate::weights::LoadOptions::dtype`]), every other tensor f32.
 #[derive(Clone, Debug, Default)]
 pub struct Weights {
     map: BTreeMap<String, Tensor>,

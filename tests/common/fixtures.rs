@@ -26,6 +26,7 @@ pub fn ids_of(v: &Value) -> Vec<u32> {
 }
 
 /// `florence2 run --json` on a fixture model dir and a reference case, with `extra` flags; the parsed JSON.
+/// Weights are f32 (the reference precision) unless `extra` has a `--dtype`.
 pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
     // The kernel tuner's cache goes under target/, not the user's cache directory.
@@ -47,6 +48,9 @@ pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
         "--json",
     ]);
     cmd.args(extra);
+    if !extra.contains(&"--dtype") {
+        cmd.args(["--dtype", "fp32"]);
+    }
     let text_input = case["text_input"].as_str().unwrap();
     if !text_input.is_empty() {
         cmd.args(["--text", text_input]);

@@ -348,7 +348,11 @@ pub fn load_mem(
     gpu: &Arc<Gpu>,
     files: &MemFiles,
 ) -> florence2_wasm::Result<(florence2_wasm::model::config::Florence2Config, Weights)> {
-    pollster::block_on(load_files(gpu, files, LoadOptions::default()))
+    pollster::block_on(load_files(
+        gpu,
+        files,
+        LoadOptions::with_dtype(florence2_wasm::weights::WeightDType::Fp32),
+    ))
 }
 
 /// Read every tensor back.
@@ -371,7 +375,11 @@ pub fn stream(
     known_len: bool,
 ) -> Result<Weights, florence2_wasm::Error> {
     let gpu = common::gpu();
-    let mut asm = florence2_wasm::weights::Assembler::new(&gpu, cfg, LoadOptions::default());
+    let mut asm = florence2_wasm::weights::Assembler::new(
+        &gpu,
+        cfg,
+        LoadOptions::with_dtype(florence2_wasm::weights::WeightDType::Fp32),
+    );
     let mut s = florence2_wasm::weights::StreamLoader::new(
         "model.safetensors",
         known_len.then_some(file.len() as u64),

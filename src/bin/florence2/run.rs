@@ -12,6 +12,7 @@ use florence2_wasm::pipeline::{
     Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
 };
 use florence2_wasm::processor::prompt::parse_task_prompt;
+use florence2_wasm::weights::{LoadOptions, WeightDType};
 
 use super::{print_json, Failure};
 
@@ -48,7 +49,12 @@ pub struct RunArgs {
     /// Exponent of the length dividing a finished beam's score
     #[arg(long, value_name = "X", allow_negative_numbers = true, value_parser = parse_finite)]
     length_penalty: Option<f32>,
-    /// Print JSON (one object; an array with several --task)
+    /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
+    /// 32 weights per f16 scale); any checkpoint converts on load
+    #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
+    dtype: WeightDType,
+    /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
+    /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
     #[arg(long)]
     json: bool,
     /// Kernel tuning after load: auto (time what the per-adapter cache lacks), off (static kernel
@@ -58,6 +64,10 @@ pub struct RunArgs {
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     profile: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<WeightDType, String> {
+    s.parse::<WeightDType>().map_err(|e| e.to_string())
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -113,7 +123,7 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
 
     let t = Stopwatch::start();
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
-    let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
+    let pipeline = Pipeline::load_dir_with(&gpu, &a.model, LoadOptions::with_dtype(a.dtype))?;
     let beams = a
         .num_beams
         .map_or(pipeline.generation().num_beams, usize::from);
@@ -129,6 +139,8 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         eprintln!("florence2: warning: {warning}");
     }
     let load_ms = t.ms();
+    // Peak memory from here on: the weights plus the largest working set of the tasks.
+    gpu.reset_peak_memory();
     if a.profile {
         gpu.profiler.enable(&gpu, true)?;
     }
@@ -168,7 +180,7 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 } else {
                     (0.0, 0.0)
                 };
-                json_of(out, load_ms, pre, vision)
+                json_of(out, a.dtype, load_ms, pre, vision)
             })
             .collect();
         let objects = match profile {
@@ -225,9 +237,16 @@ fn add_profile(
     Ok(objects)
 }
 
-/// `{"task", "generated_text", "token_ids", "timings_ms", "result", "text"}` of one task; `pre_ms` and
+/// `{"task", "generated_text", "token_ids", "timings_ms", "result", "text", "dtype", "memory"}` of one
+/// task; `pre_ms` and
 /// `vision_ms` are the image's own stages (counted in the first task of a run).
-fn json_of(out: &TaskOutput, load_ms: f64, pre_ms: f64, vision_ms: f64) -> serde_json::Value {
+fn json_of(
+    out: &TaskOutput,
+    dtype: WeightDType,
+    load_ms: f64,
+    pre_ms: f64,
+    vision_ms: f64,
+) -> serde_json::Value {
     serde_json::json!({
         "task": out.task.marker(),
         "generated_text": out.generated_text,
@@ -241,5 +260,7 @@ fn json_of(out: &TaskOutput, load_ms: f64, pre_ms: f64, vision_ms: f64) -> serde
         },
         "result": out.result_json(),
         "text": out.text,
+        "dtype": dtype.as_str(),
+        "memory": out.memory,
     })
 }
