@@ -22,7 +22,10 @@
 //! 4. When `python3 -c "import torch, transformers"` works, runs `scripts/bench/reference_model.py` on the
 //!    f32 checkpoint (2 threads) and prints our / PyTorch per phase.
 //!
-//! Environment: `MODEL_BENCH_DTYPES` (default `f32,f16`), `MODEL_BENCH_TOKENS` (default 20),
+//! Environment: `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
+//! weight dtypes each checkpoint is loaded as, default `fp32,fp16,q8,q4`: a row each in the final
+//! side-by-side table with weight bytes, engine-counted peak GPU bytes, phase times, decode ms per step
+//! and weight bytes read per step), `MODEL_BENCH_TOKENS` (default 20),
 //! `MODEL_BENCH_NO_REF=1` skips PyTorch, `MODEL_BENCH_COLD=0` skips the cold end-to-end pass,
 //! `MODEL_BENCH_BREAKDOWN=0` skips the per-op DaViT breakdown (first dtype only),
 //! `MODEL_BENCH_REUSE=0` skips the image-encoding reuse ratio (first dtype only: a `<CAPTION>` task from
@@ -35,13 +38,14 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
-use florence2_wasm::weights::{self, expected_tensors, temporal_cosine_table};
+use florence2_wasm::weights::{self, expected_tensors, temporal_cosine_table, WeightDType};
 
 /// Florence-2-base, HF-native (`transformers` 5.24 `config.json` of the base model).
 const BASE_CONFIG: &str = r#"{
@@ -298,15 +302,26 @@ fn cross_kv_flops(cfg: &Florence2Config, s: usize) -> f64 {
     t.decoder_layers as f64 * 2.0 * 2.0 * s as f64 * (t.d_model * t.d_model) as f64
 }
 
-/// Bytes of f32 weights one decode step reads (all decoder linears except the cross K/V projections, the
-/// LM head, the layer norms), plus the KV caches it attends over.
-fn decode_step_bytes(cfg: &Florence2Config, s: usize, pos: usize) -> f64 {
+/// Bytes one decode step reads: the decoder's matrix weights (all decoder linears except the cross K/V
+/// projections, and the LM head) at `wbytes` bytes per weight (the resident dtype), its f32 biases and
+/// layer norms, plus the f32 KV caches it attends over.
+fn decode_step_bytes(cfg: &Florence2Config, s: usize, pos: usize, wbytes: f64) -> f64 {
     let t = &cfg.text;
     let (d, f, v) = (t.d_model, t.decoder_ffn_dim, t.vocab_size);
-    let per_layer = 6 * d * d + 6 * d + 2 * d * f + f + d + 6 * d;
-    let weights = t.decoder_layers * per_layer + v * d;
+    let matrices = t.decoder_layers * (6 * d * d + 2 * d * f) + v * d;
+    let small = t.decoder_layers * (6 * d + f + d + 6 * d);
     let caches = t.decoder_layers * 2 * (s + pos + 1) * d;
-    4.0 * (weights + caches) as f64
+    wbytes * matrices as f64 + 4.0 * (small + caches) as f64
+}
+
+/// Bytes per matrix weight of a resident dtype (quantized: a d_model-wide row with its scales).
+fn weight_bytes_per_elem(dtype: WeightDType, k: usize) -> f64 {
+    match dtype {
+        WeightDType::Fp32 => 4.0,
+        WeightDType::Fp16 => 2.0,
+        WeightDType::Q8 => QFormat::Q8.row_bytes(k) as f64 / k as f64,
+        WeightDType::Q4 => QFormat::Q4.row_bytes(k) as f64 / k as f64,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -385,6 +400,10 @@ struct Phases {
     load_s: f64,
     load_peak_rss: u64,
     weights_bytes: u64,
+    /// Engine-counted GPU bytes: peak of weights + activations over the warm pass (beam-shaped steps
+    /// included) and the peak of the activations alone.
+    peak_gpu: u64,
+    peak_act: u64,
     cold_total_s: f64,
     preprocess_s: f64,
     vision_s: f64,
@@ -486,6 +505,7 @@ fn encoding_reuse(
 fn run_model(
     gpu: &Arc<Gpu>,
     dir: &Path,
+    resident: WeightDType,
     tokens: usize,
     cold: bool,
     breakdown: bool,
@@ -495,11 +515,13 @@ fn run_model(
     reset_peak_rss();
     let rss0 = proc_status_bytes("VmRSS:");
     let t = Instant::now();
-    let (cfg, w) = weights::load_dir(gpu, dir).expect("load_dir");
+    let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
+        .expect("load_dir");
     wait(gpu);
     ph.load_s = t.elapsed().as_secs_f64();
     ph.load_peak_rss = proc_status_bytes("VmHWM:").saturating_sub(rss0);
-    ph.weights_bytes = w.byte_size();
+    ph.weights_bytes = gpu.memory().weights_bytes;
+    gpu.reset_peak_memory();
     let model = Florence2::new(gpu, cfg.clone(), &w).expect("Florence2::new");
     drop(w);
     let pcfg = ImageProcessorConfig::from_json_bytes(
@@ -685,6 +707,9 @@ fn run_model(
     }
     ph.total_cpu = cpu_secs() - c_all;
     ph.peak_rss = proc_status_bytes("VmHWM:");
+    let m = gpu.memory();
+    ph.peak_gpu = m.peak_bytes;
+    ph.peak_act = m.peak_activations_bytes;
     if breakdown {
         println!(
             "  DaViT per-op breakdown (sum of one-submit ops x blocks; compare with vision total):"
@@ -920,7 +945,11 @@ fn main() {
     let tokens: usize = env_or("MODEL_BENCH_TOKENS", "20")
         .parse()
         .expect("MODEL_BENCH_TOKENS");
-    let dtypes = env_or("MODEL_BENCH_DTYPES", "f32,f16");
+    let dtypes = env_or("MODEL_BENCH_DTYPES", "f32");
+    let residents: Vec<WeightDType> = env_or("MODEL_BENCH_RESIDENT", "fp32,fp16,q8,q4")
+        .split(',')
+        .map(|s| s.trim().parse().expect("MODEL_BENCH_RESIDENT"))
+        .collect();
     let root = std::env::var("MODEL_BENCH_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-model"));
@@ -957,7 +986,7 @@ fn main() {
     println!("best GEMM: {g1:.1} GFLOP/s ({v1:?}, 2304x512x2048), {g2:.1} GFLOP/s ({v2:?}, 585x768x3072)");
     println!("copy bandwidth: {copy_gbs:.2} GB/s (read + write)");
 
-    let mut results: Vec<(String, Phases)> = Vec::new();
+    let mut results: Vec<(String, WeightDType, Phases)> = Vec::new();
     for dt in dtypes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let f16 = match dt {
             "f32" => false,
@@ -966,19 +995,22 @@ fn main() {
         };
         let dir = root.join(format!("base-{dt}"));
         ensure_checkpoint(&dir, &cfg, f16).expect("checkpoint");
-        println!("\n== {dt} checkpoint ==");
-        let breakdown = results.is_empty() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
-        // Pipelines are cached per device: only the first dtype's pass is cold.
-        let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
-        let ph = run_model(
-            &gpu,
-            &dir,
-            tokens,
-            cold && results.is_empty(),
-            breakdown,
-            reuse,
-        );
-        results.push((dt.to_owned(), ph));
+        for &resident in &residents {
+            println!("\n== {dt} checkpoint, resident {resident} ==");
+            let breakdown = results.is_empty() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
+            // Pipelines are cached per device: only the first run's pass is cold.
+            let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
+            let ph = run_model(
+                &gpu,
+                &dir,
+                resident,
+                tokens,
+                cold && results.is_empty(),
+                breakdown,
+                reuse,
+            );
+            results.push((format!("{dt}->{resident}"), resident, ph));
+        }
     }
 
     let reference = if std::env::var("MODEL_BENCH_NO_REF").is_ok() {
@@ -1002,7 +1034,7 @@ fn main() {
             .and_then(|x| x.as_f64())
     };
 
-    for (dt, ph) in &results {
+    for (dt, resident, ph) in &results {
         let steps = &ph.steps_s;
         let step_med = median(steps);
         let step_min = steps.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -1011,7 +1043,12 @@ fn main() {
         let pf = projector_flops(&cfg, ph.image_tokens);
         let ef = encoder_flops(&cfg, ph.seq_len);
         let cf = cross_kv_flops(&cfg, ph.seq_len);
-        let step_bytes = decode_step_bytes(&cfg, ph.seq_len, tokens / 2);
+        let step_bytes = decode_step_bytes(
+            &cfg,
+            ph.seq_len,
+            tokens / 2,
+            weight_bytes_per_elem(*resident, cfg.text.d_model),
+        );
         let ratio = |ours: f64, k: &str| match ref_s(k) {
             Some(r) if r > 0.0 => format!("{:>7.2}x", ours / r),
             _ => "      -".to_owned(),
@@ -1156,6 +1193,52 @@ fn main() {
             "\nPyTorch beam-3 decode step (median): {:.1} ms ({:.2}x its greedy step)",
             b * 1e3,
             b / ref_s("step_greedy_s").unwrap_or(f64::NAN)
+        );
+    }
+    println!(
+        "\n== resident dtypes side by side (checkpoint->resident; GPU bytes counted by the engine; peak over \
+         the warm pass incl. 3-row beam-shaped steps) =="
+    );
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "dtype",
+        "weights",
+        "peak GPU",
+        "peak act",
+        "vision",
+        "encoder",
+        "step",
+        "beam3",
+        "MB/step",
+        "step/fp32"
+    );
+    let base_step = results
+        .iter()
+        .find(|(_, r, _)| *r == WeightDType::Fp32)
+        .map(|(_, _, p)| median(&p.steps_s));
+    for (dt, resident, ph) in &results {
+        let step = median(&ph.steps_s);
+        let bytes = decode_step_bytes(
+            &cfg,
+            ph.seq_len,
+            tokens / 2,
+            weight_bytes_per_elem(*resident, cfg.text.d_model),
+        );
+        println!(
+            "{:<12} {:>7.0}MB {:>7.0}MB {:>7.0}MB {:>7.0}ms {:>7.0}ms {:>7.1}ms {:>7.1}ms {:>9.0} {:>8}",
+            dt,
+            ph.weights_bytes as f64 / 1e6,
+            ph.peak_gpu as f64 / 1e6,
+            ph.peak_act as f64 / 1e6,
+            ph.vision_s * 1e3,
+            ph.encoder_s * 1e3,
+            step * 1e3,
+            median(&ph.beam_steps_s) * 1e3,
+            bytes / 1e6,
+            match base_step {
+                Some(b) if b > 0.0 => format!("{:.2}x", step / b),
+                _ => "-".to_owned(),
+            }
         );
     }
     println!(
