@@ -932,3 +932,37 @@ fn remote_images_only_with_allow_remote_images_and_within_limits() {
         3.0
     );
 }
+
+/// `--dtype` reaches the pipeline's load options: for each resident format, the server's answers (a
+/// greedy text task and a beam-search located task) equal `florence2 run --json --dtype` of the same
+/// format, and /health reports it. On tiny4, q4 changes the answers (checked below), so a server that
+/// ignored `--dtype` would fail the q4 comparison.
+#[test]
+fn dtype_is_the_pipelines_load_option() {
+    let mut ids: Vec<Vec<Value>> = Vec::new();
+    for dtype in ["fp32", "q4"] {
+        let mut per_dtype = Vec::new();
+        let server = Server::start("tiny4", &["--dtype", dtype], &[]);
+        server.wait_ready();
+        let health = server.get("/health").json();
+        assert_eq!(health["dtype"], dtype, "{health}");
+        for (task, beams) in [("<CAPTION>", 1), ("<OD>", 3)] {
+            let c = case(task);
+            let cli = common::fixtures::cli_run(
+                "tiny4",
+                &c,
+                &["--dtype", dtype, "--num-beams", &beams.to_string()],
+            );
+            assert_eq!(cli["dtype"], dtype, "the CLI ran {dtype}");
+            per_dtype.push(cli["token_ids"].clone());
+            let r = server.post_json(
+                "/v1/chat/completions",
+                &case_body(&c, json!({"num_beams": beams})),
+            );
+            assert_eq!(r.status, 200, "{dtype} {task}: {}", r.text());
+            assert_same_as_cli(&r.json(), &cli, &format!("--dtype {dtype} {task}"));
+        }
+        ids.push(per_dtype);
+    }
+    assert_ne!(ids[0], ids[1], "q4 and fp32 answers differ on tiny4");
+}

@@ -30,7 +30,8 @@ pub struct Server {
 
 impl Server {
     /// `florence2 serve --model tests/fixtures/models/<model> --port 0 <args>` with `env`; returns once
-    /// the address is printed (the model may still be loading).
+    /// the address is printed (the model may still be loading). Weights are fp32 unless `args` name a
+    /// `--dtype` (as `common::fixtures::cli_run` runs the CLI, so answers compare like for like).
     pub fn start(model: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
         cmd.env("NODEVICE_SELECT", "1")
@@ -39,6 +40,11 @@ impl Server {
             .arg(model_dir(model))
             .args(["--port", "0"])
             .args(args)
+            .args(if args.contains(&"--dtype") {
+                &[][..]
+            } else {
+                &["--dtype", "fp32"][..]
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in env {

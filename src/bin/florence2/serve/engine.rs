@@ -11,6 +11,7 @@ use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOption
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
 use florence2_wasm::render::render;
+use florence2_wasm::weights::{LoadOptions, WeightDType};
 use florence2_wasm::Result;
 
 /// What the HTTP side needs to know about the loaded model.
@@ -47,12 +48,12 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Open the GPU and load `dir` into a pipeline.
-    pub fn load(dir: &Path) -> std::result::Result<Engine, String> {
+    /// Open the GPU and load `dir` into a pipeline with `dtype` resident weights.
+    pub fn load(dir: &Path, dtype: WeightDType) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
             let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
             Ok(Engine {
-                pipeline: Pipeline::load_dir(&gpu, dir)?,
+                pipeline: Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?,
             })
         };
         load().map_err(|e| format!("loading {}: {e}", dir.display()))

@@ -1,7 +1,7 @@
 //! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
 //!
 //! ```text
-//! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
+//! florence2 serve --model DIR [--dtype fp16] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]]
@@ -32,6 +32,7 @@ use clap::Args;
 use tokio::sync::Semaphore;
 
 use florence2_wasm::processor::image::ImageLimits;
+use florence2_wasm::weights::WeightDType;
 
 use metrics::Metrics;
 use routes::AppState;
@@ -44,6 +45,10 @@ pub struct ServeArgs {
     /// Model directory (as for `florence2 run`)
     #[arg(long, value_name = "DIR")]
     model: PathBuf,
+    /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
+    /// q4 (block-quantized); any checkpoint converts on load
+    #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
+    dtype: WeightDType,
     /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -88,6 +93,10 @@ pub struct ServeArgs {
     max_remote_redirects: u32,
 }
 
+fn parse_dtype(s: &str) -> Result<WeightDType, String> {
+    s.parse::<WeightDType>().map_err(|e| e.to_string())
+}
+
 fn positive_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
@@ -106,6 +115,7 @@ fn positive(s: &str) -> Result<usize, String> {
 #[derive(Debug)]
 struct ServeOptions {
     model: PathBuf,
+    dtype: WeightDType,
     addr: SocketAddr,
     model_id: String,
     max_queue: usize,
@@ -129,6 +139,7 @@ impl From<ServeArgs> for ServeOptions {
         ServeOptions {
             addr: SocketAddr::new(a.host, a.port),
             model: a.model,
+            dtype: a.dtype,
             model_id,
             max_queue: a.max_queue,
             api_key: a.api_key.filter(|k| !k.is_empty()),
@@ -202,9 +213,10 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     let worker = {
         let shared = shared.clone();
         let dir = opts.model.clone();
+        let dtype = opts.dtype;
         std::thread::Builder::new()
             .name("florence2-gpu".into())
-            .spawn(move || worker::run(dir, shared, jobs_rx, loaded_tx))
+            .spawn(move || worker::run(dir, dtype, shared, jobs_rx, loaded_tx))
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
 
@@ -212,6 +224,7 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     let state = Arc::new(AppState {
         shared: shared.clone(),
         model_id: opts.model_id.clone(),
+        dtype: opts.dtype,
         api_key: opts.api_key.clone(),
         max_body_bytes: opts.max_body_bytes,
         max_image_bytes: opts.max_image_bytes,
@@ -231,9 +244,10 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
 
     println!("florence2 serve: listening on http://{addr}");
     eprintln!(
-        "florence2 serve: model {} (id {:?}) loading; {} request(s) admitted at once; API key {}",
+        "florence2 serve: model {} (id {:?}, {} weights) loading; {} request(s) admitted at once; API key {}",
         opts.model.display(),
         opts.model_id,
+        opts.dtype.as_str(),
         capacity,
         if opts.api_key.is_some() {
             "required"

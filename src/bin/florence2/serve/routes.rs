@@ -36,6 +36,8 @@ use super::worker::{Event, Job, Shared, FAILED};
 pub struct AppState {
     pub shared: Arc<Shared>,
     pub model_id: String,
+    /// Resident weight format (`--dtype`), reported by /health.
+    pub dtype: florence2_wasm::weights::WeightDType,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
     pub max_image_bytes: usize,
@@ -121,7 +123,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         }
         _ if shared.ready() => (
             StatusCode::OK,
-            Json(json!({"status": "ok", "model": state.model_id})),
+            Json(json!({"status": "ok", "model": state.model_id, "dtype": state.dtype.as_str()})),
         )
             .into_response(),
         _ => (

@@ -20,6 +20,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::processor::prompt::TaskPrompt;
+use florence2_wasm::weights::WeightDType;
 
 use super::engine::{Answer, Engine, ModelInfo};
 use super::error::ApiError;
@@ -119,11 +120,12 @@ fn hold(shared: &Shared, point: HoldPoint) {
 /// The worker thread: load, report, then serve jobs until the channel closes.
 pub fn run(
     dir: PathBuf,
+    dtype: WeightDType,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let engine = match Engine::load(Path::new(&dir)) {
+    let engine = match Engine::load(Path::new(&dir), dtype) {
         Ok(engine) => engine,
         Err(e) => {
             if let Ok(mut slot) = shared.load_error.lock() {
