@@ -10,7 +10,8 @@
 //! staging buffers) excluded, then alternating timed runs; the median per-step time of each is reported,
 //! with the ratio. A step includes the decoder for every row, the readback and (beam) log-softmax, top-k,
 //! cache reorder and the CPU bookkeeping. Then a breakdown: the decoder step alone for 1 and 3 rows, and
-//! log-softmax + top-16 of 3 vocabulary rows. Under `cargo test` (no `--bench` argument) it only builds.
+//! log-softmax + top-16 of 3 vocabulary rows, and the CPU cost of one recorded step (record + submit,
+//! the GPU's execution excluded). Under `cargo test` (no `--bench` argument) it only builds.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -191,6 +192,34 @@ fn main() {
             dec.step(rec, &tokens, 12, &mut state).unwrap();
         });
         println!("  decoder step alone, {b} row(s): {step:.2} ms");
+    }
+    // CPU cost of a step: recording (launchers: shape checks, params, bind groups, passes) + submit,
+    // the GPU's execution excluded (the wait comes after the clock stops). Median of 20 after a warm-up.
+    for b in [1usize, 3] {
+        let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
+        let tokens = state.tokens().clone();
+        let (mut rec_ms, mut sub_ms) = (Vec::new(), Vec::new());
+        let mut dispatches = 0;
+        for i in 0..21 {
+            let t = Instant::now();
+            let mut rec = Recorder::new(&gpu);
+            dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
+            let recorded = t.elapsed().as_secs_f64() * 1e3;
+            dispatches = rec.dispatch_count();
+            rec.submit().unwrap();
+            let total = t.elapsed().as_secs_f64() * 1e3;
+            gpu.wait_idle().unwrap();
+            if i > 0 {
+                rec_ms.push(recorded);
+                sub_ms.push(total - recorded);
+            }
+        }
+        let (r, s) = (median(rec_ms), median(sub_ms));
+        println!(
+            "  CPU per decoder step, {b} row(s), {dispatches} dispatches: record {r:.3} ms + submit \
+             {s:.3} ms = {:.3} ms (GPU time excluded)",
+            r + s
+        );
     }
     let x = Tensor::from_f32(&gpu, &[3, vocab], &Rng(3).fill(3 * vocab, 5.0), "x").unwrap();
     let lp = Tensor::zeros(&gpu, &[3, vocab], DType::F32, "lp").unwrap();

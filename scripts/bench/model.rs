@@ -22,7 +22,8 @@
 //! 4. When `python3 -c "import torch, transformers"` works, runs `scripts/bench/reference_model.py` on the
 //!    f32 checkpoint (2 threads) and prints our / PyTorch per phase.
 //!
-//! Environment: `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
+//! Environment: `MODEL_BENCH_TUNING` (auto|off|exhaustive, default off: the static kernel choices; run
+//! twice to compare), `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
 //! weight dtypes each checkpoint is loaded as, default `fp32,fp16,q8,q4`: a row each in the final
 //! side-by-side table with weight bytes, engine-counted peak GPU bytes, phase times, decode ms per step
 //! and weight bytes read per step), `MODEL_BENCH_TOKENS` (default 20),
@@ -44,6 +45,7 @@ use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
+use florence2_wasm::ops::tune;
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
 use florence2_wasm::weights::{self, expected_tensors, temporal_cosine_table, WeightDType};
 
@@ -529,6 +531,31 @@ fn run_model(
     )
     .expect("preprocessor config");
     let img = synthetic_image();
+    // Kernel tuning as a load does it (MODEL_BENCH_TUNING=auto|off|exhaustive, default off = the static
+    // choices; no cache, so "auto" really times): run once with each to compare the phases.
+    let tuning: tune::Tuning = env_or("MODEL_BENCH_TUNING", "off")
+        .parse()
+        .expect("MODEL_BENCH_TUNING");
+    gpu.choices.clear();
+    let t = Instant::now();
+    let report = pollster::block_on(tune::tune_model(
+        &model,
+        pcfg.height,
+        pcfg.width,
+        3,
+        tuning,
+        &tune::CacheLocation::None,
+    ))
+    .expect("tuning");
+    if tuning != tune::Tuning::Off {
+        println!(
+            "tuning {}: {:.2} s, {} classes\n{}",
+            tuning.name(),
+            t.elapsed().as_secs_f64(),
+            report.rows.len(),
+            report.table()
+        );
+    }
 
     let opts = model.generate_options(tokens);
     // Random weights may pick EOS early; the benchmark decodes exactly `tokens` steps, so no EOS.
