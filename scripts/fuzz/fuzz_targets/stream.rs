@@ -1,7 +1,11 @@
 //! The push-style streaming loader fed arbitrary files in arbitrary chunkings (tiny config, lavapipe or any
 //! GPU; the device is made once). Differential: the first 8 bytes of the input choose chunk sizes; the
 //! rest is the file, streamed both whole and chunked: both must agree on success or failure (and on the
-//! error's kind), and neither may panic or hang. Allocation bound (host): 64 n + 16 MiB.
+//! error's kind), and neither may panic or hang. Allocation bound (host): 64 n + 64 MiB. The fixed part is
+//! wide because the counting allocator also sees wgpu's own allocations, which do not depend on the input
+//! (command pools, trackers and pipeline caches growing, other threads): a CI run once measured 21 MB for a
+//! 5 KB input that takes 3 ms and allocates far less when rerun alone. An input that makes the loader hold a
+//! declared tensor's size in host memory still fails it.
 #![no_main]
 
 #[path = "common.rs"]
@@ -57,5 +61,5 @@ fuzz_target!(|data: &[u8]| {
         let chunked = stream(file, &sizes, known);
         assert_eq!(whole, chunked, "whole vs chunks {sizes:?}");
     });
-    common::check_bound("stream", data.len(), peak, 64, 16 << 20);
+    common::check_bound("stream", data.len(), peak, 64, 64 << 20);
 });
