@@ -8,16 +8,21 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Error)]
 pub enum Error {
     // ---- GPU runtime -------------------------------------------------------------------------------
-    /// No adapter (WebGPU unavailable, no Vulkan driver, ...).
+    /// No adapter (browser: no `navigator.gpu`, or it returned no adapter; natively: no Vulkan, Metal or
+    /// DX12 driver).
     #[error("no GPU adapter available: {0}")]
     NoAdapter(String),
     /// `request_device` failed.
     #[error("could not create the GPU device: {0}")]
     Device(String),
-    /// The device was lost (driver reset, tab backgrounded, `dispose()` called).
+    /// The device was lost (driver reset or crash, GPU process restart, `device.destroy()`): everything
+    /// on it is gone; the model must be loaded again (the browser facade does so from its cache).
     #[error("the GPU device was lost: {0}")]
     DeviceLost(String),
-    /// A validation or out-of-memory error reported by wgpu for a submitted operation.
+    /// A GPU allocation failed (caught by an out-of-memory error scope or reported by the driver).
+    #[error("the GPU is out of memory: {0}")]
+    OutOfMemory(String),
+    /// A validation or internal error reported by wgpu for a submitted operation.
     #[error("GPU error: {0}")]
     Gpu(String),
     /// A WGSL source's preprocessing directives are malformed, name an unknown snippet, or a kernel asked
@@ -118,14 +123,37 @@ pub enum Error {
     InvalidInput(String),
 }
 
+/// Every value [`Error::name`] can return: the JS `Error.name`s of the browser facade and the names the
+/// CLI prints.
+pub const ERROR_NAMES: &[&str] = &[
+    "WebGPUUnavailableError",
+    "DeviceLostError",
+    "GpuOutOfMemoryError",
+    "Florence2GpuError",
+    "Florence2LimitError",
+    "Florence2ShapeError",
+    "Florence2LoadError",
+    "Florence2PromptError",
+    "Florence2ImageError",
+    "Florence2ImageTooLargeError",
+    "Florence2TokenizerError",
+    "Florence2CancelledError",
+    "AbortError",
+    "Florence2DisposedError",
+    "Florence2InputError",
+];
+
 impl Error {
     /// A stable name for the error kind, used as the JS `Error.name` at the wasm boundary.
+    /// Every name is in [`ERROR_NAMES`] (and in the TypeScript union `Florence2ErrorName`).
     pub fn name(&self) -> &'static str {
         match self {
-            Error::NoAdapter(_) | Error::Device(_) | Error::DeviceLost(_) | Error::Gpu(_) => {
+            Error::NoAdapter(_) => "WebGPUUnavailableError",
+            Error::DeviceLost(_) => "DeviceLostError",
+            Error::OutOfMemory(_) => "GpuOutOfMemoryError",
+            Error::Device(_) | Error::Gpu(_) | Error::Readback(_) | Error::Shader(_) => {
                 "Florence2GpuError"
             }
-            Error::Readback(_) | Error::Shader(_) => "Florence2GpuError",
             Error::Limit { .. } => "Florence2LimitError",
             Error::Shape { .. } => "Florence2ShapeError",
             Error::Config(_)
@@ -153,5 +181,139 @@ impl Error {
             op,
             msg: msg.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value of every variant (a new variant fails to compile here until it is added, and then
+    /// must have a name listed in ERROR_NAMES and in the TypeScript union).
+    fn one_of_each() -> Vec<Error> {
+        let s = || String::from("x");
+        let all = vec![
+            Error::NoAdapter(s()),
+            Error::Device(s()),
+            Error::DeviceLost(s()),
+            Error::OutOfMemory(s()),
+            Error::Gpu(s()),
+            Error::Shader(s()),
+            Error::Readback(s()),
+            Error::Limit {
+                what: s(),
+                requested: 2,
+                max: 1,
+            },
+            Error::shape("op", "m"),
+            Error::Config(s()),
+            Error::MissingTensor { name: s() },
+            Error::TensorShape {
+                name: s(),
+                expected: vec![1],
+                got: vec![2],
+            },
+            Error::UnsupportedDtype {
+                name: s(),
+                dtype: s(),
+            },
+            Error::SafetensorsHeader {
+                file: s(),
+                msg: s(),
+            },
+            Error::Truncated {
+                file: s(),
+                expected: 2,
+                got: 1,
+            },
+            Error::CheckpointIndex {
+                file: s(),
+                msg: s(),
+            },
+            Error::FileRead {
+                file: s(),
+                msg: s(),
+            },
+            Error::Prompt(s()),
+            Error::Image(s()),
+            Error::ImageTooLarge {
+                width: 1,
+                height: 1,
+                max_pixels: 0,
+            },
+            Error::Tokenizer(s()),
+            Error::Cancelled,
+            Error::Aborted(s()),
+            Error::Disposed,
+            Error::InvalidInput(s()),
+        ];
+        // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
+        for e in &all {
+            match e {
+                Error::NoAdapter(_)
+                | Error::Device(_)
+                | Error::DeviceLost(_)
+                | Error::OutOfMemory(_)
+                | Error::Gpu(_)
+                | Error::Shader(_)
+                | Error::Readback(_)
+                | Error::Limit { .. }
+                | Error::Shape { .. }
+                | Error::Config(_)
+                | Error::MissingTensor { .. }
+                | Error::TensorShape { .. }
+                | Error::UnsupportedDtype { .. }
+                | Error::SafetensorsHeader { .. }
+                | Error::Truncated { .. }
+                | Error::CheckpointIndex { .. }
+                | Error::FileRead { .. }
+                | Error::Prompt(_)
+                | Error::Image(_)
+                | Error::ImageTooLarge { .. }
+                | Error::Tokenizer(_)
+                | Error::Cancelled
+                | Error::Aborted(_)
+                | Error::Disposed
+                | Error::InvalidInput(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_name_is_listed_and_every_listed_name_is_used() {
+        let used: Vec<&str> = one_of_each().iter().map(Error::name).collect();
+        for n in &used {
+            assert!(ERROR_NAMES.contains(n), "{n} missing from ERROR_NAMES");
+        }
+        for n in ERROR_NAMES {
+            assert!(used.contains(n), "{n} is listed but no variant has it");
+        }
+    }
+
+    #[test]
+    fn gpu_failures_have_distinct_names() {
+        assert_eq!(
+            Error::NoAdapter("x".into()).name(),
+            "WebGPUUnavailableError"
+        );
+        assert_eq!(Error::OutOfMemory("x".into()).name(), "GpuOutOfMemoryError");
+        assert_eq!(Error::DeviceLost("x".into()).name(), "DeviceLostError");
+    }
+
+    /// The TypeScript union the npm package ships (src/wasm/errors.rs) lists exactly ERROR_NAMES.
+    #[test]
+    fn typescript_union_lists_every_name() {
+        let src = include_str!("wasm/errors.rs");
+        let start = src
+            .find("export type Florence2ErrorName =")
+            .expect("union in src/wasm/errors.rs");
+        let end = start + src[start..].find(';').expect("end of the union");
+        let union = &src[start..end];
+        let mut in_ts: Vec<&str> = union.split('"').skip(1).step_by(2).collect();
+        in_ts.sort_unstable();
+        let mut names = ERROR_NAMES.to_vec();
+        names.sort_unstable();
+        assert_eq!(in_ts, names);
     }
 }

@@ -167,3 +167,26 @@ fn usage_errors_exit_2() {
         assert!(stderr.contains("usage:"), "{stderr}");
     }
 }
+
+/// `florence2 run` names its errors as the JS package does (`Florence2LoadError: ...`).
+#[test]
+fn run_errors_are_named() {
+    let missing = std::env::temp_dir().join("florence2-no-such-model-dir");
+    let (code, _stdout, stderr) = run(&[
+        "run",
+        "--model",
+        missing.to_str().unwrap(),
+        "--image",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/images/scene.png"
+        ),
+        "--task",
+        "<CAPTION>",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("florence2: Florence2LoadError: cannot read config.json"),
+        "{stderr}"
+    );
+}

@@ -3,6 +3,7 @@
 //! as many invocations per workgroup as the device allows. Optional features (f16 arithmetic, subgroups,
 //! timestamp queries) are requested only when the adapter has them; kernels pick a variant from [`Caps`].
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
@@ -58,7 +59,7 @@ pub struct Gpu {
     pub caps: Caps,
     pub pipelines: PipelineCache,
     /// First uncaptured wgpu error since the last [`Gpu::check`].
-    pub(crate) error: Arc<Mutex<Option<String>>>,
+    pub(crate) error: Arc<Mutex<Option<Fault>>>,
     /// Set once the device is lost; every later operation fails with [`Error::DeviceLost`].
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// Uniform pages returned by finished recorders, reused by the next ones.
@@ -69,6 +70,30 @@ pub struct Gpu {
     pub profiler: Profiler,
     /// GPU bytes held by live tensors (weights vs activations, current and peak).
     pub mem: Arc<MemCounter>,
+}
+
+/// An uncaptured wgpu error, kept until [`Gpu::check`] reports it.
+#[derive(Clone, Debug)]
+pub(crate) struct Fault {
+    out_of_memory: bool,
+    msg: String,
+}
+
+impl Fault {
+    fn from_wgpu(e: &wgpu::Error) -> Fault {
+        Fault {
+            out_of_memory: matches!(e, wgpu::Error::OutOfMemory { .. }),
+            msg: e.to_string(),
+        }
+    }
+
+    fn into_error(self) -> Error {
+        if self.out_of_memory {
+            Error::OutOfMemory(self.msg)
+        } else {
+            Error::Gpu(self.msg)
+        }
+    }
 }
 
 impl Gpu {
@@ -125,12 +150,13 @@ impl Gpu {
 
         // wgpu's default handler panics on an uncaptured error; record it instead and surface it as
         // `Error::Gpu` at the next submit or readback.
-        let error: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        // An out-of-memory error keeps its kind, so it reaches the caller as `Error::OutOfMemory`.
+        let error: Arc<Mutex<Option<Fault>>> = Arc::new(Mutex::new(None));
         let slot = error.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             if let Ok(mut s) = slot.lock() {
                 if s.is_none() {
-                    *s = Some(e.to_string());
+                    *s = Some(Fault::from_wgpu(&e));
                 }
             }
         }));
@@ -191,14 +217,56 @@ impl Gpu {
         }))
     }
 
+    /// Whether the device was lost (its lost callback has run).
+    pub fn is_lost(&self) -> bool {
+        self.lost.lock().map(|s| s.is_some()).unwrap_or(true)
+    }
+
+    /// Run `work` inside a validation and an out-of-memory error scope, and report what they caught:
+    /// an allocation that failed anywhere in `work` becomes [`Error::OutOfMemory`] (also when `work`
+    /// then failed on the invalid buffer), a validation error [`Error::Gpu`], a lost device
+    /// [`Error::DeviceLost`]; otherwise `work`'s own result. Because every error `work` caused is
+    /// captured by the scopes, none is left behind for the next request: after an allocation failure
+    /// of one request's activations the model keeps working once those are dropped.
+    ///
+    /// Error scopes are a stack per device (and thread): the caller must not run two `scoped` calls on
+    /// one device concurrently (the browser facade serialises requests with a queue).
+    pub async fn scoped<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let result = work.await;
+        // Popped in reverse order of pushing; each resolves once the device has processed everything
+        // issued before it.
+        let oom = oom.pop().await;
+        let validation = validation.pop().await;
+        if let (Err(_), Some(msg)) = (&result, self.lost_message()) {
+            return Err(Error::DeviceLost(msg));
+        }
+        if let Some(e) = oom {
+            return Err(Error::OutOfMemory(e.to_string()));
+        }
+        match (result, validation) {
+            // A GPU-side failure whose root cause is the captured validation error.
+            (Err(Error::Gpu(_) | Error::Readback(_)), Some(e)) | (Ok(_), Some(e)) => {
+                Err(Error::Gpu(e.to_string()))
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// Why the device was lost, once it was.
+    pub fn lost_message(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|s| s.clone())
+    }
+
     /// Fail if the device was lost or an uncaptured wgpu error was recorded since the last check.
     /// Clears the recorded error so the next request starts clean.
     pub fn check(&self) -> Result<()> {
-        if let Some(msg) = self.lost.lock().ok().and_then(|s| s.clone()) {
+        if let Some(msg) = self.lost_message() {
             return Err(Error::DeviceLost(msg));
         }
-        if let Some(msg) = self.error.lock().ok().and_then(|mut s| s.take()) {
-            return Err(Error::Gpu(msg));
+        if let Some(fault) = self.error.lock().ok().and_then(|mut s| s.take()) {
+            return Err(fault.into_error());
         }
         Ok(())
     }

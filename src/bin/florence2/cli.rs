@@ -64,9 +64,11 @@ pub enum Failure {
     Run(String),
 }
 
+/// A library error, named as the JS package names it: `florence2: DeviceLostError: the GPU device was
+/// lost: ...`.
 impl From<florence2_wasm::Error> for Failure {
     fn from(e: florence2_wasm::Error) -> Self {
-        Failure::Run(e.to_string())
+        Failure::Run(format!("{}: {e}", e.name()))
     }
 }
 
