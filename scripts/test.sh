@@ -37,7 +37,7 @@ scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/
 
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
-wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits
+wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits --test browser_gpu
 
 echo "== npm package (npm pack, offline install, ES-module page in headless Chromium)"
 scripts/npm_package_test.sh

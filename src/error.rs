@@ -246,6 +246,7 @@ mod tests {
             Error::Aborted(s()),
             Error::Disposed,
             Error::InvalidInput(s()),
+            Error::UnknownDType(s()),
         ];
         // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
         for e in &all {
@@ -274,7 +275,8 @@ mod tests {
                 | Error::Cancelled
                 | Error::Aborted(_)
                 | Error::Disposed
-                | Error::InvalidInput(_) => {}
+                | Error::InvalidInput(_)
+                | Error::UnknownDType(_) => {}
             }
         }
         all

@@ -16,21 +16,29 @@
 //! - Calls are queued FIFO ([`queue`]); wasm-bindgen methods cannot hold `&self` across an await, so the
 //!   state lives in an `Rc` that each call's future clones. A failed or aborted call leaves the model
 //!   usable (GPU state is per call). Errors reject with a JS `Error` whose `name` is [`Error::name`]
-//!   (`Florence2LoadError`, `Florence2PromptError`, `AbortError`, ...). No panic is reachable from JS
-//!   by design; `console_error_panic_hook` only makes a bug's panic readable in the console.
+//!   (`Florence2LoadError`, `Florence2PromptError`, `AbortError`, ...; the `Florence2ErrorName` union,
+//!   [`errors`]). No panic is reachable from JS by design; `console_error_panic_hook` only makes a bug's
+//!   panic readable in the console.
+//! - GPU failures ([`recover`]): each request runs inside error scopes, so an allocation that fails
+//!   rejects that request with `GpuOutOfMemoryError` and leaves the model usable; a lost device rejects
+//!   the calls in flight with `DeviceLostError` and the model loads itself again (from the Cache API) on
+//!   the next call or on `reload()`. `Florence2.isSupported()` probes WebGPU ([`support`]).
 
+mod errors;
 mod fetch;
 mod image;
 mod js;
 mod queue;
+mod recover;
+mod support;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use js_sys::{Promise, Reflect};
+use js_sys::{Function, Promise, Reflect};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -51,6 +59,7 @@ use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
 use crate::weights::load::{CONFIG_FILE, INDEX_FILE, SINGLE_FILE};
 use crate::weights::{detect_layout, Assembler, CheckpointIndex, LoadOptions, WeightDType};
 
+pub use errors::is_florence2_error;
 pub use fetch::{Source, CACHE_NAME, PIECE_BYTES};
 use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
 
@@ -207,6 +216,16 @@ export interface LoadOptions {
    * static choices; "exhaustive" ignores the cache and times every candidate at full size. The result is
    * in `model.tuningTable`. */
   tuning?: "auto" | "off" | "exhaustive";
+  /** After the GPU device is lost (`DeviceLostError`), load the model again on the next call (from the
+   * Cache API when `cache` is on, so without a download); default true. With false, calls reject with
+   * `DeviceLostError` until `reload()`. */
+  autoRecover?: boolean;
+}
+
+/** Options of `reload()`. */
+export interface ReloadOptions {
+  onProgress?: (event: ProgressEvent) => void;
+  signal?: AbortSignal;
 }
 
 export interface EncodeImageOptions {
@@ -226,17 +245,33 @@ export interface RunTaskOptions {
 }
 "#;
 
+/// How a model was loaded: what `reload()` and the recovery from a lost device load again.
+struct LoadArgs {
+    source: Source,
+    use_cache: bool,
+    limits: ImageLimits,
+    tuning: Tuning,
+    dtype: WeightDType,
+}
+
 /// The state shared by a model's calls.
 struct Inner {
-    /// `None` once disposed.
+    /// `None` once disposed; replaced by `reload()` and after a lost device.
     pipeline: RefCell<Option<Rc<Pipeline>>>,
     /// The model's live `EncodedImage`s by id (an `EncodedImage` removes itself on `dispose()` or when
     /// it is garbage-collected).
     images: Rc<RefCell<HashMap<u32, Rc<EncodedImage>>>>,
+    /// Ids of `EncodedImage`s whose device was replaced by `reload()` or a recovery.
+    stale_images: RefCell<HashSet<u32>>,
     lock: Rc<queue::FifoLock>,
-    gpu: Arc<Gpu>,
-    /// The kernel tuner's table from load (`tuning` option).
-    tuning_table: String,
+    /// The current model's device (kept after `dispose()` for `adapterInfo`).
+    gpu: RefCell<Arc<Gpu>>,
+    /// The kernel tuner's table from the last load (`tuning` option).
+    tuning_table: RefCell<String>,
+    args: LoadArgs,
+    auto_recover: bool,
+    /// Test hook ([`recover`]): extra bytes the next request allocates with its activations.
+    debug_extra_bytes: std::cell::Cell<u64>,
 }
 
 /// A Florence-2 model on the GPU.
@@ -419,7 +454,7 @@ impl JsFlorence2 {
         // Destroy the device after every call queued before this one has settled.
         wasm_bindgen_futures::spawn_local(async move {
             let _guard = inner.lock.acquire().await;
-            inner.gpu.device.destroy();
+            inner.gpu.borrow().device.destroy();
         });
     }
 
@@ -433,7 +468,7 @@ impl JsFlorence2 {
     /// (empty with `tuning: "off"`).
     #[wasm_bindgen(getter, js_name = tuningTable)]
     pub fn tuning_table(&self) -> String {
-        self.inner.tuning_table.clone()
+        self.inner.tuning_table.borrow().clone()
     }
 
     /// GPU memory held by the model's tensors: `{dtype, weightsBytes, activationsBytes, currentBytes,
@@ -452,13 +487,14 @@ impl JsFlorence2 {
     /// The GPU adapter in use (name, backend, limits).
     #[wasm_bindgen(getter, js_name = adapterInfo)]
     pub fn adapter_info(&self) -> String {
-        self.inner.gpu.describe()
+        self.inner.gpu.borrow().describe()
     }
 }
 
 async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     let source = Source::from_js(source)?;
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
+    let auto_recover = opt_bool(options, "autoRecover")?.unwrap_or(true);
     let signal = opt_signal(options, "signal")?;
     let on_progress = opt_fn(options, "onProgress")?;
     let tuning = match opt_get(options, "tuning") {
@@ -485,8 +521,44 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
             limits.max_pixels = p;
         }
     }
-    let f = fetch::Fetcher::new(source, use_cache, signal, on_progress).await?;
+    let mut args = LoadArgs {
+        source,
+        use_cache,
+        limits,
+        tuning,
+        dtype,
+    };
+    let (pipeline, tuning_table) = open_pipeline(&args, signal, on_progress).await?;
+    // A reload after a lost device reuses the tuner's cached choices instead of timing everything again.
+    if args.tuning == Tuning::Exhaustive {
+        args.tuning = Tuning::Auto;
+    }
+    let gpu = pipeline.gpu().clone();
+    Ok(JsFlorence2 {
+        inner: Rc::new(Inner {
+            pipeline: RefCell::new(Some(Rc::new(pipeline))),
+            images: Rc::new(RefCell::new(HashMap::new())),
+            stale_images: RefCell::new(HashSet::new()),
+            lock: Rc::new(queue::FifoLock::default()),
+            gpu: RefCell::new(gpu),
+            tuning_table: RefCell::new(tuning_table),
+            args,
+            auto_recover,
+            debug_extra_bytes: Default::default(),
+        }),
+    })
+}
+
+/// Fetch (or read from the cache) every file of `args.source`, open a device and build the model on it.
+/// Weight uploads run inside error scopes: a failed allocation is a `GpuOutOfMemoryError`.
+async fn open_pipeline(
+    args: &LoadArgs,
+    signal: Option<web_sys::AbortSignal>,
+    on_progress: Option<Function>,
+) -> Result<(Pipeline, String)> {
+    let f = fetch::Fetcher::new(args.source.clone(), args.use_cache, signal, on_progress).await?;
     f.check_abort("loading")?;
+    support::check_webgpu().await?;
     let gpu = Gpu::new(GpuOptions::default()).await?;
 
     let cfg = f
@@ -507,31 +579,37 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         .read_small("generation_config.json", false, MAX_JSON_BYTES)
         .await?;
     let mut settings = Settings::from_files(&cfg, &tok, pre.as_deref(), gen.as_deref())?;
-    settings.limits = limits;
+    settings.limits = args.limits;
     drop(tok);
 
-    let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(dtype));
-    match f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {
-        Some(idx) => {
-            let index = CheckpointIndex::parse(&idx)?;
-            asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
-            for shard in &index.shards {
-                let names = index.names_in(shard).map(str::to_owned).collect();
-                f.stream_safetensors(shard, &mut asm, names).await?;
+    let index = f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await?;
+    let model = gpu
+        .scoped(async {
+            let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(args.dtype));
+            match index {
+                Some(idx) => {
+                    let index = CheckpointIndex::parse(&idx)?;
+                    asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
+                    for shard in &index.shards {
+                        let names = index.names_in(shard).map(str::to_owned).collect();
+                        f.stream_safetensors(shard, &mut asm, names).await?;
+                    }
+                }
+                None => {
+                    f.stream_safetensors(SINGLE_FILE, &mut asm, Vec::new())
+                        .await?;
+                }
             }
-        }
-        None => {
-            f.stream_safetensors(SINGLE_FILE, &mut asm, Vec::new())
-                .await?;
-        }
-    }
-    let weights = asm.finish()?;
-    let model = Florence2::new(&gpu, cfg, &weights)?;
-    drop(weights);
-    gpu.check()?;
+            let weights = asm.finish()?;
+            let model = Florence2::new(&gpu, cfg, &weights)?;
+            drop(weights);
+            gpu.check()?;
+            Ok(model)
+        })
+        .await?;
     // Kernel tuning for this device at the processor's image size (cached in the Cache API: a later
     // load of the same package on the same adapter times nothing). A failure here only costs speed.
-    if tuning != Tuning::Off {
+    if args.tuning != Tuning::Off {
         f.progress("tuning", "", 0, 0, false);
     }
     let tuning_table = match tune::tune_model(
@@ -539,7 +617,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         settings.processor.height,
         settings.processor.width,
         settings.generation.num_beams,
-        tuning,
+        args.tuning,
         &CacheLocation::Default,
     )
     .await
@@ -553,17 +631,10 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         }
     };
     f.progress("ready", "", 0, 0, false);
-    Ok(JsFlorence2 {
-        inner: Rc::new(Inner {
-            pipeline: RefCell::new(Some(Rc::new(
-                Pipeline::new(model, settings).with_weight_dtype(dtype),
-            ))),
-            images: Rc::new(RefCell::new(HashMap::new())),
-            lock: Rc::new(queue::FifoLock::default()),
-            gpu,
-            tuning_table,
-        }),
-    })
+    Ok((
+        Pipeline::new(model, settings).with_weight_dtype(args.dtype),
+        tuning_table,
+    ))
 }
 
 /// An `AbortSignal` as the pipeline's cancel check; a cancellation becomes `AbortError`.
@@ -588,6 +659,13 @@ fn encoded_of(inner: &Inner, value: &JsValue) -> Result<Option<Rc<EncodedImage>>
         // The getter throws once the object was freed (`[Symbol.dispose]` / `free()`).
         Err(_) => return Err(Error::InvalidInput("the EncodedImage was disposed".into())),
     };
+    if inner.stale_images.borrow().contains(&(id as u32)) {
+        return Err(Error::DeviceLost(
+            "this EncodedImage was encoded on a GPU device that has since been replaced (lost device \
+             or reload()): encode the image again"
+                .into(),
+        ));
+    }
     let found = inner.images.borrow().get(&(id as u32)).cloned();
     found.map(Some).ok_or_else(|| {
         Error::InvalidInput("the EncodedImage was disposed or was made by another model".into())
@@ -605,9 +683,15 @@ async fn encode_impl(
     abort()?;
     let _guard = inner.lock.acquire().await;
     abort()?;
+    // After a lost device: the model loaded again (or DeviceLostError).
+    let pipeline = recover::current(&inner, pipeline).await?;
     let js = image::image_from_js(&image, pipeline.limits(), &abort).await?;
     abort()?;
-    let encoded = pipeline.encode_image(js.as_image())?;
+    let encoded = recover::gpu_step(pipeline.gpu(), async {
+        let _extra = recover::debug_allocation(&inner, pipeline.gpu())?;
+        pipeline.encode_image(js.as_image())
+    })
+    .await?;
     let id = NEXT_IMAGE_ID.fetch_add(1, Ordering::Relaxed);
     let size = encoded.image_size();
     inner.images.borrow_mut().insert(id, Rc::new(encoded));
@@ -641,6 +725,12 @@ async fn run_impl(
     // One call at a time, in call order.
     let _guard = inner.lock.acquire().await;
     abort()?;
+    // After a lost device: the model loaded again (or DeviceLostError).
+    let pipeline = if encoded.is_some() {
+        pipeline
+    } else {
+        recover::current(&inner, pipeline).await?
+    };
 
     pipeline.gpu().reset_peak_memory();
     let t = Stopwatch::start();
@@ -665,10 +755,15 @@ async fn run_impl(
         on_stage: None,
         on_token: Some(&emit),
     };
-    let out = pipeline
-        .run_task(input, &prompt, &opts, &cancel, &callbacks)
-        .await
-        .map_err(|e| aborted(e, "runTask"))?;
+    // The GPU work runs inside error scopes (see `recover::gpu_step`).
+    let out = recover::gpu_step(pipeline.gpu(), async {
+        let _extra = recover::debug_allocation(&inner, pipeline.gpu())?;
+        pipeline
+            .run_task(input, &prompt, &opts, &cancel, &callbacks)
+            .await
+    })
+    .await
+    .map_err(|e| aborted(e, "runTask"))?;
     drop(js);
 
     let t = &out.timings;
