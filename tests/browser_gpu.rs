@@ -271,6 +271,11 @@ async fn lost_device_fails_the_call_in_flight_and_recovers_from_the_cache() {
     );
     let before = run(&m, scene(), "<CAPTION>", greedy(12)).await.unwrap();
     let od_before = run(&m, scene(), "<OD>", greedy(12)).await.unwrap();
+    let encoded = JsFuture::from(m.encode_image(scene(), JsValue::UNDEFINED))
+        .await
+        .unwrap();
+    let on_encoded = run(&m, encoded.clone(), "<CAPTION>", greedy(12));
+    assert_eq!(on_encoded.await.unwrap(), before);
     let downloads = model_requests(dir);
 
     // Lost while generating.
@@ -292,6 +297,9 @@ async fn lost_device_fails_the_call_in_flight_and_recovers_from_the_cache() {
         downloads,
         "recovery downloaded model files"
     );
+    // An image encoded on the lost device must be encoded again.
+    let e = run(&m, encoded, "<CAPTION>", greedy(12)).await.unwrap_err();
+    assert_err(&e, "DeviceLostError", "encode the image again");
 
     // Lost between calls; calls queued behind the first one after the loss also succeed.
     m.debug_lose_device();
