@@ -10,6 +10,7 @@ pub mod error;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod files;
 pub mod gpu;
+pub mod hub;
 pub mod json;
 pub mod model;
 pub mod ops;

@@ -1,106 +1,98 @@
 //! Model files over `fetch()`: small JSON files read whole (with a size cap), safetensors files streamed
 //! from `response.body` chunk by chunk into a [`StreamLoader`] (so the whole file is never in wasm or JS
-//! memory), optional Cache API storage, abort signals, and transformers.js-shaped progress events.
+//! memory), optional Cache API storage ([`crate::wasm::cache`]), abort signals, and transformers.js-shaped
+//! progress events.
 //!
 //! Events per file: `initiate` once the file is known to exist (an absent optional file has none),
 //! `download` when its body starts, `progress` per chunk, `done`; the loader sends `ready` at the end.
 //!
-//! Cache: with it on, a file is looked up in `caches.open(CACHE_NAME)` first (a hit never touches the
-//! network and its events say `cached: true`); a downloaded response is stored with `cache.put(url,
-//! response.clone())` while the original body is streamed (the browser tees the body), and an entry is
-//! deleted again when reading it failed (truncated, bad header, aborted). `blob:` and `data:` URLs are
-//! never cached (the Cache API only takes http(s) requests). With it off the cache is neither read nor
-//! written.
+//! Missing files, whatever the server does with them: an optional or probed file (index, generation and
+//! preprocessor configs) is absent when the server answers 404/410, or answers with an HTML page (by
+//! `Content-Type: text/html`, or by its first bytes: a single-page-app server such as Vite's dev server
+//! answers every unknown path with `200` + `index.html`). A required file that comes back as HTML fails
+//! with an error that says so.
+//!
+//! Cache (on by default): a file is looked up in the package's bucket first; a hit whose meta record
+//! says the file is complete never touches the network (events say `cached: true`), a negative record
+//! (an optional file the server did not have) answers "absent" without a request. A downloaded response
+//! is stored with `cache.put(url, response.clone())` while the original body is streamed (the browser
+//! tees the body), and its meta record (byte count, ETag) is written once the whole body was read and
+//! checked; on a failed read both are deleted. A cached body of the wrong length (a corrupted entry)
+//! is deleted and fetched again. Once any file came from the cache, a network failure on an optional file
+//! counts as absent (so a cached model loads offline). `blob:` and `data:` URLs are never cached. With
+//! the cache off it is neither read nor written.
 
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use js_sys::{Function, Object, Promise, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    AbortController, AbortSignal, Cache, CacheStorage, ReadableStreamDefaultReader, RequestInit,
-    Response,
+    AbortController, AbortSignal, Cache, ReadableStreamDefaultReader, RequestInit, Response,
 };
 
 use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::model::config::Florence2Config;
+use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
-use crate::weights::{Assembler, StreamLoader};
-
-/// The Cache API bucket the package uses.
-pub const CACHE_NAME: &str = "florence2-wasm-v1";
+use crate::wasm::source::Source;
+use crate::weights::load::{INDEX_FILE, SINGLE_FILE};
+use crate::weights::{
+    detect_layout, Assembler, CheckpointIndex, LoadOptions, StreamLoader, Weights,
+};
 
 /// Bytes copied from a JS chunk into wasm memory at a time (a `fetch` chunk larger than this is split).
 pub const PIECE_BYTES: usize = 1 << 20;
+/// Cap on the index file.
+const MAX_INDEX_BYTES: u64 = 4 << 20;
 
 #[wasm_bindgen]
 extern "C" {
     /// The global `fetch` (looked up at call time, so a page's wrapper of `globalThis.fetch` is used).
     #[wasm_bindgen(js_name = fetch)]
-    fn global_fetch(input: &str, init: &RequestInit) -> Promise;
+    pub(crate) fn global_fetch(input: &str, init: &RequestInit) -> Promise;
 }
 
-/// Where the model files are.
-#[derive(Clone, Debug)]
-pub enum Source {
-    /// A directory URL (ends with `/`): file `f` is at `base + f`.
-    Base(String),
-    /// File name -> URL.
-    Files(BTreeMap<String, String>),
+/// Whether bytes are the start of an HTML page rather than a model file: after an optional UTF-8 BOM and
+/// whitespace, one of the openings an HTML document starts with. A safetensors file starts with its
+/// header length as a little-endian u64 whose high bytes are zero, so it can never match these
+/// (5+ printable characters); a JSON file starts with `{`.
+pub fn looks_like_html(bytes: &[u8]) -> bool {
+    let b = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let b = &b[start..];
+    [
+        "<!doctype html",
+        "<html",
+        "<head",
+        "<body",
+        "<!--",
+        "<script",
+        "<meta",
+    ]
+    .iter()
+    .any(|p| {
+        b.len() >= p.len()
+            && b.get(..p.len())
+                .is_some_and(|h| h.eq_ignore_ascii_case(p.as_bytes()))
+    })
 }
 
-impl Source {
-    pub fn from_js(v: &JsValue) -> Result<Source> {
-        let bad = || {
-            Error::InvalidInput(
-                "source must be a base URL string or an object mapping file names to URLs".into(),
-            )
-        };
-        if let Some(s) = v.as_string() {
-            if s.is_empty() {
-                return Err(bad());
-            }
-            let mut s = s;
-            if !s.ends_with('/') {
-                s.push('/');
-            }
-            return Ok(Source::Base(s));
-        }
-        if !v.is_object() || v.is_function() {
-            return Err(bad());
-        }
-        let obj: &Object = v.unchecked_ref();
-        let mut files = BTreeMap::new();
-        for entry in Object::entries(obj).iter() {
-            let k = Reflect::get_u32(&entry, 0).ok().and_then(|k| k.as_string());
-            let u = Reflect::get_u32(&entry, 1).ok().and_then(|u| u.as_string());
-            match (k, u) {
-                (Some(k), Some(u)) => {
-                    files.insert(k, u);
-                }
-                _ => return Err(bad()),
-            }
-        }
-        if files.is_empty() {
-            return Err(bad());
-        }
-        Ok(Source::Files(files))
-    }
-
-    /// The URL of `file`, if the source has one.
-    pub fn url(&self, file: &str) -> Option<String> {
-        match self {
-            Source::Base(b) => Some(format!("{b}{file}")),
-            Source::Files(m) => m.get(file).cloned(),
-        }
-    }
-
-    /// A name for progress events: the base URL, or the config's URL.
-    pub fn name(&self) -> String {
-        match self {
-            Source::Base(b) => b.clone(),
-            Source::Files(m) => m.get("config.json").cloned().unwrap_or_default(),
-        }
+fn html_error(file: &str, url: &str, why: &str) -> Error {
+    Error::FileRead {
+        file: file.to_owned(),
+        msg: format!(
+            "{url} answered with an HTML page ({why}) instead of the file: the server most likely has \
+             no such file and serves a fallback page (single-page-app servers such as Vite's dev server \
+             do this); check the model URL and that the file is deployed"
+        ),
     }
 }
 
@@ -108,13 +100,23 @@ impl Source {
 struct Body {
     url: String,
     reader: Option<ReadableStreamDefaultReader>,
-    /// Content-Length (when the body is not content-encoded).
+    /// Expected byte count: the meta record's for a cached body, else Content-Length (when the body is
+    /// not content-encoded).
     total: Option<u64>,
     cached: bool,
     /// The pending `cache.put` of a downloaded response.
     put: Option<Promise>,
     /// Aborts this file's fetch (so a failed read also stops the cache's copy of the body).
     controller: Option<AbortController>,
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+/// How reading a body ended.
+enum Pumped {
+    Done(u64),
+    /// The body starts like an HTML page.
+    Html,
 }
 
 /// Fetches a model's files.
@@ -124,18 +126,10 @@ pub struct Fetcher {
     cache: Option<Cache>,
     signal: Option<AbortSignal>,
     on_progress: Option<Function>,
-}
-
-/// The page's `CacheStorage`, when there is one (secure contexts only).
-fn cache_storage() -> Option<CacheStorage> {
-    Reflect::get(&js_sys::global(), &JsValue::from_str("caches"))
-        .ok()
-        .and_then(|c| c.dyn_into::<CacheStorage>().ok())
-}
-
-fn cacheable(url: &str) -> bool {
-    let u = url.trim_start().to_ascii_lowercase();
-    !(u.starts_with("blob:") || u.starts_with("data:"))
+    /// Some file came from the cache: a network failure on an optional file is then not fatal.
+    any_cached: Cell<bool>,
+    /// URLs whose cached copy failed to read: fetched from the network from now on.
+    refetch: RefCell<BTreeSet<String>>,
 }
 
 impl Fetcher {
@@ -147,18 +141,14 @@ impl Fetcher {
         on_progress: Option<Function>,
     ) -> Result<Fetcher> {
         let cache = if use_cache {
-            match cache_storage() {
-                Some(cs) => match JsFuture::from(cs.open(CACHE_NAME)).await {
-                    Ok(c) => c.dyn_into::<Cache>().ok(),
-                    Err(e) => {
-                        let (n, m) = describe_js(&e);
-                        web_sys::console::warn_1(&JsValue::from_str(&format!(
-                            "florence2-wasm: Cache API unavailable ({n}: {m}); not caching"
-                        )));
-                        None
-                    }
-                },
-                None => None,
+            match cache::open_cache().await {
+                Ok(c) => c,
+                Err(e) => {
+                    web_sys::console::warn_1(&JsValue::from_str(&format!(
+                        "florence2-wasm: {e}; not caching"
+                    )));
+                    None
+                }
             }
         } else {
             None
@@ -169,6 +159,8 @@ impl Fetcher {
             cache,
             signal,
             on_progress,
+            any_cached: Cell::new(false),
+            refetch: RefCell::new(BTreeSet::new()),
         })
     }
 
@@ -195,8 +187,65 @@ impl Fetcher {
         call1(f, &ev);
     }
 
+    /// The cache, when on and `url` can be a key.
+    fn cache_for(&self, url: &str) -> Option<&Cache> {
+        self.cache.as_ref().filter(|_| cacheable(url))
+    }
+
+    /// Remember that the server has no `url` (optional files only).
+    async fn record_absent(&self, url: &str) {
+        if let Some(c) = self.cache_for(url) {
+            let meta = Meta {
+                url: url.to_owned(),
+                absent: true,
+                stored: cache::now(),
+                ..Meta::default()
+            };
+            if let Err(e) = cache::write_meta(c, &meta).await {
+                web_sys::console::warn_1(&JsValue::from_str(&format!("florence2-wasm: {e}")));
+            }
+        }
+    }
+
+    /// A cached copy of `url` and its byte count: `Some(None)` for a remembered absent optional file,
+    /// `None` when it must come from the network.
+    async fn open_cached(&self, url: &str, required: bool) -> Option<Option<(Response, u64)>> {
+        let c = self.cache_for(url)?;
+        if self.refetch.borrow().contains(url) {
+            return None;
+        }
+        let meta = cache::read_meta(c, url).await;
+        match meta {
+            Some(m) if m.absent && !required => {
+                self.any_cached.set(true);
+                Some(None)
+            }
+            Some(m) if !m.absent => {
+                let hit = JsFuture::from(c.match_with_str(url)).await.ok()?;
+                match hit.dyn_into::<Response>() {
+                    Ok(r) => {
+                        self.any_cached.set(true);
+                        Some(Some((r, m.bytes)))
+                    }
+                    Err(_) => {
+                        // A record without its body: drop the record, fetch again.
+                        cache::forget(c, url).await;
+                        None
+                    }
+                }
+            }
+            _ => {
+                // No record (a download that never completed, or an absent record for a file that is
+                // required now): whatever body there is, is not trusted.
+                cache::forget(c, url).await;
+                None
+            }
+        }
+    }
+
     /// Open `file`: from the cache when enabled and present, else over the network. `Ok(None)` for an
-    /// optional file the source does not list or the server answers 404 for.
+    /// optional file that is absent (not listed by the source, 404/410, an HTML answer, remembered as
+    /// absent, or unreachable while the model is served from the cache).
     async fn open(&self, file: &str, required: bool) -> Result<Option<Body>> {
         let Some(url) = self.source.url(file) else {
             return if required {
@@ -209,15 +258,15 @@ impl Fetcher {
             };
         };
         self.check_abort(&format!("loading {file}"))?;
-        let cache = self.cache.as_ref().filter(|_| cacheable(&url));
-        let mut cached_resp = None;
-        if let Some(c) = cache {
-            if let Ok(hit) = JsFuture::from(c.match_with_str(&url)).await {
-                cached_resp = hit.dyn_into::<Response>().ok();
+        let cached = self.open_cached(&url, required).await;
+        self.check_abort(&format!("loading {file}"))?;
+        let mut meta_total = None;
+        let (resp, cached, put, controller) = match cached {
+            Some(None) => return Ok(None),
+            Some(Some((r, bytes))) => {
+                meta_total = Some(bytes);
+                (r, true, None, None)
             }
-        }
-        let (resp, cached, put, controller) = match cached_resp {
-            Some(r) => (r, true, None, None),
             None => {
                 let controller = AbortController::new().ok();
                 let init = RequestInit::new();
@@ -231,23 +280,58 @@ impl Fetcher {
                     (None, None) => None,
                 };
                 init.set_signal(signal.as_ref());
-                let resp = JsFuture::from(global_fetch(&url, &init))
-                    .await
-                    .map_err(|e| read_error(file, &e))?;
+                let resp = match JsFuture::from(global_fetch(&url, &init)).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let err = read_error(file, &e);
+                        if !required && self.any_cached.get() && !matches!(err, Error::Aborted(_)) {
+                            // Offline with a cached model: an optional file we know nothing about.
+                            web_sys::console::warn_1(&JsValue::from_str(&format!(
+                                "florence2-wasm: {err}; loading without it"
+                            )));
+                            return Ok(None);
+                        }
+                        return Err(err);
+                    }
+                };
                 let resp: Response = resp.dyn_into().map_err(|_| Error::FileRead {
                     file: file.to_owned(),
                     msg: "fetch did not return a Response".into(),
                 })?;
                 if !resp.ok() {
-                    if !required && resp.status() == 404 {
+                    let status = resp.status();
+                    if !required && matches!(status, 404 | 410) {
+                        self.record_absent(&url).await;
+                        return Ok(None);
+                    }
+                    if !required && self.any_cached.get() && status >= 500 {
+                        web_sys::console::warn_1(&JsValue::from_str(&format!(
+                            "florence2-wasm: HTTP {status} for {url}; loading without {file}"
+                        )));
                         return Ok(None);
                     }
                     return Err(Error::FileRead {
                         file: file.to_owned(),
-                        msg: format!("HTTP {} {} from {url}", resp.status(), resp.status_text()),
+                        msg: format!("HTTP {} {} from {url}", status, resp.status_text()),
                     });
                 }
-                let put = match cache {
+                let ctype = resp
+                    .headers()
+                    .get("content-type")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
+                    if let Some(b) = resp.body() {
+                        let _ = b.cancel();
+                    }
+                    if required {
+                        return Err(html_error(file, &url, "Content-Type: text/html"));
+                    }
+                    self.record_absent(&url).await;
+                    return Ok(None);
+                }
+                let put = match self.cache_for(&url) {
                     Some(c) => resp.clone().ok().map(|copy| c.put_with_str(&url, &copy)),
                     None => None,
                 };
@@ -255,19 +339,15 @@ impl Fetcher {
             }
         };
         let headers = resp.headers();
-        let encoded = headers
-            .get("content-encoding")
-            .ok()
-            .flatten()
+        let header = |k: &str| headers.get(k).ok().flatten();
+        let encoded = header("content-encoding")
             .is_some_and(|e| !e.trim().is_empty() && !e.eq_ignore_ascii_case("identity"));
-        let total = if encoded {
+        let total = if cached {
+            meta_total
+        } else if encoded {
             None
         } else {
-            headers
-                .get("content-length")
-                .ok()
-                .flatten()
-                .and_then(|s| s.trim().parse::<u64>().ok())
+            header("content-length").and_then(|s| s.trim().parse::<u64>().ok())
         };
         let reader = match resp.body() {
             Some(b) => Some(
@@ -287,18 +367,22 @@ impl Fetcher {
             cached,
             put,
             controller,
+            etag: header("etag"),
+            last_modified: header("last-modified"),
         }))
     }
 
     /// Read a body to its end, handing it to `sink` in pieces of at most [`PIECE_BYTES`]; `max` caps the
-    /// size. Checks the byte count against Content-Length.
+    /// size. Checks the byte count against the expected total. `sniff`: stop with [`Pumped::Html`] when
+    /// the first chunk starts like an HTML page.
     async fn pump(
         &self,
         file: &str,
         body: &Body,
         max: Option<u64>,
+        sniff: bool,
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<Pumped> {
         let mut loaded = 0u64;
         let total = body.total;
         self.progress("download", file, 0, total.unwrap_or(0), body.cached);
@@ -309,7 +393,7 @@ impl Fetcher {
                     expected: t,
                     got: 0,
                 }),
-                _ => Ok(0),
+                _ => Ok(Pumped::Done(0)),
             };
         };
         let mut buf: Vec<u8> = Vec::new();
@@ -332,8 +416,14 @@ impl Fetcher {
                     file: file.to_owned(),
                     msg: "the body stream yielded a non-byte chunk".into(),
                 })?;
-            let n = value.length() as u64;
-            loaded = loaded.saturating_add(n);
+            let len = value.length();
+            if sniff && loaded == 0 {
+                let head = value.subarray(0, len.min(64)).to_vec();
+                if looks_like_html(&head) {
+                    return Ok(Pumped::Html);
+                }
+            }
+            loaded = loaded.saturating_add(u64::from(len));
             if let Some(max) = max {
                 if loaded > max {
                     return Err(Error::FileRead {
@@ -346,12 +436,15 @@ impl Fetcher {
                 if loaded > t {
                     return Err(Error::FileRead {
                         file: file.to_owned(),
-                        msg: format!("more bytes than the announced Content-Length {t}"),
+                        msg: if body.cached {
+                            format!("the cached copy has more bytes than the {t} stored")
+                        } else {
+                            format!("more bytes than the announced Content-Length {t}")
+                        },
                     });
                 }
             }
             let mut off = 0u32;
-            let len = value.length();
             while off < len {
                 let m = (len - off).min(PIECE_BYTES as u32);
                 buf.resize(m as usize, 0);
@@ -370,98 +463,212 @@ impl Fetcher {
                 });
             }
         }
-        Ok(loaded)
+        Ok(Pumped::Done(loaded))
     }
 
-    /// Settle a body after reading it: on success wait for its cache entry; on failure stop the
-    /// download and drop its cache entry.
-    async fn settle<T>(&self, file: &str, body: Body, res: Result<T>) -> Result<T> {
+    /// Stop a body's download and drop its cache entry (a failed or rejected read).
+    async fn discard(&self, body: Body) {
+        if let Some(r) = &body.reader {
+            let _ = r.cancel();
+        }
+        if let Some(c) = &body.controller {
+            c.abort();
+        }
+        if let Some(put) = body.put {
+            let _ = JsFuture::from(put).await;
+        }
+        if body.cached {
+            self.refetch.borrow_mut().insert(body.url.clone());
+        }
+        if let Some(c) = self.cache_for(&body.url) {
+            cache::forget(c, &body.url).await;
+        }
+    }
+
+    /// Settle a body after reading it: on success wait for its cache entry and write its meta record; on
+    /// failure stop the download and drop its cache entry (a cached copy is then refetched).
+    async fn settle(&self, file: &str, body: Body, res: Result<u64>) -> Result<u64> {
         match res {
-            Ok(v) => {
-                if let Some(put) = body.put {
-                    if let Err(e) = JsFuture::from(put).await {
-                        let (n, m) = describe_js(&e);
+            Ok(n) => {
+                if let Some(put) = body.put.clone() {
+                    let stored = match JsFuture::from(put).await {
+                        Ok(_) => match self.cache_for(&body.url) {
+                            Some(c) => {
+                                let meta = Meta {
+                                    url: body.url.clone(),
+                                    bytes: n,
+                                    etag: body.etag.clone(),
+                                    last_modified: body.last_modified.clone(),
+                                    absent: false,
+                                    stored: cache::now(),
+                                };
+                                cache::write_meta(c, &meta).await
+                            }
+                            None => Ok(()),
+                        },
+                        Err(e) => {
+                            let (n, m) = describe_js(&e);
+                            Err(Error::InvalidInput(format!("cache.put: {n}: {m}")))
+                        }
+                    };
+                    if let Err(e) = stored {
                         web_sys::console::warn_1(&JsValue::from_str(&format!(
-                            "florence2-wasm: caching {file} failed ({n}: {m})"
+                            "florence2-wasm: caching {file} failed ({e})"
                         )));
-                        self.forget(&body.url).await;
+                        if let Some(c) = self.cache_for(&body.url) {
+                            cache::forget(c, &body.url).await;
+                        }
                     }
                 }
-                Ok(v)
+                Ok(n)
             }
             Err(e) => {
-                if let Some(r) = &body.reader {
-                    let _ = r.cancel();
-                }
-                if let Some(c) = &body.controller {
-                    c.abort();
-                }
-                if let Some(put) = body.put {
-                    let _ = JsFuture::from(put).await;
-                }
-                if body.cached || self.cache.is_some() {
-                    self.forget(&body.url).await;
-                }
+                self.discard(body).await;
                 Err(e)
             }
         }
     }
 
-    async fn forget(&self, url: &str) {
-        if let Some(c) = &self.cache {
-            if cacheable(url) {
-                let _ = JsFuture::from(c.delete_with_str(url)).await;
-            }
-        }
-    }
-
-    /// A small file read whole (`max` bytes at most). `Ok(None)` when optional and absent.
+    /// A small file read whole (`max` bytes at most). `Ok(None)` when optional and absent. A cached copy
+    /// that fails its checks is deleted and the file fetched again.
     pub async fn read_small(
         &self,
         file: &str,
         required: bool,
         max: u64,
     ) -> Result<Option<Vec<u8>>> {
-        let Some(body) = self.open(file, required).await? else {
-            return Ok(None);
-        };
-        self.progress("initiate", file, 0, 0, false);
-        let mut out = Vec::new();
-        let res = self
-            .pump(file, &body, Some(max), &mut |b| {
-                out.extend_from_slice(b);
-                Ok(())
-            })
-            .await;
-        let cached = body.cached;
-        let n = self.settle(file, body, res).await?;
-        self.progress("done", file, n, n, cached);
-        Ok(Some(out))
+        loop {
+            let Some(body) = self.open(file, required).await? else {
+                return Ok(None);
+            };
+            self.progress("initiate", file, 0, 0, body.cached);
+            let mut out = Vec::new();
+            let res = self
+                .pump(file, &body, Some(max), false, &mut |b| {
+                    out.extend_from_slice(b);
+                    Ok(())
+                })
+                .await;
+            let cached = body.cached;
+            let res = match res {
+                Ok(Pumped::Done(_)) if looks_like_html(&out) => Ok(Pumped::Html),
+                r => r,
+            };
+            let n = match res {
+                Ok(Pumped::Html) => {
+                    let url = body.url.clone();
+                    self.discard(body).await;
+                    if required {
+                        return Err(html_error(file, &url, "by its content"));
+                    }
+                    self.record_absent(&url).await;
+                    return Ok(None);
+                }
+                Ok(Pumped::Done(n)) => self.settle(file, body, Ok(n)).await,
+                Err(e) => self.settle(file, body, Err(e)).await,
+            };
+            match n {
+                Ok(n) => {
+                    self.progress("done", file, n, n, cached);
+                    return Ok(Some(out));
+                }
+                // A broken cached copy: it was deleted; read the file from the network.
+                Err(e) if cached && !matches!(e, Error::Aborted(_)) => {
+                    web_sys::console::warn_1(&JsValue::from_str(&format!(
+                        "florence2-wasm: the cached {file} is damaged ({e}); fetching it again"
+                    )));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
-    /// Stream one safetensors file into `asm`. `expect_names`: tensors an index places in it.
+    /// Stream one safetensors file into `asm`. `expect_names`: tensors an index places in it. Returns the
+    /// byte count and whether it came from the cache.
     pub async fn stream_safetensors(
         &self,
         file: &str,
         asm: &mut Assembler,
         expect_names: Vec<String>,
-    ) -> Result<u64> {
+    ) -> Result<(u64, bool)> {
         let Some(body) = self.open(file, true).await? else {
             return Err(Error::FileRead {
                 file: file.to_owned(),
                 msg: "not found".into(),
             });
         };
-        self.progress("initiate", file, 0, 0, false);
+        self.progress("initiate", file, 0, 0, body.cached);
         let mut loader = StreamLoader::new(file, body.total).expect_names(expect_names);
         let res = {
             let mut feed = |b: &[u8]| loader.feed(asm, b);
-            self.pump(file, &body, None, &mut feed).await
+            self.pump(file, &body, None, true, &mut feed).await
         };
-        let res = res.and_then(|n| loader.finish(asm).map(|()| n));
         let cached = body.cached;
+        let res = match res {
+            Ok(Pumped::Html) => {
+                let url = body.url.clone();
+                self.discard(body).await;
+                return Err(html_error(file, &url, "by its content"));
+            }
+            Ok(Pumped::Done(n)) => loader.finish(asm).map(|()| n),
+            Err(e) => Err(e),
+        };
         let n = self.settle(file, body, res).await?;
         self.progress("done", file, n, n, cached);
-        Ok(n)
+        Ok((n, cached))
+    }
+
+    /// The checkpoint's weights on the GPU: `model.safetensors.index.json` + its shards when the source
+    /// has an index, else `model.safetensors`. When a cached file turns out damaged midway (its tensors
+    /// partly uploaded), the entry is deleted and the checkpoint read again, the damaged file from the
+    /// network.
+    pub async fn load_weights(
+        &self,
+        gpu: &Arc<Gpu>,
+        cfg: &Florence2Config,
+        opts: &LoadOptions,
+    ) -> Result<Weights> {
+        let mut retried = false;
+        loop {
+            let before = self.refetch.borrow().len();
+            let res = self.load_weights_once(gpu, cfg, opts).await;
+            match res {
+                Err(e)
+                    if !retried
+                        && self.refetch.borrow().len() > before
+                        && !matches!(e, Error::Aborted(_)) =>
+                {
+                    web_sys::console::warn_1(&JsValue::from_str(&format!(
+                        "florence2-wasm: a cached weights file is damaged ({e}); fetching it again"
+                    )));
+                    retried = true;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    async fn load_weights_once(
+        &self,
+        gpu: &Arc<Gpu>,
+        cfg: &Florence2Config,
+        opts: &LoadOptions,
+    ) -> Result<Weights> {
+        let mut asm = Assembler::new(gpu, cfg, opts.clone());
+        match self.read_small(INDEX_FILE, false, MAX_INDEX_BYTES).await? {
+            Some(idx) => {
+                let index = CheckpointIndex::parse(&idx)?;
+                asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
+                for shard in &index.shards {
+                    let names = index.names_in(shard).map(str::to_owned).collect();
+                    self.stream_safetensors(shard, &mut asm, names).await?;
+                }
+            }
+            None => {
+                self.stream_safetensors(SINGLE_FILE, &mut asm, Vec::new())
+                    .await?;
+            }
+        }
+        asm.finish()
     }
 }
