@@ -14,9 +14,10 @@
 use std::io::Cursor;
 use std::ops::Range;
 
+use ::image::metadata::Orientation;
 /// The RGB8 image type used throughout (the `image` crate's).
 pub use ::image::RgbImage;
-use ::image::{DynamicImage, ImageFormat, ImageReader, Limits};
+use ::image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -359,7 +360,8 @@ pub fn decode_image(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage> {
 /// image crate's allocation limit. The result is converted to RGB8 exactly like Pillow: grey is
 /// replicated, 16-bit samples keep their high byte (Pillow's `RGB;16B`/`RGBA;16B`/`LA;16B` unpackers),
 /// 16-bit grey is CLIPPED at 255 (Pillow's `I;16 -> RGB`, which saturates rather than scales), and
-/// transparency follows `alpha`.
+/// transparency follows `alpha`. An EXIF orientation is applied (the image comes back as it is meant
+/// to be seen, as the reference's loader returns it).
 pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -> Result<RgbImage> {
     let format = ::image::guess_format(bytes)
         .map_err(|_| Error::Image("unrecognised image format (PNG or JPEG expected)".into()))?;
@@ -392,8 +394,14 @@ pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -
     dec_limits.max_image_width = Some(width);
     dec_limits.max_image_height = Some(height);
     let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
-    reader.limits(dec_limits);
-    let img = reader.decode().map_err(img_err)?;
+    reader.limits(dec_limits.clone());
+    let mut decoder = reader.into_decoder().map_err(img_err)?;
+    dec_limits.reserve(decoder.total_bytes()).map_err(img_err)?;
+    // EXIF orientation (JPEG APP1, PNG eXIf), applied like the reference loader's
+    // `ImageOps.exif_transpose`; unreadable EXIF counts as "no transform", as there.
+    let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    let mut img = DynamicImage::from_decoder(decoder).map_err(img_err)?;
+    img.apply_orientation(orientation);
     dynamic_to_rgb(img, alpha)
 }
 

@@ -1,20 +1,32 @@
-//! JS images to the pipeline's [`Image`]. A `Blob` (an image file's bytes) goes through our own PNG/JPEG
-//! decoder in the pipeline, exactly as the native CLI decodes a file (same pixels, so the same answers). Decoded images
-//! (`ImageData`, `ImageBitmap`, `HTMLImageElement`, `HTMLCanvasElement`, `OffscreenCanvas`) are read as
-//! RGBA8 (drawn onto an `OffscreenCanvas` where needed) and composited onto white like a transparent file.
+//! JS images to the pipeline's [`Image`]: a file's bytes (decoded by the pipeline, exactly as the native
+//! CLI decodes a file) or RGBA8 pixels.
+//!
+//! - `Blob`/`File`: a PNG goes through our own decoder, exactly as the native CLI decodes a file (EXIF
+//!   orientation applied). A JPEG is decoded by the browser (`createImageBitmap` with
+//!   `colorSpaceConversion: "none"`, EXIF orientation from the image): Chromium's decoder is
+//!   libjpeg-turbo, as Pillow's is, and gives Pillow's pixels exactly (scripts/npm/images_test.mjs
+//!   measures it), where ours differs by up to 3 grey levels; where the browser cannot decode it, ours
+//!   is used. Any other type the browser decodes (WebP, AVIF, GIF's first frame, BMP, ...) goes through
+//!   `createImageBitmap`.
+//! - A `string` or `URL`: fetched, then read as a `Blob` (an HTML answer is refused).
+//! - Decoded images (`ImageData`, `ImageBitmap`, `HTMLImageElement`, `HTMLCanvasElement`,
+//!   `OffscreenCanvas`) are read as RGBA8 (drawn onto an `OffscreenCanvas` where needed); an
+//!   `HTMLVideoElement` (its current frame), a `VideoFrame` or any other `createImageBitmap` source
+//!   becomes an `ImageBitmap` first. Transparent pixels are composited onto white like a transparent file.
 
-use js_sys::Uint8Array;
+use js_sys::{Function, Object, Promise, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    Blob, HtmlCanvasElement, HtmlImageElement, ImageBitmap, ImageData, OffscreenCanvas,
-    OffscreenCanvasRenderingContext2d,
+    Blob, HtmlCanvasElement, HtmlImageElement, HtmlVideoElement, ImageBitmap, ImageData,
+    OffscreenCanvas, OffscreenCanvasRenderingContext2d, RequestInit, Response,
 };
 
 use crate::error::{Error, Result};
 use crate::pipeline::Image;
 use crate::processor::image::ImageLimits;
-use crate::wasm::js::describe_js;
+use crate::wasm::js::{describe_js, set};
+use crate::wasm::{fetch::global_fetch, looks_like_html};
 
 /// A JS image read into wasm memory: a file's bytes or decoded RGBA8 pixels.
 pub enum JsImage {
@@ -68,58 +80,56 @@ fn check_pixels(w: u32, h: u32, limits: &ImageLimits) -> Result<()> {
     Ok(())
 }
 
-/// Read any supported JS image (the pipeline decodes and preprocesses it). `abort` is checked after
-/// every await.
-pub async fn image_from_js(
-    img: &JsValue,
-    limits: &ImageLimits,
-    abort: &dyn Fn() -> Result<()>,
-) -> Result<JsImage> {
-    if let Some(blob) = img.dyn_ref::<Blob>() {
-        if blob.size() > limits.max_alloc_bytes as f64 {
-            return Err(Error::Image(format!(
-                "image file of {} bytes exceeds the {}-byte limit",
-                blob.size(),
-                limits.max_alloc_bytes
-            )));
-        }
-        let buf = JsFuture::from(blob.array_buffer())
-            .await
-            .map_err(|e| js_img_err("reading the Blob", &e))?;
-        abort()?;
-        return Ok(JsImage::File(Uint8Array::new(&buf).to_vec()));
-    }
-    if let Some(data) = img.dyn_ref::<ImageData>() {
-        let (w, h) = (data.width(), data.height());
-        check_pixels(w, h, limits)?;
-        return Ok(JsImage::Rgba {
-            data: data.data().0,
-            width: w,
-            height: h,
-        });
-    }
-    // Drawables: size first (the pixel limit is checked before anything is allocated).
-    let (w, h) = if let Some(b) = img.dyn_ref::<ImageBitmap>() {
-        (b.width(), b.height())
-    } else if let Some(el) = img.dyn_ref::<HtmlImageElement>() {
-        if !el.complete() {
-            return Err(Error::Image(
-                "the <img> has not finished loading (await img.decode() first)".into(),
-            ));
-        }
-        (el.natural_width(), el.natural_height())
-    } else if let Some(c) = img.dyn_ref::<HtmlCanvasElement>() {
-        (c.width(), c.height())
-    } else if let Some(c) = img.dyn_ref::<OffscreenCanvas>() {
-        (c.width(), c.height())
+/// The encoded formats we tell apart by their first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Png,
+    Jpeg,
+    Other,
+}
+
+fn sniff(b: &[u8]) -> Kind {
+    if b.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Kind::Png
+    } else if b.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Kind::Jpeg
     } else {
-        return Err(Error::Image(
-            "unsupported image: pass an ImageBitmap, ImageData, HTMLImageElement, HTMLCanvasElement, \
-             OffscreenCanvas or Blob"
-                .into(),
-        ));
-    };
-    check_pixels(w, h, limits)?;
+        Kind::Other
+    }
+}
+
+/// `createImageBitmap(source, options)` of the global scope (windows and workers).
+async fn create_image_bitmap(source: &JsValue, options: Option<&Object>) -> Result<ImageBitmap> {
+    let f = Reflect::get(&js_sys::global(), &JsValue::from_str("createImageBitmap"))
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+        .ok_or_else(|| Error::Image("this browser has no createImageBitmap".into()))?;
+    let p = match options {
+        Some(o) => f.call2(&JsValue::NULL, source, o),
+        None => f.call1(&JsValue::NULL, source),
+    }
+    .map_err(|e| js_img_err("createImageBitmap", &e))?;
+    let p: Promise = p
+        .dyn_into()
+        .map_err(|_| Error::Image("createImageBitmap did not return a Promise".into()))?;
+    let bm = JsFuture::from(p)
+        .await
+        .map_err(|e| js_img_err("the browser could not decode the image", &e))?;
+    bm.dyn_into::<ImageBitmap>()
+        .map_err(|_| Error::Image("createImageBitmap did not return an ImageBitmap".into()))
+}
+
+/// Options that keep a file's own pixel values: no colour-space conversion (Pillow ignores embedded
+/// ICC profiles too), no premultiplication; EXIF orientation is applied by default ("from-image").
+fn raw_decode_options() -> Object {
+    let o = Object::new();
+    set(&o, "colorSpaceConversion", &JsValue::from_str("none"));
+    set(&o, "premultiplyAlpha", &JsValue::from_str("none"));
+    o
+}
+
+/// RGBA8 pixels of a drawable of size `w` x `h`, drawn onto an `OffscreenCanvas`.
+fn draw_rgba(img: &JsValue, w: u32, h: u32) -> Result<Vec<u8>> {
     let canvas = OffscreenCanvas::new(w, h).map_err(|e| js_img_err("OffscreenCanvas", &e))?;
     let ctx = canvas
         .get_context("2d")
@@ -135,15 +145,217 @@ pub async fn image_from_js(
     } else if let Some(c) = img.dyn_ref::<OffscreenCanvas>() {
         ctx.draw_image_with_offscreen_canvas(c, 0.0, 0.0)
     } else {
-        Ok(())
+        return Err(Error::Image("not a drawable image".into()));
     };
     drawn.map_err(|e| js_img_err("drawImage", &e))?;
     let data = ctx
         .get_image_data(0.0, 0.0, f64::from(w), f64::from(h))
         .map_err(|e| js_img_err("getImageData (a cross-origin image taints the canvas)", &e))?;
+    Ok(data.data().0)
+}
+
+/// An `ImageBitmap`'s RGBA8 pixels (the bitmap is closed afterwards).
+fn from_bitmap(bm: &ImageBitmap, limits: &ImageLimits) -> Result<JsImage> {
+    let (w, h) = (bm.width(), bm.height());
+    let res = check_pixels(w, h, limits).and_then(|()| draw_rgba(bm, w, h));
+    bm.close();
     Ok(JsImage::Rgba {
-        data: data.data().0,
+        data: res?,
         width: w,
         height: h,
     })
+}
+
+/// The URL a string or `URL` image names.
+fn image_url(img: &JsValue) -> Option<String> {
+    img.as_string()
+        .or_else(|| img.dyn_ref::<web_sys::Url>().map(|u| u.href()))
+}
+
+/// Fetch an image URL as a `Blob`.
+async fn fetch_blob(url: &str, abort: &dyn Fn() -> Result<()>) -> Result<Blob> {
+    let what = format!("fetching the image {url}");
+    let resp = JsFuture::from(global_fetch(url, &RequestInit::new()))
+        .await
+        .map_err(|e| js_img_err(&what, &e))?;
+    abort()?;
+    let resp: Response = resp
+        .dyn_into()
+        .map_err(|_| Error::Image(format!("{what}: fetch did not return a Response")))?;
+    if !resp.ok() {
+        return Err(Error::Image(format!(
+            "{what}: HTTP {} {}",
+            resp.status(),
+            resp.status_text()
+        )));
+    }
+    let ctype = resp
+        .headers()
+        .get("content-type")
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
+        return Err(Error::Image(format!(
+            "{what}: the server answered with an HTML page, not an image"
+        )));
+    }
+    let p = resp
+        .blob()
+        .map_err(|e| js_img_err(&format!("{what}: body"), &e))?;
+    let b = JsFuture::from(p)
+        .await
+        .map_err(|e| js_img_err(&format!("{what}: body"), &e))?;
+    abort()?;
+    b.dyn_into::<Blob>()
+        .map_err(|_| Error::Image(format!("{what}: the body is not a Blob")))
+}
+
+/// An encoded image file.
+async fn from_blob(
+    blob: &Blob,
+    limits: &ImageLimits,
+    abort: &dyn Fn() -> Result<()>,
+) -> Result<JsImage> {
+    if blob.size() > limits.max_alloc_bytes as f64 {
+        return Err(Error::Image(format!(
+            "image file of {} bytes exceeds the {}-byte limit",
+            blob.size(),
+            limits.max_alloc_bytes
+        )));
+    }
+    let buf = JsFuture::from(blob.array_buffer())
+        .await
+        .map_err(|e| js_img_err("reading the Blob", &e))?;
+    abort()?;
+    let bytes = Uint8Array::new(&buf).to_vec();
+    drop(buf);
+    let kind = sniff(&bytes);
+    if kind == Kind::Png {
+        return Ok(JsImage::File(bytes));
+    }
+    if kind == Kind::Jpeg {
+        // A truncated JPEG is refused, as the reference refuses it (browsers decode what is there).
+        crate::processor::jpeg::check_complete(&bytes).map_err(Error::Image)?;
+        // Size from the header before anything is decoded.
+        if let Ok((w, h)) = ::image::ImageReader::with_format(
+            std::io::Cursor::new(&bytes[..]),
+            ::image::ImageFormat::Jpeg,
+        )
+        .into_dimensions()
+        {
+            check_pixels(w, h, limits)?;
+        }
+        match create_image_bitmap(blob, Some(&raw_decode_options())).await {
+            Ok(bm) => {
+                abort()?;
+                return from_bitmap(&bm, limits);
+            }
+            Err(e) => {
+                web_sys::console::warn_1(&JsValue::from_str(&format!(
+                    "florence2-wasm: {e}; decoding the JPEG with the package's decoder"
+                )));
+                return Ok(JsImage::File(bytes));
+            }
+        }
+    }
+    if looks_like_html(&bytes[..bytes.len().min(64)]) {
+        return Err(Error::Image(
+            "the image is an HTML page (a wrong URL answered by a fallback page?)".into(),
+        ));
+    }
+    drop(bytes);
+    let bm = create_image_bitmap(blob, Some(&raw_decode_options()))
+        .await
+        .map_err(|e| {
+            Error::Image(format!(
+                "cannot decode this {} file ({e}); PNG and JPEG always work, other types need the \
+                 browser to decode them",
+                if blob.type_().is_empty() {
+                    "image".to_owned()
+                } else {
+                    blob.type_()
+                }
+            ))
+        })?;
+    abort()?;
+    from_bitmap(&bm, limits)
+}
+
+/// Read any supported JS image (the pipeline decodes and preprocesses it). `abort` is checked after
+/// every await.
+pub async fn image_from_js(
+    img: &JsValue,
+    limits: &ImageLimits,
+    abort: &dyn Fn() -> Result<()>,
+) -> Result<JsImage> {
+    if let Some(url) = image_url(img) {
+        let blob = fetch_blob(&url, abort).await?;
+        return from_blob(&blob, limits, abort).await;
+    }
+    if let Some(blob) = img.dyn_ref::<Blob>() {
+        return from_blob(blob, limits, abort).await;
+    }
+    if let Some(data) = img.dyn_ref::<ImageData>() {
+        let (w, h) = (data.width(), data.height());
+        check_pixels(w, h, limits)?;
+        return Ok(JsImage::Rgba {
+            data: data.data().0,
+            width: w,
+            height: h,
+        });
+    }
+    // Drawables: size first (the pixel limit is checked before anything is allocated).
+    let size = if let Some(b) = img.dyn_ref::<ImageBitmap>() {
+        Some((b.width(), b.height()))
+    } else if let Some(el) = img.dyn_ref::<HtmlImageElement>() {
+        if !el.complete() {
+            return Err(Error::Image(
+                "the <img> has not finished loading (await img.decode() first)".into(),
+            ));
+        }
+        Some((el.natural_width(), el.natural_height()))
+    } else if let Some(c) = img.dyn_ref::<HtmlCanvasElement>() {
+        Some((c.width(), c.height()))
+    } else {
+        img.dyn_ref::<OffscreenCanvas>()
+            .map(|c| (c.width(), c.height()))
+    };
+    if let Some((w, h)) = size {
+        check_pixels(w, h, limits)?;
+        return Ok(JsImage::Rgba {
+            data: draw_rgba(img, w, h)?,
+            width: w,
+            height: h,
+        });
+    }
+    if let Some(v) = img.dyn_ref::<HtmlVideoElement>() {
+        // HAVE_CURRENT_DATA: a frame is there to read.
+        if v.ready_state() < 2 {
+            return Err(Error::Image(
+                "the <video> has no current frame yet (wait for its loadeddata or seeked event)"
+                    .into(),
+            ));
+        }
+        check_pixels(v.video_width(), v.video_height(), limits)?;
+    }
+    // HTMLVideoElement (current frame), VideoFrame, SVGImageElement, ...: anything createImageBitmap takes.
+    if img.is_object() && !img.is_function() {
+        let bm = create_image_bitmap(img, None).await.map_err(|e| {
+            let why = e.to_string();
+            Error::Image(format!(
+                "unsupported image: pass a Blob/File, an image URL, ImageBitmap, ImageData, \
+                 HTMLImageElement, HTMLCanvasElement, OffscreenCanvas, HTMLVideoElement or VideoFrame \
+                 ({})",
+                why.trim_start_matches("image error: ")
+            ))
+        })?;
+        abort()?;
+        return from_bitmap(&bm, limits);
+    }
+    Err(Error::Image(
+        "unsupported image: pass a Blob/File, an image URL, ImageBitmap, ImageData, HTMLImageElement, \
+         HTMLCanvasElement, OffscreenCanvas, HTMLVideoElement or VideoFrame"
+            .into(),
+    ))
 }
