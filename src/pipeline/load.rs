@@ -14,7 +14,9 @@ use crate::weights::{self, LoadOptions, WeightDType};
 impl Pipeline {
     /// Load `dir`: config.json, the weights (`model.safetensors` or an index + shards, any supported
     /// layout), `tokenizer.json`, and the optional `preprocessor_config.json` and
-    /// `generation_config.json` (see [`Settings::from_files`]). Returns once the weights are on the GPU.
+    /// `generation_config.json` (see [`Settings::from_files`]), and the model's own task markers from
+    /// `processor_config.json` / `preprocessor_config.json` ([`Settings::with_processor_tasks`]). Returns
+    /// once the weights are on the GPU.
     ///
     /// Weights are f32 (the reference precision); see [`Pipeline::load_dir_with`] for the resident
     /// dtype (fp16, q8, q4).
@@ -31,6 +33,12 @@ impl Pipeline {
             &read_capped(&dir.join("tokenizer.json"), MAX_TOKENIZER_JSON_BYTES as u64)?,
             read_capped_opt(&dir.join("preprocessor_config.json"), MAX_JSON_FILE)?.as_deref(),
             read_capped_opt(&dir.join("generation_config.json"), MAX_JSON_FILE)?.as_deref(),
+        )?
+        .with_processor_tasks(
+            read_capped_opt(&dir.join("processor_config.json"), MAX_JSON_FILE)?.as_deref(),
+        )?
+        .with_processor_tasks(
+            read_capped_opt(&dir.join("preprocessor_config.json"), MAX_JSON_FILE)?.as_deref(),
         )?;
         let model = Florence2::new(gpu, cfg, &weights)?;
         drop(weights);

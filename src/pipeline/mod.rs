@@ -59,6 +59,7 @@ use crate::gpu::Gpu;
 use crate::gpu::{DType, MemReport};
 use crate::model::florence2::Florence2;
 use crate::model::generate::GenerateOptions;
+use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::{ImageLimits, ImageProcessorConfig};
 use crate::processor::tokenizer::Florence2Tokenizer;
 use crate::weights::WeightDType;
@@ -71,6 +72,8 @@ pub struct Pipeline {
     limits: ImageLimits,
     /// Generation defaults (`max_new_tokens` = [`DEFAULT_MAX_NEW_TOKENS`]).
     generation: GenerateOptions,
+    /// The model's own task markers, besides the 15 built-in ones.
+    tasks: CustomTasks,
     /// Tells this pipeline's [`EncodedImage`]s from another's.
     id: u64,
     /// The resident format of the matrix weights.
@@ -88,6 +91,7 @@ impl Pipeline {
             processor: settings.processor,
             limits: settings.limits,
             generation: settings.generation,
+            tasks: settings.tasks,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             dtype: WeightDType::Fp32,
         }
@@ -140,6 +144,11 @@ impl Pipeline {
 
     pub fn limits(&self) -> &ImageLimits {
         &self.limits
+    }
+
+    /// The model's own task markers (fine-tunes).
+    pub fn tasks(&self) -> &CustomTasks {
+        &self.tasks
     }
 
     /// Generation defaults that [`TaskOptions`] override.

@@ -31,7 +31,11 @@ impl Timings {
 /// The answer to one task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskOutput {
+    /// The built-in task; for one of the model's own markers, `Caption` (whose pure-text answer type it
+    /// gets, as the reference's `post_process_generation` gives unknown tasks).
     pub task: Task,
+    /// The marker the answer is keyed by: `task.marker()`, or the model's own marker.
+    pub marker: String,
     /// Exactly `post_process_generation`'s value for the task.
     pub result: TaskResult,
     /// A human-readable rendering of `result`.
@@ -53,7 +57,12 @@ pub struct TaskOutput {
 impl TaskOutput {
     /// The reference's return value `{TASK: value}`.
     pub fn result_json(&self) -> serde_json::Value {
-        self.result.to_json(self.task)
+        let mut map = serde_json::Map::new();
+        map.insert(
+            self.marker.clone(),
+            serde_json::to_value(&self.result).unwrap_or(serde_json::Value::Null),
+        );
+        serde_json::Value::Object(map)
     }
 }
 

@@ -11,7 +11,8 @@ use crate::pipeline::observe::{Callbacks, Stage, TokenStreamer};
 use crate::pipeline::options::TaskOptions;
 use crate::pipeline::output::{finish, TaskOutput, Timings};
 use crate::pipeline::Pipeline;
-use crate::processor::prompt::parse_task_prompt;
+use crate::processor::custom_tasks::AnyTaskPrompt;
+use crate::processor::prompt::Task;
 
 impl Pipeline {
     /// Encode an image once: pixels, then DaViT + projector, the projected features kept on the GPU.
@@ -66,7 +67,8 @@ impl Pipeline {
         callbacks: &Callbacks<'_>,
     ) -> Result<TaskOutput> {
         // Everything that can be refused without the GPU, first.
-        let tp = parse_task_prompt(prompt)?;
+        // A built-in task, or one of the model's own markers (see `Settings::tasks`).
+        let tp = self.tasks.parse(prompt)?;
         let gen = options.resolve(&self.generation)?;
         check(cancel)?;
 
@@ -113,7 +115,11 @@ impl Pipeline {
         callbacks.stage(Stage::Postprocess);
         let t = Stopwatch::start();
         let generated_text = self.tokenizer.decode(&token_ids, false)?;
-        let task = tp.task();
+        let (task, marker) = match &tp {
+            AnyTaskPrompt::Builtin(b) => (b.task(), b.task().marker().to_owned()),
+            // A model's own task: pure text, the answer type `Caption` has.
+            AnyTaskPrompt::Custom { marker, .. } => (Task::Caption, marker.clone()),
+        };
         let (result, text) = finish(task, &generated_text, image.image_size)?;
         let postprocess_ms = t.ms();
         let (preprocess_ms, vision_ms) = if reused {
@@ -123,6 +129,7 @@ impl Pipeline {
         };
         Ok(TaskOutput {
             task,
+            marker,
             result,
             text,
             generated_text,

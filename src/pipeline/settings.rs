@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::model::config::Florence2Config;
 use crate::model::generate::GenerateOptions;
 use crate::pipeline::options::DEFAULT_MAX_NEW_TOKENS;
+use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::{ImageLimits, ImageProcessorConfig};
 use crate::processor::tokenizer::Florence2Tokenizer;
 
@@ -13,6 +14,9 @@ pub struct Settings {
     pub processor: ImageProcessorConfig,
     pub limits: ImageLimits,
     pub generation: GenerateOptions,
+    /// The model's own task markers (fine-tunes) on top of the 15 built-in ones; see
+    /// [`Settings::with_processor_tasks`].
+    pub tasks: CustomTasks,
 }
 
 impl Settings {
@@ -40,6 +44,16 @@ impl Settings {
             processor,
             limits: ImageLimits::default(),
             generation,
+            tasks: CustomTasks::new(),
         })
+    }
+
+    /// Add the task markers a processor config declares (`processor_config.json` or
+    /// `preprocessor_config.json`: `task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`).
+    pub fn with_processor_tasks(mut self, config_json: Option<&[u8]>) -> Result<Settings> {
+        if let Some(b) = config_json {
+            self.tasks.extend(&CustomTasks::from_processor_config(b)?)?;
+        }
+        Ok(self)
     }
 }

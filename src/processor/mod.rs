@@ -1,6 +1,7 @@
 //! The processor: what turns user inputs into model inputs: task prompts (`prompt`), image decoding and
 //! preprocessing (`image`), the BART tokenizer with the Florence-2 tokens (`tokenizer`).
 
+pub mod custom_tasks;
 pub mod image;
 pub mod jpeg;
 pub mod prompt;

@@ -101,7 +101,10 @@ impl RunArgs {
             .map(|(t, x)| format!("{t}{x}"))
             .collect();
         for p in &prompts {
-            parse_task_prompt(p).map_err(|e| Failure::Usage(format!("--task {p:?}: {e}")))?;
+            // An unknown marker may be the model's own (a fine-tune's): checked once it is loaded.
+            if !own_marker_candidate(p) {
+                parse_task_prompt(p).map_err(|e| Failure::Usage(format!("--task {p:?}: {e}")))?;
+            }
         }
         Ok(prompts)
     }
@@ -115,6 +118,15 @@ impl RunArgs {
             length_penalty: self.length_penalty,
         }
     }
+}
+
+/// Whether `p` starts with a marker that is not one of the 15 built-in ones.
+fn own_marker_candidate(p: &str) -> bool {
+    let p = p.trim();
+    p.starts_with('<')
+        && p.find('>').is_some_and(|i| {
+            florence2_wasm::processor::prompt::Task::from_marker(&p[..=i]).is_none()
+        })
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
@@ -141,6 +153,12 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let load_ms = t.ms();
     // Peak memory from here on: the weights plus the largest working set of the tasks.
     gpu.reset_peak_memory();
+    for p in &prompts {
+        pipeline
+            .tasks()
+            .parse(p)
+            .map_err(|e| Failure::Usage(format!("--task {p:?}: {e}")))?;
+    }
     if a.profile {
         gpu.profiler.enable(&gpu, true)?;
     }
@@ -195,7 +213,7 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     } else {
         for (i, out) in outputs.iter().enumerate() {
             if several {
-                println!("{}", out.task.marker());
+                println!("{}", out.marker);
             }
             println!("{}", out.text);
             let t = &out.timings;
@@ -248,7 +266,7 @@ fn json_of(
     vision_ms: f64,
 ) -> serde_json::Value {
     serde_json::json!({
-        "task": out.task.marker(),
+        "task": out.marker,
         "generated_text": out.generated_text,
         "token_ids": out.token_ids,
         "timings_ms": {
