@@ -24,13 +24,16 @@
 //!   the calls in flight with `DeviceLostError` and the model loads itself again (from the Cache API) on
 //!   the next call or on `reload()`. `Florence2.isSupported()` probes WebGPU ([`support`]).
 
+mod cache;
 mod errors;
 mod fetch;
 mod image;
 mod js;
 mod queue;
 mod recover;
+mod source;
 mod support;
+mod tasks;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -53,15 +56,18 @@ use crate::pipeline::{
     Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
 };
 use crate::postprocess::{post_process_generation, TaskResult};
+use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};
 use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
-use crate::weights::load::{CONFIG_FILE, INDEX_FILE, SINGLE_FILE};
-use crate::weights::{detect_layout, Assembler, CheckpointIndex, LoadOptions, WeightDType};
+use crate::weights::load::CONFIG_FILE;
+use crate::weights::{LoadOptions, WeightDType};
 
+pub use cache::CACHE_NAME;
 pub use errors::is_florence2_error;
-pub use fetch::{Source, CACHE_NAME, PIECE_BYTES};
+pub use fetch::{looks_like_html, PIECE_BYTES};
 use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
+pub use source::Source;
 
 pub use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
 /// Cap on the small JSON files (config, preprocessor/generation configs).
@@ -147,17 +153,32 @@ export interface TaskOutputOf<T extends TaskMarker> {
   /** GPU memory at the end of the call, with the peak reached during it. */
   memory: MemoryInfo;
 }
+/** What `runTask` resolves to for a model's own task marker (a fine-tune's `<GENERATE_TAGS>`, ...): the
+ * answer is pure text. Cast a `TaskOutput` to it when `task` is not a built-in marker. */
+export interface CustomTaskOutput {
+  task: string;
+  text: string;
+  result: Record<string, string>;
+  generatedText: string;
+  tokenIds: number[];
+  timings: TaskTimings;
+}
 /** What `runTask` resolves to: a union discriminated by `task`. */
 export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
 
-/** Any image `runTask` accepts. A `Blob` is an encoded PNG or JPEG file (decoded by the package itself). */
+/** Any image `runTask` accepts: an encoded file (`Blob`/`File`: PNG and JPEG always; WebP, AVIF, GIF
+ * (first frame), BMP, ... when the browser decodes them; EXIF orientation applied), an image URL (fetched),
+ * a decoded image, the current frame of a `<video>`, or a `VideoFrame`. */
 export type ImageInput =
-  | ImageBitmap | ImageData | HTMLImageElement | HTMLCanvasElement | OffscreenCanvas | Blob;
+  | Blob | string | URL | ImageBitmap | ImageData | HTMLImageElement | HTMLCanvasElement | OffscreenCanvas
+  | HTMLVideoElement | VideoFrame;
 
-/** A model directory URL (`config.json`, `tokenizer.json`, `model.safetensors` or
- * `model.safetensors.index.json` + shards, optional `preprocessor_config.json`, `generation_config.json`),
+/** A Hugging Face model id (`"microsoft/Florence-2-base-ft"`, resolved with `revision`, `remoteHost`,
+ * `remotePathTemplate`), a hub page URL (`https://huggingface.co/ORG/NAME[/tree/REV]`), a model directory
+ * URL (`config.json`, `tokenizer.json`, `model.safetensors` or `model.safetensors.index.json` + shards,
+ * optional `preprocessor_config.json`, `generation_config.json`; a relative URL starts with `/` or `.`),
  * or an object mapping each file name to its URL. */
-export type ModelSource = string | Record<string, string>;
+export type ModelSource = string | URL | Record<string, string | URL>;
 
 /** A download progress event (shaped like transformers.js's). */
 export interface ProgressEvent {
@@ -207,8 +228,22 @@ export interface LoadOptions {
   /** Resident weight format; default "fp16". */
   dtype?: WeightDType;
   onProgress?: (event: ProgressEvent) => void;
-  /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. */
+  /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
+   * model loads without the network. */
   cache?: boolean;
+  /** Task markers of a fine-tuned model, on top of the 15 built-in ones and those its processor config
+   * declares (`task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`): a list of markers
+   * (the prompt goes to the encoder as written), or `{marker: text}` where the text replaces the marker and
+   * `{input}` in it takes the text after the marker. Their answers are pure text:
+   * `{task, result: {[marker]: string}}` (see `CustomTaskOutput`). */
+  tasks?: string[] | Record<string, string>;
+  /** Git revision of a hub model id: branch, tag or commit (default `"main"`). */
+  revision?: string;
+  /** Hub base URL for model ids (default `"https://huggingface.co/"`): a mirror or a self-hosted copy. */
+  remoteHost?: string;
+  /** Path of a model's files below `remoteHost`, with `{model}` and `{revision}` (default
+   * `"{model}/resolve/{revision}/"`). */
+  remotePathTemplate?: string;
   signal?: AbortSignal;
   limits?: LoadLimits;
   /** Kernel tuning at load: "auto" (default) times the candidate kernels for this model's shapes on this
@@ -248,6 +283,8 @@ export interface RunTaskOptions {
 /// How a model was loaded: what `reload()` and the recovery from a lost device load again.
 struct LoadArgs {
     source: Source,
+    /// Task markers from the `tasks` option (the model's own are read from its files at each load).
+    tasks: CustomTasks,
     use_cache: bool,
     limits: ImageLimits,
     tuning: Tuning,
@@ -492,7 +529,7 @@ impl JsFlorence2 {
 }
 
 async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
-    let source = Source::from_js(source)?;
+    let source = Source::from_js(source, options)?;
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
     let auto_recover = opt_bool(options, "autoRecover")?.unwrap_or(true);
     let signal = opt_signal(options, "signal")?;
@@ -523,6 +560,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     }
     let mut args = LoadArgs {
         source,
+        tasks: tasks::option_tasks(options)?,
         use_cache,
         limits,
         tuning,
@@ -580,27 +618,14 @@ async fn open_pipeline(
         .await?;
     let mut settings = Settings::from_files(&cfg, &tok, pre.as_deref(), gen.as_deref())?;
     settings.limits = args.limits;
+    settings.tasks = tasks::load_tasks(&f, pre.as_deref(), &args.tasks).await?;
     drop(tok);
 
-    let index = f.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await?;
     let model = gpu
         .scoped(async {
-            let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::with_dtype(args.dtype));
-            match index {
-                Some(idx) => {
-                    let index = CheckpointIndex::parse(&idx)?;
-                    asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
-                    for shard in &index.shards {
-                        let names = index.names_in(shard).map(str::to_owned).collect();
-                        f.stream_safetensors(shard, &mut asm, names).await?;
-                    }
-                }
-                None => {
-                    f.stream_safetensors(SINGLE_FILE, &mut asm, Vec::new())
-                        .await?;
-                }
-            }
-            let weights = asm.finish()?;
+            let weights = f
+                .load_weights(&gpu, &cfg, &LoadOptions::with_dtype(args.dtype))
+                .await?;
             let model = Florence2::new(&gpu, cfg, &weights)?;
             drop(weights);
             gpu.check()?;
@@ -719,7 +744,7 @@ async fn run_impl(
     };
     let on_token = opt_fn(&options, "onToken")?;
     let encoded = encoded_of(&inner, &image)?;
-    parse_task_prompt(&prompt)?;
+    pipeline.tasks().parse(&prompt)?;
     abort()?;
 
     // One call at a time, in call order.
@@ -768,9 +793,9 @@ async fn run_impl(
 
     let t = &out.timings;
     let mut result = BTreeMap::new();
-    result.insert(out.task.marker(), &out.result);
+    result.insert(out.marker.as_str(), &out.result);
     to_js(&Output {
-        task: out.task.marker(),
+        task: &out.marker,
         text: &out.text,
         result,
         generated_text: &out.generated_text,
