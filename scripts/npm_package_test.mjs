@@ -19,24 +19,39 @@ const pkgDir = join(app, "node_modules", "florence2-wasm");
 const pkg = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
 assert.equal(pkg.name, "florence2-wasm");
 assert.equal(pkg.license, "MIT");
-const entry = pkg.module || pkg.main;
-for (const f of [entry, pkg.types, "florence2_wasm_bg.wasm", "README.md", "LICENSE"]) {
+assert.equal(pkg.type, "module");
+assert.deepEqual(pkg.exports["."], { types: "./index.d.ts", default: "./index.js" });
+assert.deepEqual(pkg.exports["./worker"], { types: "./worker.d.ts", default: "./worker.js" });
+// index.js patches Florence2's statics and worker.js serves on import: both must count as side effects.
+assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")), ["./index.js", "./worker.js"]);
+const entry = pkg.exports["."].default.replace(/^\.\//, "");
+for (const f of [entry, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
+                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "README.md", "LICENSE"]) {
   assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
 }
 assert.match(readFileSync(join(pkgDir, "LICENSE"), "utf8"), /^MIT License/);
 assert.match(readFileSync(join(pkgDir, "README.md"), "utf8"), /Florence2\.load/);
-const dts = readFileSync(join(pkgDir, pkg.types), "utf8");
+const dts = readFileSync(join(pkgDir, "florence2_wasm.d.ts"), "utf8");
 // Public declarations: no `any` (comments stripped). `InitOutput` is excluded: it lists the raw wasm
 // exports (externref slots are typed `any` by wasm-bindgen), which no user code calls.
-const code = dts.replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "")
-  .replace(/export interface InitOutput \{[\s\S]*?\n\}/, "");
-assert.ok(!/export interface InitOutput/.test(code), "InitOutput block not found/stripped");
-const anys = code.split("\n").filter((l) => /\bany\b/.test(l));
-assert.deepEqual(anys, [], "`any` in the public TypeScript declarations");
+for (const f of ["florence2_wasm.d.ts", "index.d.ts", "client.d.ts", "worker.d.ts"]) {
+  const code = readFileSync(join(pkgDir, f), "utf8").replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "")
+    .replace(/export interface InitOutput \{[\s\S]*?\n\}/, "");
+  assert.ok(!/export interface InitOutput/.test(code), `${f}: InitOutput block not stripped`);
+  const anys = code.split("\n").filter((l) => /\bany\b/.test(l));
+  assert.deepEqual(anys, [], `\`any\` in the public TypeScript declarations (${f})`);
+}
 for (const t of ["TaskOutput", "LoadOptions", "RunTaskOptions", "ProgressEvent", "ModelSource", "ImageInput",
+                 "CacheInfo", "remotePathTemplate",
                  "static load(source: ModelSource, options?: LoadOptions): Promise<Florence2>",
-                 "runTask(image: ImageInput, prompt: string, options?: RunTaskOptions): Promise<TaskOutput>"]) {
+                 "static cacheInfo(source?: ModelSource, options?: LoadOptions): Promise<CacheInfo>",
+                 "static clearCache(source?: ModelSource, options?: LoadOptions): Promise<boolean>",
+                 "runTask(image: ImageInput | EncodedImage, prompt: string, options?: RunTaskOptions): Promise<TaskOutput>"]) {
   assert.ok(dts.includes(t), `declarations lack ${t}`);
+}
+const idx = readFileSync(join(pkgDir, "index.d.ts"), "utf8");
+for (const t of ['export * from "./florence2_wasm.js"', "export default init", "Florence2Worker"]) {
+  assert.ok(idx.includes(t), `index.d.ts lacks ${t}`);
 }
 console.log(`package ok: ${tarball} (${(statSync(tarball).size / 1e6).toFixed(2)} MB packed)`);
 

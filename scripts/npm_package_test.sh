@@ -5,7 +5,11 @@
 # in headless Chromium's WebGPU (playwright-core from www/package.json) load the tiny2 fixture model over
 # http and run `<CAPTION>` on scene.png: the answer must equal the native CLI's
 # (tests/fixtures/browser/cli_expected.json). Also checks the tarball's contents and that the public
-# TypeScript declarations contain no `any`.
+# TypeScript declarations contain no `any`. Then, on the same tarball: `npm publish --dry-run` must be clean;
+# scripts/npm/loading_test.mjs (SPA-fallback server, offline reload with the server stopped, cache API,
+# corrupted cache entry, hub model ids); scripts/npm/bundler_test.mjs (the app in scripts/npm/app/ built
+# with Vite (build + dev server) and webpack 5, page and worker answers equal to the CLI's).
+# NPM_TESTS="package loading bundlers" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -19,4 +23,23 @@ tarball=$(cd pkg && npm pack --silent --pack-destination "$scratch" | tail -1)
 echo "packed $tarball ($(du -h "$scratch/$tarball" | cut -f1))"
 mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
-node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
+parts=" ${NPM_TESTS:-package loading bundlers} "
+if [[ $parts == *" package "* ]]; then
+  node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
+  # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
+  dry=$(cd pkg && npm publish --dry-run 2>&1)
+  if grep -Ei "warn.*(correct|invalid|normaliz)|npm error" <<<"$dry"; then
+    echo "npm publish --dry-run is not clean" >&2
+    exit 1
+  fi
+  echo "npm publish --dry-run: clean"
+fi
+if [[ $parts == *" loading "* ]]; then
+  node scripts/npm/loading_test.mjs "$scratch/app"
+fi
+if [[ $parts == *" bundlers "* ]]; then
+  if [ ! -d scripts/npm/bundlers/node_modules/vite ]; then
+    (cd scripts/npm/bundlers && npm ci --no-audit --no-fund)
+  fi
+  node scripts/npm/bundler_test.mjs "$scratch/app"
+fi

@@ -1,0 +1,2 @@
+// The model's worker: one import serves Florence2Worker's requests.
+import "florence2-wasm/worker";

@@ -1,0 +1,14 @@
+// Types of the package entry (index.js): everything florence2_wasm.d.ts declares, plus an optional
+// `init()` and the worker client.
+import type { InitInput, InitOutput, SyncInitInput } from "./florence2_wasm.js";
+export * from "./florence2_wasm.js";
+export { Florence2Worker } from "./client.js";
+
+/** Load and instantiate the wasm module (optional: `Florence2.load` does it on first use). `input`: where
+ * the `.wasm` is (default: next to the package's JS file), or the module itself. */
+export function init(
+  input?: { module_or_path: InitInput | Promise<InitInput> } | InitInput | Promise<InitInput>,
+): Promise<InitOutput>;
+export default init;
+/** Instantiate from wasm bytes or a compiled module, synchronously. */
+export function initSync(module: { module: SyncInitInput } | SyncInitInput): InitOutput;
