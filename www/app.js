@@ -172,16 +172,13 @@ async function probeGpu() {
 
 // ---------------------------------------------------------------- model loading + progress
 
-/** A Hugging Face repo page (https://huggingface.co/ORG/NAME[/tree/REV]) becomes its file base URL. */
+/** The model source as typed: a hub model id ("org/name") is passed on as it is, a URL made absolute
+ * against the page. The package resolves ids and hub page URLs (https://huggingface.co/ORG/NAME[/tree/REV])
+ * into file URLs itself. */
 export function normalizeModelUrl(raw) {
-  const url = new URL(raw.trim(), location.href);
-  if (url.hostname === "huggingface.co") {
-    const parts = url.pathname.split("/").filter(Boolean);
-    if (parts.length === 2) url.pathname = `/${parts[0]}/${parts[1]}/resolve/main/`;
-    else if (parts.length >= 4 && parts[2] === "tree") url.pathname = `/${parts[0]}/${parts[1]}/resolve/${parts.slice(3).join("/")}/`;
-  }
-  if (!url.pathname.endsWith("/")) url.pathname += "/";
-  return url.href;
+  const s = raw.trim();
+  if (/^[A-Za-z0-9][\w.-]*\/[A-Za-z0-9_][\w.-]*$/.test(s) && !s.includes("..")) return s;
+  return new URL(s, location.href).href;
 }
 
 const fmtBytes = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : n >= 1e6 ? `${(n / 1e6).toFixed(1)} MB` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} kB` : `${n} B`);

@@ -91,13 +91,9 @@ async function probe() {
   };
 }
 
-// JPEG/PNG bytes go to the package as a Blob (decoded in wasm exactly like the native CLI); anything else
-// (WebP, GIF, AVIF, BMP) or an already decoded bitmap is passed as an ImageBitmap.
+// Every image goes to the package as it is: it decodes any Blob the browser can (WebP, GIF, AVIF, BMP
+// included), applies EXIF orientation, and takes bitmaps, URLs and video frames.
 async function toModelImage(image) {
-  if (image instanceof Blob) {
-    if (image.type === "image/png" || image.type === "image/jpeg") return image;
-    return await createImageBitmap(image, { imageOrientation: "from-image" });
-  }
   return image;
 }
 
