@@ -16,12 +16,30 @@ any of the three layouts the package loads (HF-native `model.vision_tower.*`, or
   (+ tokenizer_config.json, processor_config.json when present; never any .py file)
 
 Tensor names and layouts are kept as they are (the package maps all three layouts itself); the safetensors
-`format` metadata is kept (`mlx` for mlx conversions). Tied copies of the shared embedding
+`format` metadata is kept (`mlx` for mlx conversions).
+
+--dtype q8 / q4 writes a quantized checkpoint (format `florence2-wasm-block`, the engine's resident q8/q4
+format, so the loader streams it straight into GPU buffers; any resident dtype can still be chosen at load,
+the others dequantize). Only the matrix weights are quantized (rank-2 `*.weight` tensors of the linears, the
+shared embedding and LM head, except position tables, whose rows are whole 32-weight blocks); every other
+tensor keeps its dtype. A quantized matrix NAME (N, K) becomes ONE tensor `NAME.qweight`, dtype U8, shape
+(N, row_bytes), each row exactly the engine's GPU row layout:
+  [quants][K/32 float16 scales, little-endian][zero padding to a multiple of 16 bytes]
+  - blocks of 32 weights along K; scale d = max|w| / QMAX rounded to float16 (QMAX 127 for q8, 7 for q4;
+    +-inf scales become 65504), q = round-half-away-from-zero(w / d) clamped to [-QMAX, QMAX] (float32
+    arithmetic; non-finite weights count as 0); the weight stands for d * q;
+  - q8: K bytes, q as two's-complement int8; q4: K/2 bytes, weight k in byte k/2 (low nibble for even k,
+    high for odd), stored as q + 8;
+  - row_bytes = K*bits/8 + ceil(K/16 / 16) * 16 (816 for q8, 432 for q4 at K = 768).
+This is bit for bit what the engine's own quantizer (src/gpu/quant.rs) makes from a float checkpoint loaded
+with `dtype: "q8"`/`"q4"`. config.json gains
+  "quantization": {"format": "florence2-wasm-block", "bits": 8|4, "block_size": 32, "scale_dtype": "float16",
+                   "tensors": [the quantized NAMEs]} Tied copies of the shared embedding
 (`*embed_tokens.weight`, `lm_head.weight` equal to `*shared.weight`) are dropped unless --keep-tied: the
 package ties the LM head to the shared embedding itself.
 
 Usage:
-  python3 scripts/convert_checkpoint.py SRC OUT [--dtype keep|f32|f16|bf16] [--shard-size 500MB]
+  python3 scripts/convert_checkpoint.py SRC OUT [--dtype keep|f32|f16|bf16|q8|q4] [--shard-size 500MB]
                                         [--tokenizer FILE] [--keep-tied] [--force] [--no-verify]
 SRC is a model directory (pytorch_model.bin, pytorch_model.bin.index.json, model.safetensors or
 model.safetensors.index.json, configs beside it) or one weights file (configs looked for beside it).
@@ -45,6 +63,10 @@ except ImportError as e:  # pragma: no cover
     sys.exit(f"convert_checkpoint: needs torch and safetensors ({e})")
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+QBITS = {"q8": 8, "q4": 4}
+QUANT_FORMAT = "florence2-wasm-block"
+QBLOCK = 32
+QWEIGHT_SUFFIX = ".qweight"
 F16_MAX = 65504.0
 SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 EXTRA_FILES = ["tokenizer_config.json", "processor_config.json"]
@@ -218,6 +240,65 @@ def convert_dtype(tensors, dtype):
     return out
 
 
+# ------------------------------------------------------------------------------------------ quantizing
+# Mirrors src/gpu/quant.rs bit for bit. Every value is computed in float64 and rounded to float32 exactly
+# where the Rust code rounds (a float64 result of one +, *, / of float32 operands, rounded once to float32,
+# is the correctly rounded float32 result), so no torch kernel's choice of vectorised arithmetic matters.
+
+def is_matrix_weight(name, t):
+    """weights::is_matrix_weight on source names (original/mlx names keep the same substrings, except
+    image_pos_embed, the original name of image_position_embed)."""
+    return (
+        t.dim() == 2
+        and name.endswith(".weight")
+        and "embed_positions" not in name
+        and "image_position_embed" not in name
+        and "image_pos_embed" not in name
+    )
+
+
+def row_bytes(bits, k):
+    return k * bits // 8 + (k // QBLOCK * 2 + 15) // 16 * 16
+
+
+def quantize_rows(t, bits):
+    """(N, K) float tensor -> (N, row_bytes) uint8 in the engine's row layout."""
+    n, k = t.shape
+    qmax = 127.0 if bits == 8 else 7.0
+    w = t.detach().to(torch.float64).reshape(n, k // QBLOCK, QBLOCK)
+    w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
+    amax = w.abs().amax(dim=-1)  # exact: float32 values
+    d16 = (amax / qmax).to(torch.float32).to(torch.float16)  # f32 division, then f16 rounding
+    d16 = torch.where(torch.isinf(d16), torch.full_like(d16, 65504.0), d16)
+    d = d16.to(torch.float64)
+    inv = torch.where(d > 0, (1.0 / torch.where(d > 0, d, torch.ones_like(d))).to(torch.float32).to(torch.float64), torch.zeros_like(d))
+    p = (w * inv.unsqueeze(-1)).to(torch.float32).to(torch.float64)  # f32 product (exact in f64, rounded once)
+    q = (torch.sign(p) * torch.floor(p.abs() + 0.5)).clamp(-qmax, qmax).to(torch.int32).reshape(n, k)
+    if bits == 8:
+        quants = q.to(torch.int8).view(torch.uint8)
+    else:
+        nib = (q + 8).to(torch.uint8)
+        quants = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    scales = d16.contiguous().view(torch.int16)
+    scale_bytes = torch.stack([(scales & 0xFF), (scales >> 8) & 0xFF], dim=-1).reshape(n, -1).to(torch.uint8)
+    pad = row_bytes(bits, k) - quants.shape[1] - scale_bytes.shape[1]
+    return torch.cat([quants, scale_bytes, torch.zeros(n, pad, dtype=torch.uint8)], dim=1).contiguous()
+
+
+def quantize_checkpoint(tensors, bits):
+    """Quantize the matrix weights; returns (tensors, sorted names of the quantized matrices)."""
+    out, names = {}, []
+    for k, t in tensors.items():
+        if k.endswith(QWEIGHT_SUFFIX):
+            raise ConvertError(f"{k}: the source is already quantized (convert from a float checkpoint)")
+        if t.is_floating_point() and is_matrix_weight(k, t) and t.shape[1] > 0 and t.shape[1] % QBLOCK == 0:
+            out[k + QWEIGHT_SUFFIX] = quantize_rows(t, bits)
+            names.append(k)
+        else:
+            out[k] = t
+    return out, sorted(names)
+
+
 def nbytes(t):
     return t.numel() * t.element_size()
 
@@ -351,13 +432,35 @@ def convert(src, out, dtype="keep", shard_size=None, tokenizer=None, keep_tied=F
     dropped = [] if keep_tied else drop_tied(tensors)
     if dropped:
         log(f"dropped tied copies of the shared embedding: {', '.join(dropped)}")
-    tensors = convert_dtype(tensors, None if dtype == "keep" else DTYPES[dtype])
+    quantized = None
+    if dtype in QBITS:
+        cfg_src = os.path.join(src_dir, "config.json")
+        if os.path.isfile(cfg_src):
+            with open(cfg_src) as f:
+                if "quantization" in json.load(f):
+                    raise ConvertError(f"{cfg_src}: the source is already quantized")
+        tensors, quantized = quantize_checkpoint(tensors, QBITS[dtype])
+        log(f"quantized {len(quantized)} matrix weights to {dtype} ({QUANT_FORMAT})")
+    else:
+        tensors = convert_dtype(tensors, None if dtype == "keep" else DTYPES[dtype])
     out_meta = {"format": str(meta.get("format", "pt"))}
     files, total = write_weights(tensors, out, out_meta, shard_size)
     if check:
         verify(tensors, out, files)
     for note in side_files(src_dir, out, tokenizer):
         log(note)
+    if quantized is not None:
+        cfg_path = os.path.join(out, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg["quantization"] = {
+            "format": QUANT_FORMAT,
+            "bits": QBITS[dtype],
+            "block_size": QBLOCK,
+            "scale_dtype": "float16",
+            "tensors": quantized,
+        }
+        write_json(cfg_path, cfg)
     log(f"wrote {out}: {len(files)} weight file(s), {total / 1e6:.1f} MB of tensors ({dtype})" + (", verified" if check else ""))
     return files
 
@@ -366,7 +469,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", help="model directory or weights file (.bin, .safetensors, .index.json)")
     ap.add_argument("out", help="output directory")
-    ap.add_argument("--dtype", choices=["keep", "f32", "f16", "bf16"], default="keep")
+    ap.add_argument("--dtype", choices=["keep", "f32", "f16", "bf16", "q8", "q4"], default="keep",
+                    help="float dtype of every float tensor, or q8/q4: block-quantized matrix weights (see above)")
     ap.add_argument("--shard-size", type=parse_size, help="split the weights into files of at most this size (e.g. 500MB)")
     ap.add_argument("--tokenizer", help="tokenizer.json to use (default: SRC's, or built from vocab.json + merges.txt)")
     ap.add_argument("--keep-tied", action="store_true", help="keep embed_tokens / lm_head copies of the shared embedding")

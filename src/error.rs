@@ -65,6 +65,11 @@ pub enum Error {
     #[error("tensor '{name}' has unsupported dtype {dtype} (F32, F16, BF16 are supported)")]
     UnsupportedDtype { name: String, dtype: String },
     /// A safetensors header is malformed (length, JSON, offsets, overlaps, ...).
+    /// A quantized checkpoint tensor (`NAME.qweight`, see `weights::quantized`) that does not match the
+    /// config's `quantization` entry or its documented layout.
+    #[error("quantized tensor '{name}': {msg}")]
+    QuantizedTensor { name: String, msg: String },
+
     #[error("unknown weight dtype '{0}' (expected fp32, fp16, q8 or q4)")]
     UnknownDType(String),
 
@@ -160,6 +165,7 @@ impl Error {
             | Error::MissingTensor { .. }
             | Error::TensorShape { .. }
             | Error::UnsupportedDtype { .. }
+            | Error::QuantizedTensor { .. }
             | Error::SafetensorsHeader { .. }
             | Error::Truncated { .. }
             | Error::CheckpointIndex { .. }
@@ -217,6 +223,10 @@ mod tests {
                 name: s(),
                 dtype: s(),
             },
+            Error::QuantizedTensor {
+                name: s(),
+                msg: s(),
+            },
             Error::SafetensorsHeader {
                 file: s(),
                 msg: s(),
@@ -264,6 +274,7 @@ mod tests {
                 | Error::MissingTensor { .. }
                 | Error::TensorShape { .. }
                 | Error::UnsupportedDtype { .. }
+                | Error::QuantizedTensor { .. }
                 | Error::SafetensorsHeader { .. }
                 | Error::Truncated { .. }
                 | Error::CheckpointIndex { .. }

@@ -126,9 +126,16 @@ fn fixture_variants_load_to_the_hf_native_tensors() {
 #[test]
 fn fixture_streamed_equals_ranged() {
     let gpu = gpu();
-    for (name, dtype) in ["tiny2-mlx-bf16", "tiny4-f16-sharded"]
-        .into_iter()
-        .flat_map(|n| WeightDType::ALL.into_iter().map(move |d| (n, d)))
+    // The quantized ones (made by scripts/convert_checkpoint.py) too: their rows are gathered across
+    // chunks, then copied or dequantized.
+    for (name, dtype) in [
+        "tiny2-mlx-bf16",
+        "tiny4-f16-sharded",
+        "tiny2-q8",
+        "tiny2-orig-q4-sharded",
+    ]
+    .into_iter()
+    .flat_map(|n| WeightDType::ALL.into_iter().map(move |d| (n, d)))
     {
         let dir = model_dir(name);
         let (cfg, w) = load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype)).unwrap();

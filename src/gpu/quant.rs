@@ -13,7 +13,9 @@
 //! fixtures, cut the share of decode steps whose arg-max matches f32 from 96% to 63% / 56%: the clipped or
 //! one-sided extremes bias whole LM-head rows, which matters more than the mean error.
 //!
-//! Row layout in the GPU buffer (and in quantized checkpoints, see `scripts/convert_checkpoint.py`):
+//! Row layout in the GPU buffer (and, byte for byte, in quantized checkpoints: `NAME.qweight` U8
+//! tensors, see [`crate::weights::quantized`] and `scripts/convert_checkpoint.py --dtype q8|q4`, whose
+//! quantizer reproduces this one bit for bit):
 //! `[quants][scales][zero padding]`, each row starting at a multiple of 16 bytes:
 //! - q8 quants: K bytes, weight k is the two's-complement byte k.
 //! - q4 quants: K/2 bytes, weight k in byte k/2, low nibble for even k, high nibble for odd k, stored as
@@ -147,6 +149,19 @@ pub fn quantize_rows(fmt: QFormat, k: usize, values: &[f32], out: &mut Vec<u8>) 
 
 /// The weights quantized rows stand for (`d * q`), as f32: the reference the kernels are tested against.
 pub fn dequantize_rows(fmt: QFormat, k: usize, bytes: &[u8]) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    dequantize_rows_into(fmt, k, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// [`dequantize_rows`], appending to `out` (the loader's conversion of quantized checkpoint rows into
+/// another resident dtype).
+pub fn dequantize_rows_into(
+    fmt: QFormat,
+    k: usize,
+    bytes: &[u8],
+    out: &mut Vec<f32>,
+) -> Result<()> {
     fmt.check_k("dequantize_rows", k)?;
     let row_bytes = fmt.row_bytes(k);
     if !bytes.len().is_multiple_of(row_bytes) {
@@ -156,7 +171,7 @@ pub fn dequantize_rows(fmt: QFormat, k: usize, bytes: &[u8]) -> Result<Vec<f32>>
         ));
     }
     let qbytes = fmt.quant_bytes(k);
-    let mut out = Vec::with_capacity(bytes.len() / row_bytes * k);
+    out.reserve(bytes.len() / row_bytes * k);
     for row in bytes.chunks_exact(row_bytes) {
         for kk in 0..k {
             let b = kk / QBLOCK;
@@ -176,7 +191,7 @@ pub fn dequantize_rows(fmt: QFormat, k: usize, bytes: &[u8]) -> Result<Vec<f32>>
             out.push(d * q as f32);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -69,6 +69,8 @@ pub struct Florence2Config {
     /// Generation defaults found in config.json itself (older checkpoints keep them there).
     pub num_beams: Option<usize>,
     pub no_repeat_ngram_size: Option<usize>,
+    /// The `quantization` entry of a quantized checkpoint (`crate::weights::quantized`).
+    pub quantization: Option<crate::weights::quantized::QuantizationConfig>,
 }
 
 /// Largest value any size field may take; far above every released model, far below what could
@@ -175,6 +177,7 @@ impl Florence2Config {
             image_token_id: id_opt(v, "image_token_id", "config")?,
             num_beams: uint_opt(v, "num_beams", "config")?,
             no_repeat_ngram_size: uint_opt(v, "no_repeat_ngram_size", "config")?,
+            quantization: crate::weights::quantized::QuantizationConfig::from_config(v)?,
             vision,
             text,
         };

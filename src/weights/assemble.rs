@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::quant::{quantize_rows, QBLOCK};
+use crate::gpu::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
 use crate::model::config::Florence2Config;
 use crate::ops::layout::permute;
@@ -19,6 +19,7 @@ use crate::weights::expected::{
 };
 use crate::weights::header::{Header, TensorInfo};
 use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
+use crate::weights::quantized::{check_rows, quant_err, QuantizationConfig, QWEIGHT_SUFFIX};
 use crate::weights::store::Weights;
 
 /// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); every other tensor
@@ -137,6 +138,9 @@ pub struct TensorPlan {
     /// Canonical shape (after the fix-up).
     pub shape: Vec<usize>,
     pub fixup: Fixup,
+    /// The source holds quantized rows in this format (a `NAME.qweight` U8 tensor of a quantized
+    /// checkpoint, [`crate::weights::quantized`]); `None` for float sources.
+    pub quant: Option<QFormat>,
 }
 
 /// Host-memory accounting of the loader's own buffers (bytes held by the loader, not by wgpu).
@@ -157,7 +161,8 @@ impl MemStats {
 /// Receives one tensor's bytes in order, in pieces of any size.
 pub struct TensorWriter {
     plan: TensorPlan,
-    conv: ElemConverter,
+    /// Element converter of a float source (`None` for a quantized source, which arrives in rows).
+    conv: Option<ElemConverter>,
     /// GPU buffer receiving the source-layout values in its resident dtype (f32 when a fix-up permutes
     /// it on the GPU when complete).
     dest: Tensor,
@@ -170,6 +175,10 @@ pub struct TensorWriter {
     flushed: usize,
     /// Every value seen so far is zero (tracked to drop an all-zero `final_logits_bias`).
     all_zero: bool,
+    /// Quantized source: the bytes of a partial row held between pushes.
+    row_carry: Vec<u8>,
+    /// Quantized source: bytes received so far.
+    bytes_in: u64,
 }
 
 impl TensorWriter {
@@ -179,7 +188,8 @@ impl TensorWriter {
 
     /// Bytes held on the host by this writer (a partial element).
     pub fn host_bytes(&self) -> u64 {
-        (self.conv.pending() + self.pending.capacity() * 4) as u64
+        let partial = self.conv.as_ref().map_or(0, ElemConverter::pending);
+        (partial + self.pending.capacity() * 4 + self.row_carry.capacity()) as u64
     }
 
     /// Elements per encoded unit of the resident dtype, and bytes per unit.
@@ -202,6 +212,8 @@ pub struct Assembler {
     layout: Option<Layout>,
     /// Channels-last conv weights seen (or declared by metadata): resolves ambiguous conv shapes.
     channels_last: bool,
+    /// The config's `quantization` entry (quantized checkpoints).
+    quant: Option<QuantizationConfig>,
     weights: Weights,
     planned: BTreeSet<String>,
     ignored: Vec<String>,
@@ -227,6 +239,7 @@ impl Assembler {
             table,
             layout: None,
             channels_last: false,
+            quant: cfg.quantization.clone(),
             weights: Weights::new(),
             planned: BTreeSet::new(),
             ignored: Vec::new(),
@@ -310,13 +323,45 @@ impl Assembler {
         layout: Layout,
         t: &TensorInfo,
     ) -> Result<Option<TensorPlan>> {
-        let Some(canonical) = canonical_name(layout, &t.name) else {
+        let quantized = t.name.strip_suffix(QWEIGHT_SUFFIX);
+        let base = quantized.unwrap_or(&t.name);
+        let Some(canonical) = canonical_name(layout, base) else {
             return Ok(None);
         };
         let Some((shape, _)) = self.table.get(&canonical) else {
             return Ok(None);
         };
         let shape = shape.clone();
+        let listed = self
+            .quant
+            .as_ref()
+            .is_some_and(|q| q.tensors.contains(base));
+        if let Some(base) = quantized {
+            let fmt = self.check_quantized(layout, t, base, &canonical, &shape)?;
+            if !self.planned.insert(canonical.clone()) {
+                return Err(Error::SafetensorsHeader {
+                    file: file.to_owned(),
+                    msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
+                });
+            }
+            return Ok(Some(TensorPlan {
+                canonical,
+                src: t.clone(),
+                shape,
+                fixup: Fixup::None,
+                quant: Some(fmt),
+            }));
+        }
+        if listed {
+            return Err(quant_err(
+                &t.name,
+                format!(
+                    "config.json lists it as quantized, but the checkpoint stores it as {} (expected '{}{QWEIGHT_SUFFIX}')",
+                    t.dtype.as_str(),
+                    t.name
+                ),
+            ));
+        }
         if !t.dtype.is_loadable() {
             return Err(Error::UnsupportedDtype {
                 name: t.name.clone(),
@@ -365,15 +410,81 @@ impl Assembler {
             src: t.clone(),
             shape,
             fixup,
+            quant: None,
         }))
+    }
+
+    /// Check a `BASE.qweight` source tensor against the config's `quantization` entry and the expected
+    /// `(N, K)` shape of its canonical tensor; returns its format.
+    fn check_quantized(
+        &self,
+        layout: Layout,
+        t: &TensorInfo,
+        base: &str,
+        canonical: &str,
+        shape: &[usize],
+    ) -> Result<QFormat> {
+        let Some(q) = &self.quant else {
+            return Err(quant_err(
+                &t.name,
+                "the checkpoint holds quantized rows but config.json has no quantization entry",
+            ));
+        };
+        if !q.tensors.contains(base) {
+            return Err(quant_err(
+                &t.name,
+                format!("'{base}' is not listed in config.json quantization.tensors"),
+            ));
+        }
+        let fmt = q.format;
+        let permuted =
+            canonical == crate::weights::expected::IMAGE_PROJECTION && layout == Layout::Original;
+        let &[n, k] = shape else {
+            return Err(quant_err(
+                &t.name,
+                format!("'{canonical}' {shape:?} is not a matrix and cannot be quantized"),
+            ));
+        };
+        if !is_matrix_weight(canonical, shape) || permuted || !k.is_multiple_of(QBLOCK) {
+            return Err(quant_err(
+                &t.name,
+                format!(
+                    "'{canonical}' {shape:?} is not a matrix weight with rows of whole {QBLOCK}-weight blocks (only those are quantized)"
+                ),
+            ));
+        }
+        if t.dtype != crate::weights::header::StDtype::U8 {
+            return Err(quant_err(
+                &t.name,
+                format!("stored as {}; quantized rows are U8", t.dtype.as_str()),
+            ));
+        }
+        let rb = fmt.row_bytes(k);
+        if t.shape != [n, rb] {
+            return Err(quant_err(
+                &t.name,
+                format!(
+                    "shape {:?} does not hold {} rows of ({n}, {k}): expected [{n}, {rb}]",
+                    t.shape,
+                    fmt.name()
+                ),
+            ));
+        }
+        Ok(fmt)
     }
 
     /// Open a writer for a planned tensor (allocates its GPU buffer in the source layout).
     pub fn begin(&mut self, plan: TensorPlan) -> Result<TensorWriter> {
-        let conv = ElemConverter::new(plan.src.dtype).map_err(|_| Error::UnsupportedDtype {
-            name: plan.src.name.clone(),
-            dtype: plan.src.dtype.as_str().to_owned(),
-        })?;
+        let conv =
+            match plan.quant {
+                Some(_) => None,
+                None => Some(ElemConverter::new(plan.src.dtype).map_err(|_| {
+                    Error::UnsupportedDtype {
+                        name: plan.src.name.clone(),
+                        dtype: plan.src.dtype.as_str().to_owned(),
+                    }
+                })?),
+            };
         let (shape, dtype) = match plan.fixup {
             Fixup::None if is_matrix_weight(&plan.canonical, &plan.shape) => (
                 &plan.shape,
@@ -394,6 +505,8 @@ impl Assembler {
             pending: Vec::new(),
             flushed: 0,
             all_zero: true,
+            row_carry: Vec::new(),
+            bytes_in: 0,
         })
     }
 
@@ -407,8 +520,98 @@ impl Assembler {
     }
 
     fn push_inner(&mut self, w: &mut TensorWriter, bytes: &[u8], out: &mut Vec<f32>) -> Result<()> {
-        w.conv.push(bytes, out)?;
-        let numel = w.plan.src.numel();
+        match w.conv.as_mut() {
+            Some(conv) => conv.push(bytes, out)?,
+            None => return self.push_quantized(w, bytes, out),
+        }
+        self.accept_values(w, out, out.capacity())
+    }
+
+    /// Quantized source: gather whole rows (a partial row waits in `row_carry`), then either copy them
+    /// straight into the buffer (same format) or dequantize them in bounded batches and encode those
+    /// like float values.
+    fn push_quantized(
+        &mut self,
+        w: &mut TensorWriter,
+        mut bytes: &[u8],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let (Some(fmt), &[_, k]) = (w.plan.quant, w.plan.shape.as_slice()) else {
+            return Err(quant_err(&w.plan.src.name, "not a quantized matrix"));
+        };
+        let rb = fmt.row_bytes(k);
+        let total = w.plan.src.byte_len();
+        if w.bytes_in + bytes.len() as u64 > total {
+            return Err(Error::SafetensorsHeader {
+                file: w.plan.src.name.clone(),
+                msg: "more bytes than the tensor holds".into(),
+            });
+        }
+        w.bytes_in += bytes.len() as u64;
+        if !w.row_carry.is_empty() {
+            let take = (rb - w.row_carry.len()).min(bytes.len());
+            w.row_carry.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if w.row_carry.len() == rb {
+                let row = std::mem::take(&mut w.row_carry);
+                self.quantized_rows(w, fmt, k, &row, out)?;
+                w.row_carry = row;
+                w.row_carry.clear();
+            }
+        }
+        let whole = bytes.len() / rb * rb;
+        if whole > 0 {
+            self.quantized_rows(w, fmt, k, &bytes[..whole], out)?;
+        }
+        w.row_carry.extend_from_slice(&bytes[whole..]);
+        if self.since_flush >= self.opts.flush_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Whole quantized rows from the file into the writer's resident dtype.
+    fn quantized_rows(
+        &mut self,
+        w: &mut TensorWriter,
+        fmt: QFormat,
+        k: usize,
+        rows: &[u8],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        check_rows(fmt, k, &w.plan.src.name, rows)?;
+        let rb = fmt.row_bytes(k);
+        if w.dest.dtype().qformat() == Some(fmt) {
+            // The file holds the GPU row layout: straight copy.
+            let offset = (w.flushed / k * rb) as u64;
+            w.dest.write_bytes(&self.gpu, offset, rows)?;
+            let n = rows.len() / rb * k;
+            w.written += n;
+            w.flushed += n;
+            self.since_flush += rows.len() as u64;
+            let held = self.external + w.host_bytes();
+            self.stats.set(held);
+            return Ok(());
+        }
+        // Dequantize at most ~256 KiB of f32 at once (at least one row), whatever the chunk size.
+        let batch = ((256 << 10) / (4 * k)).max(1) * rb;
+        for part in rows.chunks(batch) {
+            out.clear();
+            dequantize_rows_into(fmt, k, part, out)?;
+            self.accept_values(w, out, out.capacity())?;
+        }
+        Ok(())
+    }
+
+    /// Route converted f32 values (in order) into the writer's resident dtype.
+    /// `scratch_capacity`: elements of the f32 scratch holding them (host accounting).
+    fn accept_values(
+        &mut self,
+        w: &mut TensorWriter,
+        out: &[f32],
+        scratch_capacity: usize,
+    ) -> Result<()> {
+        let numel: usize = w.plan.shape.iter().product();
         if w.written + out.len() > numel {
             return Err(Error::SafetensorsHeader {
                 file: w.plan.src.name.clone(),
@@ -428,7 +631,7 @@ impl Assembler {
                 self.since_flush += (out.len() * 4) as u64;
                 w.flushed += out.len();
             }
-            let held = self.external + w.host_bytes() + (out.capacity() * 4) as u64;
+            let held = self.external + w.host_bytes() + (scratch_capacity * 4) as u64;
             self.stats.set(held);
         } else {
             // Complete the pending unit first, then encode this chunk's whole units straight from it;
@@ -440,14 +643,14 @@ impl Assembler {
                 vals = &vals[take..];
                 if w.pending.len() == unit {
                     let pending = std::mem::take(&mut w.pending);
-                    self.write_units(w, unit, unit_bytes, &pending, out.capacity())?;
+                    self.write_units(w, unit, unit_bytes, &pending, scratch_capacity)?;
                     w.pending = pending;
                     w.pending.clear();
                 }
             }
             let whole = vals.len() / unit * unit;
             if whole > 0 {
-                self.write_units(w, unit, unit_bytes, &vals[..whole], out.capacity())?;
+                self.write_units(w, unit, unit_bytes, &vals[..whole], scratch_capacity)?;
             }
             w.pending.extend_from_slice(&vals[whole..]);
         }
@@ -488,12 +691,19 @@ impl Assembler {
 
     /// Close a writer: every element must have arrived; apply the fix-up; store the tensor.
     pub fn finish_tensor(&mut self, w: TensorWriter) -> Result<()> {
-        let numel = w.plan.src.numel();
-        if w.written != numel || w.conv.pending() != 0 {
+        let numel: usize = w.plan.shape.iter().product();
+        let (partial, got) = match &w.conv {
+            Some(conv) => (
+                conv.pending(),
+                (w.written * w.plan.src.dtype.size() + conv.pending()) as u64,
+            ),
+            None => (w.row_carry.len(), w.bytes_in),
+        };
+        if w.written != numel || partial != 0 {
             return Err(Error::Truncated {
                 file: w.plan.src.name.clone(),
                 expected: w.plan.src.byte_len(),
-                got: (w.written * w.plan.src.dtype.size() + w.conv.pending()) as u64,
+                got,
             });
         }
         let TensorWriter {

@@ -14,6 +14,9 @@
 //! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
 //! - [`stream`]: the push-style streaming loader (browser `fetch()` bodies), one [`StreamLoader`] per file.
 //! - [`store`]: [`Weights`] and [`WeightsView`].
+//! - [`quantized`]: quantized checkpoints on disk (`NAME.qweight` U8 tensors in the engine's q8/q4 row
+//!   layout plus a `quantization` entry in `config.json`): copied straight into GPU buffers when loaded
+//!   in their own format, dequantized (and requantized) row by row into any other resident dtype.
 //!
 //! Optional tensors: `lm_head.weight` (aliased to `model.language_model.shared.weight` when absent) and
 //! `final_logits_bias` `(1, V)` (original checkpoints only; HF-native conversions drop it; the loader keeps
@@ -31,6 +34,7 @@ pub mod expected;
 pub mod header;
 pub mod load;
 pub mod names;
+pub mod quantized;
 pub mod source;
 pub mod store;
 pub mod stream;
