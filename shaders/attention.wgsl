@@ -52,6 +52,26 @@ struct Params {
 @group(0) @binding(4) var<storage, read> mask: array<f32>;       // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;  // (B, Tq, H*D)
 
+#if DYN_LEN
+// Dynamic length (a recorded decode step, replayed with the same bind group every step): the key count
+// and the query position come from a buffer written per step, not from the params uniform.
+// dyn_len[0] = kv_len (clamped to tk, so every bound below still holds), dyn_len[1] = q_offset.
+@group(0) @binding(6) var<storage, read> dyn_len: array<u32>;  // (2)
+fn kv_len() -> u32 {
+    return min(dyn_len[0], p.tk);
+}
+fn q_offset() -> u32 {
+    return dyn_len[1];
+}
+#else
+fn kv_len() -> u32 {
+    return p.kv_len;
+}
+fn q_offset() -> u32 {
+    return p.q_offset;
+}
+#endif
+
 const NEG: f32 = -3.0e38;      // running-max start: below any real score
 const VISIBLE: f32 = -1.0e38;  // scores at or below this are masked (additive -inf / finfo.min masks)
 
@@ -93,9 +113,9 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         m_run[lid] = NEG;
         l_run[lid] = 0.0;
     }
-    var kend = p.kv_len;
+    var kend = kv_len();
     if (p.causal != 0u) {
-        kend = min(kend, p.q_offset + row0 + rows);
+        kend = min(kend, q_offset() + row0 + rows);
     }
     workgroupBarrier();
 
@@ -122,7 +142,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             let qrow = row0 + r;
             var ok = r < rows && j < kn;
             if (p.causal != 0u) {
-                ok = ok && key <= p.q_offset + qrow;
+                ok = ok && key <= q_offset() + qrow;
             }
             var s = NEG;
             if (ok) {
@@ -207,9 +227,9 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let b = g / p.heads;
     let hd = p.heads * D;
     let kb = select(b, 0u, p.bk == 1u);
-    var kend = min(p.kv_len, DEC_MAXK);
+    var kend = min(kv_len(), DEC_MAXK);
     if (p.causal != 0u) {
-        kend = min(kend, p.q_offset + 1u);
+        kend = min(kend, q_offset() + 1u);
     }
     for (var d = lid; d < D; d += WG) {
         qs[d] = q[b * hd + h * D + d] * p.scale;

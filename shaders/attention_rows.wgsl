@@ -23,6 +23,7 @@
 // - invocations g >= B*H*n_qgroups return first, so b < B, h < H, and kb = 0 or b < Bk;
 // - q rows i = min(.., Tq - 1) < Tq; columns h*D4 + e < H*D4 since e < D4: q index < B*Tq*H*D4;
 // - keys j < kend = max over rows of lim <= kv_len <= Tk: k/v index < Bk*Tk*H*D4;
+//   (DYN_LEN: kv_len() is clamped to Tk in the shader; the launcher checks that dyn_len holds >= 2 u32s);
 // - mask row[r] < Tq, j < Tk: index < Tq*Tk, read only when has_mask (the mask binding is then (Tq, Tk));
 // - out rows i < Tq (checked): index < B*Tq*H*D4;
 // - private arrays: r < QPI <= MAXQ = 4 and e < D4 <= MAXD4 = 20, so r*MAXD4 + e < 80; s, m, l, lim, row,
@@ -55,6 +56,26 @@ struct Params {
 @group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;          // (Bk, Tk, H*D/4)
 @group(0) @binding(4) var<storage, read> mask: array<f32>;             // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;  // (B, Tq, H*D/4)
+
+#if DYN_LEN
+// Dynamic length (a recorded decode step, replayed with the same bind group every step): the key count
+// and the query position come from a buffer written per step, not from the params uniform.
+// dyn_len[0] = kv_len (clamped to tk, so every bound below still holds), dyn_len[1] = q_offset.
+@group(0) @binding(6) var<storage, read> dyn_len: array<u32>;  // (2)
+fn kv_len() -> u32 {
+    return min(dyn_len[0], p.tk);
+}
+fn q_offset() -> u32 {
+    return dyn_len[1];
+}
+#else
+fn kv_len() -> u32 {
+    return p.kv_len;
+}
+fn q_offset() -> u32 {
+    return p.q_offset;
+}
+#endif
 
 const NEG: f32 = -3.0e38;      // running-max start: below any real score
 const VISIBLE: f32 = -1.0e38;  // scores at or below this are masked (additive -inf / finfo.min masks)
@@ -91,9 +112,9 @@ fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
         m[r] = NEG;
         l[r] = 0.0;
-        var lr = p.kv_len;
+        var lr = kv_len();
         if (p.causal != 0u) {
-            lr = min(lr, p.q_offset + i + 1u);
+            lr = min(lr, q_offset() + i + 1u);
         }
         lim[r] = lr;
         kend = max(kend, lr);

@@ -10,8 +10,9 @@
 //! staging buffers) excluded, then alternating timed runs; the median per-step time of each is reported,
 //! with the ratio. A step includes the decoder for every row, the readback and (beam) log-softmax, top-k,
 //! cache reorder and the CPU bookkeeping. Then a breakdown: the decoder step alone for 1 and 3 rows, and
-//! log-softmax + top-16 of 3 vocabulary rows, and the CPU cost of one recorded step (record + submit,
-//! the GPU's execution excluded). Under `cargo test` (no `--bench` argument) it only builds.
+//! log-softmax + top-16 of 3 vocabulary rows, and the CPU cost of one decoder step (record + submit,
+//! the GPU's execution excluded) recorded at every call (`Decoder::step`) vs replayed from the plan
+//! recorded once per request (`Decoder::step_planned`, what greedy and beam search use), side by side. Under `cargo test` (no `--bench` argument) it only builds.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -169,7 +170,7 @@ fn main() {
     println!("  ratio beam-3 / greedy: {:.2}x", bm / g);
 
     // Where a step's time goes (submit + wait each, medians of 5): the decoder step alone for 1 and 3
-    // rows at position 12, and the beam extras (log-softmax + top-16 of 3 rows).
+    // rows at position 12 (recorded at this call, and replayed from its plan), and the beam extras (log-softmax + top-16 of 3 rows).
     let timed = |f: &mut dyn FnMut(&mut Recorder)| -> f64 {
         let mut v = Vec::new();
         for i in 0..6 {
@@ -191,34 +192,61 @@ fn main() {
         let step = timed(&mut |rec: &mut Recorder| {
             dec.step(rec, &tokens, 12, &mut state).unwrap();
         });
-        println!("  decoder step alone, {b} row(s): {step:.2} ms");
+        let planned = timed(&mut |rec: &mut Recorder| {
+            dec.step_planned(rec, 12, &mut state).unwrap();
+        });
+        println!(
+            "  decoder step alone (submit + GPU), {b} row(s): recorded {step:.2} ms, planned {planned:.2} ms"
+        );
     }
-    // CPU cost of a step: recording (launchers: shape checks, params, bind groups, passes) + submit,
-    // the GPU's execution excluded (the wait comes after the clock stops). Median of 20 after a warm-up.
+    // CPU cost of a step, recorded at every call (`Decoder::step`: launchers' shape checks, params, bind
+    // groups, passes) vs replayed from the plan recorded once (`Decoder::step_planned`: the step buffer's
+    // write + the encode), + submit; the GPU's execution excluded (the wait comes after the clock stops).
+    // Both alternate in one run, median of 20 each after a warm-up (which builds the plan).
+    println!("  CPU per decoder step (record + submit, GPU time excluded), recorded vs planned:");
     for b in [1usize, 3] {
         let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
         let tokens = state.tokens().clone();
-        let (mut rec_ms, mut sub_ms) = (Vec::new(), Vec::new());
-        let mut dispatches = 0;
+        let (mut rec_ms, mut sub_ms) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+        let mut dispatches = [0; 2];
+        let bg0 = gpu.bind_groups_created();
         for i in 0..21 {
-            let t = Instant::now();
-            let mut rec = Recorder::new(&gpu);
-            dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
-            let recorded = t.elapsed().as_secs_f64() * 1e3;
-            dispatches = rec.dispatch_count();
-            rec.submit().unwrap();
-            let total = t.elapsed().as_secs_f64() * 1e3;
-            gpu.wait_idle().unwrap();
-            if i > 0 {
-                rec_ms.push(recorded);
-                sub_ms.push(total - recorded);
+            for (m, planned) in [false, true].into_iter().enumerate() {
+                let t = Instant::now();
+                let mut rec = Recorder::new(&gpu);
+                if planned {
+                    dec.step_planned(&mut rec, 12, &mut state).unwrap();
+                } else {
+                    dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
+                }
+                let recorded = t.elapsed().as_secs_f64() * 1e3;
+                dispatches[m] = rec.dispatch_count();
+                rec.submit().unwrap();
+                let total = t.elapsed().as_secs_f64() * 1e3;
+                gpu.wait_idle().unwrap();
+                if i > 0 {
+                    rec_ms[m].push(recorded);
+                    sub_ms[m].push(total - recorded);
+                }
             }
         }
-        let (r, s) = (median(rec_ms), median(sub_ms));
+        let bind_groups = gpu.bind_groups_created() - bg0;
+        let mut tot = [0.0; 2];
+        for (m, name) in ["recorded", "planned "].into_iter().enumerate() {
+            let (r, s) = (median(rec_ms[m].clone()), median(sub_ms[m].clone()));
+            tot[m] = r + s;
+            println!(
+                "    {b} row(s), {name} ({} dispatches): record {r:.3} ms + submit {s:.3} ms = {:.3} ms",
+                dispatches[m],
+                r + s
+            );
+        }
         println!(
-            "  CPU per decoder step, {b} row(s), {dispatches} dispatches: record {r:.3} ms + submit \
-             {s:.3} ms = {:.3} ms (GPU time excluded)",
-            r + s
+            "    {b} row(s): planned / recorded = {:.3}; bind groups created in 21 + 21 steps: {bind_groups} \
+             (recorded {} per step, planned once: {})",
+            tot[1] / tot[0],
+            dispatches[0],
+            bind_groups - 21 * dispatches[0] as u64
         );
     }
     let x = Tensor::from_f32(&gpu, &[3, vocab], &Rng(3).fill(3 * vocab, 5.0), "x").unwrap();

@@ -64,6 +64,8 @@ pub struct Gpu {
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// Uniform pages returned by finished recorders, reused by the next ones.
     pub(crate) uniform_pool: Mutex<Vec<wgpu::Buffer>>,
+    /// Bind groups created so far by recorders (see [`Gpu::bind_groups_created`]).
+    pub(crate) bind_groups: std::sync::atomic::AtomicU64,
     /// Kernel variant chosen per (op, weight format, shape class) by the tuner; empty = static choices.
     pub choices: Choices,
     /// Per-dispatch GPU times (off unless enabled; see `gpu::profile`).
@@ -211,6 +213,7 @@ impl Gpu {
             error,
             lost,
             uniform_pool: Mutex::new(Vec::new()),
+            bind_groups: Default::default(),
             choices: Choices::default(),
             profiler: Profiler::default(),
             mem: Arc::new(MemCounter::default()),
@@ -285,6 +288,13 @@ impl Gpu {
 
     /// GPU memory held by tensors now, and the peak since the device opened or the last
     /// [`Gpu::reset_peak_memory`].
+    /// Bind groups created on this device so far (every [`crate::gpu::Recorder::dispatch`] creates one;
+    /// replaying a recorded [`crate::gpu::Plan`] creates none). Tests use it to prove that a decode step
+    /// replays its plan instead of recording again.
+    pub fn bind_groups_created(&self) -> u64 {
+        self.bind_groups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn memory(&self) -> MemReport {
         self.mem.report()
     }

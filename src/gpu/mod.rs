@@ -19,7 +19,7 @@ mod tensor;
 pub use context::{Caps, Gpu, GpuOptions};
 pub use pipeline::{include, Kernel, PipelineCache, Shader, INCLUDES};
 pub use quant::QFormat;
-pub use recorder::{staging_buffer, Pending, Recorder};
+pub use recorder::{staging_buffer, Pending, Plan, Recorder};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 
 /// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).

@@ -6,6 +6,14 @@
 //! recorder are uploaded with one `queue.write_buffer` per page just before the submit. Queue writes are
 //! ordered with submits on the queue timeline, so a page can be reused by the next recorder as soon as
 //! this one has submitted.
+//!
+//! Recorded once, replayed many times: a recorder made by [`Recorder::capture`] runs the same launchers
+//! but keeps what they build (pipelines, bind groups, params uniforms written once, workgroup counts,
+//! buffer copies) as a [`Plan`] instead of encoding it. [`Recorder::replay`] then encodes a plan into an
+//! ordinary recorder: per op only `set_pipeline` / `set_bind_group` / `dispatch_workgroups` (wgpu has no
+//! reusable compute command buffers, so this cheap encode is all that is left per use). Whatever changes
+//! between replays must live in buffers the kernels read (the decoder's step uniform, its token ids),
+//! written with `queue.write_buffer` before the submit.
 
 use std::sync::Arc;
 
@@ -15,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::gpu::pipeline::Kernel;
 use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
 use crate::gpu::{Gpu, Tensor};
+use std::sync::atomic::Ordering;
 
 const PAGE_SLOTS: usize = 256;
 
@@ -26,6 +35,88 @@ pub struct Recorder {
     dispatches: usize,
     /// Timestamp bookkeeping when the device's profiler is on (see `gpu::profile`).
     prof: Option<RecProf>,
+    /// Set by [`Recorder::capture`]: ops are kept for a [`Plan`] instead of being encoded.
+    capture: Option<Capture>,
+}
+
+/// What a capturing recorder has kept so far.
+struct Capture {
+    ops: Vec<PlanOp>,
+    /// The shape the next dispatch is labelled with (launchers note shapes while capturing, so a
+    /// replayed plan profiles with the same labels as a recorded step).
+    note: Option<String>,
+    /// The first thing a plan cannot hold (a readback), reported by [`Recorder::into_plan`].
+    refused: Option<String>,
+}
+
+/// One recorded command of a [`Plan`].
+#[derive(Clone)]
+enum PlanOp {
+    Dispatch {
+        pipeline: wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        grid: [u32; 3],
+        entry: &'static str,
+        /// (op, variant, shape) for the profiler.
+        label: (String, String, String),
+    },
+    Copy {
+        src: wgpu::Buffer,
+        src_off: u64,
+        dst: wgpu::Buffer,
+        dst_off: u64,
+        size: u64,
+    },
+}
+
+/// Dispatches and copies recorded once by a capturing [`Recorder`] (see the module docs), replayed
+/// with [`Recorder::replay`] as often as needed. It holds its bind groups and its params pages (written
+/// once when the plan was made); the buffers it binds stay alive as long as the plan does.
+pub struct Plan {
+    gpu: Arc<Gpu>,
+    ops: Vec<PlanOp>,
+    pages: Vec<wgpu::Buffer>,
+    dispatches: usize,
+}
+
+impl Plan {
+    /// Dispatches one replay encodes.
+    pub fn dispatch_count(&self) -> usize {
+        self.dispatches
+    }
+
+    /// Dispatches and buffer copies one replay encodes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // The pages go back to the recorders' pool: a later write to one is ordered after every
+        // submit that used it (queue timeline), as for a recorder's own pages.
+        if let Ok(mut pool) = self.gpu.uniform_pool.lock() {
+            pool.extend(self.pages.drain(..));
+        }
+    }
+}
+
+/// The profiler's (op, variant) of a kernel.
+fn kernel_label(kernel: &Kernel) -> (String, String) {
+    let variant: Vec<String> = kernel
+        .defines
+        .iter()
+        .map(|d| d.to_string())
+        .chain(kernel.overrides.iter().map(|(n, v)| format!("{n}={v}")))
+        .collect();
+    (
+        format!("{}:{}", kernel.shader.name, kernel.entry),
+        variant.join(" "),
+    )
 }
 
 struct RecProf {
@@ -45,12 +136,8 @@ pub struct Pending {
 
 impl Recorder {
     pub fn new(gpu: &Arc<Gpu>) -> Self {
-        let encoder = gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("florence2-recorder"),
-            });
-        let prof = gpu.profiler.is_enabled().then(|| RecProf {
+        let mut r = Recorder::new_plain(gpu, "florence2-recorder");
+        r.prof = gpu.profiler.is_enabled().then(|| RecProf {
             queries: gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("profile-timestamps"),
                 ty: wgpu::QueryType::Timestamp,
@@ -60,19 +147,169 @@ impl Recorder {
             note: None,
             labels: Vec::new(),
         });
+        r
+    }
+
+    /// A recorder that keeps what the launchers build as a [`Plan`] ([`Recorder::into_plan`]) instead
+    /// of encoding it. Readbacks cannot be part of a plan (their staging buffer is mapped per use).
+    pub fn capture(gpu: &Arc<Gpu>) -> Self {
+        let mut r = Recorder::new_plain(gpu, "florence2-capture");
+        r.capture = Some(Capture {
+            ops: Vec::new(),
+            note: None,
+            refused: None,
+        });
+        r
+    }
+
+    fn new_plain(gpu: &Arc<Gpu>, label: &str) -> Self {
+        let encoder = gpu
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
         Recorder {
             gpu: gpu.clone(),
             encoder,
             slot: gpu.caps.uniform_offset_alignment.max(256) as u64,
             pages: Vec::new(),
             dispatches: 0,
-            prof,
+            prof: None,
+            capture: None,
         }
     }
 
-    /// Whether this recorder times its dispatches (the device's profiler was on when it was created).
+    /// Whether this recorder is capturing a [`Plan`].
+    pub fn capturing(&self) -> bool {
+        self.capture.is_some()
+    }
+
+    /// Finish a capture: upload the params pages (once: a plan's uniforms never change) and return the
+    /// plan. Errors if this recorder was not made by [`Recorder::capture`] or if a readback was recorded.
+    pub fn into_plan(self) -> Result<Plan> {
+        let Recorder {
+            gpu,
+            pages,
+            capture,
+            dispatches,
+            ..
+        } = self;
+        let Some(cap) = capture else {
+            return Err(Error::Gpu(
+                "into_plan: this recorder was not made by Recorder::capture".into(),
+            ));
+        };
+        if let Some(what) = cap.refused {
+            return Err(Error::Gpu(format!("a recorded plan cannot hold {what}")));
+        }
+        gpu.check()?;
+        for (buf, data) in &pages {
+            if !data.is_empty() {
+                gpu.queue.write_buffer(buf, 0, data);
+            }
+        }
+        Ok(Plan {
+            gpu,
+            ops: cap.ops,
+            pages: pages.into_iter().map(|(b, _)| b).collect(),
+            dispatches,
+        })
+    }
+
+    /// Replay the plan in `slot`, recording it first with `record` (into a capturing recorder) when the
+    /// slot is empty: the per-request cache of a sequence of launches that repeats every step.
+    pub fn replay_cached(
+        &mut self,
+        slot: &mut Option<Plan>,
+        record: impl FnOnce(&mut Recorder) -> Result<()>,
+    ) -> Result<()> {
+        let plan = match slot {
+            Some(p) => p,
+            None => {
+                let mut cap = Recorder::capture(&self.gpu);
+                record(&mut cap)?;
+                slot.insert(cap.into_plan()?)
+            }
+        };
+        self.replay(plan)
+    }
+
+    /// Encode a recorded plan: no pipeline lookup, no params, no bind group, only the passes (timed
+    /// like [`Recorder::dispatch`]'s when the profiler is on). A capturing recorder appends the plan's
+    /// ops to its own.
+    pub fn replay(&mut self, plan: &Plan) -> Result<()> {
+        if !Arc::ptr_eq(&self.gpu, &plan.gpu) {
+            return Err(Error::Gpu(
+                "replay: the plan was recorded on another device".into(),
+            ));
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.ops.extend(plan.ops.iter().cloned());
+            self.dispatches += plan.dispatches;
+            return Ok(());
+        }
+        for op in &plan.ops {
+            match op {
+                PlanOp::Dispatch {
+                    pipeline,
+                    bind_group,
+                    grid,
+                    entry,
+                    label,
+                } => {
+                    let timestamp_writes = timestamps(&mut self.prof, &self.gpu, || label.clone());
+                    let mut pass = self
+                        .encoder
+                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some(entry),
+                            timestamp_writes,
+                        });
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, bind_group, &[]);
+                    pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                    drop(pass);
+                    self.dispatches += 1;
+                }
+                PlanOp::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    size,
+                } => {
+                    self.encoder
+                        .copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The timestamp writes of a recorder's next pass when it profiles (labelled by `label`), else `None`.
+fn timestamps<'a>(
+    prof: &'a mut Option<RecProf>,
+    gpu: &Gpu,
+    label: impl FnOnce() -> (String, String, String),
+) -> Option<wgpu::ComputePassTimestampWrites<'a>> {
+    let p = prof.as_mut()?;
+    p.note = None;
+    if (p.labels.len() as u32 + 1) * 2 > MAX_QUERIES {
+        gpu.profiler.add_untimed(1);
+        return None;
+    }
+    let i = p.labels.len() as u32;
+    p.labels.push(label());
+    Some(wgpu::ComputePassTimestampWrites {
+        query_set: &p.queries,
+        beginning_of_pass_write_index: Some(2 * i),
+        end_of_pass_write_index: Some(2 * i + 1),
+    })
+}
+
+impl Recorder {
+    /// Whether this recorder times its dispatches (the device's profiler was on when it was created), or
+    /// captures a plan (whose dispatches keep their shape labels for a profiled replay).
     pub fn profiling(&self) -> bool {
-        self.prof.is_some()
+        self.prof.is_some() || self.capture.is_some()
     }
 
     /// Name the phase (vision, encoder, decode, ...) this recorder's dispatches are profiled under.
@@ -84,7 +321,9 @@ impl Recorder {
 
     /// Label the next dispatch's shape in the profile (launchers call it only when [`Self::profiling`]).
     pub fn note_shape(&mut self, shape: String) {
-        if let Some(p) = &mut self.prof {
+        if let Some(c) = &mut self.capture {
+            c.note = Some(shape);
+        } else if let Some(p) = &mut self.prof {
             p.note = Some(shape);
         }
     }
@@ -186,36 +425,31 @@ impl Recorder {
                 layout: &pipe.layout,
                 entries: &entries,
             });
+        self.gpu.bind_groups.fetch_add(1, Ordering::Relaxed);
+        if let Some(cap) = &mut self.capture {
+            let (op, variant) = kernel_label(kernel);
+            let shape = cap.note.take().unwrap_or_else(|| format!("grid={grid:?}"));
+            cap.ops.push(PlanOp::Dispatch {
+                pipeline: pipe.pipeline.clone(),
+                bind_group,
+                grid,
+                entry: kernel.entry,
+                label: (op, variant, shape),
+            });
+            self.dispatches += 1;
+            return Ok(());
+        }
         // One compute pass per dispatch: passes are cheap to open, and separate passes give the
         // driver a clear synchronisation point between dependent dispatches.
-        let timestamp_writes = match &mut self.prof {
-            Some(p) if (p.labels.len() as u32 + 1) * 2 <= MAX_QUERIES => {
-                let i = p.labels.len() as u32;
-                let variant: Vec<String> = kernel
-                    .defines
-                    .iter()
-                    .map(|d| d.to_string())
-                    .chain(kernel.overrides.iter().map(|(n, v)| format!("{n}={v}")))
-                    .collect();
-                let shape = p.note.take().unwrap_or_else(|| format!("grid={grid:?}"));
-                p.labels.push((
-                    format!("{}:{}", kernel.shader.name, kernel.entry),
-                    variant.join(" "),
-                    shape,
-                ));
-                Some(wgpu::ComputePassTimestampWrites {
-                    query_set: &p.queries,
-                    beginning_of_pass_write_index: Some(2 * i),
-                    end_of_pass_write_index: Some(2 * i + 1),
-                })
-            }
-            Some(p) => {
-                p.note = None;
-                self.gpu.profiler.add_untimed(1);
-                None
-            }
-            None => None,
-        };
+        let note = self.prof.as_mut().and_then(|p| p.note.take());
+        let timestamp_writes = timestamps(&mut self.prof, &self.gpu, || {
+            let (op, variant) = kernel_label(kernel);
+            (
+                op,
+                variant,
+                note.unwrap_or_else(|| format!("grid={grid:?}")),
+            )
+        });
         let mut pass = self
             .encoder
             .begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -254,8 +488,23 @@ impl Recorder {
             return Err(Error::shape("copy", "range outside the buffers"));
         }
         if size > 0 {
-            self.encoder
-                .copy_buffer_to_buffer(src.buffer(), src_off, dst.buffer(), dst_off, size);
+            if let Some(cap) = &mut self.capture {
+                cap.ops.push(PlanOp::Copy {
+                    src: src.buffer().clone(),
+                    src_off,
+                    dst: dst.buffer().clone(),
+                    dst_off,
+                    size,
+                });
+            } else {
+                self.encoder.copy_buffer_to_buffer(
+                    src.buffer(),
+                    src_off,
+                    dst.buffer(),
+                    dst_off,
+                    size,
+                );
+            }
         }
         Ok(())
     }
@@ -263,6 +512,9 @@ impl Recorder {
     /// Record a copy of `t` into a mappable staging buffer; read it after [`Recorder::submit`].
     pub fn read_back(&mut self, t: &Tensor) -> Pending {
         let bytes = t.byte_size();
+        if let Some(cap) = &mut self.capture {
+            cap.refused.get_or_insert_with(|| "a readback".into());
+        }
         let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: bytes,
@@ -279,6 +531,9 @@ impl Recorder {
     /// in use by an unresolved [`Pending`] and must hold `t`'s bytes.
     pub fn read_back_into(&mut self, t: &Tensor, staging: &wgpu::Buffer) -> Result<Pending> {
         let bytes = t.byte_size();
+        if self.capture.is_some() {
+            return Err(Error::Gpu("a recorded plan cannot hold a readback".into()));
+        }
         if staging.size() < bytes
             || !staging
                 .usage()
@@ -305,8 +560,14 @@ impl Recorder {
             mut encoder,
             pages,
             prof,
+            capture,
             ..
         } = self;
+        if capture.is_some() {
+            return Err(Error::Gpu(
+                "a capturing recorder makes a plan (into_plan); it cannot be submitted".into(),
+            ));
+        }
         gpu.check()?;
         for (buf, data) in &pages {
             if !data.is_empty() {

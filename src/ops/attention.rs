@@ -141,6 +141,43 @@ pub fn attention(
     attention_variant(rec, variant, q, k, v, opts, out)
 }
 
+/// [`attention`] whose key count and query position are read by the kernel, at run time, from `dyn_len`
+/// (U32, at least 2 elements: [kv_len, q_offset]) instead of `opts.kv_len` / `opts.q_offset`: a recorded
+/// decode step ([`crate::gpu::Plan`]) replays the same bind group at every position and only rewrites
+/// `dyn_len`. The shader clamps kv_len to Tk. Same kernels (their `DYN_LEN` variant), same arithmetic.
+pub fn attention_dyn(
+    rec: &mut Recorder,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    dyn_len: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    let d = q
+        .shape()
+        .last()
+        .and_then(|w| w.checked_div(opts.heads))
+        .unwrap_or(0);
+    let variant = choose_attention_variant(&rec.gpu().caps, d);
+    attention_impl(rec, variant, q, k, v, opts, Some(dyn_len), out)
+}
+
+/// [`attention_dyn`] with a given kernel (tests run every variant).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_dyn_variant(
+    rec: &mut Recorder,
+    variant: AttnVariant,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    dyn_len: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    attention_impl(rec, variant, q, k, v, opts, Some(dyn_len), out)
+}
+
 /// [`attention`] with a given kernel (tests and benchmarks run every variant). Errors with
 /// `Error::Shape` when `variant` does not support the head dim ([`variant_supports`]).
 pub fn attention_variant(
@@ -152,7 +189,30 @@ pub fn attention_variant(
     opts: &AttnOpts,
     out: &Tensor,
 ) -> Result<()> {
+    attention_impl(rec, variant, q, k, v, opts, None, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_impl(
+    rec: &mut Recorder,
+    variant: AttnVariant,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: &AttnOpts,
+    dyn_len: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
     const OP: &str = "attention";
+    if let Some(t) = dyn_len {
+        check::dtype(OP, "dyn_len", t, DType::U32)?;
+        if t.numel() < 2 {
+            return Err(Error::shape(
+                OP,
+                format!("dyn_len {:?} must hold [kv_len, q_offset]", t.shape()),
+            ));
+        }
+    }
     for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
         check::f32(OP, name, t)?;
         check::rank(OP, name, t, 3)?;
@@ -196,7 +256,11 @@ pub fn attention_variant(
             format!("head dim {d} is not supported by the {variant:?} kernel"),
         ));
     }
-    let kv_len = opts.kv_len.map(|l| l as usize).unwrap_or(tk);
+    // With `dyn_len` the key count is only known per step: up to Tk.
+    let kv_len = match dyn_len {
+        Some(_) => tk,
+        None => opts.kv_len.map(|l| l as usize).unwrap_or(tk),
+    };
     if kv_len > tk {
         return Err(Error::shape(
             OP,
@@ -232,6 +296,7 @@ pub fn attention_variant(
             opts,
             mask,
             (b, tq, tk, bk, heads, d, kv_len),
+            dyn_len,
             out,
         );
     }
@@ -268,16 +333,22 @@ pub fn attention_variant(
     } else {
         "attention"
     };
+    let mut bindings = vec![
+        q.binding(&gpu)?,
+        k.binding(&gpu)?,
+        v.binding(&gpu)?,
+        mask.binding(&gpu)?,
+        out.binding(&gpu)?,
+    ];
+    if let Some(t) = dyn_len {
+        bindings.push(t.binding(&gpu)?);
+    }
     rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&overrides),
+        &Kernel::new(&SHADER, entry)
+            .with(&overrides)
+            .defines(dyn_defines(dyn_len)),
         &params,
-        &[
-            q.binding(&gpu)?,
-            k.binding(&gpu)?,
-            v.binding(&gpu)?,
-            mask.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
+        &bindings,
         grid_1d(check::u32_of(OP, "workgroups", groups)?),
     )
 }
@@ -294,6 +365,7 @@ fn record_rows(
     opts: &AttnOpts,
     mask: &Tensor,
     (b, tq, tk, bk, heads, d, kv_len): (usize, usize, usize, usize, usize, usize, usize),
+    dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "attention";
@@ -326,18 +398,33 @@ fn record_rows(
         ("D4", (d / 4) as f64),
         ("QPI", qpi as f64),
     ];
+    let mut bindings = vec![
+        q.binding(&gpu)?,
+        k.binding(&gpu)?,
+        v.binding(&gpu)?,
+        mask.binding(&gpu)?,
+        out.binding(&gpu)?,
+    ];
+    if let Some(t) = dyn_len {
+        bindings.push(t.binding(&gpu)?);
+    }
     rec.dispatch(
-        &Kernel::new(&ROWS_SHADER, "attention_rows").with(&overrides),
+        &Kernel::new(&ROWS_SHADER, "attention_rows")
+            .with(&overrides)
+            .defines(dyn_defines(dyn_len)),
         &params,
-        &[
-            q.binding(&gpu)?,
-            k.binding(&gpu)?,
-            v.binding(&gpu)?,
-            mask.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
+        &bindings,
         grid_1d(total32.div_ceil(wg)),
     )
+}
+
+/// The shader variant reading kv_len / q_offset from a buffer ([`attention_dyn`]).
+fn dyn_defines(dyn_len: Option<&Tensor>) -> &'static [&'static str] {
+    if dyn_len.is_some() {
+        &["DYN_LEN"]
+    } else {
+        &[]
+    }
 }
 
 #[cfg(test)]

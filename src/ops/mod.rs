@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod channel_attn;
 pub mod conv;
+pub mod decode_step;
 pub mod elementwise;
 pub mod embedding;
 pub mod layout;
@@ -29,6 +30,7 @@ pub static SHADERS: &[&Shader] = &[
     &attention::ROWS_SHADER,
     &channel_attn::SHADER,
     &conv::SHADER,
+    &decode_step::SHADER,
     &elementwise::SHADER,
     &embedding::SHADER,
     &layout::SHADER,

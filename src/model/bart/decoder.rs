@@ -9,11 +9,19 @@
 //! over rows 0..=pos. The cross-attention K/V ([`CrossKv`]) are projected once per image, (1, S, D) per
 //! layer, and shared by every batch row (beam). [`DecoderState::reorder`] permutes the cache rows by beam
 //! index on the GPU (buffer copies of the filled rows only) for beam search.
+//!
+//! Recorded once: [`Decoder::step_planned`] records the step once per request (per [`DecoderState`]) as a
+//! [`Plan`] whose kernels read the position from the state's step buffer (U32 [kv_len, q_offset,
+//! position-table row, cache row], [`DecoderState::write_step`]): the position embedding is added by
+//! `decode_step::pos_add`, the cache rows are written by `decode_step::kv_write` and self-attention runs
+//! the `DYN_LEN` variant of the same kernel. Each step then writes that 16-byte buffer and encodes the
+//! plan: no launcher, params or bind group per step. [`Decoder::step`] records everything at every call
+//! (the fixed-position path: params uniforms, a copy per cache row); both give bit-identical logits.
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{DType, Gpu, Plan, Recorder, Tensor};
 use crate::model::bart::encoder::POS_OFFSET;
 use crate::model::bart::{ffn_act, Attention};
 use crate::model::config::TextConfig;
@@ -84,6 +92,27 @@ pub struct DecoderState {
     f: Tensor,
     pos_row: Tensor,
     logits: Tensor,
+    /// U32 (4): the position of the next planned step, as its kernels read it: [kv_len = pos + 1,
+    /// q_offset = pos, position-table row = pos + POS_OFFSET, cache row = pos].
+    step: Tensor,
+    /// The recorded step ([`Decoder::step_planned`]), built on its first use.
+    plan: Option<Plan>,
+}
+
+/// Indices into [`DecoderState`]'s step buffer.
+/// [kv_len, q_offset] at 0 and 1: what `ops::attention::attention_dyn` reads.
+const STEP_KV_LEN: usize = 0;
+const STEP_Q_OFFSET: usize = 1;
+const STEP_POS_ROW: usize = 2;
+const STEP_CACHE_ROW: usize = 3;
+
+/// Where a recorded step takes its position from.
+#[derive(Clone, Copy)]
+enum StepPos {
+    /// Baked into the params and copy offsets (recorded for this position only).
+    Fixed(u32),
+    /// Read by the kernels from the state's step buffer (a plan for every position).
+    Dynamic,
 }
 
 impl Decoder {
@@ -247,12 +276,15 @@ impl Decoder {
             f: z(&[b, self.ffn], "dec.ffn")?,
             pos_row: z(&[d], "dec.pos")?,
             logits: z(&[b, self.vocab], "dec.logits")?,
+            step: Tensor::zeros(gpu, &[4], DType::U32, "dec.step")?,
+            plan: None,
         })
     }
 
     /// Record one decoder step: `tokens` U32 (B) sit at position `pos` (0 = the decoder start token);
     /// their K/V are written to cache row `pos`, attention covers rows 0..=pos. Returns the logits
-    /// (B, V) (a buffer owned by `state`, overwritten by the next step).
+    /// (B, V) (a buffer owned by `state`, overwritten by the next step). Everything is recorded at every
+    /// call; [`Decoder::step_planned`] replays a step recorded once instead.
     pub fn step(
         &self,
         rec: &mut Recorder,
@@ -260,8 +292,39 @@ impl Decoder {
         pos: u32,
         state: &mut DecoderState,
     ) -> Result<Tensor> {
+        self.check_step(tokens, pos, state)?;
+        self.record_step(rec, tokens, StepPos::Fixed(pos), state)
+    }
+
+    /// [`Decoder::step`] for the tokens in `state.tokens()` ([`DecoderState::write_tokens`]), from the
+    /// step recorded once per state: the first call records it as a [`Plan`] (pipelines, bind groups,
+    /// params, workgroup counts, with the registry's kernel choices of that moment); every call writes the
+    /// position to the state's step buffer (one 16-byte `queue.write_buffer`, ordered before `rec`'s
+    /// submit) and encodes the plan into `rec`. One planned step per submit: a second step recorded into
+    /// the same recorder would overwrite the first one's position before either runs.
+    pub fn step_planned(
+        &self,
+        rec: &mut Recorder,
+        pos: u32,
+        state: &mut DecoderState,
+    ) -> Result<Tensor> {
+        let tokens = state.tokens.clone();
+        self.check_step(&tokens, pos, state)?;
+        if state.plan.is_none() {
+            let mut cap = Recorder::capture(rec.gpu());
+            self.record_step(&mut cap, &tokens, StepPos::Dynamic, state)?;
+            state.plan = Some(cap.into_plan()?);
+        }
+        state.write_step(pos)?;
+        if let Some(plan) = &state.plan {
+            rec.replay(plan)?;
+        }
+        Ok(state.logits.clone())
+    }
+
+    fn check_step(&self, tokens: &Tensor, pos: u32, state: &DecoderState) -> Result<()> {
         const OP: &str = "decoder step";
-        let (b, d) = (state.batch, self.d);
+        let b = state.batch;
         let p = pos as usize;
         if tokens.dtype() != DType::U32 || tokens.shape() != [b] {
             return Err(Error::shape(
@@ -279,34 +342,59 @@ impl Decoder {
                 format!("position {p} is past the cache of {} rows", state.max_len),
             ));
         }
-        let s = &*state;
-        let f4 = 4u64;
-        let row_bytes = d as u64 * f4;
+        Ok(())
+    }
+
+    /// Record a step (shapes checked by [`Decoder::check_step`]) at a fixed or dynamic position.
+    fn record_step(
+        &self,
+        rec: &mut Recorder,
+        tokens: &Tensor,
+        at: StepPos,
+        state: &DecoderState,
+    ) -> Result<Tensor> {
+        let (b, d) = (state.batch, self.d);
+        let s = state;
+        let row_bytes = d as u64 * 4;
 
         // Embedding, position, layernorm_embedding.
         self.embed_tokens.forward(rec, tokens, &s.x)?; // (B, D)
         if self.embed_scale != 1.0 {
             ops::elementwise::scale(rec, &s.x, self.embed_scale, &s.x)?; // (B, D)
         }
-        rec.copy_range(
-            &self.embed_positions.weight,
-            (p + POS_OFFSET) as u64 * row_bytes,
-            &s.pos_row,
-            0,
-            row_bytes,
-        )?;
-        ops::elementwise::add_row(rec, &s.x, &s.pos_row, &s.x)?; // (B, D)
+        match at {
+            StepPos::Fixed(pos) => {
+                rec.copy_range(
+                    &self.embed_positions.weight,
+                    (pos as usize + POS_OFFSET) as u64 * row_bytes,
+                    &s.pos_row,
+                    0,
+                    row_bytes,
+                )?;
+                ops::elementwise::add_row(rec, &s.x, &s.pos_row, &s.x)?; // (B, D)
+            }
+            StepPos::Dynamic => {
+                let w = &self.embed_positions.weight;
+                ops::decode_step::pos_add(rec, &s.x, w, &s.step, STEP_POS_ROW)?;
+                // (B, D)
+            }
+        }
         self.layernorm_embedding.forward(rec, &s.x, &s.x)?; // (B, D)
 
         let scale = ((d / self.heads) as f32).powf(-0.5);
         let q3 = s.q.reshape(&[b, 1, d])?;
         let a3 = s.a.reshape(&[b, 1, d])?;
+        let fixed = match at {
+            StepPos::Fixed(pos) => Some(pos),
+            StepPos::Dynamic => None,
+        };
+        // With a dynamic position, kv_len / q_offset come from the step buffer instead.
         let self_opts = AttnOpts {
             heads: self.heads,
             scale,
             causal: false,
-            kv_len: Some(pos + 1),
-            q_offset: pos,
+            kv_len: fixed.map(|p| p + 1),
+            q_offset: fixed.unwrap_or(0),
             mask: None,
         };
         let cross_opts = AttnOpts {
@@ -321,12 +409,19 @@ impl Decoder {
             sa.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
             sa.k_proj.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
             sa.v_proj.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
-            for r in 0..b {
-                let dst = ((r * s.max_len + p) as u64) * row_bytes;
-                rec.copy_range(&s.kn, r as u64 * row_bytes, ck, dst, row_bytes)?;
-                rec.copy_range(&s.vn, r as u64 * row_bytes, cv, dst, row_bytes)?;
+            if let Some(pos) = fixed {
+                for r in 0..b {
+                    let dst = ((r * s.max_len + pos as usize) as u64) * row_bytes;
+                    rec.copy_range(&s.kn, r as u64 * row_bytes, ck, dst, row_bytes)?;
+                    rec.copy_range(&s.vn, r as u64 * row_bytes, cv, dst, row_bytes)?;
+                }
+                ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
+            } else {
+                ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
+                let st = &s.step;
+                ops::attention::attention_dyn(rec, &q3, ck, cv, &self_opts, st, &a3)?;
+                // (B, 1, D)
             }
-            ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
             sa.out_proj.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
             ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
             l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
@@ -365,6 +460,29 @@ impl DecoderState {
     /// The U32 (B) input-token buffer (pass it to [`Decoder::step`]).
     pub fn tokens(&self) -> &Tensor {
         &self.tokens
+    }
+
+    /// Upload the position of the next [`Decoder::step_planned`] to the step buffer (it does this itself;
+    /// `pos` < max_len, checked).
+    pub fn write_step(&self, pos: u32) -> Result<()> {
+        if pos as usize >= self.max_len {
+            return Err(Error::shape(
+                "write_step",
+                format!("position {pos} is past the cache of {} rows", self.max_len),
+            ));
+        }
+        let mut v = [0u32; 4];
+        v[STEP_KV_LEN] = pos + 1;
+        v[STEP_Q_OFFSET] = pos;
+        v[STEP_POS_ROW] = pos + POS_OFFSET as u32;
+        v[STEP_CACHE_ROW] = pos;
+        self.step
+            .write_bytes(&self.gpu, 0, bytemuck::cast_slice(&v))
+    }
+
+    /// The recorded step, once [`Decoder::step_planned`] has built it.
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
     }
 
     /// Upload the next step's input tokens (one per batch row). Queue writes are ordered before the

@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Recorder, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::processors::{NextToken, Processors};
 use crate::model::generate::{EarlyStopping, GenerateOptions, TOPK_MAX};
@@ -407,13 +407,15 @@ pub struct GpuSource<'a> {
     decoder: &'a Decoder,
     gpu: Arc<Gpu>,
     state: DecoderState,
-    tokens: Tensor,
     logp: Tensor,
     tk_vals: Tensor,
     tk_ids: Tensor,
     st_vals: wgpu::Buffer,
     st_ids: wgpu::Buffer,
     st_full: Option<wgpu::Buffer>,
+    /// log-softmax + top-k, and log-softmax alone, recorded once (see `Recorder::replay_cached`).
+    plan_topk: Option<Plan>,
+    plan_full: Option<Plan>,
     k: usize,
     /// Steps that read the full log-prob rows (statistics / tests).
     pub full_reads: usize,
@@ -438,11 +440,12 @@ impl<'a> GpuSource<'a> {
         Ok(GpuSource {
             decoder,
             gpu: gpu.clone(),
-            tokens: state.tokens().clone(),
             logp: Tensor::zeros(gpu, &[beams, v], DType::F32, "beam.logp")?,
             st_vals: staging_buffer(gpu, tk_vals.byte_size()),
             st_ids: staging_buffer(gpu, tk_ids.byte_size()),
             st_full: None,
+            plan_topk: None,
+            plan_full: None,
             tk_vals,
             tk_ids,
             state,
@@ -476,15 +479,18 @@ impl StepSource for GpuSource<'_> {
         self.state.reorder(&mut rec, src, pos)?;
         let logits = self
             .decoder
-            .step(&mut rec, &self.tokens, pos as u32, &mut self.state)?; // (B, V)
+            .step_planned(&mut rec, pos as u32, &mut self.state)?; // (B, V)
         let need = want.iter().copied().max().unwrap_or(0);
         if need == 0 {
             rec.submit()?;
             return Ok(vec![Vec::new(); b]);
         }
-        ops::softmax::log_softmax_rows(&mut rec, &logits, &self.logp)?; // (B, V)
         if need <= self.k && !self.force_full_rows {
-            ops::reduce::topk_rows(&mut rec, &self.logp, self.k, &self.tk_vals, &self.tk_ids)?; // (B, k)
+            let (lp, k, tv, ti) = (&self.logp, self.k, &self.tk_vals, &self.tk_ids);
+            rec.replay_cached(&mut self.plan_topk, |rec| {
+                ops::softmax::log_softmax_rows(rec, &logits, lp)?; // (B, V)
+                ops::reduce::topk_rows(rec, lp, k, tv, ti) // (B, k)
+            })?;
             let pv = rec.read_back_into(&self.tk_vals, &self.st_vals)?;
             let pi = rec.read_back_into(&self.tk_ids, &self.st_ids)?;
             rec.submit()?;
@@ -507,6 +513,10 @@ impl StepSource for GpuSource<'_> {
                 .collect())
         } else {
             self.full_reads += 1;
+            let lp = &self.logp;
+            rec.replay_cached(&mut self.plan_full, |rec| {
+                ops::softmax::log_softmax_rows(rec, &logits, lp) // (B, V)
+            })?;
             let bytes = self.logp.byte_size();
             let st = self
                 .st_full

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Recorder, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder};
 use crate::model::generate::processors::{argmax_allowed, pick, NextToken};
 use crate::model::generate::{GenerateOptions, TOPK_MAX};
@@ -45,11 +45,12 @@ pub async fn greedy_observed(
     let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;
     let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
     let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;
-    let tokens = state.tokens().clone();
     // Readback staging, allocated once: nothing is allocated on the GPU per token.
     let st_ids = staging_buffer(gpu, ids.byte_size());
     let st_topk = staging_buffer(gpu, tk_ids.byte_size());
     let mut st_logits: Option<wgpu::Buffer> = None;
+    // The step and the argmax / top-k after it are recorded once and replayed every step.
+    let (mut plan_argmax, mut plan_topk): (Option<Plan>, Option<Plan>) = (None, None);
     while seq.len() < max_length {
         if cancel() {
             return Err(Error::Cancelled);
@@ -68,14 +69,16 @@ pub async fn greedy_observed(
         let pos = (seq.len() - 1) as u32;
         let mut rec = Recorder::new(gpu);
         rec.set_phase("decode");
-        let logits = decoder.step(&mut rec, &tokens, pos, &mut state)?; // (1, V)
+        let logits = decoder.step_planned(&mut rec, pos, &mut state)?; // (1, V)
         let next = match &rule {
             NextToken::Forced(t) => {
                 rec.submit()?;
                 *t
             }
             NextToken::Banned(b) if b.is_empty() => {
-                ops::reduce::argmax_rows(&mut rec, &logits, &ids)?; // (1)
+                rec.replay_cached(&mut plan_argmax, |rec| {
+                    ops::reduce::argmax_rows(rec, &logits, &ids) // (1)
+                })?;
                 let p = rec.read_back_into(&ids, &st_ids)?;
                 rec.submit()?;
                 let got = p.u32s(gpu).await?;
@@ -84,7 +87,10 @@ pub async fn greedy_observed(
             }
             NextToken::Banned(b) if b.len() < TOPK_MAX && vocab >= TOPK_MAX => {
                 // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
-                ops::reduce::topk_rows(&mut rec, &logits, TOPK_MAX, &tk_vals, &tk_ids)?; // (1, 16)
+                rec.replay_cached(&mut plan_topk, |rec| {
+                    ops::reduce::topk_rows(rec, &logits, TOPK_MAX, &tk_vals, &tk_ids)
+                    // (1, 16)
+                })?;
                 let p = rec.read_back_into(&tk_ids, &st_topk)?;
                 rec.submit()?;
                 let got = p.u32s(gpu).await?;

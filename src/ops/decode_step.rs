@@ -1,0 +1,123 @@
+//! The position-dependent kernels of a recorded decoder step (`shaders/decode_step.wgsl`): they read the
+//! position from a step buffer (U32, written per step) instead of a params uniform, so a step recorded
+//! once ([`crate::gpu::Plan`]) serves every position.
+
+use crate::error::{Error, Result};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "decode_step",
+    source: include_str!("../../shaders/decode_step.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/decode_step.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    b: u32,
+    d: u32,
+    rows: u32,
+    at: u32,
+}
+
+/// The step buffer: U32 with an element at index `at`.
+fn check_step(op: &'static str, step: &Tensor, at: usize) -> Result<u32> {
+    check::dtype(op, "step", step, DType::U32)?;
+    if at >= step.numel() {
+        return Err(Error::shape(
+            op,
+            format!("step buffer {:?} has no element {at}", step.shape()),
+        ));
+    }
+    check::u32_of(op, "step index", at)
+}
+
+/// x[r, :] += table[step[at], :] for x (B, D) f32 and table (P, D) f32 (a row past P adds nothing).
+pub fn pos_add(
+    rec: &mut Recorder,
+    x: &Tensor,
+    table: &Tensor,
+    step: &Tensor,
+    at: usize,
+) -> Result<()> {
+    const OP: &str = "pos_add";
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "table", table)?;
+    let xs = check::rank(OP, "x", x, 2)?;
+    let ts = check::rank(OP, "table", table, 2)?;
+    let (b, d) = (xs[0], xs[1]);
+    if ts[1] != d {
+        return Err(Error::shape(
+            OP,
+            format!("table {ts:?} rows must have x's width {d}"),
+        ));
+    }
+    check::distinct(OP, ("table", table), ("x", x))?;
+    let at = check_step(OP, step, at)?;
+    let n = b * d;
+    let params = Params {
+        b: check::u32_of(OP, "B", b)?,
+        d: check::u32_of(OP, "D", d)?,
+        rows: check::u32_of(OP, "table rows", ts[0])?,
+        at,
+    };
+    check::u32_of(OP, "table elements", table.numel())?;
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "pos_add").with(&[("WG", WG as f64)]),
+        &params,
+        &[step.binding(&gpu)?, table.binding(&gpu)?, x.binding(&gpu)?],
+        grid_1d(ceil_div(n, WG as usize)),
+    )
+}
+
+/// ck[r, step[at], :] = kn[r, :] and cv[r, step[at], :] = vn[r, :] for kn/vn (B, D) and the caches
+/// ck/cv (B, L, D), all f32 (a row past L writes nothing).
+pub fn kv_write(
+    rec: &mut Recorder,
+    kn: &Tensor,
+    vn: &Tensor,
+    ck: &Tensor,
+    cv: &Tensor,
+    step: &Tensor,
+    at: usize,
+) -> Result<()> {
+    const OP: &str = "kv_write";
+    for (name, t) in [("kn", kn), ("vn", vn), ("ck", ck), ("cv", cv)] {
+        check::f32(OP, name, t)?;
+    }
+    let ks = check::rank(OP, "kn", kn, 2)?;
+    let (b, d) = (ks[0], ks[1]);
+    check::shape(OP, "vn", vn, &[b, d])?;
+    let cs = check::rank(OP, "ck", ck, 3)?;
+    let l = cs[1];
+    check::shape(OP, "ck", ck, &[b, l, d])?;
+    check::shape(OP, "cv", cv, &[b, l, d])?;
+    check::distinct(OP, ("ck", ck), ("cv", cv))?;
+    let at = check_step(OP, step, at)?;
+    check::u32_of(OP, "cache elements", ck.numel())?;
+    let params = Params {
+        b: check::u32_of(OP, "B", b)?,
+        d: check::u32_of(OP, "D", d)?,
+        rows: check::u32_of(OP, "cache rows", l)?,
+        at,
+    };
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "kv_write")
+            .with(&[("WG", WG as f64)])
+            .defines(&["KV_WRITE"]),
+        &params,
+        &[
+            step.binding(&gpu)?,
+            kn.binding(&gpu)?,
+            vn.binding(&gpu)?,
+            ck.binding(&gpu)?,
+            cv.binding(&gpu)?,
+        ],
+        grid_1d(ceil_div(b * d, WG as usize)),
+    )
+}
