@@ -5,7 +5,14 @@
 // whose column order (ci, ky, kx) is exactly the flattened PyTorch weight (Cout, Cin, kh, kw). The launcher
 // then runs the tuned `linear` GEMM with that weight as a (Cout, Cin*kh*kw) Linear weight. One invocation
 // writes one element of the matrix; the grid is folded by `grid_1d` (flat workgroup = wid.x + wid.y*nwg.x).
-// `row0` lets the launcher build the matrix in row chunks that each fit one storage binding.
+// `row0` lets the launcher build the matrix in row chunks that each fit one storage binding. Rows are
+// `kp` >= Cin*kh*kw wide: the columns past Cin*kh*kw are zeros, so a K that is not a multiple of the fast
+// GEMMs' K step (147 for the 7x7 RGB stem) is padded to one (152), and `pad_weight` pads the weight
+// (Cout, K) to (Cout, kp) with zero columns to match: the padded products are exact zeros, so the GEMM's
+// result is the unpadded one.
+//
+// `pad_weight`: wdst (Cout, kp) f32 = wsrc (Cout, K) zero-padded, wsrc f32 or (W_F16) packed f16 pairs
+// over the flat element index; one invocation per output element (`p.rows` = Cout).
 //
 // `dwconv3x3_residual`: DaViT's depthwise positional conv (groups = C, 3x3, pad 1) with its bias and the
 // residual fused: out = x + dwconv(x) + bias. The launcher transposes the weight (C, 1, 3, 3) to (9, C), so
@@ -28,8 +35,8 @@ struct Im2colParams {
     stride: u32,
     pad: u32,
     row0: u32,    // first output row (b*ho*wo + oy*wo + ox) of this chunk
-    rows: u32,    // rows in this chunk
-    _pad0: u32,
+    rows: u32,    // rows in this chunk (pad_weight: Cout)
+    kp: u32,      // row stride of cols / wdst, >= cin*kh*kw
 }
 
 struct DwParams {
@@ -41,7 +48,12 @@ struct DwParams {
 
 @group(0) @binding(0) var<uniform> p: Im2colParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;            // (B, H, W, Cin)
-@group(0) @binding(2) var<storage, read_write> cols: array<f32>;   // (rows, Cin*kh*kw)
+@group(0) @binding(2) var<storage, read_write> cols: array<f32>;   // (rows, kp)
+
+// pad_weight
+override W_F16: bool = false;
+@group(0) @binding(1) var<storage, read> wsrc: array<u32>;         // (Cout, K) f32 bits or packed f16
+@group(0) @binding(2) var<storage, read_write> wdst: array<f32>;   // (Cout, kp)
 
 fn flat(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * nwg.x) * WG + lid;
@@ -53,11 +65,15 @@ fn im2col(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let i = flat(wid, nwg, lid);
     let kk = p.kh * p.kw;
     let k = p.cin * kk;
-    if (i >= p.rows * k) {
+    if (i >= p.rows * p.kp) {
         return;
     }
-    let r = i / k;
-    let col = i - r * k;
+    let r = i / p.kp;
+    let col = i - r * p.kp;
+    if (col >= k) {
+        cols[i] = 0.0;
+        return;
+    }
     let ci = col / kk;
     let t = col - ci * kk;
     let ky = t / p.kw;
@@ -114,4 +130,26 @@ fn dwconv3x3_residual(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         }
     }
     dout[i] = dx[i] + acc;
+}
+
+@compute @workgroup_size(WG)
+fn pad_weight(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = flat(wid, nwg, lid);
+    if (i >= p.rows * p.kp) {
+        return;
+    }
+    let k = p.cin * p.kh * p.kw;
+    let r = i / p.kp;
+    let col = i - r * p.kp;
+    var v = 0.0;
+    if (col < k) {
+        let e = r * k + col;
+        if (W_F16) {
+            v = unpack2x16float(wsrc[e >> 1u])[e & 1u];
+        } else {
+            v = bitcast<f32>(wsrc[e]);
+        }
+    }
+    wdst[i] = v;
 }

@@ -21,7 +21,7 @@ struct Params {
     k: u32,       // reduction length
     n_off: u32,   // first output column of this weight chunk
     n_rows: u32,  // weight rows (output columns) in this chunk
-    flags: u32,   // bit 0: add bias; bit 1: exact GELU
+    flags: u32,   // bit 0: add bias; bit 1: exact GELU; bit 2: add the residual
     _pad0: u32,
     _pad1: u32,
 }
@@ -31,6 +31,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<u32>;          // (n_rows, K) chunk, f32 bits or packed f16
 @group(0) @binding(3) var<storage, read> bias: array<f32>;       // (N) (unused unless flags & 1)
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // (M, N)
+@group(0) @binding(5) var<storage, read> res: array<f32>;        // (M, N) (unused unless flags & 4)
 
 fn w_at(e: u32) -> f32 {
     if (W_F16) {
@@ -90,7 +91,7 @@ fn linear(@builtin(global_invocation_id) gid: vec3<u32>) {
                 break;
             }
             let col = p.n_off + jj;
-            out[m * p.n + col] = epilogue(acc[i][j], col);
+            out[m * p.n + col] = epilogue(acc[i][j], m, col);
         }
     }
 }
@@ -205,7 +206,7 @@ fn linear_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             let j = n0 + tx * 4u + c;
             if (j < p.n_rows) {
                 let col = p.n_off + j;
-                out[m * p.n + col] = epilogue(acc[i][c], col);
+                out[m * p.n + col] = epilogue(acc[i][c], m, col);
             }
         }
     }

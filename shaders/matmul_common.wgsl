@@ -20,7 +20,7 @@ struct Params {
     k: u32,       // reduction length, a multiple of 8
     n_off: u32,   // first output column of this weight chunk
     n_rows: u32,  // weight rows (output columns) in this chunk
-    flags: u32,   // bit 0: add bias; bit 1: exact GELU
+    flags: u32,   // bit 0: add bias; bit 1: exact GELU; bit 2: add the residual
     _pad0: u32,
     _pad1: u32,
 }
@@ -30,6 +30,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;    // (n_rows, K/4) f32 bits or (n_rows, K/8) f16
 @group(0) @binding(3) var<storage, read> bias: array<f32>;       // (N) (unused unless flags & 1)
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;  // (M, N)
+@group(0) @binding(5) var<storage, read> res: array<f32>;        // (M, N) (unused unless flags & 4)
 
 // Index of weight row `row`'s first vec4<u32> word.
 fn w_row_base(row: u32) -> u32 {
@@ -108,7 +109,7 @@ fn store_block(acc: ptr<function, array<vec4<f32>, 16>>, m0: u32, j0: u32) {
             let j = j0 + c;
             if (j < p.n_rows) {
                 let col = p.n_off + j;
-                out[m * p.n + col] = epilogue((*acc)[2u * r + c / 4u][c % 4u], col);
+                out[m * p.n + col] = epilogue((*acc)[2u * r + c / 4u][c % 4u], m, col);
             }
         }
     }

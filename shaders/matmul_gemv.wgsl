@@ -28,7 +28,7 @@ fn linear_gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let col = p.n_off + j;
     for (var r = 0u; r < MR; r++) {
         let a = acc[r];
-        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), col);
+        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
     }
 }
 
@@ -84,7 +84,7 @@ fn linear_gemv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let j = j0 + lid % RW;
         if (j < p.n_rows) {
             let col = p.n_off + j;
-            out[r * p.n + col] = epilogue(part[r * WG][lid % RW], col);
+            out[r * p.n + col] = epilogue(part[r * WG][lid % RW], r, col);
         }
     }
 }

@@ -21,7 +21,8 @@
 //   base + k8/4 < base + K/32 = base + QW (q4), and the scale word base + QW + blk/8 with
 //   blk = k8/4 < K/32, so blk/8 < ceil(K/256) = SW: all below (row + 1)*R <= n_rows*R words, which the
 //   launcher binds. Vector components are indexed by values reduced mod 4 or mod 2, or by h + 1 <= 3.
-// - out / bias: written only for m < M and j < n_rows, at m*N + n_off + j < M*N; bias[n_off + j] < N.
+// - out / bias / res: touched only for m < M and j < n_rows, at m*N + n_off + j < M*N (res: the same
+//   index, bound (M, N) whenever flags & 4); bias[n_off + j] < N.
 // - function-scope arrays: every index is a loop counter bounded by the array length (8, 16 or 4; xv and
 //   acc of the GEMV are length 4 and indexed by r < MR <= 4).
 
@@ -135,7 +136,7 @@ fn linear_sg_c4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             let j = j0 + c;
             if (j < p.n_rows) {
                 let col = p.n_off + j;
-                out[m * p.n + col] = epilogue(acc[r][c], col);
+                out[m * p.n + col] = epilogue(acc[r][c], m, col);
             }
         }
     }
@@ -186,7 +187,7 @@ fn linear_gemv_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let col = p.n_off + j;
     for (var r = 0u; r < MR; r++) {
         let a = acc[r];
-        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), col);
+        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
     }
 }
 
@@ -234,7 +235,7 @@ fn linear_sg_r16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
                 } else {
                     v = acc1[r - 8u][c];
                 }
-                out[m * p.n + col] = epilogue(v, col);
+                out[m * p.n + col] = epilogue(v, m, col);
             }
         }
     }

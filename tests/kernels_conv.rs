@@ -154,6 +154,28 @@ fn conv2d_f16_weights() {
     run_conv(6, (1, 10, 12, 3), (8, 7, 7), 4, 3, None, true);
 }
 
+/// K padding: the stem's K = 7*7*3 = 147 runs as K = 152 (a multiple of the vec4 kernels' 8-wide K step)
+/// with an f32 weight, so the fast GEMMs are candidates for it (the results above go through that path:
+/// the 7x7 cases have K = 147, the chunked 3x3x3 case K = 27 -> 32); multiples of 8 and quantized
+/// weights stay as they are.
+#[test]
+fn conv2d_k_padding_reaches_the_fast_kernels() {
+    use florence2_wasm::ops::matmul::{choose_linear_variant, LinearVariant};
+    assert_eq!(ops::conv::gemm_k(147, DType::F32), (152, DType::F32));
+    assert_eq!(ops::conv::gemm_k(147, DType::F16), (152, DType::F32));
+    assert_eq!(ops::conv::gemm_k(27, DType::F32), (32, DType::F32));
+    assert_eq!(ops::conv::gemm_k(1152, DType::F16), (1152, DType::F16));
+    assert_eq!(ops::conv::gemm_k(1152, DType::Q8), (1152, DType::Q8));
+    let g = gpu();
+    let (k, f) = ops::conv::gemm_k(147, DType::F16);
+    assert_ne!(
+        choose_linear_variant(&g.caps, 36864, k),
+        LinearVariant::Scalar
+    );
+    assert!(LinearVariant::Reg8x4.supports(&g.caps, 36864, k, f));
+    assert!(!LinearVariant::Reg8x4.supports(&g.caps, 36864, 147, f));
+}
+
 #[test]
 fn conv2d_rejects_bad_shapes() {
     let g = gpu();

@@ -225,6 +225,9 @@ fn linear_f32_odd_shapes_bias_and_gelu() {
         // 64-column tiles, K = 147 (the 7x7x3 conv stem) is no multiple of the 16-wide K slice.
         (130, 129, 147),
         (64, 64, 16),
+        // The register-blocked kernels: M = 37 leaves partial 4-, 8- and 16-row blocks, N = 300 spans
+        // two 256-column workgroups with a ragged last 4-column group; the padded stem K = 152.
+        (37, 300, 152),
     ] {
         run_linear(&g, &mut rng, m, n, k, true, Act::None, DType::F32);
     }
@@ -332,6 +335,126 @@ fn linear_weight_larger_than_binding_limit() {
     assert!(w.row_chunks(&g, 256).unwrap().len() >= 2);
     run_linear(&g, &mut rng, 1, 300, 256, true, Act::None, DType::Q8);
     run_linear(&g, &mut rng, 9, 300, 256, true, Act::None, DType::Q8);
+}
+
+/// The residual epilogue (out = act(x w^T + b) + residual) through every variant that can run the shape,
+/// for every weight format: the reference adds the residual in f64 to the f64 linear, so the bound gains
+/// one rounding of the output (u |out|) on top of the linear's own (the kernel adds the f32 residual to
+/// the rounded f32 linear result, exactly what the separate elementwise add did).
+#[test]
+fn linear_residual_every_variant_and_format() {
+    let g = gpu();
+    let mut rng = Rng::new(15);
+    let mut runs = 0;
+    for (dt, shapes) in [
+        (
+            DType::F32,
+            &[(37, 300, 64), (3, 70, 32), (130, 129, 147)][..],
+        ),
+        (DType::F16, &[(37, 300, 64), (2, 9, 17)][..]),
+        (DType::Q8, &[(21, 70, 96)][..]),
+        (DType::Q4, &[(4, 37, 64)][..]),
+    ] {
+        for &(m, n, k) in shapes {
+            for act in [Act::None, Act::Gelu] {
+                for v in variants(&g, m, k, dt) {
+                    run_residual(&g, &mut rng, m, n, k, act, dt, v);
+                    runs += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{runs} residual runs");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_residual(
+    g: &Arc<Gpu>,
+    rng: &mut Rng,
+    m: usize,
+    n: usize,
+    k: usize,
+    act: Act,
+    w_dtype: DType,
+    variant: Option<LinearVariant>,
+) {
+    let x = rng.vec(m * k, 1.0);
+    let mut w = rng.vec(n * k, 0.5);
+    let bias = rng.vec(n, 1.0);
+    let res = rng.vec(m * n, 2.0);
+    let tw = match w_dtype {
+        DType::F16 => {
+            w = round_f16(&w);
+            Tensor::from_f32_as_f16(g, &[n, k], &w, "w").unwrap()
+        }
+        DType::Q8 | DType::Q4 => {
+            let fmt = w_dtype.qformat().unwrap();
+            let t = Tensor::from_f32_quantized(g, &[n, k], &w, fmt, "w").unwrap();
+            let mut bytes = Vec::new();
+            quant::quantize_rows(fmt, k, &w, &mut bytes).unwrap();
+            w = quant::dequantize_rows(fmt, k, &bytes).unwrap();
+            t
+        }
+        _ => Tensor::from_f32(g, &[n, k], &w, "w").unwrap(),
+    };
+    let tx = Tensor::from_f32(g, &[m, k], &x, "x").unwrap();
+    let tb = Tensor::from_f32(g, &[n], &bias, "bias").unwrap();
+    let tr = Tensor::from_f32(g, &[m, n], &res, "res").unwrap();
+    let to = Tensor::zeros(g, &[m, n], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(g);
+    match variant {
+        None => {
+            matmul::linear_residual(&mut rec, &tx, &tw, Some(&tb), act, Some(&tr), &to).unwrap()
+        }
+        Some(v) => {
+            matmul::linear_variant_residual(&mut rec, v, &tx, &tw, Some(&tb), act, Some(&tr), &to)
+                .unwrap()
+        }
+    }
+    rec.submit().unwrap();
+    let got = readback::to_f32_blocking(g, &to).unwrap();
+    let (lin, lin_bound) = linear_ref(&x, &w, Some(&bias), act == Act::Gelu, m, n, k);
+    let want: Vec<f32> = lin.iter().zip(&res).map(|(&l, &r)| l + r).collect();
+    // |linear_f32 - linear_exact| <= lin_bound (which includes the rounding of linear to f32); the add
+    // rounds once more: u |out|. The reference's own f32 sum l + r differs from the exact one by at most
+    // u |l + r| as well.
+    let bound: Vec<f64> = lin_bound
+        .iter()
+        .zip(&want)
+        .map(|(&b, &o)| b + 2.0 * U * (o as f64).abs() + 1e-30)
+        .collect();
+    check(
+        &format!("linear+residual {variant:?} m={m} n={n} k={k} {act:?} {w_dtype:?}"),
+        &got,
+        &want,
+        &bound,
+    );
+}
+
+#[test]
+fn linear_residual_refusals() {
+    let g = gpu();
+    let x = Tensor::zeros(&g, &[5, 16], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[3, 16], DType::F32, "w").unwrap();
+    let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
+    let mut rec = Recorder::new(&g);
+    // In place (residual = out): two bindings of one buffer, one writable.
+    let err =
+        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&out), &out).unwrap_err();
+    assert!(
+        matches!(err, florence2_wasm::Error::Shape { op: "linear", .. }),
+        "{err}"
+    );
+    // A residual of another shape.
+    let r = Tensor::zeros(&g, &[5, 4], DType::F32, "r").unwrap();
+    let err =
+        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&r), &out).unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
+    // An f16 residual.
+    let r = Tensor::zeros(&g, &[5, 3], DType::F16, "r").unwrap();
+    let err =
+        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&r), &out).unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
 }
 
 #[test]

@@ -227,7 +227,17 @@ fn model_shapes_cover_every_layer_kind() {
     );
     let c0 = cfg.vision.embed_dim[0];
     assert!(s.iter().any(|x| x.n == 3 * c0 && x.k == c0), "stage-0 qkv");
-    assert!(s.iter().all(|x| x.format == DType::F16));
+    // Every layer in the model's format, except a patch-embedding conv whose K is padded to the fast
+    // kernels' K step (`conv::gemm_k`): that one runs with an f32 weight of padded K.
+    let stem_k = cfg.vision.patch_size[0].pow(2) * cfg.vision.in_channels;
+    let (kg, fg) = florence2_wasm::ops::conv::gemm_k(stem_k, DType::F16);
+    assert!(
+        s.iter().any(|x| x.n == c0 && x.k == kg && x.format == fg),
+        "stem conv as GEMM (K {stem_k} -> {kg})"
+    );
+    assert!(s
+        .iter()
+        .all(|x| x.format == DType::F16 || (x.format == DType::F32 && x.k.is_multiple_of(8))));
     // Distinct classes only.
     for (i, a) in s.iter().enumerate() {
         assert!(s[i + 1..].iter().all(|b| b.class() != a.class()));

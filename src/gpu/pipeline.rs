@@ -16,7 +16,7 @@ use crate::gpu::Gpu;
 /// the checks' index clamps keep Mesa from unrolling the register-blocked matmul loops (measured: the 8x4
 /// subgroup GEMM goes from ~15 to ~26 GFLOP/s). Only shaders whose header proves every access in bounds
 /// for all inputs their launcher accepts may be listed here.
-const TRUSTED_SHADERS: &[&str] = &["matmul_sg", "attention_rows"];
+const TRUSTED_SHADERS: &[&str] = &["matmul_sg", "matmul_rb", "attention_rows"];
 
 /// A WGSL source file, possibly with preprocessing directives (`#if`, `#include`).
 #[derive(Debug)]

@@ -449,7 +449,8 @@ impl DaVit {
         Ok((out, (h, w)))
     }
 
-    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out).
+    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out). The last residual add is
+    /// fc2's epilogue, except on the row-chunked path (a chunk's rows are not a bindable range of x).
     fn conv_mlp_half(
         rec: &mut Recorder,
         conv: &Conv2d,
@@ -463,10 +464,12 @@ impl DaVit {
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let n2 = bufs.n.reshape(&[rows, c])?;
         norm.forward(rec, &x2, &n2)?; // (B*H*W, C)
+        let a2 = bufs.a.reshape(&[rows, c])?;
         match &bufs.mlp_io {
             None => {
                 ffn.fc1.forward(rec, &n2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
-                ffn.fc2.forward(rec, &bufs.hid, Act::None, &bufs.p)?; // (B*H*W, C)
+                ffn.fc2
+                    .forward_residual(rec, &bufs.hid, Act::None, &x2, &a2) // (B*H*W, C)
             }
             Some((xin, xout)) => {
                 // Row chunks through copies: the hidden activation never exceeds one binding.
@@ -491,10 +494,9 @@ impl DaVit {
                     rec.copy_range(&o, 0, &bufs.p, off, bytes)?;
                     r0 += n;
                 }
+                ops::elementwise::add(rec, &x2, &bufs.p, &a2) // (B*H*W, C)
             }
         }
-        let a2 = bufs.a.reshape(&[rows, c])?;
-        ops::elementwise::add(rec, &x2, &bufs.p, &a2) // (B*H*W, C)
     }
 
     fn spatial(
@@ -538,11 +540,14 @@ impl DaVit {
         // Crop back to the image first, then project: `proj` is per token, so projecting only the real
         // tokens gives the same values as the reference's project-then-crop.
         ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.n)?; // (B, H, W, C)
-        blk.window_attn
-            .proj
-            .forward(rec, &bufs.n.reshape(&[rows, c])?, Act::None, &bufs.p)?; // (B*H*W, C)
-        ops::elementwise::add(rec, &x2, &bufs.p, &bufs.a.reshape(&[rows, c])?)?; // (B*H*W, C)
-                                                                                 // x = x + dwconv(x); x = x + ffn(norm2(x))
+        blk.window_attn.proj.forward_residual(
+            rec,
+            &bufs.n.reshape(&[rows, c])?,
+            Act::None,
+            &x2,
+            &bufs.a.reshape(&[rows, c])?,
+        )?; // (B*H*W, C) = x + proj(attn)
+            // x = x + dwconv(x); x = x + ffn(norm2(x))
         Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)
     }
 
@@ -567,11 +572,14 @@ impl DaVit {
         let attn_out = bufs.n.reshape(&[bsz, h * w, c])?;
         let groups = stage_param(&self.num_groups, s, "num_groups")?;
         ops::channel_attn::channel_attention(rec, &bufs.cqkv, groups, &attn_out)?; // (B, N, C)
-        blk.channel_attn
-            .proj
-            .forward(rec, &n2, Act::None, &bufs.p)?; // (B*H*W, C)
-        ops::elementwise::add(rec, &x2, &bufs.p, &bufs.a.reshape(&[rows, c])?)?; // (B*H*W, C)
-                                                                                 // x = x + dwconv(x); x = x + ffn(norm2(x))
+        blk.channel_attn.proj.forward_residual(
+            rec,
+            &n2,
+            Act::None,
+            &x2,
+            &bufs.a.reshape(&[rows, c])?,
+        )?; // (B*H*W, C) = x + proj(attn)
+            // x = x + dwconv(x); x = x + ffn(norm2(x))
         Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)
     }
 }

@@ -85,6 +85,27 @@ impl Linear {
     pub fn forward(&self, rec: &mut Recorder, x: &Tensor, act: Act, out: &Tensor) -> Result<()> {
         ops::matmul::linear(rec, x, &self.weight, self.bias.as_ref(), act, out)
     }
+
+    /// out (R, out_features) = residual + act(x @ weight^T + bias): the Linear and the residual add
+    /// after it in one kernel (the add is the linear's epilogue). `residual` must not be `out`.
+    pub fn forward_residual(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        act: Act,
+        residual: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::matmul::linear_residual(
+            rec,
+            x,
+            &self.weight,
+            self.bias.as_ref(),
+            act,
+            Some(residual),
+            out,
+        )
+    }
 }
 
 /// `nn.LayerNorm` over the last dimension: `weight` (C), `bias` (C), `eps`.

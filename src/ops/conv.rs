@@ -32,7 +32,7 @@ struct Im2colParams {
     pad: u32,
     row0: u32,
     rows: u32,
-    _pad0: u32,
+    kp: u32,
 }
 
 /// Mirrors `DwParams` in `shaders/conv.wgsl`.
@@ -43,6 +43,23 @@ struct DwParams {
     h: u32,
     w: u32,
     c: u32,
+}
+
+/// The GEMM K step the fast linear kernels need (vec4 loads, 8 k-values per step: `LinearVariant`'s
+/// K % 8 rule).
+pub const K_STEP: usize = 8;
+
+/// The K an im2col GEMM runs with for a true K of `k` and weights in `dtype`: f32/f16 weights whose K is
+/// not a multiple of [`K_STEP`] (147 for the 7x7 RGB stem) are padded to the next multiple with zero
+/// columns in both operands, so the fast kernels can run it instead of the scalar one; the padded
+/// products are exact zeros. The padded weight is f32 (the f16 values widened exactly). Other K and
+/// quantized weights (whose K is already a multiple of 32) stay as they are.
+pub fn gemm_k(k: usize, dtype: DType) -> (usize, DType) {
+    if k.is_multiple_of(K_STEP) || !matches!(dtype, DType::F32 | DType::F16) {
+        (k, dtype)
+    } else {
+        (k.next_multiple_of(K_STEP), DType::F32)
+    }
 }
 
 /// Output size of a convolution along one axis: floor((n + 2 pad - k) / stride) + 1, or an error when
@@ -59,7 +76,8 @@ pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usi
 /// channels-last activations, PyTorch weight layout). `w` may be F32 or F16.
 ///
 /// Runs as im2col into a scratch (rows, Cin*kh*kw) matrix followed by `linear`, whose weight is exactly
-/// `w` viewed as (Cout, Cin*kh*kw). Large inputs are processed in row chunks so the scratch never
+/// `w` viewed as (Cout, Cin*kh*kw), K padded to [`gemm_k`] when it is not a multiple of [`K_STEP`] (the
+/// weight then padded on the GPU by `pad_weight`, a Cout x K copy per call). Large inputs are processed in row chunks so the scratch never
 /// exceeds [`IM2COL_CHUNK_BYTES`] (nor the device's binding limit).
 pub fn conv2d(
     rec: &mut Recorder,
@@ -143,15 +161,43 @@ pub fn conv2d_chunked(
     check::u32_of(OP, "input elements", x.numel())?;
     check::u32_of(OP, "output rows", rows)?;
     let gpu = rec.gpu().clone();
-    let w2 = w.reshape(&[cout, k])?; // (Cout, Cin*kh*kw): a Linear weight
+    let (kp, _) = gemm_k(k, w.dtype());
+    let w2 = if kp == k {
+        w.reshape(&[cout, k])? // (Cout, Cin*kh*kw): a Linear weight
+    } else {
+        let wp = Tensor::zeros(&gpu, &[cout, kp], DType::F32, "conv2d.w_padded")?;
+        let params = Im2colParams {
+            h: 0,
+            w: 0,
+            cin: cin as u32,
+            ho: 0,
+            wo: 0,
+            kh: kh as u32,
+            kw: kw as u32,
+            stride: 0,
+            pad: 0,
+            row0: 0,
+            rows: check::u32_of(OP, "output channels", cout)?,
+            kp: check::u32_of(OP, "padded K", kp)?,
+        };
+        let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
+        let overrides = [("WG", WG as f64), ("W_F16", f16)];
+        rec.dispatch(
+            &Kernel::new(&SHADER, "pad_weight").with(&overrides),
+            &params,
+            &[w.binding(&gpu)?, wp.binding(&gpu)?],
+            grid_1d(ceil_div(cout * kp, WG as usize)),
+        )?;
+        wp // (Cout, Kp)
+    };
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
-    let row_bytes = (k * 4) as u64;
+    let row_bytes = (kp * 4) as u64;
     let chunk_rows = ((budget / row_bytes) as usize).clamp(1, rows);
     let kernel = Kernel::new(&SHADER, "im2col").with(&[("WG", WG as f64)]);
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
                                             // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
                                             // only overwrites it after the previous linear has read it); the shorter tail gets its own.
-    let full = Tensor::zeros(&gpu, &[chunk_rows, k], DType::F32, "conv2d.im2col")?;
+    let full = Tensor::zeros(&gpu, &[chunk_rows, kp], DType::F32, "conv2d.im2col")?;
     let full_out = if chunk_rows < rows {
         Some(Tensor::zeros(
             &gpu,
@@ -170,7 +216,7 @@ pub fn conv2d_chunked(
             (full.clone(), dst)
         } else {
             (
-                Tensor::zeros(&gpu, &[n, k], DType::F32, "conv2d.im2col_tail")?,
+                Tensor::zeros(&gpu, &[n, kp], DType::F32, "conv2d.im2col_tail")?,
                 Tensor::zeros(&gpu, &[n, cout], DType::F32, "conv2d.chunk_out_tail")?,
             )
         };
@@ -186,13 +232,13 @@ pub fn conv2d_chunked(
             pad: pad as u32,
             row0: r0 as u32,
             rows: n as u32,
-            _pad0: 0,
+            kp: kp as u32,
         };
         rec.dispatch(
             &kernel,
             &params,
             &[x.binding(&gpu)?, cols.binding(&gpu)?],
-            grid_1d(ceil_div(n * k, WG as usize)),
+            grid_1d(ceil_div(n * kp, WG as usize)),
         )?;
         linear(rec, &cols, &w2, Some(bias), Act::None, &dst)?;
         if chunk_rows < rows {

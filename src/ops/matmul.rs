@@ -1,6 +1,7 @@
-//! Matrix multiplies: `linear` (PyTorch Linear: x @ w^T + bias, optional exact GELU epilogue) and batched
-//! `matmul`. Shaders: `shaders/matmul.wgsl` (portable register-blocked linear and the workgroup-tiled
-//! GEMM), `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
+//! Matrix multiplies: `linear` (PyTorch Linear: x @ w^T + bias, optional exact GELU epilogue, optional
+//! residual: [`linear_residual`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
+//! linear and the workgroup-tiled GEMM), `matmul_rb.wgsl` (register-blocked, no subgroups),
+//! `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
 //! Which variant runs is the registry's choice ([`crate::ops::registry`], filled by [`crate::ops::tune`]).
 //!
 //! Weights larger than one storage binding (the tied 51328x768 LM head on 128 MiB-binding devices) are
@@ -21,6 +22,14 @@ pub static SHADER_V4: Shader = Shader {
     source: concat!(
         include_str!("../../shaders/matmul_common.wgsl"),
         include_str!("../../shaders/matmul_v4.wgsl")
+    ),
+};
+
+pub static SHADER_RB: Shader = Shader {
+    name: "matmul_rb",
+    source: concat!(
+        include_str!("../../shaders/matmul_common.wgsl"),
+        include_str!("../../shaders/matmul_rb.wgsl")
     ),
 };
 
@@ -82,15 +91,25 @@ pub enum LinearVariant {
     /// `matmul_sg.wgsl` `linear_gemv_sg`: the GEMV with x shared by `subgroupBroadcast`. K % 32 == 0,
     /// subgroups of >= 8 lanes.
     GemvSubgroup,
+    /// `matmul_rb.wgsl` `linear_rb` with RM = 4: 4x4 output blocks per invocation, x and w read as vec4
+    /// along K, no subgroups, no workgroup memory; consecutive workgroups walk N. K % 8 == 0.
+    Reg4x4,
+    /// `linear_rb` with RM = 8: 8x4 blocks.
+    Reg8x4,
+    /// `linear_rb` with RM = 16: 16x4 blocks.
+    Reg16x4,
 }
 
 impl LinearVariant {
     /// Every variant, in the order the tuner tries them (the registry's candidate list for `linear`).
-    pub const ALL: [LinearVariant; 10] = [
+    pub const ALL: [LinearVariant; 13] = [
         LinearVariant::Scalar,
         LinearVariant::Tiled64,
         LinearVariant::Tiled128,
         LinearVariant::Vec4,
+        LinearVariant::Reg4x4,
+        LinearVariant::Reg8x4,
+        LinearVariant::Reg16x4,
         LinearVariant::Subgroup,
         LinearVariant::SubgroupC4,
         LinearVariant::SubgroupR16,
@@ -112,6 +131,9 @@ impl LinearVariant {
             LinearVariant::GemvWorkgroup => "gemv_wg",
             LinearVariant::Tiled64 => "tiled64",
             LinearVariant::Tiled128 => "tiled128",
+            LinearVariant::Reg4x4 => "reg4x4",
+            LinearVariant::Reg8x4 => "reg8x4",
+            LinearVariant::Reg16x4 => "reg16x4",
         }
     }
 
@@ -226,6 +248,20 @@ const GEMV_WG_COLS: usize = 4;
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
 
+/// Rows of the output block one invocation of `linear_rb` computes (`RM` in `matmul_rb.wgsl`), for the
+/// register-blocked variants.
+fn rb_rows(v: LinearVariant) -> Option<usize> {
+    match v {
+        LinearVariant::Reg4x4 => Some(4),
+        LinearVariant::Reg8x4 => Some(8),
+        LinearVariant::Reg16x4 => Some(16),
+        _ => None,
+    }
+}
+
+/// Workgroup size of `linear_rb` (each invocation computes 4 output columns).
+const RB_WG: usize = 64;
+
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
 /// Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in registers); it may exceed the device's
 /// storage-binding limit, in which case it is processed in row chunks. The kernel is the tuned choice
@@ -238,6 +274,23 @@ pub fn linear(
     act: Act,
     out: &Tensor,
 ) -> Result<()> {
+    linear_residual(rec, x, w, bias, act, None, out)
+}
+
+/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) + residual (M, N): [`linear`] with the residual
+/// add of a transformer block (`x + sublayer(x)`) done in the kernel's epilogue, saving a separate
+/// elementwise pass (one dispatch, one read and one write of (M, N)). The sum is the same f32 addition
+/// the separate pass does. `residual` must not be `out` (a buffer cannot be read and written by one
+/// dispatch through two bindings).
+pub fn linear_residual(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    act: Act,
+    residual: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
     let (m, k) = (x.dim(0), x.dim(-1));
     let caps = &rec.gpu().caps;
     let class = ShapeClass::linear(m, w.dim(0), k, w.dtype());
@@ -248,7 +301,7 @@ pub fn linear(
         .and_then(LinearVariant::from_name)
         .filter(|v| v.supports(caps, m, k, w.dtype()))
         .unwrap_or_else(|| choose_linear_variant(caps, m, k));
-    linear_variant(rec, variant, x, w, bias, act, out)
+    linear_variant_residual(rec, variant, x, w, bias, act, residual, out)
 }
 
 /// [`linear`] with a forced kernel variant. Fails with [`Error::Shape`] if the variant cannot run this
@@ -261,6 +314,21 @@ pub fn linear_variant(
     w: &Tensor,
     bias: Option<&Tensor>,
     act: Act,
+    out: &Tensor,
+) -> Result<()> {
+    linear_variant_residual(rec, variant, x, w, bias, act, None, out)
+}
+
+/// [`linear_residual`] with a forced kernel variant (the errors of [`linear_variant`]).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_variant_residual(
+    rec: &mut Recorder,
+    variant: LinearVariant,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    act: Act,
+    residual: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "linear";
@@ -315,6 +383,20 @@ pub fn linear_variant(
             ));
         }
     }
+    if let Some(r) = residual {
+        check::f32(OP, "residual", r)?;
+        if r.shape() != out.shape() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "residual {:?} must have the shape of out {:?}",
+                    r.shape(),
+                    out.shape()
+                ),
+            ));
+        }
+        check::distinct(OP, ("residual", r), ("out", out))?;
+    }
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -347,7 +429,9 @@ pub fn linear_variant(
             max: gpu.caps.subgroup_min_size as u64,
         });
     }
-    let flags = u32::from(bias.is_some()) | (u32::from(act == Act::Gelu) << 1);
+    let flags = u32::from(bias.is_some())
+        | (u32::from(act == Act::Gelu) << 1)
+        | (u32::from(residual.is_some()) << 2);
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
     let q = wq.map_or(0.0, |q| q.bits() as f64);
     let overrides_scalar = [("W_F16", f16)];
@@ -356,6 +440,12 @@ pub fn linear_variant(
     let overrides_v4 = [("W_F16", f16), ("W_Q", q), ("WG", V4_WG as f64)];
     let overrides_sg = [("W_F16", f16), ("W_Q", q), ("WG", SG_WG as f64)];
     let overrides_sg4 = [("W_F16", f16), ("W_Q", q), ("WG", SG4_WG as f64)];
+    let overrides_rb = [
+        ("W_F16", f16),
+        ("W_Q", q),
+        ("WG", RB_WG as f64),
+        ("RM", rb_rows(variant).unwrap_or(4) as f64),
+    ];
     let overrides_gemv = [
         ("W_F16", f16),
         ("W_Q", q),
@@ -377,6 +467,9 @@ pub fn linear_variant(
         LinearVariant::GemvWorkgroup => {
             Kernel::new(&SHADER_GEMV, "linear_gemv_wg").with(&overrides_gemv)
         }
+        LinearVariant::Reg4x4 | LinearVariant::Reg8x4 | LinearVariant::Reg16x4 => {
+            Kernel::new(&SHADER_RB, "linear_rb").with(&overrides_rb)
+        }
     };
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
@@ -390,6 +483,11 @@ pub fn linear_variant(
     // Without a bias the shader never reads binding 3; bind x (read-only) as a placeholder.
     let bias_b = match bias {
         Some(b) => b.binding(&gpu)?,
+        None => x.binding(&gpu)?,
+    };
+    // Likewise the residual (binding 5) without flags & 4.
+    let res_b = match residual {
+        Some(r) => r.binding(&gpu)?,
         None => x.binding(&gpu)?,
     };
     for chunk in w.row_chunks(&gpu, k)? {
@@ -415,6 +513,11 @@ pub fn linear_variant(
                 grid_1d(ceil_div(chunk.rows, GEMV_WG))
             }
             LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
+            LinearVariant::Reg4x4 | LinearVariant::Reg8x4 | LinearVariant::Reg16x4 => [
+                ceil_div(chunk.rows, 4 * RB_WG),
+                ceil_div(m, rb_rows(variant).unwrap_or(4)),
+                1,
+            ],
         };
         if let Some(n) = &note {
             rec.note_shape(n.clone());
@@ -427,6 +530,7 @@ pub fn linear_variant(
                 w.binding_range(chunk.byte_offset, chunk.byte_size),
                 bias_b.clone(),
                 out_b.clone(),
+                res_b.clone(),
             ],
             grid,
         )?;

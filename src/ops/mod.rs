@@ -36,6 +36,7 @@ pub static SHADERS: &[&Shader] = &[
     &layout::SHADER,
     &matmul::SHADER,
     &matmul::SHADER_V4,
+    &matmul::SHADER_RB,
     &matmul::SHADER_SG,
     &matmul::SHADER_GEMV,
     &matmul::SHADER_BATCHED,

@@ -204,7 +204,7 @@ pub fn model_linear_shapes(
     format: DType,
 ) -> Vec<LinearShape> {
     let mut out = Vec::new();
-    let mut push = |m: usize, n: usize, k: usize| {
+    let mut push = |m: usize, n: usize, k: usize, format: DType| {
         // The loader keeps matrices whose rows are not whole quantization blocks in f16.
         let format = if format.qformat().is_some() && !k.is_multiple_of(crate::gpu::quant::QBLOCK) {
             DType::F16
@@ -224,40 +224,49 @@ pub fn model_linear_shapes(
         h = (h + 2 * p).saturating_sub(k) / st.max(1) + 1;
         w = (w + 2 * p).saturating_sub(k) / st.max(1) + 1;
         let c = v.embed_dim[s];
-        // Patch-embedding conv as im2col + GEMM: K = k*k*Cin (147 for the 7x7 RGB stem).
+        // Patch-embedding conv as im2col + GEMM: K = k*k*Cin (147 for the 7x7 RGB stem, run padded to
+        // 152 with an f32 weight: `conv::gemm_k`).
         let cin = if s == 0 {
             v.in_channels
         } else {
             v.embed_dim[s - 1]
         };
-        push(h * w, c, k * k * cin);
+        let kk = k * k * cin;
+        let stored = if format.qformat().is_some() && !kk.is_multiple_of(crate::gpu::quant::QBLOCK)
+        {
+            DType::F16
+        } else {
+            format
+        };
+        let (kg, fg) = crate::ops::conv::gemm_k(kk, stored);
+        push(h * w, c, kg, fg);
         let hidden = (c as f64 * v.mlp_ratio) as usize;
         let rows = h * w;
         let wrows = h.div_ceil(ws) * w.div_ceil(ws) * ws * ws;
-        push(wrows, 3 * c, c); // window attention qkv
-        push(rows, c, c); // attention out projections
-        push(rows, 3 * c, c); // channel attention qkv
-        push(rows, hidden, c); // fc1 (GELU)
-        push(rows, c, hidden); // fc2
+        push(wrows, 3 * c, c, format); // window attention qkv
+        push(rows, c, c, format); // attention out projections
+        push(rows, 3 * c, c, format); // channel attention qkv
+        push(rows, hidden, c, format); // fc1 (GELU)
+        push(rows, c, hidden, format); // fc2
     }
     let t = &cfg.text;
     let c_last = v.embed_dim.last().copied().unwrap_or(0);
     let image_tokens = h * w + 1;
-    push(image_tokens, v.projection_dim, c_last); // image_projection
+    push(image_tokens, v.projection_dim, c_last, format); // image_projection
     let seq = image_tokens + 16;
     let d = t.d_model;
-    push(seq, d, d); // encoder q/k/v/o, decoder cross k/v
-    push(seq, t.encoder_ffn_dim, d);
-    push(seq, d, t.encoder_ffn_dim);
+    push(seq, d, d, format); // encoder q/k/v/o, decoder cross k/v
+    push(seq, t.encoder_ffn_dim, d, format);
+    push(seq, d, t.encoder_ffn_dim, format);
     let mut steps = vec![1];
     if beams > 1 {
         steps.push(beams);
     }
     for &m in &steps {
-        push(m, d, d); // decoder q/k/v/o, cross q/o
-        push(m, t.decoder_ffn_dim, d);
-        push(m, d, t.decoder_ffn_dim);
-        push(m, t.vocab_size, d); // LM head
+        push(m, d, d, format); // decoder q/k/v/o, cross q/o
+        push(m, t.decoder_ffn_dim, d, format);
+        push(m, d, t.decoder_ffn_dim, format);
+        push(m, t.vocab_size, d, format); // LM head
     }
     out
 }

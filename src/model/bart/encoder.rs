@@ -131,12 +131,10 @@ impl Encoder {
             at.k_proj.forward(rec, &x, Act::None, &k)?; // (S, D)
             at.v_proj.forward(rec, &x, Act::None, &v)?; // (S, D)
             ops::attention::attention(rec, &q3, &k3, &v3, &opts, &a3)?; // (1, S, D)
-            at.out_proj.forward(rec, &a, Act::None, &t)?; // (S, D)
-            ops::elementwise::add(rec, &x, &t, &t)?; // (S, D) residual
+            at.out_proj.forward_residual(rec, &a, Act::None, &x, &t)?; // (S, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &t, &x)?; // (S, D)
             l.fc1.forward(rec, &x, self.act, &f)?; // (S, F)
-            l.fc2.forward(rec, &f, Act::None, &t)?; // (S, D)
-            ops::elementwise::add(rec, &x, &t, &t)?; // (S, D) residual
+            l.fc2.forward_residual(rec, &f, Act::None, &x, &t)?; // (S, D) = x + fc2(f)
             l.final_layer_norm.forward(rec, &t, &x)?; // (S, D)
         }
         x.reshape(&[1, s, d])
