@@ -143,7 +143,7 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
     let v = t(&[b, tk, hd], &mut rng, "v");
     let out = Tensor::zeros(&g, &[b, 1, hd], DType::F32, "out").unwrap();
     let dyn_len = Tensor::zeros(&g, &[4], DType::U32, "dyn").unwrap();
-    for variant in [AttnVariant::Tiled, AttnVariant::Rows] {
+    for variant in AttnVariant::ALL {
         for (kv_len, causal) in [(1u32, false), (5, false), (16, false), (9, true)] {
             let opts = AttnOpts {
                 heads,

@@ -1,21 +1,27 @@
 //! `ops::attention::attention` against a plain f64 CPU reference (two-pass softmax). Every case runs
-//! every kernel variant that supports its head dim (`attention_variant`) and the automatic choice.
+//! every kernel variant that supports its head dim (`attention_variant` over `AttnVariant::ALL`: tiled,
+//! rows, flash) and the automatic choice; the registry and tuner tests at the end check that a tuned
+//! choice is what runs.
 //!
 //! Tolerance: 2e-6 absolute on outputs of magnitude <= 1 (convex combinations of v in [-1, 1]). The GPU
-//! works in f32 in another order (online softmax, tile by tile): a score of magnitude <= ~4 summed over
-//! D <= 64 terms carries random-signed rounding of ~sqrt(D) * 2^-24 * 4 ~ 2e-6, which moves each softmax
-//! weight by about that relative amount; the weighted sums add ~sqrt(Tk) * 2^-24. Measured: <= 4e-7 on
-//! every case. A wrong mask, offset or broadcast changes outputs by O(0.1).
+//! works in f32 in another order (online softmax: the rows kernel rescales per key, the tiled and flash
+//! kernels per key tile, flash also merges S partial states per row): a score of magnitude <= ~4 summed
+//! over D <= 64 terms carries random-signed rounding of ~sqrt(D) * 2^-24 * 4 ~ 2e-6, which moves each
+//! softmax weight by about that relative amount; each rescale or merge multiplies the running sums by one
+//! rounded exp (2^-24 relative each), and the weighted sums add ~sqrt(Tk) * 2^-24. Measured: <= 4.5e-7 on
+//! every case and variant. A wrong mask, offset, tile edge or broadcast changes outputs by O(0.1).
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu, Rng};
-use florence2_wasm::gpu::{readback, DType, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{
-    attention, attention_variant, choose_attention_variant, variant_supports, AttnOpts, AttnVariant,
+    attention, attention_class, attention_variant, choose_attention_variant, variant_supports,
+    AttnOpts, AttnShape, AttnVariant,
 };
+use florence2_wasm::ops::tune::{self, CacheLocation, TuneCase, Tuning};
 
-const VARIANTS: [AttnVariant; 2] = [AttnVariant::Tiled, AttnVariant::Rows];
+const VARIANTS: [AttnVariant; 3] = AttnVariant::ALL;
 
 const TOL: f32 = 2e-6;
 
@@ -305,4 +311,163 @@ fn variant_choice_and_refusals() {
     let mut rec = Recorder::new(&g);
     assert!(attention_variant(&mut rec, AttnVariant::Rows, &q, &q, &q, &opts, &out).is_err());
     attention_variant(&mut rec, AttnVariant::Tiled, &q, &q, &q, &opts, &out).unwrap();
+}
+
+#[test]
+fn flash_tiles_row_blocks_and_key_splits() {
+    // Row blocks of 64 with a ragged last block (65 rows), keys over several tiles and not a multiple of
+    // the tile (KT = 28 at D = 64, 56 at D = 32), several heads, causal prefill with an offset.
+    run("flash tq65 tk61 d64 h3", &Case::new(1, 65, 61, 3, 64), 20);
+    let mut c = Case::new(2, 70, 130, 2, 32);
+    c.causal = true;
+    c.q_offset = 60;
+    run("flash causal tq70 tk130 d32 off60", &c, 21);
+    // Few rows: each row split over S invocations (S = 16 at D = 64 with 1-2 rows, 64 at D = 4) whose
+    // partial softmax states are merged; keys ragged against KT, a mask with hard bans, a cache fill.
+    let mut c = Case::new(3, 2, 45, 2, 64);
+    c.mask = true;
+    run("flash split tq2 tk45 d64 mask", &c, 22);
+    let mut c = Case::new(2, 1, 300, 2, 4);
+    c.kv_len = Some(211);
+    run("flash split tq1 d4 kv_len 211", &c, 23);
+    let mut c = Case::new(4, 1, 77, 3, 32);
+    c.bk = 1;
+    run("flash cross tq1 bk1 d32", &c, 24);
+    // A causal row block whose last visible key falls inside a tile: rows of one block see different
+    // numbers of keys.
+    let mut c = Case::new(1, 9, 40, 1, 16);
+    c.causal = true;
+    c.q_offset = 25;
+    c.kv_len = Some(34);
+    run("flash causal inside a tile", &c, 25);
+}
+
+/// A fresh device, so the choices set here cannot reach the other tests' automatic runs.
+fn fresh_gpu() -> std::sync::Arc<Gpu> {
+    pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)")
+}
+
+#[test]
+fn attention_follows_the_registry() {
+    let g = fresh_gpu();
+    let c = Case::new(2, 5, 30, 2, 16);
+    let hd = c.heads * c.d;
+    let mut rng = Rng::new(30);
+    let (q, k, v) = (
+        rng.vec(c.b * c.tq * hd, 2.0),
+        rng.vec(c.b * c.tk * hd, 2.0),
+        rng.vec(c.b * c.tk * hd, 1.0),
+    );
+    let want = cpu_attention(&c, &q, &k, &v, None);
+    let t = |s: &[usize], x: &[f32]| Tensor::from_f32(&g, s, x, "t").unwrap();
+    let (tq_, tk_, tv_) = (
+        t(&[c.b, c.tq, hd], &q),
+        t(&[c.b, c.tk, hd], &k),
+        t(&[c.b, c.tk, hd], &v),
+    );
+    let out = Tensor::zeros(&g, &[c.b, c.tq, hd], DType::F32, "out").unwrap();
+    let opts = AttnOpts {
+        heads: c.heads,
+        scale: c.scale,
+        ..Default::default()
+    };
+    let class = attention_class(c.b * c.tq, c.tk, c.d, c.heads, false, false);
+    assert_eq!(class.describe(), "attention M<=16 Tk<=32 D=16 H=2");
+    // Each choice builds its own pipeline the first time it is chosen, and gives the reference result.
+    for choice in ["flash", "tiled", "rows"] {
+        g.choices
+            .set(class, AttnVariant::from_name(choice).unwrap().name());
+        let before = g.pipelines.len();
+        let mut rec = Recorder::new(&g);
+        attention(&mut rec, &tq_, &tk_, &tv_, &opts, &out).unwrap();
+        rec.submit().unwrap();
+        assert_eq!(g.pipelines.len(), before + 1, "{choice} pipeline built");
+        let got = readback::to_f32_blocking(&g, &out).unwrap();
+        assert_close(&format!("registry {choice}"), &got, &want, TOL);
+    }
+    // A choice that cannot run the call (rows at head dim 20, flash at 72) falls back to the static one.
+    let cases = [(20usize, "rows"), (72, "flash")];
+    for (d, choice) in cases {
+        let c = Case::new(1, 3, 9, 1, d);
+        let q = rng.vec(c.tq * d, 2.0);
+        let kv = rng.vec(c.tk * d, 1.0);
+        let want = cpu_attention(&c, &q, &kv, &kv, None);
+        let tq_ = t(&[1, c.tq, d], &q);
+        let tkv = t(&[1, c.tk, d], &kv);
+        let out = Tensor::zeros(&g, &[1, c.tq, d], DType::F32, "out").unwrap();
+        g.choices
+            .set(attention_class(c.tq, c.tk, d, 1, false, false), choice);
+        let opts = AttnOpts {
+            heads: 1,
+            scale: c.scale,
+            ..Default::default()
+        };
+        let mut rec = Recorder::new(&g);
+        attention(&mut rec, &tq_, &tkv, &tkv, &opts, &out).unwrap();
+        rec.submit().unwrap();
+        let got = readback::to_f32_blocking(&g, &out).unwrap();
+        assert_close(
+            &format!("unsupported choice {choice} d{d}"),
+            &got,
+            &want,
+            TOL,
+        );
+    }
+    // The forced flash variant refuses head dims it cannot hold.
+    let z = Tensor::zeros(&g, &[1, 2, 72], DType::F32, "z").unwrap();
+    let o = AttnOpts {
+        heads: 1,
+        ..Default::default()
+    };
+    let mut rec = Recorder::new(&g);
+    assert!(attention_variant(&mut rec, AttnVariant::Flash, &z, &z, &z, &o, &z).is_err());
+}
+
+#[test]
+fn tuner_times_attention_and_reuses_its_cache() {
+    let g = fresh_gpu();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tuning-attention");
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = CacheLocation::Dir(dir);
+    let shapes = [
+        AttnShape {
+            b: 1,
+            tq: 40,
+            bk: 1,
+            tk: 40,
+            heads: 2,
+            d: 32,
+            causal: false,
+            masked: false,
+        },
+        AttnShape {
+            b: 3,
+            tq: 1,
+            bk: 1,
+            tk: 40,
+            heads: 2,
+            d: 32,
+            causal: false,
+            masked: true,
+        },
+    ];
+    let cases: Vec<&dyn TuneCase> = shapes.iter().map(|s| s as &dyn TuneCase).collect();
+    let first = pollster::block_on(tune::tune_with(&g, &[], &cases, Tuning::Auto, &cache)).unwrap();
+    assert_eq!(first.rows.len(), 2);
+    assert_eq!(first.timings, 6, "3 candidates per shape timed");
+    for (r, s) in first.rows.iter().zip(&shapes) {
+        assert_eq!(r.class, s.class());
+        assert_eq!(r.times_ms.len(), 3);
+        assert!(r.times_ms.iter().all(|(_, t)| t.is_some_and(|t| t > 0.0)));
+        assert_eq!(g.choices.get(&r.class), Some(r.chosen));
+    }
+    g.choices.clear();
+    let second =
+        pollster::block_on(tune::tune_with(&g, &[], &cases, Tuning::Auto, &cache)).unwrap();
+    assert_eq!(second.timings, 0, "the cache answered");
+    assert!(second.rows.iter().all(|r| r.cached));
+    for (a, b) in first.rows.iter().zip(&second.rows) {
+        assert_eq!(a.chosen, b.chosen);
+        assert_eq!(g.choices.get(&b.class), Some(b.chosen));
+    }
 }

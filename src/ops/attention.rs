@@ -2,13 +2,17 @@
 //! heads interleaved in columns, optional causal rule, KV-cache fill, additive mask and K/V shared
 //! across the batch (Bk = 1).
 //!
-//! Two kernels ([`AttnVariant`]): the workgroup-tiled one (`shaders/attention.wgsl`, plus its Tq = 1
-//! decode entry) for real GPUs and the browser, and a barrier-free one keeping query rows in registers
-//! (`shaders/attention_rows.wgsl`) for CPU adapters. [`attention`] picks with [`choose_attention_variant`].
+//! Three kernels ([`AttnVariant`]): the workgroup-tiled one (`shaders/attention.wgsl`, plus its Tq = 1
+//! decode entry), the GPU-class flash kernel (`shaders/attention_flash.wgsl`: K/V tiles in workgroup
+//! memory, each query row's state in registers, vec4 loads) and a barrier-free one keeping query rows in
+//! registers (`shaders/attention_rows.wgsl`) for CPU adapters. [`attention`] asks the kernel registry
+//! (the tuner's choice for the call's [`ShapeClass`]) first and falls back to
+//! [`choose_attention_variant`].
 
 use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
+use crate::ops::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "attention",
@@ -18,6 +22,11 @@ pub static SHADER: Shader = Shader {
 pub static ROWS_SHADER: Shader = Shader {
     name: "attention_rows",
     source: include_str!("../../shaders/attention_rows.wgsl"),
+};
+
+pub static FLASH_SHADER: Shader = Shader {
+    name: "attention_flash",
+    source: include_str!("../../shaders/attention_flash.wgsl"),
 };
 
 const WG: u32 = 64;
@@ -36,14 +45,66 @@ pub enum AttnVariant {
     /// `attention_rows.wgsl`: one invocation per (batch row, head, 4 query rows), rows and outputs in
     /// registers, no workgroup memory or barriers. Head dim a multiple of 4 up to 80. Fast on CPU adapters.
     Rows,
+    /// `attention_flash.wgsl`: one workgroup per (batch row, head, block of up to 64 query rows), K/V
+    /// tiles staged in workgroup memory with vec4 loads and shared by the block's rows, each row's query,
+    /// output and online-softmax state in one invocation's registers (few rows: split over several
+    /// invocations and merged). Head dim a multiple of 4 up to 64. For GPUs.
+    Flash,
 }
 
-/// Whether `variant` can run head dim `d`.
+impl AttnVariant {
+    /// Every variant: the tuner's candidates (filtered by [`AttnVariant::supports`]).
+    pub const ALL: [AttnVariant; 3] = [AttnVariant::Tiled, AttnVariant::Rows, AttnVariant::Flash];
+
+    /// The name in tuning tables and caches.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnVariant::Tiled => "tiled",
+            AttnVariant::Rows => "rows",
+            AttnVariant::Flash => "flash",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<AttnVariant> {
+        AttnVariant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Whether this variant runs head dim `d` on an adapter with `caps` (workgroup memory and size).
+    pub fn supports(self, caps: &Caps, d: usize) -> bool {
+        variant_supports(self, d)
+            && match self {
+                AttnVariant::Rows => true,
+                AttnVariant::Tiled => {
+                    caps.max_workgroup_storage >= TILED_WG_BYTES && caps.max_invocations >= WG
+                }
+                AttnVariant::Flash => {
+                    caps.max_workgroup_storage >= FLASH_WG_BYTES
+                        && caps.max_invocations >= FLASH_MAX_WG as u32
+                }
+            }
+    }
+}
+
+/// Whether `variant` can run head dim `d` (on any WebGPU adapter: their guaranteed limits suffice).
 pub fn variant_supports(variant: AttnVariant, d: usize) -> bool {
     match variant {
         AttnVariant::Tiled => (1..=KV_CAP).contains(&d),
         AttnVariant::Rows => d > 0 && d.is_multiple_of(4) && d <= ROWS_MAX_HEAD_DIM,
+        AttnVariant::Flash => d > 0 && d.is_multiple_of(4) && d <= FLASH_MAX_HEAD_DIM,
     }
+}
+
+/// The registry's shape class of an attention call: all query rows (B * Tq), allocated key rows Tk (not
+/// the fill, so a decode step keeps one class as its cache fills), head dim, heads, causal, masked.
+pub fn attention_class(
+    rows: usize,
+    tk: usize,
+    d: usize,
+    heads: usize,
+    causal: bool,
+    masked: bool,
+) -> ShapeClass {
+    ShapeClass::attention(rows, tk, d, heads, causal, masked)
 }
 
 /// The variant [`attention`] uses for head dim `d`: the register kernel on CPU adapters when it supports
@@ -64,6 +125,16 @@ const QB_MAX: usize = 16;
 /// Longest key range of the decode kernel (its score buffer).
 const DEC_MAXK: usize = 2048;
 const KT_MAX: usize = 64;
+/// Workgroup memory of the tiled kernel (its `attention_decode` entry: 8 KiB scores + 2 KiB scratch + q).
+const TILED_WG_BYTES: u32 = 16 * 1024;
+
+/// Flash kernel (`attention_flash.wgsl`): largest head dim (MAXD4 * 4), vec4 capacity of each of the K
+/// and V tiles (KV4), keys per invocation per tile (MAXKPL), largest workgroup, workgroup memory.
+pub const FLASH_MAX_HEAD_DIM: usize = 64;
+const FLASH_KV4: usize = 448;
+const FLASH_MAXKPL: usize = 64;
+const FLASH_MAX_WG: usize = 64;
+const FLASH_WG_BYTES: u32 = (2 * FLASH_KV4 * 16 + 2 * FLASH_MAX_WG * 4) as u32;
 
 /// Options of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -122,8 +193,9 @@ fn tiles(d: usize, tq: usize) -> (usize, usize) {
 }
 
 /// out = softmax(scale * q k^T + mask) v per head. q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
-/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask. The kernel is chosen by
-/// [`choose_attention_variant`].
+/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask. The kernel is the registry's
+/// choice for the call's [`attention_class`] when the tuner made one (and the variant supports the call),
+/// else [`choose_attention_variant`].
 pub fn attention(
     rec: &mut Recorder,
     q: &Tensor,
@@ -132,13 +204,33 @@ pub fn attention(
     opts: &AttnOpts,
     out: &Tensor,
 ) -> Result<()> {
+    let variant = chosen_variant(rec.gpu(), q, k, opts);
+    attention_variant(rec, variant, q, k, v, opts, out)
+}
+
+/// The registry's choice for the call's [`attention_class`] when the tuner made one and it supports the
+/// head dim, else [`choose_attention_variant`]. Shapes are checked later by the launcher.
+fn chosen_variant(gpu: &crate::gpu::Gpu, q: &Tensor, k: &Tensor, opts: &AttnOpts) -> AttnVariant {
+    let dim = |t: &Tensor, i: usize| t.shape().get(i).copied().unwrap_or(0);
     let d = q
         .shape()
         .last()
         .and_then(|w| w.checked_div(opts.heads))
         .unwrap_or(0);
-    let variant = choose_attention_variant(&rec.gpu().caps, d);
-    attention_variant(rec, variant, q, k, v, opts, out)
+    let rows = dim(q, 0) * dim(q, 1);
+    let class = attention_class(
+        rows,
+        dim(k, 1),
+        d,
+        opts.heads,
+        opts.causal,
+        opts.mask.is_some(),
+    );
+    gpu.choices
+        .get(&class)
+        .and_then(AttnVariant::from_name)
+        .filter(|v| v.supports(&gpu.caps, d))
+        .unwrap_or_else(|| choose_attention_variant(&gpu.caps, d))
 }
 
 /// [`attention`] whose key count and query position are read by the kernel, at run time, from `dyn_len`
@@ -154,12 +246,7 @@ pub fn attention_dyn(
     dyn_len: &Tensor,
     out: &Tensor,
 ) -> Result<()> {
-    let d = q
-        .shape()
-        .last()
-        .and_then(|w| w.checked_div(opts.heads))
-        .unwrap_or(0);
-    let variant = choose_attention_variant(&rec.gpu().caps, d);
+    let variant = chosen_variant(rec.gpu(), q, k, opts);
     attention_impl(rec, variant, q, k, v, opts, Some(dyn_len), out)
 }
 
@@ -286,6 +373,22 @@ fn attention_impl(
     };
     if b == 0 || tq == 0 {
         return Ok(());
+    }
+    if variant == AttnVariant::Flash {
+        let layout = FlashLayout {
+            batch: b,
+            bk,
+            tq,
+            tk,
+            heads,
+            d,
+            kv_len,
+            q_stride: hd,
+            kv_stride: hd,
+            k_off: 0,
+            v_off: 0,
+        };
+        return record_flash(rec, &layout, opts, [q, k, v, mask], dyn_len, out);
     }
     if variant == AttnVariant::Rows {
         return record_rows(
@@ -427,6 +530,202 @@ fn dyn_defines(dyn_len: Option<&Tensor>) -> &'static [&'static str] {
     }
 }
 
+/// An attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): q (B, Tq, H*D), k/v
+/// (Bk, Tk, H*D), all keys valid, with or without the causal rule and an additive mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnShape {
+    pub b: usize,
+    pub tq: usize,
+    pub bk: usize,
+    pub tk: usize,
+    pub heads: usize,
+    pub d: usize,
+    pub causal: bool,
+    pub masked: bool,
+}
+
+impl crate::ops::tune::TuneCase for AttnShape {
+    fn class(&self) -> ShapeClass {
+        let AttnShape {
+            b,
+            tq,
+            tk,
+            heads,
+            d,
+            causal,
+            masked,
+            ..
+        } = *self;
+        attention_class(b * tq, tk, d, heads, causal, masked)
+    }
+
+    fn candidates(&self, caps: &Caps) -> Vec<&'static str> {
+        AttnVariant::ALL
+            .into_iter()
+            .filter(|v| v.supports(caps, self.d))
+            .map(AttnVariant::name)
+            .collect()
+    }
+
+    fn flops(&self) -> f64 {
+        4.0 * (self.b * self.tq * self.tk * self.heads * self.d) as f64
+    }
+
+    fn prepare(
+        &self,
+        gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    ) -> Result<crate::ops::tune::CaseRunner> {
+        let s = *self;
+        let hd = s.heads * s.d;
+        let q = Tensor::zeros(gpu, &[s.b, s.tq, hd], DType::F32, "tune.q")?;
+        let k = Tensor::zeros(gpu, &[s.bk, s.tk, hd], DType::F32, "tune.k")?;
+        let v = Tensor::zeros(gpu, &[s.bk, s.tk, hd], DType::F32, "tune.v")?;
+        let out = Tensor::zeros(gpu, &[s.b, s.tq, hd], DType::F32, "tune.attn")?;
+        let mask = match s.masked {
+            true => Some(Tensor::zeros(gpu, &[s.tq, s.tk], DType::F32, "tune.mask")?),
+            false => None,
+        };
+        Ok(Box::new(move |rec: &mut Recorder, name: &'static str| {
+            let variant = AttnVariant::from_name(name)
+                .ok_or_else(|| Error::shape("attention", format!("no variant {name:?}")))?;
+            let opts = AttnOpts {
+                heads: s.heads,
+                scale: 1.0,
+                causal: s.causal,
+                kv_len: None,
+                q_offset: s.tk.saturating_sub(s.tq) as u32,
+                mask: mask.as_ref(),
+            };
+            attention_variant(rec, variant, &q, &k, &v, &opts, &out)
+        }))
+    }
+}
+
+/// Mirrors `Params` in `shaders/attention_flash.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FlashParams {
+    batch: u32,
+    tq: u32,
+    tk: u32,
+    heads: u32,
+    bk: u32,
+    kv_len: u32,
+    q_offset: u32,
+    causal: u32,
+    has_mask: u32,
+    n_qblocks: u32,
+    scale: f32,
+    q_stride: u32,
+    kv_stride: u32,
+    k_off: u32,
+    v_off: u32,
+    out_stride: u32,
+}
+
+/// Where the flash kernel finds its rows, in f32 elements (all multiples of 4): q rows of `q_stride`,
+/// k/v rows of `kv_stride` with k and v at column offsets `k_off` / `v_off` (0 for separate tensors; C and
+/// 2C when q, k and v are one fused qkv tensor), out rows of H*D.
+pub(crate) struct FlashLayout {
+    pub batch: usize,
+    pub bk: usize,
+    pub tq: usize,
+    pub tk: usize,
+    pub heads: usize,
+    pub d: usize,
+    pub kv_len: usize,
+    pub q_stride: usize,
+    pub kv_stride: usize,
+    pub k_off: usize,
+    pub v_off: usize,
+}
+
+/// The flash kernel's launch shape for head dim `d` and `tq` query rows per batch row: (QB rows per
+/// workgroup, S invocations per row, KT keys per tile). QB * S <= 64; few rows are split over S
+/// invocations (a power of two) so a decode step still fills a workgroup; the K and V tiles fit
+/// FLASH_KV4 vec4s each; KT is a multiple of S with KT / S <= FLASH_MAXKPL; the merge scratch
+/// (QB * S / 2 * D/4 vec4s) fits the two tiles.
+pub(crate) fn flash_tiles(d: usize, tq: usize) -> (usize, usize, usize) {
+    let d4 = (d / 4).max(1);
+    let qb = tq.clamp(1, FLASH_MAX_WG);
+    let per_tile = (FLASH_KV4 / d4).max(1);
+    let mut s = 1;
+    while qb * s * 2 <= FLASH_MAX_WG && s * 2 <= per_tile {
+        s *= 2;
+    }
+    let kt = (per_tile / s * s).min(FLASH_MAXKPL * s).max(s);
+    (qb, s, kt)
+}
+
+/// Record the flash kernel over `[q, k, v, mask]` (the mask binding is a placeholder unless `opts.mask`).
+/// Callers have checked the shapes against `l` (the shader runs with naga's bounds checks).
+pub(crate) fn record_flash(
+    rec: &mut Recorder,
+    l: &FlashLayout,
+    opts: &AttnOpts,
+    [q, k, v, mask]: [&Tensor; 4],
+    dyn_len: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let gpu = rec.gpu().clone();
+    let (qb, s, kt) = flash_tiles(l.d, l.tq);
+    let n_qblocks = l.tq.div_ceil(qb);
+    let groups = l
+        .batch
+        .checked_mul(l.heads)
+        .and_then(|x| x.checked_mul(n_qblocks))
+        .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
+    let u = |name: &str, x: usize| check::u32_of(OP, name, x);
+    let params = FlashParams {
+        batch: u("batch", l.batch)?,
+        tq: u("Tq", l.tq)?,
+        tk: u("Tk", l.tk)?,
+        heads: u("heads", l.heads)?,
+        bk: u("Bk", l.bk)?,
+        kv_len: u("kv_len", l.kv_len)?,
+        q_offset: opts.q_offset,
+        causal: opts.causal as u32,
+        has_mask: opts.mask.is_some() as u32,
+        n_qblocks: u("q blocks", n_qblocks)?,
+        scale: opts.scale,
+        q_stride: u("q stride", l.q_stride / 4)?,
+        kv_stride: u("kv stride", l.kv_stride / 4)?,
+        k_off: u("k offset", l.k_off / 4)?,
+        v_off: u("v offset", l.v_off / 4)?,
+        out_stride: u("out stride", l.heads * l.d / 4)?,
+    };
+    // Element indices are u32 in the shader.
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+        check::u32_of(OP, name, t.numel())?;
+    }
+    let overrides = [
+        ("WG", (qb * s) as f64),
+        ("D4", (l.d / 4) as f64),
+        ("QB", qb as f64),
+        ("S", s as f64),
+        ("KT", kt as f64),
+    ];
+    let mut bindings = vec![
+        q.binding(&gpu)?,
+        k.binding(&gpu)?,
+        v.binding(&gpu)?,
+        mask.binding(&gpu)?,
+        out.binding(&gpu)?,
+    ];
+    if let Some(t) = dyn_len {
+        bindings.push(t.binding(&gpu)?);
+    }
+    rec.dispatch(
+        &Kernel::new(&FLASH_SHADER, "attention_flash")
+            .with(&overrides)
+            .defines(dyn_defines(dyn_len)),
+        &params,
+        &bindings,
+        grid_1d(u("workgroups", groups)?),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +740,25 @@ mod tests {
                 assert!(kt >= 1 && kt * d <= KV_CAP && qb * kt <= S_CAP);
             }
         }
+    }
+
+    #[test]
+    fn flash_tiles_fit_the_shader_capacities() {
+        for d in (4..=FLASH_MAX_HEAD_DIM).step_by(4) {
+            let d4 = d / 4;
+            for tq in [1usize, 2, 3, 5, 7, 16, 33, 49, 64, 65, 144, 600] {
+                let (qb, s, kt) = flash_tiles(d, tq);
+                let wg = qb * s;
+                assert!(qb >= 1 && qb <= tq && wg <= FLASH_MAX_WG, "d {d} tq {tq}");
+                assert!(s.is_power_of_two() && kt % s == 0 && kt / s <= FLASH_MAXKPL);
+                assert!(kt * d4 <= FLASH_KV4, "d {d} tq {tq} kt {kt}");
+                assert!(wg / 2 * d4 <= 2 * FLASH_KV4);
+            }
+        }
+        // Decode fills a workgroup by splitting keys; windows of 49 tokens fit one K/V tile at D = 32.
+        assert_eq!(flash_tiles(64, 1).1, 16);
+        let (qb, s, kt) = flash_tiles(32, 49);
+        assert_eq!((qb, s), (49, 1));
+        assert!(kt >= 49);
     }
 }

@@ -28,6 +28,7 @@ use crate::gpu::Shader;
 pub static SHADERS: &[&Shader] = &[
     &attention::SHADER,
     &attention::ROWS_SHADER,
+    &attention::FLASH_SHADER,
     &channel_attn::SHADER,
     &conv::SHADER,
     &decode_step::SHADER,

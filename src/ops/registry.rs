@@ -8,8 +8,9 @@
 //! falls back to its static choice (`choose_*_variant`).
 //!
 //! To add a variant (a new kernel, or a kernel for a new weight format): add it to the op's variant enum
-//! (`LinearVariant` in `matmul.rs`) with its name, its entry in `ALL` and its `supports` rule; the tuner
-//! then times it wherever it `supports` the shape, and a cached choice naming it is honoured.
+//! (`LinearVariant` in `matmul.rs`, `AttnVariant` in `attention.rs`, `WindowAttnVariant` in
+//! `window_attn.rs`) with its name, its entry in `ALL` and its `supports` rule; the tuner then times it
+//! wherever it `supports` the shape, and a cached choice naming it is honoured.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,18 +22,26 @@ use crate::gpu::DType;
 pub enum OpKind {
     /// `ops::matmul::linear`: out (M, N) = x (M, K) @ w (N, K)^T (+ bias, GELU).
     Linear,
+    /// `ops::attention::attention`: multi-head softmax(q k^T * scale + mask) v.
+    Attention,
+    /// `ops::window_attn::window_attention`: DaViT window attention over the fused qkv output.
+    WindowAttention,
 }
 
 impl OpKind {
     pub fn name(self) -> &'static str {
         match self {
             OpKind::Linear => "linear",
+            OpKind::Attention => "attention",
+            OpKind::WindowAttention => "window_attention",
         }
     }
 
     pub fn from_name(s: &str) -> Option<OpKind> {
         match s {
             "linear" => Some(OpKind::Linear),
+            "attention" => Some(OpKind::Attention),
+            "window_attention" => Some(OpKind::WindowAttention),
             _ => None,
         }
     }
@@ -55,7 +64,9 @@ pub fn row_class(m: usize) -> usize {
 }
 
 /// What a choice is keyed by: the op, the weight format and the shape class (for linear: row class, N,
-/// K; N and K are exact because a model has only a handful of distinct layer widths).
+/// K; N and K are exact because a model has only a handful of distinct layer widths). Attention classes
+/// keep three dims too (the tuning cache stores three): rows, keys and a packed head word
+/// ([`pack_heads`]: head dim, heads, causal, masked); their format is always f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ShapeClass {
     pub op: OpKind,
@@ -73,16 +84,67 @@ impl ShapeClass {
         }
     }
 
+    /// The class of an attention call with `rows` query rows in all (B * Tq), `tk` allocated key rows,
+    /// head dim `d`, `heads` heads: rows and keys bucketed like linear rows.
+    pub fn attention(
+        rows: usize,
+        tk: usize,
+        d: usize,
+        heads: usize,
+        causal: bool,
+        masked: bool,
+    ) -> Self {
+        ShapeClass {
+            op: OpKind::Attention,
+            format: DType::F32,
+            dims: [
+                row_class(rows),
+                row_class(tk),
+                pack_heads(d, heads, causal, masked),
+            ],
+        }
+    }
+
+    /// The class of a window attention over `windows` windows of `t` tokens (exact: a model has one or
+    /// two window sizes), head dim `d`, `heads` heads.
+    pub fn window_attention(windows: usize, t: usize, d: usize, heads: usize) -> Self {
+        ShapeClass {
+            op: OpKind::WindowAttention,
+            format: DType::F32,
+            dims: [row_class(windows), t, pack_heads(d, heads, false, false)],
+        }
+    }
+
     /// "linear f16 M~1024 N=768 K=3072" (for tables and logs).
     pub fn describe(&self) -> String {
         let [m, n, k] = self.dims;
-        let fmt = format!("{:?}", self.format).to_lowercase();
-        let rows = if m <= EXACT_ROWS {
-            format!("M={m}")
-        } else {
-            format!("M<={m}")
+        let bucket = |name: &str, x: usize| {
+            if x <= EXACT_ROWS {
+                format!("{name}={x}")
+            } else {
+                format!("{name}<={x}")
+            }
         };
-        format!("{} {fmt} {rows} N={n} K={k}", self.op.name())
+        match self.op {
+            OpKind::Linear => {}
+            OpKind::Attention | OpKind::WindowAttention => {
+                let (d, heads, causal, masked) = unpack_heads(k);
+                let (rows, keys) = if self.op == OpKind::Attention {
+                    (bucket("M", m), bucket("Tk", n))
+                } else {
+                    (bucket("nW", m), format!("T={n}"))
+                };
+                let flags = match (causal, masked) {
+                    (false, false) => "",
+                    (true, false) => " causal",
+                    (false, true) => " masked",
+                    (true, true) => " causal masked",
+                };
+                return format!("{} {rows} {keys} D={d} H={heads}{flags}", self.op.name());
+            }
+        }
+        let fmt = format!("{:?}", self.format).to_lowercase();
+        format!("{} {fmt} {} N={n} K={k}", self.op.name(), bucket("M", m))
     }
 }
 
@@ -129,6 +191,22 @@ impl Choices {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Head dim, heads and the causal / masked flags of an attention class in one dim: 12 bits of head dim,
+/// 12 of heads (values above 4095 saturate: no such model exists, and the class only groups shapes).
+pub fn pack_heads(d: usize, heads: usize, causal: bool, masked: bool) -> usize {
+    d.min(0xfff) | (heads.min(0xfff) << 12) | ((causal as usize) << 24) | ((masked as usize) << 25)
+}
+
+/// Inverse of [`pack_heads`].
+pub fn unpack_heads(x: usize) -> (usize, usize, bool, bool) {
+    (
+        x & 0xfff,
+        (x >> 12) & 0xfff,
+        x & (1 << 24) != 0,
+        x & (1 << 25) != 0,
+    )
 }
 
 /// Parse a weight-format name as written in the tuning cache (`DType`'s debug name).

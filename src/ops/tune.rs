@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{Caps, DType, Gpu, Recorder, Tensor};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::ops::matmul::{linear_variant, Act, LinearVariant};
@@ -82,12 +82,30 @@ impl LinearShape {
     }
 }
 
+/// The candidate hook for ops other than linear: a call shape the tuner times through the same loop,
+/// cache and report as the linear shapes. Attention ([`crate::ops::attention::AttnShape`]) and window
+/// attention ([`crate::ops::window_attn::WindowShape`]) implement it beside their launchers.
+pub trait TuneCase {
+    /// The registry class the choice is stored under.
+    fn class(&self) -> ShapeClass;
+    /// Names of the variants that can run this shape on an adapter with `caps`.
+    fn candidates(&self, caps: &Caps) -> Vec<&'static str>;
+    /// Floating-point work of one call (sizes the calls per timed submit).
+    fn flops(&self) -> f64;
+    /// Allocate zero-filled operands on `gpu`; the returned function records one call of a variant.
+    fn prepare(&self, gpu: &std::sync::Arc<Gpu>) -> Result<CaseRunner>;
+}
+
+/// Records one call of the named variant (see [`TuneCase::prepare`]).
+pub type CaseRunner = Box<dyn Fn(&mut Recorder, &'static str) -> Result<()>>;
+
 /// One timed (or cached) shape class.
 #[derive(Clone, Debug)]
 pub struct TuneRow {
     pub class: ShapeClass,
-    /// The shape that was timed (rows may be capped in `auto`, see [`AUTO_MAX_ROWS`]).
-    pub timed_shape: LinearShape,
+    /// The linear shape that was timed (rows may be capped in `auto`, see [`AUTO_MAX_ROWS`]); `None` for
+    /// the other ops ([`TuneCase`]), which are timed at their full shape.
+    pub timed_shape: Option<LinearShape>,
     /// Median milliseconds per call for each candidate; `None` when it failed to run.
     pub times_ms: Vec<(&'static str, Option<f64>)>,
     pub chosen: &'static str,
@@ -283,7 +301,70 @@ pub async fn tune_model(
 ) -> Result<TuneReport> {
     let format = model.shared.dtype();
     let shapes = model_linear_shapes(&model.config, height, width, beams.max(1), format);
-    tune(model.gpu(), &shapes, mode, cache).await
+    let cases = model_attention_cases(&model.config, height, width, beams.max(1));
+    let cases: Vec<&dyn TuneCase> = cases.iter().map(|c| c.as_ref()).collect();
+    tune_with(model.gpu(), &shapes, &cases, mode, cache).await
+}
+
+/// The attention calls Florence-2 runs for `cfg` on a `height` x `width` image with decode steps of 1
+/// and `beams` rows: DaViT window attention per stage, encoder self-attention over image + prompt
+/// tokens (a prompt of 16 tokens, as in [`model_linear_shapes`]), decoder self-attention over a cache of
+/// the position table's length and cross-attention over the encoder sequence (K/V shared by the rows).
+pub fn model_attention_cases(
+    cfg: &Florence2Config,
+    height: usize,
+    width: usize,
+    beams: usize,
+) -> Vec<Box<dyn TuneCase>> {
+    use crate::ops::attention::AttnShape;
+    use crate::ops::window_attn::WindowShape;
+    let mut out: Vec<Box<dyn TuneCase>> = Vec::new();
+    let mut push = |case: Box<dyn TuneCase>| {
+        if !out.iter().any(|o| o.class() == case.class()) {
+            out.push(case);
+        }
+    };
+    let v = &cfg.vision;
+    let (mut h, mut w) = (height, width);
+    let ws = v.window_size.max(1);
+    for s in 0..v.embed_dim.len() {
+        let (k, st, p) = (v.patch_size[s], v.patch_stride[s], v.patch_padding[s]);
+        h = (h + 2 * p).saturating_sub(k) / st.max(1) + 1;
+        w = (w + 2 * p).saturating_sub(k) / st.max(1) + 1;
+        let (c, heads) = (v.embed_dim[s], v.num_heads.get(s).copied().unwrap_or(1));
+        let windows = h.div_ceil(ws) * w.div_ceil(ws);
+        push(Box::new(WindowShape {
+            windows,
+            t: ws * ws,
+            c,
+            heads,
+        }));
+    }
+    let t = &cfg.text;
+    let seq = h * w + 1 + 16;
+    let dm = t.d_model;
+    let enc = |b: usize, tq: usize, bk: usize, tk: usize, heads: usize| AttnShape {
+        b,
+        tq,
+        bk,
+        tk,
+        heads,
+        d: dm / heads.max(1),
+        causal: false,
+        masked: false,
+    };
+    push(Box::new(enc(1, seq, 1, seq, t.encoder_attention_heads)));
+    let cache_len = t.max_position_embeddings.max(1);
+    let mut steps = vec![1];
+    if beams > 1 {
+        steps.push(beams);
+    }
+    for &b in &steps {
+        let heads = t.decoder_attention_heads;
+        push(Box::new(enc(b, 1, b, cache_len, heads))); // self-attention over the cache
+        push(Box::new(enc(b, 1, 1, seq, heads))); // cross-attention, K/V shared (Bk = 1)
+    }
+    out
 }
 
 /// Tune `shapes` on `gpu` (see the module docs) and install the choices. With [`Tuning::Off`] the
@@ -291,6 +372,18 @@ pub async fn tune_model(
 pub async fn tune(
     gpu: &std::sync::Arc<Gpu>,
     shapes: &[LinearShape],
+    mode: Tuning,
+    cache: &CacheLocation,
+) -> Result<TuneReport> {
+    tune_with(gpu, shapes, &[], mode, cache).await
+}
+
+/// [`tune`] with the calls of other ops ([`TuneCase`]: attention, window attention) after the linear
+/// shapes, in the same cache file and report.
+pub async fn tune_with(
+    gpu: &std::sync::Arc<Gpu>,
+    shapes: &[LinearShape],
+    cases: &[&dyn TuneCase],
     mode: Tuning,
     cache: &CacheLocation,
 ) -> Result<TuneReport> {
@@ -357,7 +450,7 @@ pub async fn tune(
                 gpu.choices.set(class, v.name());
                 report.rows.push(TuneRow {
                     class,
-                    timed_shape: *shape,
+                    timed_shape: Some(*shape),
                     times_ms: Vec::new(),
                     chosen: v.name(),
                     cached: true,
@@ -406,9 +499,86 @@ pub async fn tune(
         dirty = true;
         report.rows.push(TuneRow {
             class,
-            timed_shape,
+            timed_shape: Some(timed_shape),
             times_ms: times.iter().map(|(v, t)| (v.name(), *t)).collect(),
             chosen: best.name(),
+            cached: false,
+        });
+    }
+    let mut done: Vec<ShapeClass> = Vec::new();
+    for case in cases {
+        let class = case.class();
+        let candidates = case.candidates(&gpu.caps);
+        if candidates.is_empty() || done.contains(&class) {
+            continue;
+        }
+        done.push(class);
+        if mode == Tuning::Auto {
+            let hit = entries.iter().find(|e| {
+                e.op == class.op.name()
+                    && format_from_name(&e.format) == Some(class.format)
+                    && e.dims == class.dims
+            });
+            if let Some(&v) = hit.and_then(|e| candidates.iter().find(|c| **c == e.variant)) {
+                gpu.choices.set(class, v);
+                report.rows.push(TuneRow {
+                    class,
+                    timed_shape: None,
+                    times_ms: Vec::new(),
+                    chosen: v,
+                    cached: true,
+                });
+                continue;
+            }
+        }
+        let reps = if mode == Tuning::Exhaustive {
+            EXHAUSTIVE_REPS
+        } else {
+            AUTO_REPS
+        };
+        let runner = case.prepare(gpu)?;
+        let calls = ((TARGET_FLOPS_PER_SUBMIT / case.flops().max(1.0)).ceil() as usize)
+            .clamp(1, MAX_CALLS_PER_SUBMIT);
+        let run = |i: usize, n: usize| -> Result<()> {
+            let mut rec = Recorder::new(gpu);
+            for _ in 0..n {
+                runner(&mut rec, candidates[i])?;
+            }
+            rec.submit()
+        };
+        let times = time_runs(gpu, candidates.len(), reps, run, calls).await;
+        report.timings += candidates.len();
+        let best = candidates
+            .iter()
+            .zip(&times)
+            .filter_map(|(v, t)| t.map(|t| (*v, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let Some((best, _)) = best else {
+            continue; // nothing ran: keep the static choice.
+        };
+        gpu.choices.set(class, best);
+        entries.retain(|e| {
+            !(e.op == class.op.name()
+                && format_from_name(&e.format) == Some(class.format)
+                && e.dims == class.dims)
+        });
+        entries.push(CacheEntry {
+            op: class.op.name().to_string(),
+            format: format!("{:?}", class.format),
+            dims: class.dims,
+            variant: best.to_string(),
+            times_ms: candidates
+                .iter()
+                .zip(&times)
+                .filter_map(|(v, t)| t.map(|t| (v.to_string(), t)))
+                .collect(),
+        });
+        dirty = true;
+        report.rows.push(TuneRow {
+            class,
+            timed_shape: None,
+            times_ms: candidates.iter().copied().zip(times).collect(),
+            chosen: best,
             cached: false,
         });
     }
@@ -447,27 +617,40 @@ async fn time_linear(
     let out = Tensor::zeros(gpu, &[m, n], DType::F32, "tune.out")?;
     let flops = 2.0 * (m * n * k) as f64;
     let calls = ((TARGET_FLOPS_PER_SUBMIT / flops).ceil() as usize).clamp(1, MAX_CALLS_PER_SUBMIT);
-    let run = |v: LinearVariant, calls: usize| -> Result<()> {
+    let run = |i: usize, calls: usize| -> Result<()> {
         let mut rec = Recorder::new(gpu);
         for _ in 0..calls {
-            linear_variant(&mut rec, v, &x, &w, Some(&b), Act::None, &out)?;
+            linear_variant(&mut rec, candidates[i], &x, &w, Some(&b), Act::None, &out)?;
         }
         rec.submit()
     };
-    // Warm-up: compiles each pipeline; a candidate that fails here is left out.
-    let mut alive: Vec<bool> = Vec::with_capacity(candidates.len());
-    for &v in candidates {
-        let ok = run(v, 1).is_ok() && finish(gpu).await.is_ok();
+    let times = time_runs(gpu, candidates.len(), reps, run, calls).await;
+    Ok(candidates.iter().copied().zip(times).collect())
+}
+
+/// Median ms per call of each of `n` candidates, `run(i, calls)` recording and submitting `calls` calls
+/// of candidate i. Warm-up first (compiles each pipeline; a candidate that fails is left out: `None`),
+/// then `reps` rounds interleaved across candidates, so a noisy neighbour hits all alike.
+async fn time_runs(
+    gpu: &std::sync::Arc<Gpu>,
+    n: usize,
+    reps: usize,
+    run: impl Fn(usize, usize) -> Result<()>,
+    calls: usize,
+) -> Vec<Option<f64>> {
+    let mut alive: Vec<bool> = Vec::with_capacity(n);
+    for i in 0..n {
+        let ok = run(i, 1).is_ok() && finish(gpu).await.is_ok();
         alive.push(ok);
     }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); candidates.len()];
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
     for _ in 0..reps {
-        for (i, &v) in candidates.iter().enumerate() {
+        for i in 0..n {
             if !alive[i] {
                 continue;
             }
             let t0 = clock::now_ms();
-            let r = run(v, calls);
+            let r = run(i, calls);
             let done = finish(gpu).await;
             if r.is_err() || done.is_err() {
                 alive[i] = false;
@@ -476,18 +659,17 @@ async fn time_linear(
             samples[i].push((clock::now_ms() - t0) / calls as f64);
         }
     }
-    Ok(candidates
-        .iter()
-        .zip(samples)
+    samples
+        .into_iter()
         .zip(alive)
-        .map(|((&v, mut s), ok)| {
+        .map(|(mut s, ok)| {
             if !ok || s.is_empty() {
-                return (v, None);
+                return None;
             }
             s.sort_by(|a, b| a.total_cmp(b));
-            (v, Some(s[s.len() / 2]))
+            Some(s[s.len() / 2])
         })
-        .collect())
+        .collect()
 }
 
 /// Wait until the queue has finished all submitted work.

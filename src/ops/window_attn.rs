@@ -1,10 +1,16 @@
-//! DaViT window attention fused over the qkv Linear's output (`shaders/window_attn.wgsl`): per window
-//! and head, softmax(q k^T * scale) v with no mask, for head_dim a multiple of 4 up to 32 (every released
-//! Florence-2 uses 32). Other head sizes go through the generic `ops::attention::attention`.
+//! DaViT window attention fused over the qkv Linear's output: per window and head, softmax(q k^T * scale)
+//! v with no mask. Two kernels ([`WindowAttnVariant`]): the register kernel (`shaders/window_attn.wgsl`,
+//! head_dim a multiple of 4 up to 32; every released Florence-2 uses 32), the static choice, and the
+//! GPU-class flash kernel of `ops::attention` (`shaders/attention_flash.wgsl`: one workgroup per window
+//! block and head, the window's K/V in workgroup memory), reading q, k and v straight from the fused
+//! tensor through its strides. [`window_attention`] asks the kernel registry first. Head sizes the
+//! register kernel cannot run go through the generic `ops::attention::attention` (see `model::davit`).
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
+use crate::ops::attention::{record_flash, AttnOpts, AttnVariant, FlashLayout};
 use crate::ops::check;
+use crate::ops::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",
@@ -30,7 +36,45 @@ struct Params {
     _pad1: u32,
 }
 
-/// Whether [`window_attention`] handles `heads` heads over `c` channels.
+/// Which kernel runs a [`window_attention`] call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowAttnVariant {
+    /// `window_attn.wgsl`: one invocation per (window, head, 4 query rows), no workgroup memory.
+    Rows,
+    /// `attention_flash.wgsl` over the fused qkv: K/V tiles in workgroup memory. Head dim up to 64.
+    Flash,
+}
+
+impl WindowAttnVariant {
+    /// Every variant: the tuner's candidates (filtered by [`WindowAttnVariant::supports`]).
+    pub const ALL: [WindowAttnVariant; 2] = [WindowAttnVariant::Rows, WindowAttnVariant::Flash];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowAttnVariant::Rows => "rows",
+            WindowAttnVariant::Flash => "flash",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<WindowAttnVariant> {
+        WindowAttnVariant::ALL.into_iter().find(|v| v.name() == s)
+    }
+
+    /// Whether this variant runs `heads` heads over `c` channels on an adapter with `caps`.
+    pub fn supports(self, caps: &Caps, c: usize, heads: usize) -> bool {
+        if heads == 0 || !c.is_multiple_of(heads) {
+            return false;
+        }
+        let d = c / heads;
+        match self {
+            WindowAttnVariant::Rows => supported(c, heads),
+            WindowAttnVariant::Flash => AttnVariant::Flash.supports(caps, d),
+        }
+    }
+}
+
+/// Whether [`window_attention`]'s static kernel (the register kernel) handles `heads` heads over `c`
+/// channels; the model routes other head sizes through the generic attention.
 pub fn supported(c: usize, heads: usize) -> bool {
     heads > 0
         && c.is_multiple_of(heads)
@@ -39,9 +83,37 @@ pub fn supported(c: usize, heads: usize) -> bool {
 }
 
 /// out (nW, T, C) = per window and head, softmax(q k^T * scale) v, where qkv (nW, T, 3C) holds q | k | v
-/// with heads interleaved in columns (the DaViT `qkv` Linear's layout). Requires [`supported`].
+/// with heads interleaved in columns (the DaViT `qkv` Linear's layout). Runs the registry's choice for
+/// the call's class (`ShapeClass::window_attention`) when the tuner made one, else the register kernel,
+/// which requires [`supported`].
 pub fn window_attention(
     rec: &mut Recorder,
+    qkv: &Tensor,
+    heads: usize,
+    scale: f32,
+    out: &Tensor,
+) -> Result<()> {
+    let variant = {
+        let gpu = rec.gpu();
+        let (nw, t, c) = match qkv.shape() {
+            [nw, t, c3] => (*nw, *t, c3 / 3),
+            _ => (0, 0, 0),
+        };
+        let d = c.checked_div(heads).unwrap_or(0);
+        gpu.choices
+            .get(&ShapeClass::window_attention(nw, t, d, heads))
+            .and_then(WindowAttnVariant::from_name)
+            .filter(|v| v.supports(&gpu.caps, c, heads))
+            .unwrap_or(WindowAttnVariant::Rows)
+    };
+    window_attention_variant(rec, variant, qkv, heads, scale, out)
+}
+
+/// [`window_attention`] with a given kernel (tests, benchmarks and the tuner run every variant). Errors
+/// with `Error::Shape` when `variant` does not support the head size.
+pub fn window_attention_variant(
+    rec: &mut Recorder,
+    variant: WindowAttnVariant,
     qkv: &Tensor,
     heads: usize,
     scale: f32,
@@ -60,17 +132,44 @@ pub fn window_attention(
             format!("qkv {:?} and out {:?} disagree", qkv.shape(), out.shape()),
         ));
     }
-    if !supported(c, heads) {
+    let max_d = match variant {
+        WindowAttnVariant::Rows => MAX_HEAD_DIM,
+        WindowAttnVariant::Flash => crate::ops::attention::FLASH_MAX_HEAD_DIM,
+    };
+    if !variant.supports(&rec.gpu().caps, c, heads) {
         return Err(Error::shape(
             OP,
             format!(
-                "{c} channels in {heads} heads: head_dim must be a multiple of 4 <= {MAX_HEAD_DIM}"
+                "{c} channels in {heads} heads: the {} kernel needs head_dim a multiple of 4 <= {max_d}",
+                variant.name()
             ),
         ));
     }
     check::distinct(OP, ("qkv", qkv), ("out", out))?;
     if nw == 0 || t == 0 {
         return Ok(());
+    }
+    if variant == WindowAttnVariant::Flash {
+        // q, k, v are column ranges of the fused rows: B = Bk = nW windows of T tokens.
+        let layout = FlashLayout {
+            batch: nw,
+            bk: nw,
+            tq: t,
+            tk: t,
+            heads,
+            d: c / heads,
+            kv_len: t,
+            q_stride: c3,
+            kv_stride: c3,
+            k_off: c,
+            v_off: 2 * c,
+        };
+        let opts = AttnOpts {
+            heads,
+            scale,
+            ..AttnOpts::default()
+        };
+        return record_flash(rec, &layout, &opts, [qkv, qkv, qkv, qkv], None, out);
     }
     let nqg = t.div_ceil(QPI);
     let total = nw * heads * nqg;
@@ -94,4 +193,56 @@ pub fn window_attention(
         &[qkv.binding(&gpu)?, out.binding(&gpu)?],
         grid_1d(ceil_div(total, WG as usize)),
     )
+}
+
+/// A window-attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): qkv (windows, t, 3c).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowShape {
+    pub windows: usize,
+    pub t: usize,
+    pub c: usize,
+    pub heads: usize,
+}
+
+impl crate::ops::tune::TuneCase for WindowShape {
+    fn class(&self) -> ShapeClass {
+        let d = self.c.checked_div(self.heads).unwrap_or(0);
+        ShapeClass::window_attention(self.windows, self.t, d, self.heads)
+    }
+
+    fn candidates(&self, caps: &Caps) -> Vec<&'static str> {
+        WindowAttnVariant::ALL
+            .into_iter()
+            .filter(|v| v.supports(caps, self.c, self.heads))
+            .map(WindowAttnVariant::name)
+            .collect()
+    }
+
+    fn flops(&self) -> f64 {
+        4.0 * (self.windows * self.t * self.t * self.c) as f64
+    }
+
+    fn prepare(
+        &self,
+        gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    ) -> Result<crate::ops::tune::CaseRunner> {
+        let s = *self;
+        let qkv = Tensor::zeros(
+            gpu,
+            &[s.windows, s.t, 3 * s.c],
+            crate::gpu::DType::F32,
+            "tune.qkv",
+        )?;
+        let out = Tensor::zeros(
+            gpu,
+            &[s.windows, s.t, s.c],
+            crate::gpu::DType::F32,
+            "tune.win",
+        )?;
+        Ok(Box::new(move |rec: &mut Recorder, name: &'static str| {
+            let variant = WindowAttnVariant::from_name(name)
+                .ok_or_else(|| Error::shape("window_attention", format!("no variant {name:?}")))?;
+            window_attention_variant(rec, variant, &qkv, s.heads, 1.0, &out)
+        }))
+    }
 }
