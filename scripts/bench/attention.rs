@@ -1,15 +1,25 @@
-//! Attention variants side by side on Florence-2-base's shapes (encoder self-attention, decoder cross and
-//! self attention with a KV cache): `cargo bench --bench attention`. Each variant that supports the head
-//! dim runs interleaved rep by rep so machine load affects them alike; medians are printed.
+//! Attention variants side by side on Florence-2-base's shapes: `cargo bench --bench attention`.
+//! Rows: encoder self-attention over image + prompt tokens, decoder cross-attention at 1 and 3 rows (K/V
+//! shared), decoder self-attention over a KV cache, DaViT window attention (12x12 windows as released,
+//! and 7x7). Columns: every variant that supports the shape (`AttnVariant::ALL`,
+//! `WindowAttnVariant::ALL`), forced, median ms per call (submit and wait; a few calls per submit for
+//! small shapes), then the static choice of this adapter and the fastest. Variants run interleaved rep
+//! by rep, so a change of machine load hits them alike; compare within a row.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use common::Rng;
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::ops::attention::{attention_variant, AttnOpts, AttnVariant};
+use std::time::Instant;
 
-const VARIANTS: [AttnVariant; 2] = [AttnVariant::Tiled, AttnVariant::Rows];
+use common::Rng;
+use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::ops::attention::{
+    attention_variant, choose_attention_variant, AttnOpts, AttnVariant,
+};
+use florence2_wasm::ops::window_attn::{self, window_attention_variant, WindowAttnVariant};
+
+/// One variant's call on one shape, or `None` where the variant cannot run the shape.
+type Run = Option<Box<dyn Fn(&mut Recorder)>>;
 
 fn main() {
     // `cargo test --all-targets` runs harness-less benches without `--bench`: only build-check them then.
@@ -19,17 +29,74 @@ fn main() {
     }
     let g = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", g.describe());
-    attention_timings(&g);
+    let reps: usize = std::env::var("ATTN_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    println!();
+    println!("| shape | tiled ms | rows ms | flash ms | static | best | flash / static |");
+    println!("|---|---|---|---|---|---|---|");
+    attention_rows(&g, reps);
+    window_rows(&g, reps);
 }
 
-/// Timings of every variant on the base model's shapes.
-#[allow(clippy::type_complexity)]
-fn attention_timings(g: &std::sync::Arc<Gpu>) {
-    use std::time::Instant;
-    let g = g.clone();
-    let shapes: [(
-        &str,
-        usize,
+/// Median ms per call of each runnable closure, `calls` calls per submit, interleaved rep by rep after a
+/// warm-up (pipeline compilation). `None` marks a variant that cannot run the shape.
+fn time_all(g: &std::sync::Arc<Gpu>, runs: &[Run], reps: usize, calls: usize) -> Vec<Option<f64>> {
+    let mut ts: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
+    for rep in 0..=reps {
+        for (i, run) in runs.iter().enumerate() {
+            let Some(run) = run else { continue };
+            let t0 = Instant::now();
+            let mut rec = Recorder::new(g);
+            for _ in 0..if rep == 0 { 1 } else { calls } {
+                run(&mut rec);
+            }
+            rec.submit().expect("submit");
+            g.wait_idle().expect("wait");
+            if rep > 0 {
+                ts[i].push(t0.elapsed().as_secs_f64() * 1e3 / calls as f64);
+            }
+        }
+    }
+    ts.into_iter()
+        .map(|mut t| {
+            if t.is_empty() {
+                return None;
+            }
+            t.sort_by(f64::total_cmp);
+            Some(t[t.len() / 2])
+        })
+        .collect()
+}
+
+fn print_row(name: &str, names: &[&str], times: &[Option<f64>], static_name: &str) {
+    let cells: Vec<String> = times
+        .iter()
+        .map(|t| t.map(|t| format!("{t:.3}")).unwrap_or_else(|| "-".into()))
+        .collect();
+    let best = names
+        .iter()
+        .zip(times)
+        .filter_map(|(n, t)| t.map(|t| (*n, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let time_of = |n: &str| names.iter().position(|x| *x == n).and_then(|i| times[i]);
+    let ratio = match (time_of("flash"), time_of(static_name)) {
+        (Some(f), Some(s)) => format!("{:.2}", f / s),
+        _ => "-".into(),
+    };
+    println!(
+        "| {name} | {} | {static_name} | {} | {ratio} |",
+        cells.join(" | "),
+        best.map(|b| b.0).unwrap_or("-")
+    );
+}
+
+/// Generic attention on the base model's shapes (D = 64, 12 heads; 585 = 577 image tokens + 8 prompt).
+fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
+    // name, B, Bk, Tq, Tk, causal, kv_len, q_offset
+    type Shape = (
+        &'static str,
         usize,
         usize,
         usize,
@@ -37,85 +104,135 @@ fn attention_timings(g: &std::sync::Arc<Gpu>) {
         bool,
         Option<u32>,
         u32,
-    ); 4] = [
-        // name, B, Bk, Tq, Tk, H, causal, kv_len, q_offset   (D = 64)
-        ("encoder self B1 T585", 1, 1, 585, 585, 12, false, None, 0),
+    );
+    let shapes: [Shape; 5] = [
+        (
+            "encoder self B1 T585 H12 D64",
+            1,
+            1,
+            585,
+            585,
+            false,
+            None,
+            0,
+        ),
+        ("decoder cross B1 Tq1 Tk585", 1, 1, 1, 585, false, None, 0),
         (
             "decoder cross B3 Tq1 Tk585 Bk1",
             3,
             1,
             1,
             585,
-            12,
             false,
             None,
             0,
         ),
         (
-            "decoder self B3 Tq1 kv20/1024",
-            3,
-            3,
+            "decoder self B1 Tq1 kv20/1024",
+            1,
+            1,
             1,
             1024,
-            12,
-            true,
+            false,
             Some(20),
             19,
         ),
         (
-            "decoder cross B1 Tq1 Tk585",
+            "decoder self B3 Tq1 kv200/1024",
+            3,
+            3,
             1,
-            1,
-            1,
-            585,
-            12,
+            1024,
             false,
-            None,
-            0,
+            Some(200),
+            199,
         ),
     ];
-    for (name, b, bk, tq, tk, h, causal, kv_len, q_offset) in shapes {
-        let hd = h * 64;
+    let (h, d) = (12, 64);
+    let hd = h * d;
+    for (name, b, bk, tq, tk, causal, kv_len, q_offset) in shapes {
         let mut rng = Rng::new(1);
-        let q = Tensor::from_f32(&g, &[b, tq, hd], &rng.vec(b * tq * hd, 1.0), "q").unwrap();
-        let k = Tensor::from_f32(&g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "k").unwrap();
-        let v = Tensor::from_f32(&g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "v").unwrap();
-        let out = Tensor::zeros(&g, &[b, tq, hd], DType::F32, "out").unwrap();
-        let opts = AttnOpts {
-            heads: h,
-            scale: 0.125,
-            causal,
-            kv_len,
-            q_offset,
-            mask: None,
-        };
-        let keys = kv_len.map(|l| l as usize).unwrap_or(tk);
-        let flops = 4.0 * (b * h * tq * keys * 64) as f64;
-        let reps = if tq > 1 { 3 } else { 20 };
-        // Variants interleaved rep by rep, so that a change of machine load hits them alike.
-        let vars = VARIANTS;
-        let mut ts = vec![Vec::new(); vars.len()];
-        for i in 0..=reps {
-            for (vi, &var) in vars.iter().enumerate() {
-                let t0 = Instant::now();
-                let mut rec = Recorder::new(&g);
-                attention_variant(&mut rec, var, &q, &k, &v, &opts, &out).unwrap();
-                rec.submit().unwrap();
-                readback::to_f32_blocking(&g, &out).unwrap();
-                if i > 0 {
-                    ts[vi].push(t0.elapsed().as_secs_f64());
+        let q = Tensor::from_f32(g, &[b, tq, hd], &rng.vec(b * tq * hd, 1.0), "q").unwrap();
+        let k = Tensor::from_f32(g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "k").unwrap();
+        let v = Tensor::from_f32(g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "v").unwrap();
+        let out = std::rc::Rc::new(Tensor::zeros(g, &[b, tq, hd], DType::F32, "out").unwrap());
+        let (q, k, v) = (
+            std::rc::Rc::new(q),
+            std::rc::Rc::new(k),
+            std::rc::Rc::new(v),
+        );
+        let calls = if tq > 1 { 1 } else { 8 };
+        let runs: Vec<Run> = AttnVariant::ALL
+            .into_iter()
+            .map(|var| {
+                if !var.supports(&g.caps, d) {
+                    return None;
                 }
-            }
-        }
-        for (vi, var) in vars.iter().enumerate() {
-            let ts = &mut ts[vi];
-            ts.sort_by(f64::total_cmp);
-            let med = ts[ts.len() / 2];
-            eprintln!(
-                "{name:34} {var:?}: median {:9.3} ms  {:6.2} GFLOP/s",
-                med * 1e3,
-                flops / med / 1e9
-            );
-        }
+                let (q, k, v, out) = (q.clone(), k.clone(), v.clone(), out.clone());
+                let f: Box<dyn Fn(&mut Recorder)> = Box::new(move |rec: &mut Recorder| {
+                    let opts = AttnOpts {
+                        heads: h,
+                        scale: 0.125,
+                        causal,
+                        kv_len,
+                        q_offset,
+                        mask: None,
+                    };
+                    attention_variant(rec, var, &q, &k, &v, &opts, &out).expect("attention");
+                });
+                Some(f)
+            })
+            .collect();
+        let times = time_all(g, &runs, reps, calls);
+        let names: Vec<&str> = AttnVariant::ALL.iter().map(|v| v.name()).collect();
+        print_row(
+            name,
+            &names,
+            &times,
+            choose_attention_variant(&g.caps, d).name(),
+        );
+    }
+}
+
+/// DaViT window attention over the fused qkv (stage 0 of base: C = 128, 4 heads, D = 32). 64 windows
+/// per call (a quarter of stage 0 at 768 px: the cost per window does not depend on the count).
+fn window_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
+    let (c, heads, nw) = (128, 4, 64);
+    for ws in [12usize, 7] {
+        let t = ws * ws;
+        let mut rng = Rng::new(2);
+        let qkv = std::rc::Rc::new(
+            Tensor::from_f32(g, &[nw, t, 3 * c], &rng.vec(nw * t * 3 * c, 1.0), "qkv").unwrap(),
+        );
+        let out = std::rc::Rc::new(Tensor::zeros(g, &[nw, t, c], DType::F32, "win").unwrap());
+        // Columns of the table: tiled (not a window kernel), rows, flash.
+        let runs: Vec<Run> = [
+            None,
+            Some(WindowAttnVariant::Rows),
+            Some(WindowAttnVariant::Flash),
+        ]
+        .into_iter()
+        .map(|var| {
+            let var = var.filter(|v| v.supports(&g.caps, c, heads))?;
+            let (qkv, out) = (qkv.clone(), out.clone());
+            let f: Box<dyn Fn(&mut Recorder)> = Box::new(move |rec: &mut Recorder| {
+                window_attention_variant(rec, var, &qkv, heads, 0.17, &out)
+                    .expect("window attention");
+            });
+            Some(f)
+        })
+        .collect();
+        let times = time_all(g, &runs, reps, 1);
+        let static_name = if window_attn::supported(c, heads) {
+            "rows"
+        } else {
+            "-"
+        };
+        print_row(
+            &format!("window {ws}x{ws} nW{nw} C{c} H{heads} D32"),
+            &["tiled", "rows", "flash"],
+            &times,
+            static_name,
+        );
     }
 }
