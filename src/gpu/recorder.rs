@@ -246,6 +246,10 @@ impl Recorder {
             self.dispatches += plan.dispatches;
             return Ok(());
         }
+        if self.prof.is_none() {
+            self.replay_batched(plan);
+            return Ok(());
+        }
         for op in &plan.ops {
             match op {
                 PlanOp::Dispatch {
@@ -281,6 +285,49 @@ impl Recorder {
             }
         }
         Ok(())
+    }
+
+    /// Replay without profiling: each run of consecutive dispatches goes into one compute pass (a
+    /// pass's usage scope is per dispatch, so a dispatch still sees what the previous one wrote: wgpu
+    /// inserts the barriers), which saves the per-pass cost on the CPU when encoding and submitting.
+    fn replay_batched(&mut self, plan: &Plan) {
+        let mut ops = plan.ops.iter().peekable();
+        while let Some(op) = ops.next() {
+            match op {
+                PlanOp::Copy {
+                    src,
+                    src_off,
+                    dst,
+                    dst_off,
+                    size,
+                } => {
+                    self.encoder
+                        .copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
+                }
+                PlanOp::Dispatch { .. } => {
+                    let mut pass = self
+                        .encoder
+                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                            label: Some("plan"),
+                            timestamp_writes: None,
+                        });
+                    let mut next = Some(op);
+                    while let Some(PlanOp::Dispatch {
+                        pipeline,
+                        bind_group,
+                        grid,
+                        ..
+                    }) = next
+                    {
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, bind_group, &[]);
+                        pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                        self.dispatches += 1;
+                        next = ops.next_if(|o| matches!(o, PlanOp::Dispatch { .. }));
+                    }
+                }
+            }
+        }
     }
 }
 
