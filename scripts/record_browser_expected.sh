@@ -13,9 +13,10 @@ if [ -z "$bin" ]; then
   bin=target/debug/florence2
 fi
 out=tests/fixtures/browser/cli_expected.json
-# model image prompt max_new_tokens num_beams ("-": the model's generation_config.json, 3 beams here):
-# scene.png with the three kinds of task on every HF-native layout, rgba.png's OCR (ends early), and
-# greedy decoding (what onToken streams token by token).
+# model image prompt max_new_tokens num_beams ("-": the model's generation_config.json, 3 beams here)
+# [dtype: the resident weight dtype, --dtype / the dtype load option; absent: the default, fp16]:
+# scene.png with the three kinds of task on every HF-native layout, rgba.png's OCR (ends early),
+# greedy decoding (what onToken streams token by token), and quantized checkpoints loaded in their format.
 cases="
 tiny2 scene.png <CAPTION> 24 -
 tiny2 scene.png <OD> 24 -
@@ -29,25 +30,31 @@ tiny4 scene.png <OCR_WITH_REGION> 24 -
 tiny4-f16-sharded scene.png <CAPTION> 24 -
 tiny4-f16-sharded scene.png <OD> 24 -
 tiny4-f16-sharded scene.png <OCR_WITH_REGION> 24 -
+tiny2-q8 scene.png <CAPTION> 24 - q8
+tiny2-orig-q4-sharded scene.png <OD> 24 - q4
 "
 tmp=$(mktemp)
 echo "[" > "$tmp"
 first=1
-while read -r model image prompt max_new beams; do
+while read -r model image prompt max_new beams dtype; do
   [ -n "$model" ] || continue
   extra=()
   if [ "$beams" != - ]; then extra=(--num-beams "$beams"); fi
+  if [ -n "$dtype" ]; then extra+=(--dtype "$dtype"); fi
   json=$("$bin" run --model "tests/fixtures/models/$model" --image "tests/fixtures/images/$image" \
     --task "$prompt" --max-new-tokens "$max_new" "${extra[@]}" --json)
   [ $first = 1 ] || echo "," >> "$tmp"
   first=0
-  python3 - "$model" "$image" "$prompt" "$max_new" "$beams" "$json" >> "$tmp" <<'PY'
+  python3 - "$model" "$image" "$prompt" "$max_new" "$beams" "$json" "$dtype" >> "$tmp" <<'PY'
 import json, sys
-model, image, prompt, max_new, beams, cli = sys.argv[1:]
+model, image, prompt, max_new, beams, cli, dtype = sys.argv[1:]
 cli = json.loads(cli)
 cli.pop("timings_ms", None)
-print(json.dumps({"model": model, "image": image, "prompt": prompt, "max_new_tokens": int(max_new),
-                  "num_beams": None if beams == "-" else int(beams), "cli": cli}, ensure_ascii=False))
+case = {"model": model, "image": image, "prompt": prompt, "max_new_tokens": int(max_new),
+        "num_beams": None if beams == "-" else int(beams), "cli": cli}
+if dtype:
+    case["dtype"] = dtype
+print(json.dumps(case, ensure_ascii=False))
 PY
 done <<< "$cases"
 echo "]" >> "$tmp"

@@ -390,6 +390,107 @@ async fn browser_linear_every_variant() {
     );
 }
 
+/// Block-quantized weights (q8, q4: `src/gpu/quant.rs`) in the browser: every linear variant that reads
+/// them here (no subgroups: vec4, GEMV, multi-row GEMV), forced, against the f64 reference on the
+/// dequantized weights (the kernels dequantize in registers with f32 arithmetic, so the f32-sum bound of
+/// `linear_ref64` applies unchanged); and the `embedding_packed` gather of q8/q4/f16 rows, exact (it only
+/// dequantizes: d * q in f32, as the host does), with out-of-range ids giving zero rows.
+#[wasm_bindgen_test]
+async fn browser_quantized_linear_and_embedding() {
+    use florence2_wasm::gpu::quant::{self, QFormat};
+    use ops::matmul::{linear_variant, Act, LinearVariant};
+    let g = gpu().await;
+    let mut ran = std::collections::BTreeMap::new();
+    for &(m, n, k) in &[
+        (1, 37, 64),
+        (3, 70, 96),
+        (4, 33, 256),
+        (19, 65, 32),
+        (40, 24, 128),
+    ] {
+        let x = rand_vec(m as u64 + 11, m * k);
+        let w: Vec<f32> = rand_vec(n as u64 + 5, n * k)
+            .iter()
+            .map(|v| v * 0.5)
+            .collect();
+        let b = rand_vec(k as u64 + 13, n);
+        let tx = Tensor::from_f32(&g, &[m, k], &x, "x").unwrap();
+        let tb = Tensor::from_f32(&g, &[n], &b, "b").unwrap();
+        for fmt in [QFormat::Q8, QFormat::Q4] {
+            let format = if fmt == QFormat::Q8 {
+                DType::Q8
+            } else {
+                DType::Q4
+            };
+            let mut bytes = Vec::new();
+            quant::quantize_rows(fmt, k, &w, &mut bytes).unwrap();
+            let wq = quant::dequantize_rows(fmt, k, &bytes).unwrap();
+            let tw = Tensor::from_f32_quantized(&g, &[n, k], &w, fmt, "w").unwrap();
+            let (want, bound) = linear_ref64(&x, &wq, &b, m, n, k);
+            for v in LinearVariant::ALL {
+                if !v.supports(&g.caps, m, k, format) {
+                    continue;
+                }
+                let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
+                let mut rec = Recorder::new(&g);
+                linear_variant(&mut rec, v, &tx, &tw, Some(&tb), Act::None, &to).unwrap();
+                rec.submit().unwrap();
+                let got = run_vec(&g, &to).await;
+                for (i, ((gv, wv), bd)) in got.iter().zip(&want).zip(&bound).enumerate() {
+                    assert!(
+                        (gv - wv).abs() <= *bd,
+                        "{v:?} {fmt:?} m={m} n={n} k={k} [{i}]: {gv} vs {wv} (bound {bd})"
+                    );
+                }
+                *ran.entry((v.name(), fmt.name())).or_insert(0) += 1;
+            }
+        }
+    }
+    web_sys::console::log_1(&format!("quantized linear runs (variant, format): {ran:?}").into());
+    for fmt in ["q8", "q4"] {
+        for v in ["vec4", "gemv"] {
+            assert!(ran.contains_key(&(v, fmt)), "{v} {fmt} never ran");
+        }
+    }
+
+    // embedding_packed: rows of a (V, C) table gathered by id (the shared embedding in q8/q4/fp16).
+    let (vocab, c) = (97, 64);
+    let table: Vec<f32> = rand_vec(47, vocab * c).iter().map(|v| v * 2.0).collect();
+    let ids: [u32; 9] = [0, 96, 3, 3, 50, 97, 1_000_000, u32::MAX, 25];
+    let ti = Tensor::from_u32(&g, &[ids.len()], &ids, "ids").unwrap();
+    for dt in [DType::F16, DType::Q8, DType::Q4] {
+        let (tt, host) = match dt.qformat() {
+            None => (
+                Tensor::from_f32_as_f16(&g, &[vocab, c], &table, "t").unwrap(),
+                table
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_f32())
+                    .collect::<Vec<_>>(),
+            ),
+            Some(fmt) => {
+                let mut bytes = Vec::new();
+                quant::quantize_rows(fmt, c, &table, &mut bytes).unwrap();
+                (
+                    Tensor::from_f32_quantized(&g, &[vocab, c], &table, fmt, "t").unwrap(),
+                    quant::dequantize_rows(fmt, c, &bytes).unwrap(),
+                )
+            }
+        };
+        let mut want = vec![0f32; ids.len() * c];
+        for (r, &id) in ids.iter().enumerate() {
+            if (id as usize) < vocab {
+                want[r * c..(r + 1) * c]
+                    .copy_from_slice(&host[id as usize * c..(id as usize + 1) * c]);
+            }
+        }
+        let to = Tensor::from_f32(&g, &[ids.len(), c], &vec![7.0; ids.len() * c], "o").unwrap();
+        let mut rec = Recorder::new(&g);
+        ops::embedding::embedding(&mut rec, &ti, &tt, &to).unwrap();
+        rec.submit().unwrap();
+        assert_eq!(run_vec(&g, &to).await, want, "embedding {dt:?}");
+    }
+}
+
 /// The tuner in the browser: it times, installs its choices and caches them in the Cache API, so a second
 /// tuning of the same shapes times nothing.
 #[wasm_bindgen_test]

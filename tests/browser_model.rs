@@ -142,6 +142,29 @@ fn model(dir: &str) -> Files {
                 "model-00002-of-00002.safetensors"
             ]
         ),
+        "tiny2-q8" => model_files!(
+            "tiny2-q8",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "model.safetensors"
+            ]
+        ),
+        "tiny2-orig-q4-sharded" => model_files!(
+            "tiny2-orig-q4-sharded",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "model.safetensors.index.json",
+                "model-00001-of-00003.safetensors",
+                "model-00002-of-00003.safetensors",
+                "model-00003-of-00003.safetensors"
+            ]
+        ),
         _ => panic!("no fixture {dir}"),
     }
 }
@@ -360,6 +383,48 @@ async fn run_task_matches_cli_f16_sharded() {
         let out = run_case(&m, case).await;
         check_output(&out, case);
     }
+}
+
+/// Quantized checkpoints (scripts/convert_checkpoint.py --dtype q8|q4: `.qweight` rows streamed straight
+/// into the GPU buffers) loaded with `dtype` equal to their format, one single-file HF-native q8 and one
+/// original-layout q4 in 3 shards: the CLI's answers at that dtype. The q8 file loaded as fp16 (rows
+/// dequantized while streaming) answers too, with more weight bytes.
+#[wasm_bindgen_test]
+async fn quantized_checkpoints_match_cli() {
+    let mut q8_bytes = 0.0;
+    for dir in ["tiny2-q8", "tiny2-orig-q4-sharded"] {
+        for case in expected().iter().filter(|c| c["model"] == dir) {
+            let dtype = case["dtype"].as_str().unwrap();
+            let m = load(
+                blob_source(model(dir)),
+                obj(&[("cache", false.into()), ("dtype", dtype.into())]),
+            )
+            .await
+            .unwrap();
+            let out = run_case(&m, case).await;
+            check_output(&out, case);
+            if dir == "tiny2-q8" {
+                q8_bytes = get(&get(&out, "memory"), "weightsBytes").as_f64().unwrap();
+            }
+            m.dispose();
+        }
+    }
+    let case = expected_for("tiny2-q8", "scene.png", "<CAPTION>", None);
+    let m = load(
+        blob_source(model("tiny2-q8")),
+        obj(&[("cache", false.into()), ("dtype", "fp16".into())]),
+    )
+    .await
+    .unwrap();
+    let out = run_case(&m, &case).await;
+    let ids = to_json(&out)["tokenIds"].clone();
+    assert!(ids.as_array().is_some_and(|a| !a.is_empty()));
+    let f16_bytes = get(&get(&out, "memory"), "weightsBytes").as_f64().unwrap();
+    assert!(
+        f16_bytes > q8_bytes && q8_bytes > 0.0,
+        "{f16_bytes} vs {q8_bytes}"
+    );
+    m.dispose();
 }
 
 /// The same pixels as ImageData and through an OffscreenCanvas (the drawable path) give the Blob's answer.
