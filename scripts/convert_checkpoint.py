@@ -22,7 +22,8 @@ Tensor names and layouts are kept as they are (the package maps all three layout
 format, so the loader streams it straight into GPU buffers; any resident dtype can still be chosen at load,
 the others dequantize). Only the matrix weights are quantized (rank-2 `*.weight` tensors of the linears, the
 shared embedding and LM head, except position tables, whose rows are whole 32-weight blocks); every other
-tensor keeps its dtype. A quantized matrix NAME (N, K) becomes ONE tensor `NAME.qweight`, dtype U8, shape
+tensor keeps its dtype, or takes --other-dtype (computed from the format for Florence-2-base's tensors:
+q8 271 MB with the other tensors in f32, about 254 MB with --other-dtype f16; q4 159 MB / about 142 MB). A quantized matrix NAME (N, K) becomes ONE tensor `NAME.qweight`, dtype U8, shape
 (N, row_bytes), each row exactly the engine's GPU row layout:
   [quants][K/32 float16 scales, little-endian][zero padding to a multiple of 16 bytes]
   - blocks of 32 weights along K; scale d = max|w| / QMAX rounded to float16 (QMAX 127 for q8, 7 for q4;
@@ -39,7 +40,8 @@ with `dtype: "q8"`/`"q4"`. config.json gains
 package ties the LM head to the shared embedding itself.
 
 Usage:
-  python3 scripts/convert_checkpoint.py SRC OUT [--dtype keep|f32|f16|bf16|q8|q4] [--shard-size 500MB]
+  python3 scripts/convert_checkpoint.py SRC OUT [--dtype keep|f32|f16|bf16|q8|q4] [--other-dtype keep|f16|..]
+                                        [--shard-size 500MB]
                                         [--tokenizer FILE] [--keep-tied] [--force] [--no-verify]
 SRC is a model directory (pytorch_model.bin, pytorch_model.bin.index.json, model.safetensors or
 model.safetensors.index.json, configs beside it) or one weights file (configs looked for beside it).
@@ -412,7 +414,8 @@ def side_files(src_dir, out, tokenizer_file):
 
 # ------------------------------------------------------------------------------------------ main
 
-def convert(src, out, dtype="keep", shard_size=None, tokenizer=None, keep_tied=False, force=False, check=True, log=print):
+def convert(src, out, dtype="keep", shard_size=None, tokenizer=None, keep_tied=False, force=False, check=True, log=print,
+            other_dtype="keep"):
     weights = find_weights(src)
     src_dir = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
     if os.path.abspath(src_dir) == os.path.abspath(out):
@@ -441,6 +444,9 @@ def convert(src, out, dtype="keep", shard_size=None, tokenizer=None, keep_tied=F
                     raise ConvertError(f"{cfg_src}: the source is already quantized")
         tensors, quantized = quantize_checkpoint(tensors, QBITS[dtype])
         log(f"quantized {len(quantized)} matrix weights to {dtype} ({QUANT_FORMAT})")
+        if other_dtype != "keep":
+            rest = convert_dtype({k: t for k, t in tensors.items() if not k.endswith(QWEIGHT_SUFFIX)}, DTYPES[other_dtype])
+            tensors = {k: rest.get(k, t) for k, t in tensors.items()}
     else:
         tensors = convert_dtype(tensors, None if dtype == "keep" else DTYPES[dtype])
     out_meta = {"format": str(meta.get("format", "pt"))}
@@ -476,9 +482,14 @@ def main(argv=None):
     ap.add_argument("--keep-tied", action="store_true", help="keep embed_tokens / lm_head copies of the shared embedding")
     ap.add_argument("--force", action="store_true", help="replace the model files of a non-empty OUT")
     ap.add_argument("--no-verify", action="store_true", help="skip re-reading the written files")
+    ap.add_argument("--other-dtype", choices=["keep", "f32", "f16", "bf16"], default="keep",
+                    help="with --dtype q8/q4: float dtype of the tensors that are not quantized (default: keep)")
     a = ap.parse_args(argv)
+    if a.other_dtype != "keep" and a.dtype not in QBITS:
+        ap.error("--other-dtype goes with --dtype q8 or q4 (use --dtype for a float conversion)")
     try:
-        convert(a.src, a.out, a.dtype, a.shard_size, a.tokenizer, a.keep_tied, a.force, not a.no_verify)
+        convert(a.src, a.out, a.dtype, a.shard_size, a.tokenizer, a.keep_tied, a.force, not a.no_verify,
+                other_dtype=a.other_dtype)
     except ConvertError as e:
         print(f"convert_checkpoint: {e}", file=sys.stderr)
         return 1

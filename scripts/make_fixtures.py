@@ -17,6 +17,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -1112,8 +1113,30 @@ def main():
         meta[cname] = cmeta
 
     write_json(out / "reference" / "meta.json", meta)
+    make_quantized(out)
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"\nfixtures total {total / 1e6:.2f} MB")
+
+
+def make_quantized(out):
+    """The quantized checkpoints, made by scripts/convert_checkpoint.py from the float dirs (no reference
+    run: tests/quantized_checkpoints.rs checks them against the engine's own quantizer and the float dirs),
+    and the quantizer's edge-case vectors (scripts/make_quant_vectors.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import convert_checkpoint as cc
+    import make_quant_vectors
+
+    quiet = lambda *_: None  # noqa: E731
+    models = out / "models"
+    for src, name, dtype, shard in (("tiny2", "tiny2-q8", "q8", None), ("tiny2", "tiny2-q4", "q4", None),
+                                    ("tiny2-orig", "tiny2-orig-q4-sharded", "q4", "120KB")):
+        if (models / src).is_dir():
+            cc.convert(str(models / src), str(models / name), dtype=dtype,
+                       shard_size=cc.parse_size(shard) if shard else None, force=True, log=quiet)
+            for f in (models / name).iterdir():
+                f.chmod(0o644)
+            print(f"  {name}: {dtype} from {src}")
+    make_quant_vectors.main()
 
 
 if __name__ == "__main__":

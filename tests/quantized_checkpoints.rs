@@ -137,6 +137,41 @@ fn converter_blocks_equal_the_engine_quantizer() {
     }
 }
 
+/// Edge cases of the block quantizer (exact rounding ties for q8 and q4, zero blocks, NaN/inf, scales that
+/// overflow or underflow f16, subnormal scales, random rows from 1e-4 to 300), quantized by the converter's
+/// Python code (`scripts/make_quant_vectors.py`): the engine's quantizer makes the same bytes.
+#[test]
+fn converter_quantizer_equals_the_engine_on_edge_cases() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant");
+    let t = file_tensors(&dir);
+    let (_, shape, input) = &t["input"];
+    let k = shape[1];
+    let x = f32s(input);
+    assert!(x.iter().any(|v| v.is_nan()) && x.iter().any(|v| v.is_infinite()));
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        let (dt, qshape, want) = &t[fmt.name()];
+        assert_eq!(
+            (dt.as_str(), qshape.clone()),
+            ("U8", vec![shape[0], fmt.row_bytes(k)])
+        );
+        let mut mine = Vec::new();
+        quant::quantize_rows(fmt, k, &x, &mut mine).unwrap();
+        for (r, (a, b)) in mine
+            .chunks(fmt.row_bytes(k))
+            .zip(want.chunks(fmt.row_bytes(k)))
+            .enumerate()
+        {
+            assert_eq!(a, b, "{fmt:?} row {r}: engine vs converter");
+        }
+        // The ties rows really are ties: some |w/d| is exactly n + 1/2 (rounded away from zero).
+        let deq = quant::dequantize_rows(fmt, k, want).unwrap();
+        let row = if fmt == QFormat::Q8 { 0 } else { 1 };
+        let d = x[row * k] / if fmt == QFormat::Q8 { 127.0 } else { 7.0 };
+        assert_eq!(x[row * k + 1] / d, 0.5);
+        assert_eq!(deq[row * k + 1], d, "{fmt:?}: 0.5 rounds away from zero");
+    }
+}
+
 /// Every quantized fixture into every resident dtype: matrices listed in the config have the resident
 /// format and the host's conversion of the file's rows; other tensors equal the float source's load in
 /// the same dtype. In the file's own format, everything equals the float source loaded in that format.
