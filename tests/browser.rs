@@ -236,6 +236,190 @@ async fn browser_window_ops_and_window_attention() {
     );
 }
 
+/// f64 attention over accessors: out[b][i][h*d + e] = sum_j softmax_j(scale * q.k + mask) v, key j
+/// visible to row i iff `visible(i, j)` and the masked score is finite; a row with no key gives zeros.
+#[allow(clippy::too_many_arguments)]
+fn attention_ref(
+    (b, tq, tk, heads, d): (usize, usize, usize, usize, usize),
+    scale: f64,
+    q: impl Fn(usize, usize, usize) -> f64,
+    k: impl Fn(usize, usize, usize) -> f64,
+    v: impl Fn(usize, usize, usize) -> f64,
+    visible: impl Fn(usize, usize) -> bool,
+    mask: Option<&[f32]>,
+) -> Vec<f32> {
+    let mut out = vec![0f32; b * tq * heads * d];
+    for bi in 0..b {
+        for h in 0..heads {
+            for i in 0..tq {
+                let sc: Vec<Option<f64>> = (0..tk)
+                    .map(|j| {
+                        if !visible(i, j) {
+                            return None;
+                        }
+                        let mut s: f64 = (0..d)
+                            .map(|e| q(bi, i, h * d + e) * k(bi, j, h * d + e))
+                            .sum::<f64>()
+                            * scale;
+                        if let Some(m) = mask {
+                            s += m[i * tk + j] as f64;
+                        }
+                        s.is_finite().then_some(s)
+                    })
+                    .collect();
+                let mx = sc.iter().flatten().cloned().fold(f64::MIN, f64::max);
+                let ex: Vec<f64> = sc
+                    .iter()
+                    .map(|s| s.map(|s| (s - mx).exp()).unwrap_or(0.0))
+                    .collect();
+                let sum: f64 = ex.iter().sum();
+                for e in 0..d {
+                    let o: f64 = (0..tk)
+                        .filter(|&j| ex[j] != 0.0)
+                        .map(|j| ex[j] * v(bi, j, h * d + e))
+                        .sum();
+                    out[(bi * tq + i) * heads * d + h * d + e] =
+                        if sum > 0.0 { (o / sum) as f32 } else { 0.0 };
+                }
+            }
+        }
+    }
+    out
+}
+
+// Every attention variant the browser's adapter supports (tiled, rows, flash; window: rows, flash),
+// forced, against the f64 reference. Tolerance 2e-6 absolute, as natively (tests/kernels_attention.rs):
+// outputs are convex combinations of v in [-1, 1]; scores of magnitude <= ~4 from <= 64-term f32 dot
+// products carry ~sqrt(D) * 2^-24 * 4 ~ 2e-6 of rounding, and the online softmax (per key, per tile, or
+// per tile plus the flash kernel's merge of split rows) reorders the sums; a wrong mask, tile edge or
+// merge changes outputs by O(0.1).
+#[wasm_bindgen_test]
+async fn browser_attention_every_variant() {
+    use ops::attention::{attention_variant, AttnOpts, AttnVariant};
+    use ops::window_attn::{window_attention_variant, WindowAttnVariant};
+    let g = gpu().await;
+    // (B, Bk, Tq, Tk, H, D, causal, kv_len, q_offset, mask)
+    let cases = [
+        (
+            1usize, 1usize, 70usize, 61usize, 2usize, 64usize, false, None, 0usize, true,
+        ), // encoder: 2 row blocks, ragged key tiles, mask
+        (3, 1, 1, 45, 2, 64, false, None, 0, false), // decoder cross-attention, K/V shared by 3 rows
+        (2, 2, 1, 40, 2, 32, true, Some(23usize), 22, false), // decoder self-attention over a cache
+        (1, 1, 9, 40, 1, 16, true, Some(34), 25, false), // causal block ending inside a tile
+    ];
+    let mut ran = 0;
+    for (ci, &(b, bk, tq, tk, heads, d, causal, kv_len, q_offset, masked)) in
+        cases.iter().enumerate()
+    {
+        let hd = heads * d;
+        let seed = 40 + ci as u64 * 4;
+        let q: Vec<f32> = rand_vec(seed, b * tq * hd)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let k: Vec<f32> = rand_vec(seed + 1, bk * tk * hd)
+            .iter()
+            .map(|x| x * 2.0)
+            .collect();
+        let v = rand_vec(seed + 2, bk * tk * hd);
+        let mask: Option<Vec<f32>> = masked.then(|| {
+            rand_vec(seed + 3, tq * tk)
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    if i % 7 == 3 && i % tk != 0 {
+                        f32::NEG_INFINITY
+                    } else {
+                        x * 3.0
+                    }
+                })
+                .collect()
+        });
+        let scale = (d as f64).powf(-0.5);
+        let kvl = kv_len.unwrap_or(tk);
+        let kb = |bi: usize| if bk == 1 { 0 } else { bi };
+        let want = attention_ref(
+            (b, tq, tk, heads, d),
+            scale,
+            |bi, i, col| (q[(bi * tq + i) * hd + col] * scale as f32) as f64 / scale,
+            |bi, j, col| k[(kb(bi) * tk + j) * hd + col] as f64,
+            |bi, j, col| v[(kb(bi) * tk + j) * hd + col] as f64,
+            |i, j| j < kvl && (!causal || j <= q_offset + i),
+            mask.as_deref(),
+        );
+        let tq_ = Tensor::from_f32(&g, &[b, tq, hd], &q, "q").unwrap();
+        let tk_ = Tensor::from_f32(&g, &[bk, tk, hd], &k, "k").unwrap();
+        let tv_ = Tensor::from_f32(&g, &[bk, tk, hd], &v, "v").unwrap();
+        let tm = mask
+            .as_ref()
+            .map(|m| Tensor::from_f32(&g, &[tq, tk], m, "mask").unwrap());
+        let opts = AttnOpts {
+            heads,
+            scale: scale as f32,
+            causal,
+            kv_len: kv_len.map(|l| l as u32),
+            q_offset: q_offset as u32,
+            mask: tm.as_ref(),
+        };
+        for var in AttnVariant::ALL
+            .into_iter()
+            .filter(|x| x.supports(&g.caps, d))
+        {
+            let to = Tensor::from_f32(&g, &[b, tq, hd], &vec![f32::NAN; b * tq * hd], "o").unwrap();
+            let mut rec = Recorder::new(&g);
+            attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap();
+            rec.submit().unwrap();
+            let got = run_vec(&g, &to).await;
+            let dm = max_diff(&got, &want);
+            web_sys::console::log_1(
+                &format!("attention case {ci} {}: max diff {dm:e}", var.name()).into(),
+            );
+            assert!(
+                got.iter().all(|x| x.is_finite()),
+                "case {ci} {}",
+                var.name()
+            );
+            assert!(dm <= 2e-6, "case {ci} {}: max diff {dm}", var.name());
+            ran += 1;
+        }
+    }
+    assert_eq!(ran, 12, "tiled, rows and flash on every case");
+    // DaViT window attention, 7x7 windows, head dim 32, over the fused qkv (nW, T, 3C).
+    let (nw, t, c, heads) = (3usize, 49usize, 64usize, 2usize);
+    let d = c / heads;
+    let qkv = rand_vec(60, nw * t * 3 * c);
+    let scale = (d as f64).powf(-0.5);
+    let at = |wi: usize, tok: usize, col: usize| qkv[(wi * t + tok) * 3 * c + col] as f64;
+    let want = attention_ref(
+        (nw, t, t, heads, d),
+        scale,
+        |wi, i, col| (qkv[(wi * t + i) * 3 * c + col] * scale as f32) as f64 / scale,
+        |wi, j, col| at(wi, j, c + col),
+        |wi, j, col| at(wi, j, 2 * c + col),
+        |_, _| true,
+        None,
+    );
+    let tqkv = Tensor::from_f32(&g, &[nw, t, 3 * c], &qkv, "qkv").unwrap();
+    let mut ran = 0;
+    for var in WindowAttnVariant::ALL
+        .into_iter()
+        .filter(|x| x.supports(&g.caps, c, heads))
+    {
+        let to = Tensor::from_f32(&g, &[nw, t, c], &vec![f32::NAN; nw * t * c], "o").unwrap();
+        let mut rec = Recorder::new(&g);
+        window_attention_variant(&mut rec, var, &tqkv, heads, scale as f32, &to).unwrap();
+        rec.submit().unwrap();
+        let got = run_vec(&g, &to).await;
+        let dm = max_diff(&got, &want);
+        web_sys::console::log_1(
+            &format!("window attention {}: max diff {dm:e}", var.name()).into(),
+        );
+        assert!(dm <= 2e-6, "window {}: max diff {dm}", var.name());
+        ran += 1;
+    }
+    assert_eq!(ran, 2, "rows and flash");
+}
+
 #[wasm_bindgen_test]
 async fn browser_channel_attention_and_pos_embed() {
     let g = gpu().await;

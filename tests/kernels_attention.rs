@@ -471,3 +471,45 @@ fn tuner_times_attention_and_reuses_its_cache() {
         assert_eq!(g.choices.get(&b.class), Some(b.chosen));
     }
 }
+
+#[test]
+fn model_attention_cases_cover_every_attention_kind() {
+    use florence2_wasm::model::config::Florence2Config;
+    use florence2_wasm::ops::registry::{unpack_heads, OpKind};
+    let cfg: Florence2Config =
+        Florence2Config::from_json_str(include_str!("fixtures/models/tiny4/config.json")).unwrap();
+    let cases = tune::model_attention_cases(&cfg, 64, 64, 3);
+    let classes: Vec<_> = cases.iter().map(|c| c.class()).collect();
+    let windows: Vec<_> = classes
+        .iter()
+        .filter(|c| c.op == OpKind::WindowAttention)
+        .collect();
+    // One window class per DaViT stage here (the stages differ in width), T = ws * ws tokens.
+    assert_eq!(windows.len(), cfg.vision.embed_dim.len());
+    let ws = cfg.vision.window_size;
+    assert!(windows.iter().all(|c| c.dims[1] == ws * ws));
+    let heads = |c: &&florence2_wasm::ops::registry::ShapeClass| unpack_heads(c.dims[2]);
+    assert_eq!(heads(&windows[0]).0, 16 / 2);
+    let attn: Vec<_> = classes
+        .iter()
+        .filter(|c| c.op == OpKind::Attention)
+        .collect();
+    let t = &cfg.text;
+    let d = t.d_model / t.decoder_attention_heads;
+    // Encoder self-attention (many rows), then per decode width (1 and 3 rows) self-attention over the
+    // position table's cache and cross-attention over the encoder sequence.
+    assert_eq!(attn.len(), 5, "{attn:?}");
+    assert!(attn[0].dims[0] > 4 && attn[0].dims[0] == attn[0].dims[1]);
+    for rows in [1, 3] {
+        let mine: Vec<_> = attn.iter().filter(|c| c.dims[0] == rows).collect();
+        assert_eq!(mine.len(), 2, "rows {rows}");
+        assert!(mine.iter().any(|c| c.dims[1] == t.max_position_embeddings));
+        assert!(mine.iter().all(|c| heads(c).0 == d));
+    }
+    // Every case has at least one candidate on this adapter, and its description names the op.
+    let g = gpu();
+    for c in &cases {
+        assert!(!c.candidates(&g.caps).is_empty());
+        assert!(c.class().describe().starts_with(c.class().op.name()));
+    }
+}

@@ -64,7 +64,7 @@ async fn browser_kernels_bench() {
                 log(&format!("{label}: no timing"));
                 continue;
             };
-            let t = row.timed_shape;
+            let t = row.timed_shape.unwrap_or(shape);
             let flop = 2.0 * (t.m * t.n * t.k) as f64;
             let mut line = format!(
                 "{label:<24} {:>4} {:>5} {:>5} {:>5}",
