@@ -204,20 +204,31 @@ fn main() {
     // write + the encode), + submit; the GPU's execution excluded (the wait comes after the clock stops).
     // Both alternate in one run, median of 20 each after a warm-up (which builds the plan).
     println!("  CPU per decoder step (record + submit, GPU time excluded), recorded vs planned:");
+    // Modes: the step recorded at this call, the planned step, and (3 rows) the planned step after a
+    // beam reorder of the 12 filled cache rows moving 2 of the 3 beams (what a beam step adds: buffer
+    // copies, recorded per step since the indices change).
+    let modes = ["recorded", "planned ", "planned + reorder [1, 0, 0]"];
     for b in [1usize, 3] {
         let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
         let tokens = state.tokens().clone();
-        let (mut rec_ms, mut sub_ms) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
-        let mut dispatches = [0; 2];
+        let n_modes = if b == 3 { 3 } else { 2 };
+        let (mut rec_ms, mut sub_ms) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
+        let mut dispatches = [0; 3];
         let bg0 = gpu.bind_groups_created();
         for i in 0..21 {
-            for (m, planned) in [false, true].into_iter().enumerate() {
+            for m in 0..n_modes {
                 let t = Instant::now();
                 let mut rec = Recorder::new(&gpu);
-                if planned {
-                    dec.step_planned(&mut rec, 12, &mut state).unwrap();
-                } else {
-                    dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
+                match m {
+                    0 => {
+                        dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
+                    }
+                    _ => {
+                        if m == 2 {
+                            state.reorder(&mut rec, &[1, 0, 0], 12).unwrap();
+                        }
+                        dec.step_planned(&mut rec, 12, &mut state).unwrap();
+                    }
                 }
                 let recorded = t.elapsed().as_secs_f64() * 1e3;
                 dispatches[m] = rec.dispatch_count();
@@ -231,19 +242,20 @@ fn main() {
             }
         }
         let bind_groups = gpu.bind_groups_created() - bg0;
-        let mut tot = [0.0; 2];
-        for (m, name) in ["recorded", "planned "].into_iter().enumerate() {
+        let mut tot = [0.0; 3];
+        for m in 0..n_modes {
             let (r, s) = (median(rec_ms[m].clone()), median(sub_ms[m].clone()));
             tot[m] = r + s;
             println!(
-                "    {b} row(s), {name} ({} dispatches): record {r:.3} ms + submit {s:.3} ms = {:.3} ms",
+                "    {b} row(s), {} ({} dispatches): record {r:.3} ms + submit {s:.3} ms = {:.3} ms",
+                modes[m],
                 dispatches[m],
                 r + s
             );
         }
         println!(
-            "    {b} row(s): planned / recorded = {:.3}; bind groups created in 21 + 21 steps: {bind_groups} \
-             (recorded {} per step, planned once: {})",
+            "    {b} row(s): planned / recorded = {:.3}; bind groups created in 21 steps per mode: \
+             {bind_groups} (recorded {} per step, planned once: {})",
             tot[1] / tot[0],
             dispatches[0],
             bind_groups - 21 * dispatches[0] as u64
