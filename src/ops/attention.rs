@@ -530,6 +530,9 @@ fn dyn_defines(dyn_len: Option<&Tensor>) -> &'static [&'static str] {
     }
 }
 
+/// Query rows per batch row timed by the tuner in `auto` (CPU adapters take seconds on a full encoder).
+const AUTO_ATTN_ROWS: usize = 256;
+
 /// An attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): q (B, Tq, H*D), k/v
 /// (Bk, Tk, H*D), all keys valid, with or without the causal rule and an additive mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -569,6 +572,15 @@ impl crate::ops::tune::TuneCase for AttnShape {
 
     fn flops(&self) -> f64 {
         4.0 * (self.b * self.tq * self.tk * self.heads * self.d) as f64
+    }
+
+    fn auto_shape(&self) -> Option<Box<dyn crate::ops::tune::TuneCase>> {
+        (self.tq > AUTO_ATTN_ROWS).then(|| {
+            Box::new(AttnShape {
+                tq: AUTO_ATTN_ROWS,
+                ..*self
+            }) as Box<dyn crate::ops::tune::TuneCase>
+        })
     }
 
     fn prepare(
@@ -740,6 +752,24 @@ mod tests {
                 assert!(kt >= 1 && kt * d <= KV_CAP && qb * kt <= S_CAP);
             }
         }
+    }
+
+    #[test]
+    fn auto_tuning_times_fewer_rows_of_long_attention() {
+        use crate::ops::tune::TuneCase;
+        let enc = AttnShape {
+            b: 1,
+            tq: 593,
+            bk: 1,
+            tk: 593,
+            heads: 12,
+            d: 64,
+            causal: false,
+            masked: false,
+        };
+        let small = enc.auto_shape().map(|s| s.flops());
+        assert_eq!(small, Some(enc.flops() * AUTO_ATTN_ROWS as f64 / 593.0));
+        assert!(AttnShape { tq: 1, ..enc }.auto_shape().is_none());
     }
 
     #[test]

@@ -94,6 +94,12 @@ pub trait TuneCase {
     fn flops(&self) -> f64;
     /// Allocate zero-filled operands on `gpu`; the returned function records one call of a variant.
     fn prepare(&self, gpu: &std::sync::Arc<Gpu>) -> Result<CaseRunner>;
+    /// The smaller shape timed in `auto` (like linear rows capped at [`AUTO_MAX_ROWS`]: fewer query rows
+    /// or windows, whose cost per row or window is flat once the grid fills the device), or `None` to
+    /// time the full shape.
+    fn auto_shape(&self) -> Option<Box<dyn TuneCase>> {
+        None
+    }
 }
 
 /// Records one call of the named variant (see [`TuneCase::prepare`]).
@@ -536,8 +542,13 @@ pub async fn tune_with(
         } else {
             AUTO_REPS
         };
-        let runner = case.prepare(gpu)?;
-        let calls = ((TARGET_FLOPS_PER_SUBMIT / case.flops().max(1.0)).ceil() as usize)
+        let small = match mode {
+            Tuning::Exhaustive => None,
+            _ => case.auto_shape(),
+        };
+        let timed: &dyn TuneCase = small.as_deref().unwrap_or(*case);
+        let runner = timed.prepare(gpu)?;
+        let calls = ((TARGET_FLOPS_PER_SUBMIT / timed.flops().max(1.0)).ceil() as usize)
             .clamp(1, MAX_CALLS_PER_SUBMIT);
         let run = |i: usize, n: usize| -> Result<()> {
             let mut rec = Recorder::new(gpu);

@@ -195,6 +195,9 @@ pub fn window_attention_variant(
     )
 }
 
+/// Windows timed by the tuner in `auto` (stage 0 of a 768 px image has 256; each costs the same).
+const AUTO_WINDOWS: usize = 32;
+
 /// A window-attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): qkv (windows, t, 3c).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowShape {
@@ -220,6 +223,15 @@ impl crate::ops::tune::TuneCase for WindowShape {
 
     fn flops(&self) -> f64 {
         4.0 * (self.windows * self.t * self.t * self.c) as f64
+    }
+
+    fn auto_shape(&self) -> Option<Box<dyn crate::ops::tune::TuneCase>> {
+        (self.windows > AUTO_WINDOWS).then(|| {
+            Box::new(WindowShape {
+                windows: AUTO_WINDOWS,
+                ..*self
+            }) as Box<dyn crate::ops::tune::TuneCase>
+        })
     }
 
     fn prepare(
