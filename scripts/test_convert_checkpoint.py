@@ -44,9 +44,10 @@ def check(name, fn):
         failed += 1
 
 
-def cli(model_dir, task="<OD>"):
+def cli(model_dir, task="<OD>", dtype=None):
+    extra = ["--dtype", dtype] if dtype else []
     out = subprocess.run(
-        [CLI, "run", "--model", model_dir, "--image", IMAGE, "--task", task, "--max-new-tokens", "24", "--json"],
+        [CLI, "run", "--model", model_dir, "--image", IMAGE, "--task", task, "--max-new-tokens", "24", "--json", *extra],
         capture_output=True, text=True, env={**os.environ, "NODEVICE_SELECT": "1"},
     )
     if out.returncode != 0:
@@ -186,6 +187,42 @@ def main():
         with open(os.path.join(out, "preprocessor_config.json")) as f:
             assert json.load(f)["size"] == {"height": 768, "width": 768}
 
+    def quantized_from_mlx_bf16_sharded():
+        # bf16 channels-last source: matrices quantized from their bf16 values, convs and the rest kept
+        # bf16; loaded as q4 it answers like the bf16 fixture loaded as q4 (same blocks, same other tensors).
+        out = os.path.join(tmp, "tiny4-mlx-q4")
+        files = cc.convert(os.path.join(MODELS, "tiny4-mlx-bf16"), out, dtype="q4", shard_size=cc.parse_size("150KB"), log=quiet)
+        assert len(files) > 1, files
+        with open(os.path.join(out, "config.json")) as f:
+            q = json.load(f)["quantization"]
+        assert (q["format"], q["bits"], q["block_size"]) == ("florence2-wasm-block", 4, 32), q
+        seen = set()
+        for name in files:
+            t, meta = tensors_of(os.path.join(out, name))
+            assert meta.get("format") == "mlx", meta
+            for k, v in t.items():
+                if k.endswith(".qweight"):
+                    assert v.dtype == torch.uint8 and k[: -len(".qweight")] in q["tensors"], k
+                    seen.add(k[: -len(".qweight")])
+                else:
+                    assert v.dtype == torch.bfloat16, (k, v.dtype)
+        assert seen == set(q["tensors"]) and len(seen) > 20, len(seen)
+        same_answer(cli(out, dtype="q4"), cli(os.path.join(MODELS, "tiny4-mlx-bf16"), dtype="q4"))
+
+    def quantized_from_f16_shards():
+        out = os.path.join(tmp, "tiny4-f16-q8")
+        cc.convert(os.path.join(MODELS, "tiny4-f16-sharded"), out, dtype="q8", log=quiet)
+        same_answer(cli(out, dtype="q8"), cli(os.path.join(MODELS, "tiny4-f16-sharded"), dtype="q8"))
+        # Another resident dtype dequantizes while loading: it runs.
+        assert cli(out, dtype="fp32")["token_ids"]
+        # A quantized checkpoint is not quantized again.
+        try:
+            cc.convert(out, os.path.join(tmp, "again"), dtype="q4", log=quiet)
+        except cc.ConvertError as e:
+            assert "already quantized" in str(e), e
+        else:
+            raise AssertionError("re-quantized a quantized checkpoint")
+
     def sizes_parse():
         assert cc.parse_size("500MB") == 500_000_000
         assert cc.parse_size("1.5GB") == 1_500_000_000
@@ -201,6 +238,8 @@ def main():
         ("missing config.json / non-empty OUT are errors", missing_files_are_errors),
         ("absent preprocessor/generation configs get Florence-2 defaults", defaults_written_when_absent),
         ("--shard-size parsing", sizes_parse),
+        ("mlx bf16 -> q4 in 150KB shards: same CLI answer as the fixture loaded as q4", quantized_from_mlx_bf16_sharded),
+        ("f16 shards -> q8: same CLI answer as the fixture loaded as q8; not re-quantized", quantized_from_f16_shards),
     ]:
         check(name, fn)
     print(f"{passed} passed, {failed} failed")

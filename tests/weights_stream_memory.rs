@@ -112,4 +112,67 @@ fn peak_host_memory_is_about_one_chunk() {
     );
     assert!(w.byte_size() > file.len() as u64 / 2);
     assert!(peak < 8 * chunk, "ranged peak {peak}");
+    drop(w);
+
+    // A quantized checkpoint of the same tensors (q8 `.qweight` rows for the matrices with 32-weight
+    // rows, the 2^16 x 64 embedding among them: 5 MiB of rows) streamed into every resident dtype: as q8
+    // the rows are copied, otherwise dequantized in bounded batches (at most 256 KiB of f32 at once),
+    // so the heap again grows by a small multiple of the chunk, even as fp32 (4.7x the file's bytes).
+    let canon = canonical_tensors(&cfg, 13);
+    let mut tensors = Vec::new();
+    let mut listed = Vec::new();
+    for (name, shape, values) in &canon {
+        let k = shape.last().copied().unwrap_or(0);
+        if florence2_wasm::weights::is_matrix_weight(name, shape) && k % 32 == 0 {
+            let mut rows = Vec::new();
+            florence2_wasm::gpu::quant::quantize_rows(
+                florence2_wasm::gpu::quant::QFormat::Q8,
+                k,
+                values,
+                &mut rows,
+            )
+            .unwrap();
+            tensors.push(RawTensor {
+                name: format!("{name}.qweight"),
+                dtype: "U8".into(),
+                shape: vec![shape[0], rows.len() / shape[0]],
+                bytes: rows,
+            });
+            listed.push(name.clone());
+        } else {
+            tensors.push(RawTensor::new(name, Dt::F32, shape, values));
+        }
+    }
+    drop(canon);
+    let qfile = write_safetensors(&tensors, None);
+    drop(tensors);
+    let mut qcfg_json = cfg_json.clone();
+    qcfg_json["quantization"] = serde_json::json!({"format": "florence2-wasm-block", "bits": 8,
+        "block_size": 32, "scale_dtype": "float16", "tensors": listed});
+    let qcfg = Florence2Config::from_json(&qcfg_json).unwrap();
+    for dtype in WeightDType::ALL {
+        gpu.wait_idle().unwrap();
+        let base = CURRENT.load(Ordering::Relaxed);
+        PEAK.store(base, Ordering::Relaxed);
+        let mut asm = Assembler::new(&gpu, &qcfg, LoadOptions::with_dtype(dtype));
+        let mut s = StreamLoader::new("model.safetensors", Some(qfile.len() as u64));
+        for c in qfile.chunks(chunk) {
+            s.feed(&mut asm, c).unwrap();
+        }
+        s.finish(&mut asm).unwrap();
+        let own = asm.mem_stats().peak;
+        let w = asm.finish().unwrap();
+        let peak = PEAK.load(Ordering::Relaxed) - base;
+        eprintln!(
+            "q8 file ({} bytes) as {dtype}: peak Rust heap growth {peak} bytes, loader's own {own}; GPU bytes {}",
+            qfile.len(),
+            w.byte_size()
+        );
+        assert!(
+            own <= 2 * chunk as u64 + (256 << 10) + 64 * 1024,
+            "{dtype}: own accounting {own}"
+        );
+        assert!(peak < 8 * chunk, "q8 file as {dtype}: peak {peak}");
+        drop(w);
+    }
 }

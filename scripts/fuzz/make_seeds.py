@@ -19,8 +19,8 @@ def put(target, data):
     (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
 
 
-def safetensors(entries, meta=None):
-    """entries: (name, dtype, shape); zero data of the right size."""
+def safetensors(entries, meta=None, fill=b"\x01"):
+    """entries: (name, dtype, shape); data of the right size, every byte `fill`."""
     size = {"F32": 4, "F16": 2, "BF16": 2, "U8": 1, "I64": 8}
     h, pos = {}, 0
     for name, dt, shape in entries:
@@ -32,7 +32,7 @@ def safetensors(entries, meta=None):
     if meta:
         h["__metadata__"] = meta
     js = json.dumps(h).encode()
-    return struct.pack("<Q", len(js)) + js + b"\x01" * pos
+    return struct.pack("<Q", len(js)) + js + fill * pos
 
 
 # header: real fixture headers (no data) and small whole files.
@@ -62,6 +62,23 @@ put(
         ]
     ),
 )
+
+# stream, quantized checkpoints (the fuzz target's q8 / q4 configs, chosen by the second head byte % 3):
+# the tiny config's three matrices with 32-weight rows as `.qweight` U8 rows (zero rows: valid padding).
+for cfg, rb in ((1, 48), (2, 32)):  # q8 / q4 row bytes for K = 32
+    put(
+        "stream",
+        bytes([5, cfg, 2, 33, 7, 64, 3, 11])
+        + safetensors(
+            [
+                ("model.language_model.decoder.layers.0.fc2.weight.qweight", "U8", [16, rb]),
+                ("model.language_model.decoder.layers.1.fc2.weight.qweight", "U8", [16, rb]),
+                ("model.vision_tower.blocks.0.0.spatial_block.ffn.fc2.weight.qweight", "U8", [8, rb]),
+                ("model.language_model.shared.weight", "F32", [40, 16]),
+            ],
+            fill=b"\x00",
+        ),
+    )
 
 # config: the fixture configs and the fuzz tiny config.
 for p in sorted((FIX / "models").glob("*/config.json")):

@@ -1,7 +1,9 @@
 //! The push-style streaming loader fed arbitrary files in arbitrary chunkings (tiny config, lavapipe or any
-//! GPU; the device is made once). Differential: the first 8 bytes of the input choose chunk sizes; the
-//! rest is the file, streamed both whole and chunked: both must agree on success or failure (and on the
-//! error's kind), and neither may panic or hang. Allocation bound (host): 64 n + 64 MiB. The fixed part is
+//! GPU; the device is made once). Differential: the first 8 bytes of the input choose chunk sizes (and
+//! bits of them the resident dtype and whether the config is the quantized-checkpoint variant, whose
+//! `quantization` entry lists the tiny config's matrices with whole 32-weight rows as q8 or q4 `.qweight`
+//! tensors); the rest is the file, streamed both whole and chunked: both must agree on success or failure
+//! (and on the error's kind), and neither may panic or hang. Allocation bound (host): 64 n + 64 MiB. The fixed part is
 //! wide because the counting allocator also sees wgpu's own allocations, which do not depend on the input
 //! (command pools, trackers and pipeline caches growing, other threads): a CI run once measured 21 MB for a
 //! 5 KB input that takes 3 ms and allocates far less when rerun alone. An input that makes the loader hold a
@@ -15,25 +17,55 @@ use std::sync::{Arc, OnceLock};
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
 use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader};
+use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]
 static ALLOC: common::Counting = common::Counting;
 
-fn setup() -> &'static (Arc<Gpu>, Florence2Config) {
-    static S: OnceLock<(Arc<Gpu>, Florence2Config)> = OnceLock::new();
+/// The tiny config's matrices whose rows are whole 32-weight blocks (the ones a quantized checkpoint
+/// stores as `.qweight`).
+pub const QUANTIZED: [&str; 3] = [
+    "model.language_model.decoder.layers.0.fc2.weight",
+    "model.language_model.decoder.layers.1.fc2.weight",
+    "model.vision_tower.blocks.0.0.spatial_block.ffn.fc2.weight",
+];
+
+struct Setup {
+    gpu: Arc<Gpu>,
+    /// The tiny config, and the same with q8 / q4 `quantization` entries.
+    cfgs: [Florence2Config; 3],
+}
+
+fn setup() -> &'static Setup {
+    static S: OnceLock<Setup> = OnceLock::new();
     S.get_or_init(|| {
         let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
-        let cfg = Florence2Config::from_json_str(include_str!("../tiny_config.json"))
-            .expect("the tiny config parses");
-        (gpu, cfg)
+        let text = include_str!("../tiny_config.json");
+        let plain = Florence2Config::from_json_str(text).expect("the tiny config parses");
+        let quantized = |bits: u32| {
+            let mut v: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            v["quantization"] = serde_json::json!({"format": "florence2-wasm-block", "bits": bits,
+                "block_size": 32, "scale_dtype": "float16", "tensors": QUANTIZED});
+            Florence2Config::from_json(&v).expect("the quantized tiny config parses")
+        };
+        Setup {
+            gpu,
+            cfgs: [plain, quantized(8), quantized(4)],
+        }
     })
 }
 
-fn stream(file: &[u8], sizes: &[usize], known_len: bool) -> Result<(), String> {
-    let (gpu, cfg) = setup();
-    let mut asm = Assembler::new(gpu, cfg, LoadOptions::default());
+fn stream(
+    file: &[u8],
+    sizes: &[usize],
+    known_len: bool,
+    cfg: usize,
+    dtype: WeightDType,
+) -> Result<(), String> {
+    let s = setup();
+    let (gpu, cfg) = (&s.gpu, &s.cfgs[cfg]);
+    let mut asm = Assembler::new(gpu, cfg, LoadOptions::with_dtype(dtype));
     let mut s = StreamLoader::new("model.safetensors", known_len.then_some(file.len() as u64));
     let mut off = 0;
     let mut i = 0;
@@ -56,9 +88,12 @@ fuzz_target!(|data: &[u8]| {
     let (head, file) = data.split_at(8);
     let sizes: Vec<usize> = head.iter().map(|&b| 1 + usize::from(b)).collect();
     let known = head[0] & 1 == 1;
+    // Bits of the chunk sizes also pick the config (plain, q8 or q4 checkpoint) and the resident dtype.
+    let cfg = usize::from(head[1] % 3);
+    let dtype = WeightDType::ALL[usize::from(head[2] % 4)];
     let (_, peak) = common::peak_during(|| {
-        let whole = stream(file, &[file.len().max(1)], known);
-        let chunked = stream(file, &sizes, known);
+        let whole = stream(file, &[file.len().max(1)], known, cfg, dtype);
+        let chunked = stream(file, &sizes, known, cfg, dtype);
         assert_eq!(whole, chunked, "whole vs chunks {sizes:?}");
     });
     common::check_bound("stream", data.len(), peak, 64, 64 << 20);
