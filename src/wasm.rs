@@ -225,7 +225,9 @@ export interface MemoryInfo {
 }
 
 export interface LoadOptions {
-  /** Resident weight format; default "fp16". */
+  /** Resident weight format; default "fp16". Any checkpoint loads into any format; a quantized checkpoint
+   * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
+   * dequantized while it streams into the others. */
   dtype?: WeightDType;
   onProgress?: (event: ProgressEvent) => void;
   /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
