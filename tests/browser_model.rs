@@ -388,9 +388,41 @@ async fn run_task_matches_cli_f16_sharded() {
 /// Quantized checkpoints (scripts/convert_checkpoint.py --dtype q8|q4: `.qweight` rows streamed straight
 /// into the GPU buffers) loaded with `dtype` equal to their format, one single-file HF-native q8 and one
 /// original-layout q4 in 3 shards: the CLI's answers at that dtype. The q8 file loaded as fp16 (rows
-/// dequantized while streaming) answers too, with more weight bytes.
+/// dequantized while streaming) answers too, with more weight bytes. Broken `quantization` entries give
+/// named load errors.
 #[wasm_bindgen_test]
 async fn quantized_checkpoints_match_cli() {
+    // Hostile variants first (a named load error each, nothing panics across the boundary; the
+    // loads below then work): no quantization entry in config.json, and one with 3 bits.
+    let files = model("tiny2-q8");
+    let cfg: Value = serde_json::from_slice(file_of(files, "config.json")).unwrap();
+    let with_config = |cfg: &Value| {
+        let o = Object::new();
+        for (n, bytes) in files {
+            let url = if *n == "config.json" {
+                blob_url(cfg.to_string().as_bytes())
+            } else {
+                blob_url(bytes)
+            };
+            Reflect::set(&o, &(*n).into(), &url.into()).unwrap();
+        }
+        JsValue::from(o)
+    };
+    let mut no_entry = cfg.clone();
+    no_entry.as_object_mut().unwrap().remove("quantization");
+    let e = load(with_config(&no_entry), obj(&[("cache", false.into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2LoadError", "no quantization entry");
+    let mut bits3 = cfg.clone();
+    bits3["quantization"]["bits"] = json!(3);
+    let e = load(with_config(&bits3), obj(&[("cache", false.into())]))
+        .await
+        .err()
+        .unwrap();
+    assert_err(&e, "Florence2LoadError", "unsupported bits 3");
+
     let mut q8_bytes = 0.0;
     for dir in ["tiny2-q8", "tiny2-orig-q4-sharded"] {
         for case in expected().iter().filter(|c| c["model"] == dir) {

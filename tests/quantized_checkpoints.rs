@@ -456,6 +456,22 @@ fn cli_runs_quantized_checkpoints() {
         }
         eprintln!("{qname} --dtype {dt}: same answer as {fname} --dtype {dt}");
     }
+    // Every tiny2 reference case (6 images x tasks): the q8 file as q8 answers like tiny2 as q8.
+    let all = cases("tiny2");
+    for c in &all[1..] {
+        let q = cli_run("tiny2-q8", c, &["--dtype", "q8"]);
+        let f = cli_run("tiny2", c, &["--dtype", "q8"]);
+        assert_eq!(
+            answer(&q),
+            answer(&f),
+            "tiny2-q8 vs tiny2 at q8: {}",
+            c["task"]
+        );
+    }
+    eprintln!(
+        "tiny2-q8 --dtype q8: {} cases, answers equal tiny2 --dtype q8",
+        all.len()
+    );
     let q8 = cli_run("tiny2-q8", case, &["--dtype", "q8"]);
     let h = cli_run("tiny2-q8", case, &["--dtype", "fp16"]);
     assert_eq!(h["dtype"], "fp16");
