@@ -479,3 +479,100 @@ fn cli_runs_quantized_checkpoints() {
     assert!(bytes(&h) > bytes(&q8), "{} vs {}", bytes(&h), bytes(&q8));
     assert!(h["token_ids"].as_array().is_some_and(|a| !a.is_empty()));
 }
+
+/// An mlx-community style checkpoint (original names, channels-last convs, bf16) quantized the way the
+/// converter does it (matrices from their bf16 values, everything else kept bf16), built in memory: loaded
+/// as q4 it equals the bf16 fixture loaded as q4, tensor for tensor. The original layout's transposed
+/// `image_projection` (permuted at load) cannot be a quantized tensor: a named error.
+#[test]
+fn mlx_bf16_layout_quantized_in_memory() {
+    let gpu = weights_util::common::gpu();
+    let dir = model_dir("tiny2-mlx-bf16");
+    let src = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let HeaderState::Done(h) = parse_header(&src, "f").unwrap() else {
+        panic!()
+    };
+    let mut tensors = Vec::new();
+    let mut listed = Vec::new();
+    for t in &h.tensors {
+        let bytes =
+            src[(h.data_start + t.start) as usize..(h.data_start + t.end) as usize].to_vec();
+        let k = t.shape.last().copied().unwrap_or(0);
+        let matrix = t.shape.len() == 2
+            && t.name.ends_with(".weight")
+            && !t.name.contains("embed_positions")
+            && !t.name.contains("image_pos_embed")
+            && k % 32 == 0;
+        if matrix {
+            assert_eq!(t.dtype.as_str(), "BF16");
+            let vals: Vec<f32> = bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+                .collect();
+            let mut rows = Vec::new();
+            quant::quantize_rows(QFormat::Q4, k, &vals, &mut rows).unwrap();
+            tensors.push(RawTensor {
+                name: format!("{}.qweight", t.name),
+                dtype: "U8".into(),
+                shape: vec![t.shape[0], QFormat::Q4.row_bytes(k)],
+                bytes: rows,
+            });
+            listed.push(t.name.clone());
+        } else {
+            tensors.push(RawTensor {
+                name: t.name.clone(),
+                dtype: t.dtype.as_str().into(),
+                shape: t.shape.clone(),
+                bytes,
+            });
+        }
+    }
+    assert!(listed.len() > 20, "{}", listed.len());
+    let mut cfg = config_json(&dir);
+    cfg["quantization"] = serde_json::json!({"format": "florence2-wasm-block", "bits": 4,
+        "block_size": 32, "scale_dtype": "float16", "tensors": listed});
+    let meta = Some(serde_json::json!({"format": "mlx"}));
+    let files = mem_model(
+        &cfg,
+        &[(
+            "model.safetensors",
+            write_safetensors(&tensors, meta.clone()),
+        )],
+    );
+    let (_, w) = pollster::block_on(load_files(
+        &gpu,
+        &files,
+        LoadOptions::with_dtype(WeightDType::Q4),
+    ))
+    .unwrap();
+    let (_, fw) = load_dir_with(&gpu, &dir, LoadOptions::with_dtype(WeightDType::Q4)).unwrap();
+    let (a, b) = (readback_all(&gpu, &w), readback_all(&gpu, &fw));
+    assert_eq!(a.len(), b.len());
+    for (n, v) in &b {
+        assert!(&a[n] == v, "{n}");
+    }
+    eprintln!(
+        "mlx bf16 quantized in memory: {} tensors equal the fixture loaded as q4",
+        a.len()
+    );
+
+    // `image_projection` (C, D), transposed on the GPU at load: not a quantizable matrix.
+    let i = tensors
+        .iter()
+        .position(|t| t.name == "image_projection")
+        .unwrap();
+    let (c, d) = (tensors[i].shape[0], tensors[i].shape[1]);
+    let k = d.max(32);
+    tensors[i] = RawTensor {
+        name: "image_projection.qweight".into(),
+        dtype: "U8".into(),
+        shape: vec![c, QFormat::Q4.row_bytes(k)],
+        bytes: vec![0; c * QFormat::Q4.row_bytes(k)],
+    };
+    cfg["quantization"]["tensors"]
+        .as_array_mut()
+        .unwrap()
+        .push("image_projection".into());
+    let e = load_err(&gpu, &cfg, write_safetensors(&tensors, meta));
+    quant_msg(&e, "not a matrix weight");
+}

@@ -2,8 +2,9 @@
 //! (as `fetch()` delivers them). The header is parsed as soon as its bytes are there; after that each
 //! chunk is routed to the tensor(s) it covers, converted to f32 and written straight into the tensor's
 //! GPU buffer at the right offset. Chunks may split a tensor or an element anywhere (the converter keeps
-//! the partial element). Host memory held: the header bytes until parsed, the current chunk and its f32
-//! conversion (layout fix-ups are permutes on the GPU, so nothing else accumulates).
+//! the partial element; quantized `.qweight` rows are gathered whole, then copied or dequantized in
+//! batches of at most 256 KiB of f32). Host memory held: the header bytes until parsed, the current chunk
+//! and its f32 conversion (layout fix-ups are permutes on the GPU, so nothing else accumulates).
 //!
 //! ```ignore
 //! let mut asm = Assembler::new(&gpu, &cfg, LoadOptions::default());
