@@ -18,7 +18,11 @@ use florence2_wasm::model::generate::{self, GenerateOptions};
 use florence2_wasm::weights;
 
 fn setup() -> (Decoder, CrossKv) {
-    let g = gpu();
+    setup_on(&gpu())
+}
+
+fn setup_on(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>) -> (Decoder, CrossKv) {
+    let g = g.clone();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny2");
     let (cfg, w) = weights::load_dir(&g, &dir).unwrap();
     let t = &cfg.text;
@@ -169,4 +173,66 @@ fn unigram_bans_beyond_top_k_are_enforced() {
     let got = pollster::block_on(generate::greedy(&dec, &g, &cross, &free, &|| false)).unwrap();
     let distinct: std::collections::HashSet<_> = got.iter().collect();
     assert!(distinct.len() < got.len(), "{got:?}");
+}
+
+#[test]
+fn kv_caches_are_sized_to_the_request() {
+    // The self-attention caches are allocated once per request for the positions it can use:
+    // max_new_tokens, capped by the decoder's position table, not always the table's size. With greedy
+    // decoding (one batch row) the request's peak activation bytes then differ between two values of
+    // max_new_tokens by exactly the caches' rows: 2 (K, V) x layers x rows x d_model x 4 bytes; every
+    // other buffer (step scratch, logits, top-k) is the same size. The search is cancelled after two
+    // steps: every buffer is allocated before the first. A device of its own: memory counters are per
+    // device, and other tests run in parallel.
+    let g = std::sync::Arc::new(
+        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+    );
+    let (dec, cross) = setup_on(&g);
+    let d = 32; // tiny2 d_model
+    let max_pos = dec.max_positions();
+    let peak = |max_new_tokens: usize| -> u64 {
+        let opts = GenerateOptions {
+            max_new_tokens,
+            no_repeat_ngram_size: 0,
+            forced_bos_token_id: None,
+            forced_eos_token_id: None,
+            eos_token_ids: vec![],
+            decoder_start_token_id: 2,
+            num_beams: 1,
+            length_penalty: 1.0,
+            early_stopping: Default::default(),
+        };
+        let before = g.memory();
+        g.reset_peak_memory();
+        let polls = std::cell::Cell::new(0);
+        let cancel = || {
+            polls.set(polls.get() + 1);
+            polls.get() > 2
+        };
+        let r = pollster::block_on(generate::generate(
+            &dec,
+            &g,
+            &cross,
+            &opts,
+            generate::Observer::cancel(&cancel),
+        ));
+        assert!(matches!(r, Err(florence2_wasm::Error::Cancelled)), "{r:?}");
+        let m = g.memory();
+        // Nothing outlives the request.
+        assert_eq!(m.activations_bytes, before.activations_bytes);
+        m.peak_activations_bytes - before.activations_bytes
+    };
+    let row = (2 * dec.layers() * d * 4) as u64;
+    let (p3, p9) = (peak(3), peak(9));
+    eprintln!("greedy request peak: {p3} B at max_new_tokens 3, {p9} B at 9; cache row {row} B");
+    assert_eq!(
+        p9 - p3,
+        6 * row,
+        "the caches grow with max_new_tokens, nothing else does"
+    );
+    // Past the position table, the caches stop at its size.
+    let (p_max, p_huge) = (peak(max_pos), peak(100 * max_pos));
+    assert_eq!(p_huge, p_max, "capped by max_position_embeddings {max_pos}");
+    // max_new_tokens >= max_pos: max_length = max_pos, so max_pos - 1 cache rows (3 at max_new_tokens 3).
+    assert_eq!(p_max - p3, (max_pos - 4) as u64 * row);
 }

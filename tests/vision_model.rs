@@ -133,3 +133,152 @@ fn batch_of_two_images_matches_reference_per_image() {
         }
     }
 }
+
+/// The activation bytes the DaViT arena may hold for a `(h, w)` input, computed here from the config
+/// alone (independently of `DaVit::arena_plan`): two buffers for the residual stream ping-pong and one
+/// for the windows, each the largest stage's (B, H, W, C) (windows: its zero-padded window grid; the
+/// NHWC pixels too), plus one for the largest of qkv (3 x windows or 3 x tokens), the MLP hidden (4 x)
+/// and the patch-embedding im2col; three more window-sized q/k/v buffers when the generic attention
+/// path runs (in every stage when `generic`). Returns (bytes, number of arena buffers).
+fn arena_bound(
+    v: &florence2_wasm::model::config::VisionConfig,
+    (ih, iw): (usize, usize),
+    generic: bool,
+) -> (u64, u64) {
+    let pix = ih * iw * v.in_channels;
+    let (mut h, mut w, mut cin) = (ih, iw, v.in_channels);
+    let (mut stream, mut windows, mut big, mut split) = (pix, pix, 0usize, 0usize);
+    let ws = v.window_size;
+    for s in 0..v.embed_dim.len() {
+        let (k, st, p, c) = (
+            v.patch_size[s],
+            v.patch_stride[s],
+            v.patch_padding[s],
+            v.embed_dim[s],
+        );
+        h = (h + 2 * p - k) / st + 1;
+        w = (w + 2 * p - k) / st + 1;
+        let rows = h * w;
+        let win = h.div_ceil(ws) * ws * w.div_ceil(ws) * ws * c;
+        let hidden = (c as f64 * v.mlp_ratio) as usize;
+        stream = stream.max(rows * c);
+        windows = windows.max(rows * c).max(win);
+        big = big
+            .max(3 * win)
+            .max(3 * rows * c)
+            .max(rows * hidden)
+            // The conv pads K to its GEMM step (the stem's 147 -> 152) with f32 weights.
+            .max(rows * florence2_wasm::ops::conv::gemm_k(cin * k * k, DType::F32).0);
+        if generic || !florence2_wasm::ops::window_attn::supported(c, v.num_heads[s]) {
+            split = split.max(win);
+        }
+        cin = c;
+    }
+    (
+        4 * (2 * stream + windows + big + 3 * split) as u64,
+        if split > 0 { 7 } else { 4 },
+    )
+}
+
+fn plan_buffers(p: &florence2_wasm::model::davit::ArenaPlan) -> u64 {
+    if p.split > 0 {
+        7
+    } else {
+        4
+    }
+}
+
+#[test]
+fn davit_activation_arena_is_planned_and_reused() {
+    // The tower's activations live in one arena of 4 buffers per forward (7 with the generic attention
+    // path), whatever the number of stages and blocks. The bound below is what that plan needs; the
+    // per-op-family buffers it replaced held 6 buffers per stage (a, b, n, p, the 4x MLP hidden, the
+    // 3x qkv: 11 stage-0 activations) beside the NHWC pixels and a fresh im2col scratch per conv,
+    // which is over the bound on both fixtures (asserted below), so a regression to per-stage or
+    // per-op buffers fails.
+    // A device of its own: the memory counters are per device, and other tests run in parallel.
+    let g = std::sync::Arc::new(
+        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+    );
+    for fixture in ["tiny2", "tiny4"] {
+        let (cfg, w) = weights::load_dir(&g, &fixtures().join("models").join(fixture)).unwrap();
+        for fused in [true, false] {
+            let mut davit = DaVit::new(&cfg.vision, w.pp("model").pp("vision_tower")).unwrap();
+            davit.fused_window_attention = fused;
+            let (pshape, pvals) = reference(fixture, "pixel_values");
+            let (ih, iw) = (pshape[2], pshape[3]);
+            let (bound, buffers) = arena_bound(&cfg.vision, (ih, iw), !fused);
+            assert_eq!(
+                plan_buffers(&davit.arena_plan(u64::MAX, 1, (ih, iw)).unwrap()),
+                buffers
+            );
+            let plan = davit
+                .arena_plan(g.caps.max_storage_binding, 1, (ih, iw))
+                .unwrap();
+            assert!(
+                plan.bytes() <= bound,
+                "{fixture}: plan {plan:?} over {bound}"
+            );
+            // What the per-op-family buffers held at the stem conv: the NHWC pixels, stage 0's 11
+            // activations of (H0*W0, C0) and the conv's im2col scratch of (H0*W0, 3*k0*k0).
+            let (h0, w0) = davit.stage_grids(ih, iw).unwrap()[0];
+            let k0 = cfg.vision.patch_size[0];
+            let old_stage0 = 4
+                * (ih * iw * 3 + 11 * h0 * w0 * cfg.vision.embed_dim[0] + h0 * w0 * 3 * k0 * k0)
+                    as u64;
+            // Besides the arena, ops hold scratch for their own duration only (the depthwise conv's
+            // (9, C) taps, channel attention's Gram partials of (N/256, groups, d, d)), each below one
+            // stage-0 activation: allow one. Per-op or per-stage activation buffers exceed that.
+            let unit0 = 4 * (h0 * w0 * cfg.vision.embed_dim[0]) as u64;
+            let bound = bound + unit0;
+            assert!(
+                old_stage0 > bound,
+                "{fixture}: the bound {bound} must catch {old_stage0}"
+            );
+            let px = Tensor::from_f32(&g, &pshape, &pvals, "pixels").unwrap();
+            let want = reference(fixture, "vision.out").1;
+            let mut peaks = Vec::new();
+            let mut allocs_seen = Vec::new();
+            for round in 0..2 {
+                let before = g.memory();
+                g.reset_peak_memory();
+                let mut rec = Recorder::new(&g);
+                let (feats, _) = davit.forward(&mut rec, &px, None).unwrap();
+                rec.submit().unwrap();
+                let m = g.memory();
+                let used = m.peak_activations_bytes - before.activations_bytes;
+                let allocs = m.allocations - before.allocations;
+                eprintln!(
+                    "{fixture} fused={fused} round {round}: arena peak {used} B in {allocs} buffers \
+                     (bound {bound} B, plan {} B; old stage 0 alone {old_stage0} B)",
+                    plan.bytes()
+                );
+                assert!(
+                    used <= bound,
+                    "{fixture}: {used} B of activations > {bound}"
+                );
+                assert!(used >= plan.bytes(), "{fixture}: the arena is allocated");
+                allocs_seen.push(allocs);
+                // Same values as the reference (vision_parity.rs' tolerance): reuse is safe.
+                let got = readback::to_f32_blocking(&g, &feats).unwrap();
+                let peak = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                assert!(
+                    max_diff(&got, &want).0 <= 1e-4 * peak,
+                    "{fixture} round {round}"
+                );
+                drop(feats);
+                // Nothing outlives the forward: the arena is released with its output.
+                assert_eq!(g.memory().activations_bytes, before.activations_bytes);
+                peaks.push(used);
+            }
+            assert_eq!(
+                peaks[0], peaks[1],
+                "{fixture}: repeated forwards use the same memory"
+            );
+            assert_eq!(
+                allocs_seen[0], allocs_seen[1],
+                "{fixture}: and the same buffers"
+            );
+        }
+    }
+}

@@ -32,6 +32,15 @@
 //! `MODEL_BENCH_REUSE=0` skips the image-encoding reuse ratio (first dtype only: a `<CAPTION>` task from
 //! the image vs later tasks on its kept features, same run),
 //! `MODEL_BENCH_TOKENIZER=<florence2 tokenizer.json>` checks the hard-coded prompt ids against it.
+//!
+//! `MODEL_BENCH_MEMORY=1` measures only the GPU memory the engine counts, per resident dtype (the
+//! README's table): one request's peak for `<CAPTION>` and `<OD>` at 768x768 with 3 beams and the
+//! default `max_new_tokens` 1024, as `Pipeline::run_task` runs it (pixels, DaViT + projector, pixels
+//! released, encoder + cross K/V, encoder input/output released, beam search), phase by phase. Every
+//! buffer of a request is allocated before or at its first decode steps (the KV caches for the whole
+//! `max_new_tokens` up front, the beam reorder spare on the first reorder), so the search is cancelled
+//! after `MODEL_BENCH_MEMORY_STEPS` (default 4) steps: the peak is that of the whole request, at a
+//! fraction of the time. Prints where the decode-phase bytes are (KV caches, cross K/V, ...).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -97,6 +106,10 @@ const GENERATION_CONFIG: &str = r#"{
 /// with `processor::tokenizer::Florence2Tokenizer::encode_prompt` on the real Florence-2 tokenizer
 /// (`florence2_tokenizer.json` of microsoft/Florence-2-base; run with `MODEL_BENCH_TOKENIZER=` to recheck).
 const CAPTION_IDS: [u32; 8] = [0, 2264, 473, 5, 2274, 6190, 116, 2];
+
+/// `<OD>` = "Locate the objects with category and location." as the processor encodes it (checked like
+/// [`CAPTION_IDS`] with `MODEL_BENCH_TOKENIZER=`).
+const OD_IDS: [u32; 11] = [0, 574, 22486, 5, 8720, 19, 4120, 8, 2259, 4, 2];
 
 const IMAGE_SIDE: usize = 768;
 
@@ -960,6 +973,163 @@ fn run_reference(dir: &Path, tokens: usize) -> Option<serde_json::Value> {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Memory only (MODEL_BENCH_MEMORY=1)
+
+fn mb(b: u64) -> f64 {
+    b as f64 / 1e6
+}
+
+/// (dtype, weight bytes, vision phase, per task (encoder phase, decode phase)).
+type MemRow = (
+    WeightDType,
+    u64,
+    florence2_wasm::gpu::MemReport,
+    Vec<(
+        florence2_wasm::gpu::MemReport,
+        florence2_wasm::gpu::MemReport,
+    )>,
+);
+
+/// Engine-counted GPU memory of one request per task and resident dtype (see the module doc).
+fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: usize) {
+    use florence2_wasm::gpu::MemReport;
+    use florence2_wasm::Error;
+    use std::cell::Cell;
+    let disk = std::fs::metadata(dir.join("model.safetensors"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    println!(
+        "\n== engine-counted GPU memory, {} ({:.1} MB f32 checkpoint), 768x768, 3 beams, max_new_tokens 1024, {steps} decode steps ==",
+        dir.display(),
+        mb(disk)
+    );
+    let pcfg = ImageProcessorConfig::from_json_bytes(
+        &std::fs::read(dir.join("preprocessor_config.json")).expect("preprocessor_config"),
+    )
+    .expect("preprocessor config");
+    let img = synthetic_image();
+    let px = preprocess(&img, &pcfg).expect("preprocess");
+    let tasks: [(&str, &[u32]); 2] = [("<CAPTION>", &CAPTION_IDS), ("<OD>", &OD_IDS)];
+    let mut rows: Vec<MemRow> = Vec::new();
+    for &resident in residents {
+        let t = Instant::now();
+        let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
+            .expect("load_dir");
+        let model = Florence2::new(gpu, cfg.clone(), &w).expect("Florence2::new");
+        drop(w);
+        wait(gpu);
+        let weights_bytes = gpu.memory().weights_bytes;
+        println!(
+            "{resident}: loaded in {:.1} s, weights {:.1} MB",
+            t.elapsed().as_secs_f64(),
+            mb(weights_bytes)
+        );
+        // As Pipeline::run_task on an image: pixels, DaViT + projector, pixels released.
+        gpu.reset_peak_memory();
+        let t = Instant::now();
+        let pixels =
+            Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("pixels");
+        let image = model.encode_image(&pixels).expect("vision");
+        drop(pixels);
+        wait(gpu);
+        let vision = gpu.memory();
+        println!(
+            "  vision + projector: {:.1} s, peak {:.1} MB (activations {:.1} MB)",
+            t.elapsed().as_secs_f64(),
+            mb(vision.peak_bytes),
+            mb(vision.peak_activations_bytes)
+        );
+        let mut per_task = Vec::new();
+        for (name, ids) in tasks {
+            gpu.reset_peak_memory();
+            let t = Instant::now();
+            let enc = model.encode_prompt(&image, ids).expect("encoder");
+            wait(gpu);
+            let encoder = gpu.memory();
+            let encoder_s = t.elapsed().as_secs_f64();
+            let florence2_wasm::model::florence2::EncoderOutput {
+                cross,
+                hidden,
+                inputs_embeds,
+                ..
+            } = enc;
+            drop((hidden, inputs_embeds));
+            gpu.reset_peak_memory();
+            let t = Instant::now();
+            let mut opts = model.generate_options(1024);
+            opts.num_beams = 3;
+            let polls = Cell::new(0usize);
+            let cancel = || {
+                polls.set(polls.get() + 1);
+                polls.get() > steps
+            };
+            let obs = florence2_wasm::model::generate::Observer::cancel(&cancel);
+            match pollster::block_on(model.generate_with(&cross, &opts, obs)) {
+                Ok(ids) => println!("  {name}: finished after {} ids", ids.len()),
+                Err(Error::Cancelled) => {}
+                Err(e) => panic!("generate: {e}"),
+            }
+            wait(gpu);
+            let decode = gpu.memory();
+            drop(cross);
+            println!(
+                "  {name}: encoder {encoder_s:.1} s, peak {:.1} MB; decode ({} steps) {:.1} s, peak {:.1} MB",
+                mb(encoder.peak_bytes),
+                polls.get().min(steps),
+                t.elapsed().as_secs_f64(),
+                mb(decode.peak_bytes)
+            );
+            per_task.push((encoder, decode));
+        }
+        drop(image);
+        rows.push((resident, weights_bytes, vision, per_task));
+        drop(model);
+    }
+
+    // Where the decode-phase bytes are, from the shapes (f32 activations).
+    let cfg = Florence2Config::from_json_str(BASE_CONFIG).expect("base config");
+    let t = &cfg.text;
+    let (l, d, v, beams, max_len) = (t.decoder_layers, t.d_model, t.vocab_size, 3usize, 1023usize);
+    let kv = (2 * l * beams * max_len * d * 4) as u64;
+    let spare = (beams * max_len * d * 4) as u64;
+    println!(
+        "\ndecode phase, by construction: self-attention KV caches {:.1} MB (2 x {l} layers x ({beams}, {max_len}, {d}) f32), \
+         reorder spare {:.1} MB, cross K/V {:.1} MB per 1000 encoder tokens (2 x {l} x (S, {d})), \
+         logits + log-probs {:.1} MB, image features {:.1} MB",
+        mb(kv),
+        mb(spare),
+        mb((2 * l * 1000 * d * 4) as u64),
+        mb((2 * beams * v * 4) as u64),
+        mb((577 * d * 4) as u64),
+    );
+    println!(
+        "\n| dtype | weights MB | vision peak MB (act.) | <CAPTION> peak MB (encoder / decode act.) | <OD> peak MB (encoder / decode act.) |"
+    );
+    println!("|---|---|---|---|---|");
+    for (dt, w, vision, per_task) in &rows {
+        let cells: Vec<String> = per_task
+            .iter()
+            .map(|(e, d)| {
+                let peak = vision.peak_bytes.max(e.peak_bytes).max(d.peak_bytes);
+                format!(
+                    "{:.1} ({:.1} / {:.1})",
+                    mb(peak),
+                    mb(e.peak_activations_bytes),
+                    mb(d.peak_activations_bytes)
+                )
+            })
+            .collect();
+        println!(
+            "| {dt} | {:.1} | {:.1} ({:.1}) | {} |",
+            mb(*w),
+            mb(vision.peak_bytes),
+            mb(vision.peak_activations_bytes),
+            cells.join(" | ")
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 
 fn main() {
     // `cargo test --all-targets` runs harness-less benches too (without `--bench`): do nothing there.
@@ -991,6 +1161,11 @@ fn main() {
             .expect("encode");
         assert_eq!(ids, CAPTION_IDS, "hard-coded <CAPTION> ids differ");
         println!("<CAPTION> ids {ids:?} verified against {tok}");
+        let ids = t
+            .encode_prompt("Locate the objects with category and location.")
+            .expect("encode");
+        assert_eq!(ids, OD_IDS, "hard-coded <OD> ids differ");
+        println!("<OD> ids {ids:?} verified against {tok}");
     }
 
     let cfg = Florence2Config::from_json_str(BASE_CONFIG).expect("base config");
@@ -1004,6 +1179,16 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+
+    if env_or("MODEL_BENCH_MEMORY", "0") != "0" {
+        let steps: usize = env_or("MODEL_BENCH_MEMORY_STEPS", "4")
+            .parse()
+            .expect("MODEL_BENCH_MEMORY_STEPS");
+        let dir = root.join("base-f32");
+        ensure_checkpoint(&dir, &cfg, false).expect("checkpoint");
+        memory_table(&gpu, &dir, &residents, steps);
+        return;
+    }
 
     println!("\n== kernel ceilings (this run) ==");
     let (g1, v1) = gemm_rate(&gpu, 2304, 512, 2048);

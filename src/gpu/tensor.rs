@@ -189,6 +189,9 @@ pub struct Tensor {
     alloc: Arc<Alloc>,
     shape: Arc<[usize]>,
     dtype: DType,
+    /// Bytes this tensor covers from the start of the buffer: the whole buffer, or less for a prefix
+    /// view ([`Tensor::view`]) of a larger arena buffer.
+    bytes: u64,
 }
 
 fn padded_bytes(shape: &[usize], dtype: DType) -> Result<u64> {
@@ -231,6 +234,7 @@ impl Tensor {
 
     fn wrap(gpu: &Gpu, buf: wgpu::Buffer, shape: &[usize], dtype: DType, kind: MemKind) -> Tensor {
         gpu.mem.add(kind, buf.size());
+        let bytes = buf.size();
         Tensor {
             alloc: Arc::new(Alloc {
                 buf,
@@ -239,6 +243,7 @@ impl Tensor {
             }),
             shape: shape.into(),
             dtype,
+            bytes,
         }
     }
 
@@ -343,13 +348,13 @@ impl Tensor {
                 "offset and length must be multiples of 4",
             ));
         }
-        if offset + bytes.len() as u64 > self.alloc.buf.size() {
+        if offset + bytes.len() as u64 > self.bytes {
             return Err(Error::shape(
                 "Tensor::write_bytes",
                 format!(
                     "write of {} bytes at {offset} overruns a {}-byte buffer",
                     bytes.len(),
-                    self.alloc.buf.size()
+                    self.bytes
                 ),
             ));
         }
@@ -383,8 +388,37 @@ impl Tensor {
         self.shape[idx as usize]
     }
 
+    /// Bytes this tensor covers (its buffer's size, or the view's extent for a [`Tensor::view`]).
     pub fn byte_size(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Bytes of the whole underlying buffer (what the memory accounting counts once for all views).
+    pub fn capacity(&self) -> u64 {
         self.alloc.buf.size()
+    }
+
+    /// A view of the first bytes of this tensor's buffer as a tensor of `shape` and `dtype`: no
+    /// allocation, the buffer is shared. This is how the activation arenas
+    /// ([`crate::model::davit`]) reuse one buffer for tensors of different shapes in turn. Every
+    /// binding of the view covers only its own bytes. Fails if the buffer is too small.
+    pub fn view(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let bytes = padded_bytes(shape, dtype)?;
+        if bytes > self.alloc.buf.size() {
+            return Err(Error::shape(
+                "Tensor::view",
+                format!(
+                    "{shape:?} {dtype:?} needs {bytes} bytes; the buffer has {}",
+                    self.alloc.buf.size()
+                ),
+            ));
+        }
+        Ok(Tensor {
+            alloc: self.alloc.clone(),
+            shape: shape.into(),
+            dtype,
+            bytes,
+        })
     }
 
     pub fn buffer(&self) -> &wgpu::Buffer {
@@ -413,20 +447,24 @@ impl Tensor {
             alloc: self.alloc.clone(),
             shape: shape.into(),
             dtype: self.dtype,
+            bytes: self.bytes,
         })
     }
 
     /// The whole buffer as one binding. Fails with [`Error::Limit`] if it exceeds the device's
     /// storage-binding limit: such tensors must be bound through [`Tensor::row_chunks`].
     pub fn binding(&self, gpu: &Gpu) -> Result<wgpu::BindingResource<'_>> {
-        if self.alloc.buf.size() > gpu.caps.max_storage_binding {
+        if self.bytes > gpu.caps.max_storage_binding {
             return Err(Error::Limit {
                 what: format!("binding a {:?} tensor whole", self.shape),
-                requested: self.alloc.buf.size(),
+                requested: self.bytes,
                 max: gpu.caps.max_storage_binding,
             });
         }
-        Ok(self.alloc.buf.as_entire_binding())
+        if self.bytes == self.alloc.buf.size() {
+            return Ok(self.alloc.buf.as_entire_binding());
+        }
+        Ok(self.binding_range(0, self.bytes))
     }
 
     /// A byte range of the buffer as a binding (offset must respect the storage offset alignment).
@@ -456,12 +494,12 @@ impl Tensor {
         let row_bytes = self.dtype.row_bytes(row_elems) as u64;
         let max = gpu.caps.max_storage_binding;
         let align = gpu.caps.storage_offset_alignment.max(4) as u64;
-        if self.alloc.buf.size() <= max {
+        if self.bytes <= max {
             return Ok(vec![RowChunk {
                 row_start: 0,
                 rows,
                 byte_offset: 0,
-                byte_size: self.alloc.buf.size(),
+                byte_size: self.bytes,
             }]);
         }
         // Rows per chunk: as many as fit, rounded down so that every chunk starts aligned.
@@ -488,7 +526,7 @@ impl Tensor {
                 row_start: r,
                 rows: n,
                 byte_offset: off,
-                byte_size: size.min(self.alloc.buf.size() - off),
+                byte_size: size.min(self.bytes - off),
             });
             r += n;
         }

@@ -14,8 +14,12 @@
 //! DropPath is the identity at inference; every LayerNorm uses eps 1e-5 (PyTorch's default,
 //! [`crate::model::layers::LN_EPS`]).
 //!
-//! Buffers: one set per stage, reused by every block of the stage (dispatches execute in recording
-//! order, so reuse is safe inside one command buffer). Taps copy into fresh tensors.
+//! Buffers: one activation arena per forward ([`ArenaPlan`]): four buffers sized for the largest stage,
+//! viewed with each stage's shapes and reused by every block of every stage (dispatches execute in
+//! recording order, so reuse is safe inside one command buffer). Within a half the residual stream
+//! ping-pongs between two of them, and a buffer takes the next tensor as soon as its contents are dead.
+//! For Florence-2-base at 768 px that is 7 stage-0 activations (132 MB) instead of the 11 (208 MB) a
+//! set of buffers per op family took. Taps copy into fresh tensors.
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
@@ -109,85 +113,126 @@ pub struct DaVit {
     pub fused_window_attention: bool,
 }
 
-/// Per-stage working buffers (allocated once per stage per forward, reused by every block).
+/// Element counts of the activation arena one [`DaVit::forward`] allocates (f32 elements per buffer),
+/// planned from the stage shapes before anything is recorded. Four buffers serve the whole tower,
+/// every stage and block taking views of them in turn:
+/// - `stream` (x2, `ra` and `rb`): the residual stream and the stream after a positional conv,
+///   ping-ponged (each half's conv reads `ra` and writes `rb`; the LayerNorm output goes back into
+///   `ra`, whose contents are dead by then, and the half's last linear writes `rb` + its output into
+///   `ra` through its residual epilogue). Also the pre-norm copy of a stage's input.
+/// - `windows` (`x`): the NHWC pixels, the windowed tokens and the window / channel attention output.
+/// - `big`: the qkv activations (window or channel attention), the window attention output cropped
+///   back to the image, the MLP hidden and the patch-embedding im2col scratch, never live together.
+/// - `split`: separate q, k, v (three buffers) for the generic attention path, 0 when the fused
+///   window kernel runs in every stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArenaPlan {
+    pub stream: usize,
+    pub windows: usize,
+    pub big: usize,
+    pub split: usize,
+}
+
+impl ArenaPlan {
+    /// GPU bytes of the arena (before the 4-byte padding of each buffer).
+    pub fn bytes(&self) -> u64 {
+        4 * (2 * self.stream + self.windows + self.big + 3 * self.split) as u64
+    }
+}
+
+/// The whole tower's arena: allocated once per forward, dropped when the forward's output (a view
+/// of `ra`) is the only tensor left.
+struct Arena {
+    ra: Tensor,
+    rb: Tensor,
+    x: Tensor,
+    big: Tensor,
+    split: Option<(Tensor, Tensor, Tensor)>,
+}
+
+/// One stage's views of the [`Arena`] (no allocation except the chunked-MLP buffers).
 struct StageBufs {
-    /// Residual stream, (B, H, W, C). Holds each half's input and output.
+    /// Residual stream, (B, H, W, C): each half's input and output, and its LayerNorm output.
     a: Tensor,
     /// Stream after a positional conv, (B, H, W, C).
     b: Tensor,
-    /// LayerNorm output / attention output, (B, H, W, C).
-    n: Tensor,
-    /// Projection output, (B*H*W, C).
+    /// Chunked-MLP output, (B*H*W, C), in the `x` buffer.
     p: Tensor,
-    /// MLP hidden, (rows per MLP chunk, hidden).
+    /// Channel-attention output, (B, H*W, C), in the `x` buffer.
+    chan_out: Tensor,
+    /// Window-attention output cropped back to the image, (B, H, W, C), in the `big` buffer.
+    rev: Tensor,
+    /// MLP hidden, (rows per MLP chunk, hidden), in `big`.
     hid: Tensor,
     /// Row-chunk input and output of the MLP when it runs in chunks, (rows per chunk, C).
     mlp_io: Option<(Tensor, Tensor)>,
-    /// Channel-attention qkv, (B, H*W, 3C).
+    /// Channel-attention qkv, (B, H*W, 3C), in `big`.
     cqkv: Tensor,
-    /// Windows, (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C) (views of `p` / `cqkv` when the grid needs
-    /// no padding), q, k, v (nW, ws*ws, C).
+    /// Windows (nW, ws*ws, C) in `x`, and their qkv (nW, ws*ws, 3C) in `big`.
     win: Tensor,
     wqkv: Tensor,
     /// Separate q, k, v for the generic attention kernel; None when the fused window kernel runs.
     qkv_split: Option<(Tensor, Tensor, Tensor)>,
 }
 
+/// The shapes of one stage that the arena is planned from.
+struct StageShape {
+    /// (B, h, w, C) tokens of the stage.
+    dims: (usize, usize, usize, usize),
+    hidden: usize,
+    /// Rows of one MLP chunk (the stage's rows when the MLP runs whole).
+    mlp_rows: usize,
+    fused: bool,
+    /// f32 elements of the patch embedding's im2col scratch.
+    im2col: usize,
+}
+
 fn zeros(rec: &Recorder, shape: &[usize], label: &str) -> Result<Tensor> {
     Tensor::zeros(rec.gpu(), shape, DType::F32, label)
 }
 
+fn f32_view(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    t.view(shape, DType::F32)
+}
+
 impl StageBufs {
-    fn new(
-        rec: &Recorder,
-        (b, h, w, c): (usize, usize, usize, usize),
-        hidden: usize,
-        ws: usize,
-        mlp_rows: usize,
-        fused: bool,
-    ) -> Result<Self> {
+    fn new(rec: &Recorder, ar: &Arena, st: &StageShape, ws: usize) -> Result<Self> {
+        let (b, h, w, c) = st.dims;
         let rows = b * h * w;
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
         let nw = b * nwh * nww;
         let t = ws * ws;
-        let p = zeros(rec, &[rows, c], "davit.p")?;
-        let cqkv = zeros(rec, &[b, h * w, 3 * c], "davit.cqkv")?;
-        // Without window padding the windowed tensors have exactly the sizes of `p` and `cqkv`, whose
-        // contents are dead while the window attention runs (p is next written by `proj`, after the
-        // windows are reversed; cqkv only lives inside the channel half): share their storage.
-        let (win, wqkv) = if nw * t == rows {
-            (p.reshape(&[nw, t, c])?, cqkv.reshape(&[nw, t, 3 * c])?)
-        } else {
-            (
-                zeros(rec, &[nw, t, c], "davit.win")?,
-                zeros(rec, &[nw, t, 3 * c], "davit.wqkv")?,
-            )
-        };
         Ok(StageBufs {
-            a: zeros(rec, &[b, h, w, c], "davit.a")?,
-            b: zeros(rec, &[b, h, w, c], "davit.b")?,
-            n: zeros(rec, &[b, h, w, c], "davit.n")?,
-            p,
-            hid: zeros(rec, &[mlp_rows.min(rows), hidden], "davit.hid")?,
-            mlp_io: if mlp_rows < rows {
+            a: f32_view(&ar.ra, &[b, h, w, c])?,
+            b: f32_view(&ar.rb, &[b, h, w, c])?,
+            p: f32_view(&ar.x, &[rows, c])?,
+            chan_out: f32_view(&ar.x, &[b, h * w, c])?,
+            rev: f32_view(&ar.big, &[b, h, w, c])?,
+            hid: f32_view(&ar.big, &[st.mlp_rows.min(rows), st.hidden])?,
+            mlp_io: if st.mlp_rows < rows {
                 Some((
-                    zeros(rec, &[mlp_rows, c], "davit.mlp_in")?,
-                    zeros(rec, &[mlp_rows, c], "davit.mlp_out")?,
+                    zeros(rec, &[st.mlp_rows, c], "davit.mlp_in")?,
+                    zeros(rec, &[st.mlp_rows, c], "davit.mlp_out")?,
                 ))
             } else {
                 None
             },
-            cqkv,
-            win,
-            wqkv,
-            qkv_split: if fused {
-                None
-            } else {
-                Some((
-                    zeros(rec, &[nw, t, c], "davit.q")?,
-                    zeros(rec, &[nw, t, c], "davit.k")?,
-                    zeros(rec, &[nw, t, c], "davit.v")?,
-                ))
+            cqkv: f32_view(&ar.big, &[b, h * w, 3 * c])?,
+            win: f32_view(&ar.x, &[nw, t, c])?,
+            wqkv: f32_view(&ar.big, &[nw, t, 3 * c])?,
+            qkv_split: match (&ar.split, st.fused) {
+                (Some((q, k, v)), false) => Some((
+                    f32_view(q, &[nw, t, c])?,
+                    f32_view(k, &[nw, t, c])?,
+                    f32_view(v, &[nw, t, c])?,
+                )),
+                (None, false) => {
+                    return Err(Error::shape(
+                        "DaVit::forward",
+                        "the arena has no q/k/v buffers for the generic attention path",
+                    ))
+                }
+                (_, true) => None,
             },
         })
     }
@@ -352,8 +397,86 @@ impl DaVit {
         Ok(out)
     }
 
+    /// The stage shapes of a `bsz` x `ih` x `iw` input, as [`DaVit::forward`] runs them.
+    fn stage_shapes(
+        &self,
+        max_binding: u64,
+        bsz: usize,
+        (ih, iw): (usize, usize),
+    ) -> Result<Vec<StageShape>> {
+        let grids = self.stage_grids(ih, iw)?;
+        let mut out = Vec::with_capacity(grids.len());
+        for (s, ((ce, stage_blocks), &(nh, nw))) in
+            self.convs.iter().zip(&self.blocks).zip(&grids).enumerate()
+        {
+            let c = ce.embed_dim;
+            let hidden = stage_blocks
+                .first()
+                .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
+                .unwrap_or(1);
+            let budget = self.mlp_chunk_bytes.min(max_binding);
+            let mlp_rows = ((budget / (hidden.max(1) as u64 * 4)) as usize).max(1);
+            let heads = stage_param(&self.num_heads, s, "num_heads")?;
+            let k = ce.in_channels * ce.conv.kernel_size() * ce.conv.kernel_size();
+            let im2col = ops::conv::im2col_scratch_bytes(
+                max_binding,
+                bsz * nh * nw,
+                k,
+                ce.conv.weight.dtype(),
+            ) / 4;
+            out.push(StageShape {
+                dims: (bsz, nh, nw, c),
+                hidden,
+                mlp_rows,
+                fused: self.fused_window_attention && ops::window_attn::supported(c, heads),
+                im2col: im2col as usize,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
+    /// whose storage bindings hold at most `max_binding` bytes.
+    pub fn arena_plan(
+        &self,
+        max_binding: u64,
+        bsz: usize,
+        (ih, iw): (usize, usize),
+    ) -> Result<ArenaPlan> {
+        let shapes = self.stage_shapes(max_binding, bsz, (ih, iw))?;
+        let pixels = bsz * ih * iw * self.in_channels;
+        let mut plan = ArenaPlan {
+            stream: pixels,
+            windows: pixels,
+            big: 0,
+            split: 0,
+        };
+        for st in &shapes {
+            let (b, h, w, c) = st.dims;
+            let rows = b * h * w;
+            let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
+            let win = b * nwh * nww * self.window_size * self.window_size * c;
+            plan.stream = plan.stream.max(rows * c);
+            plan.windows = plan.windows.max(rows * c).max(win);
+            plan.big = plan
+                .big
+                .max(3 * win)
+                .max(3 * rows * c)
+                .max(st.mlp_rows.min(rows) * st.hidden)
+                .max(st.im2col);
+            if !st.fused {
+                plan.split = plan.split.max(win);
+            }
+        }
+        Ok(plan)
+    }
+
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
     /// last stage's tokens (B, N, C_last), row-major over the (h, w) token grid, and that grid.
+    ///
+    /// Memory: one arena ([`DaVit::arena_plan`]: four buffers sized for the largest stage) serves every
+    /// stage and block; the returned tokens are a view of one of its buffers, the others are released
+    /// when this returns.
     pub fn forward(
         &self,
         rec: &mut Recorder,
@@ -376,44 +499,48 @@ impl DaVit {
         if bsz == 0 {
             return Err(Error::shape(OP, "empty batch"));
         }
-        let grids = self.stage_grids(ih, iw)?;
-        // NCHW -> NHWC once; everything after stays channels-last.
-        let mut x = zeros(rec, &[bsz, ih, iw, cin], "davit.pixels_nhwc")?;
-        ops::layout::permute(rec, pixels, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
-        let (mut h, mut w) = (ih, iw);
         if self.blocks.len() != self.convs.len() {
             return Err(Error::shape(
                 OP,
                 "blocks and convs disagree on the stage count",
             ));
         }
-        for (s, ((ce, stage_blocks), &(nh, nw))) in
-            self.convs.iter().zip(&self.blocks).zip(&grids).enumerate()
-        {
-            let c = ce.embed_dim;
-            let hidden = stage_blocks
-                .first()
-                .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
-                .unwrap_or(1);
-            let budget = self.mlp_chunk_bytes.min(rec.gpu().caps.max_storage_binding);
-            let mlp_rows = ((budget / (hidden.max(1) as u64 * 4)) as usize).max(1);
-            let heads = stage_param(&self.num_heads, s, "num_heads")?;
-            let fused = self.fused_window_attention && ops::window_attn::supported(c, heads);
-            let bufs = StageBufs::new(
-                rec,
-                (bsz, nh, nw, c),
-                hidden,
-                self.window_size,
-                mlp_rows,
-                fused,
-            )?;
-            // ---- ConvEmbed ----
-            if ce.pre_norm {
-                let normed = zeros(rec, &[bsz, h, w, ce.in_channels], "davit.prenorm")?;
-                ce.norm.forward(rec, &x, &normed)?; // (B, H, W, Cin)
-                ce.conv.forward(rec, &normed, &bufs.a)?; // (B, h, w, C)
+        let max_binding = rec.gpu().caps.max_storage_binding;
+        let shapes = self.stage_shapes(max_binding, bsz, (ih, iw))?;
+        let plan = self.arena_plan(max_binding, bsz, (ih, iw))?;
+        let arena = Arena {
+            ra: zeros(rec, &[plan.stream], "davit.arena.ra")?,
+            rb: zeros(rec, &[plan.stream], "davit.arena.rb")?,
+            x: zeros(rec, &[plan.windows], "davit.arena.x")?,
+            big: zeros(rec, &[plan.big.max(1)], "davit.arena.big")?,
+            split: if plan.split > 0 {
+                Some((
+                    zeros(rec, &[plan.split], "davit.arena.q")?,
+                    zeros(rec, &[plan.split], "davit.arena.k")?,
+                    zeros(rec, &[plan.split], "davit.arena.v")?,
+                ))
             } else {
-                ce.conv.forward(rec, &x, &bufs.b)?; // (B, h, w, C)
+                None
+            },
+        };
+        // NCHW -> NHWC once, into the window buffer; everything after stays channels-last.
+        let mut x = f32_view(&arena.x, &[bsz, ih, iw, cin])?;
+        ops::layout::permute(rec, pixels, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
+        let (mut h, mut w) = (ih, iw);
+        for (s, ((ce, stage_blocks), st)) in
+            self.convs.iter().zip(&self.blocks).zip(&shapes).enumerate()
+        {
+            let (_, nh, nw, c) = st.dims;
+            let bufs = StageBufs::new(rec, &arena, st, self.window_size)?;
+            // ---- ConvEmbed ---- (input `x`: the NHWC pixels in `x`, or the last stage's stream in
+            // `ra`; never `rb`, which takes the intermediate)
+            if ce.pre_norm {
+                let normed = f32_view(&arena.rb, &[bsz, h, w, ce.in_channels])?;
+                ce.norm.forward(rec, &x, &normed)?; // (B, H, W, Cin)
+                ce.conv
+                    .forward_with_scratch(rec, &normed, &bufs.a, &arena.big)?; // (B, h, w, C)
+            } else {
+                ce.conv.forward_with_scratch(rec, &x, &bufs.b, &arena.big)?; // (B, h, w, C)
                 ce.norm.forward(rec, &bufs.b, &bufs.a)?; // (B, h, w, C)
             }
             (h, w) = (nh, nw);
@@ -449,8 +576,7 @@ impl DaVit {
         Ok((out, (h, w)))
     }
 
-    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out). The last residual add is
-    /// fc2's epilogue, except on the row-chunked path (a chunk's rows are not a bindable range of x).
+    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out).
     fn conv_mlp_half(
         rec: &mut Recorder,
         conv: &Conv2d,
@@ -462,12 +588,13 @@ impl DaVit {
     ) -> Result<()> {
         conv.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
-        let n2 = bufs.n.reshape(&[rows, c])?;
-        norm.forward(rec, &x2, &n2)?; // (B*H*W, C)
+                                              // The stream in `a` is dead after the conv: it takes the LayerNorm output, then (read by fc1)
+                                              // the block's output.
         let a2 = bufs.a.reshape(&[rows, c])?;
+        norm.forward(rec, &x2, &a2)?; // (B*H*W, C)
         match &bufs.mlp_io {
             None => {
-                ffn.fc1.forward(rec, &n2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
+                ffn.fc1.forward(rec, &a2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
                 ffn.fc2
                     .forward_residual(rec, &bufs.hid, Act::None, &x2, &a2) // (B*H*W, C)
             }
@@ -488,7 +615,7 @@ impl DaVit {
                         )
                     };
                     let (off, bytes) = (r0 as u64 * row_bytes, n as u64 * row_bytes);
-                    rec.copy_range(&n2, off, &i, 0, bytes)?;
+                    rec.copy_range(&a2, off, &i, 0, bytes)?;
                     ffn.fc1.forward(rec, &i, Act::Gelu, &hid)?; // (n, hidden)
                     ffn.fc2.forward(rec, &hid, Act::None, &o)?; // (n, C)
                     rec.copy_range(&o, 0, &bufs.p, off, bytes)?;
@@ -512,10 +639,11 @@ impl DaVit {
         let heads = stage_param(&self.num_heads, s, "num_heads")?;
         // x = x + dwconv(x)
         blk.conv1.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
-                                                            // x = x + window_attn(norm1(x))
+                                                            // x = x + window_attn(norm1(x)); `a` (dead after the conv) takes the LayerNorm output.
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
-        blk.norm1.forward(rec, &x2, &bufs.n.reshape(&[rows, c])?)?; // (B*H*W, C)
-        ops::window::window_partition(rec, &bufs.n, ws, &bufs.win)?; // (nW, ws*ws, C), zero-padded
+        let a2 = bufs.a.reshape(&[rows, c])?;
+        blk.norm1.forward(rec, &x2, &a2)?; // (B*H*W, C)
+        ops::window::window_partition(rec, &bufs.a, ws, &bufs.win)?; // (nW, ws*ws, C), zero-padded
         let wrows = bufs.win.dim(0) * ws * ws;
         blk.window_attn.qkv.forward(
             rec,
@@ -538,14 +666,14 @@ impl DaVit {
             }
         }
         // Crop back to the image first, then project: `proj` is per token, so projecting only the real
-        // tokens gives the same values as the reference's project-then-crop.
-        ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.n)?; // (B, H, W, C)
+        // tokens gives the same values as the reference's project-then-crop. The qkv in `big` is dead.
+        ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.rev)?; // (B, H, W, C)
         blk.window_attn.proj.forward_residual(
             rec,
-            &bufs.n.reshape(&[rows, c])?,
+            &bufs.rev.reshape(&[rows, c])?,
             Act::None,
             &x2,
-            &bufs.a.reshape(&[rows, c])?,
+            &a2,
         )?; // (B*H*W, C) = x + proj(attn)
             // x = x + dwconv(x); x = x + ffn(norm2(x))
         Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)
@@ -562,22 +690,21 @@ impl DaVit {
         let rows = bsz * h * w;
         // x = x + dwconv(x)
         blk.conv1.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
-                                                            // x = x + channel_attn(norm1(x))
+                                                            // x = x + channel_attn(norm1(x)); `a` (dead after the conv) takes the LayerNorm output.
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
-        let n2 = bufs.n.reshape(&[rows, c])?;
-        blk.norm1.forward(rec, &x2, &n2)?; // (B*H*W, C)
+        let a2 = bufs.a.reshape(&[rows, c])?;
+        blk.norm1.forward(rec, &x2, &a2)?; // (B*H*W, C)
         blk.channel_attn
             .qkv
-            .forward(rec, &n2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
-        let attn_out = bufs.n.reshape(&[bsz, h * w, c])?;
+            .forward(rec, &a2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
         let groups = stage_param(&self.num_groups, s, "num_groups")?;
-        ops::channel_attn::channel_attention(rec, &bufs.cqkv, groups, &attn_out)?; // (B, N, C)
+        ops::channel_attn::channel_attention(rec, &bufs.cqkv, groups, &bufs.chan_out)?; // (B, N, C)
         blk.channel_attn.proj.forward_residual(
             rec,
-            &n2,
+            &bufs.chan_out.reshape(&[rows, c])?,
             Act::None,
             &x2,
-            &bufs.a.reshape(&[rows, c])?,
+            &a2,
         )?; // (B*H*W, C) = x + proj(attn)
             // x = x + dwconv(x); x = x + ffn(norm2(x))
         Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)

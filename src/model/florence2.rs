@@ -223,6 +223,17 @@ impl Florence2 {
         opts: &GenerateOptions,
         obs: Observer<'_>,
     ) -> Result<Vec<u32>> {
-        generate::generate(&self.decoder, &self.gpu, &enc.cross, opts, obs).await
+        self.generate_with(&enc.cross, opts, obs).await
+    }
+
+    /// [`Florence2::generate`] from the cross-attention K/V alone (all the decoder reads), so a caller
+    /// can release the encoder's input and output before decoding.
+    pub async fn generate_with(
+        &self,
+        cross: &CrossKv,
+        opts: &GenerateOptions,
+        obs: Observer<'_>,
+    ) -> Result<Vec<u32>> {
+        generate::generate(&self.decoder, &self.gpu, cross, opts, obs).await
     }
 }

@@ -202,6 +202,33 @@ impl Conv2d {
         )
     }
 
+    /// [`Conv2d::forward`] with its im2col scratch viewed in `scratch` (an arena buffer) when it is big
+    /// enough (same values either way).
+    pub fn forward_with_scratch(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        out: &Tensor,
+        scratch: &Tensor,
+    ) -> Result<()> {
+        if self.groups != 1 {
+            return Err(Error::shape(
+                "Conv2d::forward",
+                format!("groups = {}: only dense convs (groups = 1)", self.groups),
+            ));
+        }
+        ops::conv::conv2d_with_scratch(
+            rec,
+            x,
+            &self.weight,
+            &self.bias,
+            self.stride,
+            self.padding,
+            out,
+            scratch,
+        )
+    }
+
     /// out (B, H, W, C) = x + conv(x) + bias with the residual fused, for a depthwise 3x3 conv with
     /// stride 1 and padding 1 (DaViT's positional convs). `out` must not be `x`.
     pub fn forward_residual(&self, rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {

@@ -91,6 +91,48 @@ pub fn conv2d(
     conv2d_chunked(rec, x, w, bias, stride, pad, out, IM2COL_CHUNK_BYTES)
 }
 
+/// [`conv2d`] with the im2col scratch taken from `scratch` (a buffer of an activation arena, viewed
+/// as the scratch matrix) instead of a fresh allocation, when it holds [`im2col_scratch_bytes`]. The
+/// chunking, and so every value, is the same as [`conv2d`]'s.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_with_scratch(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    stride: usize,
+    pad: usize,
+    out: &Tensor,
+    scratch: &Tensor,
+) -> Result<()> {
+    conv2d_impl(
+        rec,
+        x,
+        w,
+        bias,
+        (stride, pad),
+        out,
+        IM2COL_CHUNK_BYTES,
+        Some(scratch),
+    )
+}
+
+/// Bytes of the im2col scratch [`conv2d`] uses for `rows` output pixels of `k` = Cin*kh*kw columns
+/// and a weight of `w_dtype` (one chunk of rows, K padded as [`gemm_k`] pads it; the size an arena
+/// must give [`conv2d_with_scratch`]).
+pub fn im2col_scratch_bytes(
+    max_storage_binding: u64,
+    rows: usize,
+    k: usize,
+    w_dtype: DType,
+) -> u64 {
+    let (kp, _) = gemm_k(k, w_dtype);
+    let budget = IM2COL_CHUNK_BYTES.min(max_storage_binding);
+    let row_bytes = (kp.max(1) * 4) as u64;
+    let chunk_rows = ((budget / row_bytes) as usize).clamp(1, rows.max(1));
+    chunk_rows as u64 * row_bytes
+}
+
 /// [`conv2d`] with an explicit im2col scratch budget in bytes (tests use a tiny one to exercise the
 /// chunked path on small shapes).
 #[allow(clippy::too_many_arguments)]
@@ -103,6 +145,20 @@ pub fn conv2d_chunked(
     pad: usize,
     out: &Tensor,
     scratch_bytes: u64,
+) -> Result<()> {
+    conv2d_impl(rec, x, w, bias, (stride, pad), out, scratch_bytes, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv2d_impl(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w: &Tensor,
+    bias: &Tensor,
+    (stride, pad): (usize, usize),
+    out: &Tensor,
+    scratch_bytes: u64,
+    scratch: Option<&Tensor>,
 ) -> Result<()> {
     const OP: &str = "conv2d";
     check::f32(OP, "x", x)?;
@@ -197,7 +253,12 @@ pub fn conv2d_chunked(
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
                                             // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
                                             // only overwrites it after the previous linear has read it); the shorter tail gets its own.
-    let full = Tensor::zeros(&gpu, &[chunk_rows, kp], DType::F32, "conv2d.im2col")?;
+    let full = match scratch {
+        Some(t) if t.capacity() >= (chunk_rows * kp * 4) as u64 => {
+            t.view(&[chunk_rows, kp], DType::F32)?
+        }
+        _ => Tensor::zeros(&gpu, &[chunk_rows, kp], DType::F32, "conv2d.im2col")?,
+    };
     let full_out = if chunk_rows < rows {
         Some(Tensor::zeros(
             &gpu,

@@ -108,8 +108,17 @@ impl Pipeline {
             cancel: &stop,
             on_token: &push,
         };
-        let token_ids = self.model.generate(&enc, &gen, obs).await?;
-        drop(enc);
+        // The decoder reads only the cross-attention K/V: the encoder's input and output (2 x (1, S, D))
+        // are released before the KV caches are allocated.
+        let crate::model::florence2::EncoderOutput {
+            cross,
+            hidden,
+            inputs_embeds,
+            ..
+        } = enc;
+        drop((hidden, inputs_embeds));
+        let token_ids = self.model.generate_with(&cross, &gen, obs).await?;
+        drop(cross);
         let decode_ms = t.ms_after_gpu(gpu)?;
 
         callbacks.stage(Stage::Postprocess);
