@@ -220,12 +220,24 @@ fn davit_activation_arena_is_planned_and_reused() {
                 "{fixture}: plan {plan:?} over {bound}"
             );
             // What the per-op-family buffers held at the stem conv: the NHWC pixels, stage 0's 11
-            // activations of (H0*W0, C0) and the conv's im2col scratch of (H0*W0, 3*k0*k0).
+            // activations of (H0*W0, C0), its separate zero-padded windows and their qkv (1 + 3
+            // padded-window activations) when the grid is not a whole number of windows, and the
+            // conv's im2col scratch of (H0*W0, K padded).
             let (h0, w0) = davit.stage_grids(ih, iw).unwrap()[0];
-            let k0 = cfg.vision.patch_size[0];
-            let old_stage0 = 4
-                * (ih * iw * 3 + 11 * h0 * w0 * cfg.vision.embed_dim[0] + h0 * w0 * 3 * k0 * k0)
-                    as u64;
+            let (k0, c0, ws) = (
+                cfg.vision.patch_size[0],
+                cfg.vision.embed_dim[0],
+                cfg.vision.window_size,
+            );
+            let padded0 = h0.div_ceil(ws) * ws * w0.div_ceil(ws) * ws;
+            let windows0 = if padded0 > h0 * w0 {
+                4 * padded0 * c0
+            } else {
+                0
+            };
+            let kp0 = florence2_wasm::ops::conv::gemm_k(3 * k0 * k0, DType::F32).0;
+            let old_stage0 =
+                4 * (ih * iw * 3 + 11 * h0 * w0 * c0 + windows0 + h0 * w0 * kp0) as u64;
             // Besides the arena, ops hold scratch for their own duration only (the depthwise conv's
             // (9, C) taps, channel attention's Gram partials of (N/256, groups, d, d)), each below one
             // stage-0 activation: allow one. Per-op or per-stage activation buffers exceed that.
