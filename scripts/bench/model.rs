@@ -992,7 +992,6 @@ type MemRow = (
 
 /// Engine-counted GPU memory of one request per task and resident dtype (see the module doc).
 fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: usize) {
-    use florence2_wasm::gpu::MemReport;
     use florence2_wasm::Error;
     use std::cell::Cell;
     let disk = std::fs::metadata(dir.join("model.safetensors"))
