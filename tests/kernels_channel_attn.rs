@@ -80,6 +80,24 @@ fn run(seed: u64, b: usize, n: usize, c: usize, groups: usize) {
     );
     assert!(got.iter().all(|v| v.is_finite()), "non-finite output");
     assert!((dmax as f64) <= tol, "max |diff| {dmax:e} > tol {tol:e}");
+    // With the Gram partials in a caller's scratch buffer (big enough, holding stale values, then too
+    // small: a fresh buffer): the same bits.
+    let stale: Vec<f32> = (0..b * n * 3 * c).map(|i| i as f32).collect();
+    for len in [b * n * 3 * c, 1] {
+        let scratch = Tensor::from_f32(&g, &[len], &stale[..len], "scratch").unwrap();
+        let to2 = Tensor::zeros(&g, &[b, n, c], DType::F32, "out2").unwrap();
+        let mut rec = Recorder::new(&g);
+        ops::channel_attn::channel_attention_with_scratch(&mut rec, &tq, groups, &to2, &scratch)
+            .unwrap();
+        rec.submit().unwrap();
+        let got2 = readback::to_f32_blocking(&g, &to2).unwrap();
+        assert!(
+            got2.iter()
+                .zip(&got)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "scratch of {len} floats changes the output"
+        );
+    }
 }
 
 // C and d multiples of 4 take the vec4 kernels (`gram_partial4`, `attn_apply4`), anything else the scalar

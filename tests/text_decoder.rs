@@ -102,14 +102,7 @@ fn cache_reorder_equals_decoding_the_reordered_histories() {
     let hist = [vec![2u32, 2, 2], vec![0, 7, 11], vec![5, 9, 13]];
     // Beams after reorder: new 0 = old 2, new 1 = old 0, new 2 = old 0.
     let src = [2usize, 0, 0];
-    let mut a = dec.new_state(&g, &cross, 3, 6).unwrap();
-    run(&dec, &mut a, &hist, 0);
-    let mut rec = Recorder::new(&g);
-    a.reorder(&mut rec, &src, 3).unwrap();
-    rec.submit().unwrap();
     let next = vec![4u32, 6, 8];
-    let got = run(&dec, &mut a, std::slice::from_ref(&next), 3);
-
     let reordered: Vec<Vec<u32>> = hist
         .iter()
         .map(|step| src.iter().map(|&s| step[s]).collect())
@@ -117,7 +110,28 @@ fn cache_reorder_equals_decoding_the_reordered_histories() {
     let mut b = dec.new_state(&g, &cross, 3, 6).unwrap();
     run(&dec, &mut b, &reordered, 0);
     let want = run(&dec, &mut b, std::slice::from_ref(&next), 3);
-    assert_close("reordered caches", &got, &want, 0.0);
+    // The default chunk (all 3 filled positions in one) and chunks of 1 and 2 positions (3 and 2
+    // chunks, the last one short): the same caches.
+    let mut states = Vec::new();
+    for chunk in [None, Some(1), Some(2)] {
+        let mut a = dec.new_state(&g, &cross, 3, 6).unwrap();
+        if let Some(c) = chunk {
+            a.set_reorder_chunk_rows(c);
+        }
+        run(&dec, &mut a, &hist, 0);
+        let mut rec = Recorder::new(&g);
+        a.reorder(&mut rec, &src, 3).unwrap();
+        rec.submit().unwrap();
+        let got = run(&dec, &mut a, std::slice::from_ref(&next), 3);
+        assert_close(
+            &format!("reordered caches, chunk {chunk:?}"),
+            &got,
+            &want,
+            0.0,
+        );
+        states.push(a);
+    }
+    let mut a = states.remove(0);
 
     // Identity and out-of-range indices.
     let mut rec = Recorder::new(&g);

@@ -698,7 +698,14 @@ impl DaVit {
             .qkv
             .forward(rec, &a2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
         let groups = stage_param(&self.num_groups, s, "num_groups")?;
-        ops::channel_attn::channel_attention(rec, &bufs.cqkv, groups, &bufs.chan_out)?; // (B, N, C)
+        // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram partials.
+        ops::channel_attn::channel_attention_with_scratch(
+            rec,
+            &bufs.cqkv,
+            groups,
+            &bufs.chan_out,
+            &bufs.a,
+        )?; // (B, N, C)
         blk.channel_attn.proj.forward_residual(
             rec,
             &bufs.chan_out.reshape(&[rows, c])?,

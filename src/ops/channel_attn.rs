@@ -45,6 +45,31 @@ pub fn channel_attention(
     groups: usize,
     out: &Tensor,
 ) -> Result<()> {
+    channel_attention_impl(rec, qkv, groups, out, None)
+}
+
+/// [`channel_attention`] with its Gram partials, (B, N/256, groups, d, d), viewed in `scratch` (a
+/// dead buffer of an activation arena, distinct from `qkv` and `out`) when it is big enough, instead
+/// of a fresh allocation. Same values.
+pub fn channel_attention_with_scratch(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    groups: usize,
+    out: &Tensor,
+    scratch: &Tensor,
+) -> Result<()> {
+    check::distinct("channel_attention", ("qkv", qkv), ("scratch", scratch))?;
+    check::distinct("channel_attention", ("out", out), ("scratch", scratch))?;
+    channel_attention_impl(rec, qkv, groups, out, Some(scratch))
+}
+
+fn channel_attention_impl(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    groups: usize,
+    out: &Tensor,
+    scratch: Option<&Tensor>,
+) -> Result<()> {
     const OP: &str = "channel_attention";
     check::f32(OP, "qkv", qkv)?;
     check::f32(OP, "out", out)?;
@@ -91,12 +116,13 @@ pub fn channel_attention(
     }
     check::u32_of(OP, "qkv elements", qkv.numel())?;
     let gpu = rec.gpu().clone();
-    let part = Tensor::zeros(
-        &gpu,
-        &[b, nsplit, groups, d, d],
-        DType::F32,
-        "channel_attn.partials",
-    )?;
+    let part_shape = [b, nsplit, groups, d, d];
+    let part = match scratch {
+        Some(t) if t.capacity() >= (part_shape.iter().product::<usize>() * 4) as u64 => {
+            t.view(&part_shape, DType::F32)?
+        }
+        _ => Tensor::zeros(&gpu, &part_shape, DType::F32, "channel_attn.partials")?,
+    };
     let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
     let attn_t = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn_t")?;
     // vec4 kernels when every group starts on a 4-float boundary and spans whole vec4s.
