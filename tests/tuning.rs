@@ -310,3 +310,238 @@ fn profiler_times_each_dispatch() {
     assert!(pollster::block_on(g.profiler.take(&g)).unwrap().is_empty());
     assert!(!Recorder::new(&g).profiling());
 }
+
+/// A clock that advances a fixed step every time it is read: the budget tests depend on how many times
+/// the tuner looks at the clock, never on how fast this machine is.
+struct StepClock {
+    reads: std::sync::atomic::AtomicU64,
+    step_ms: f64,
+}
+
+impl tune::Clock for StepClock {
+    fn now_ms(&self) -> f64 {
+        let n = self
+            .reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        n as f64 * self.step_ms
+    }
+}
+
+fn tiny4_workload() -> Vec<(LinearShape, f64)> {
+    let cfg: Florence2Config =
+        Florence2Config::from_json_str(include_str!("fixtures/models/tiny4/config.json")).unwrap();
+    tune::model_linear_workload(&cfg, 64, 64, 2, DType::F32)
+}
+
+fn tune_opts(
+    g: &Arc<Gpu>,
+    work: &[(LinearShape, f64)],
+    opts: &tune::TuneOptions,
+    dir: &Path,
+) -> tune::TuneReport {
+    pollster::block_on(tune::tune_budgeted(
+        g,
+        work,
+        &[],
+        opts,
+        &CacheLocation::Dir(dir.to_path_buf()),
+    ))
+    .unwrap()
+}
+
+/// A budget of 0 times nothing: every class keeps its static choice, nothing is cached.
+#[test]
+fn zero_budget_times_nothing() {
+    let g = open(GpuOptions::default());
+    let dir = cache_dir("zero-budget");
+    let work = tiny4_workload();
+    let r = tune_opts(
+        &g,
+        &work,
+        &tune::TuneOptions::new(Tuning::Auto).with_budget_ms(Some(0.0)),
+        &dir,
+    );
+    eprint!("{}", r.table());
+    assert_eq!(r.timings, 0);
+    assert!(!r.rows.is_empty());
+    assert_eq!(r.skipped, r.rows.len());
+    assert!(r.rows.iter().all(|x| x.status == tune::RowStatus::Skipped));
+    // A skipped row names the static choice, and the launchers use it (empty table).
+    for x in &r.rows {
+        let want = matmul::choose_linear_variant(
+            &g.caps,
+            x.timed_shape.unwrap().m,
+            x.timed_shape.unwrap().k,
+        );
+        assert_eq!(x.chosen, want.name());
+    }
+    assert!(g.choices.is_empty());
+    assert!(json_files(&dir).is_empty(), "nothing timed, nothing cached");
+    assert!(r.table().contains("left for later loads"));
+}
+
+/// With a budget, `auto` tunes the most expensive classes first and stops; each later load continues
+/// from the cache where the last one stopped, until all are cached and a load times nothing.
+/// `exhaustive` ignores the budget.
+#[test]
+fn budget_tunes_in_cost_order_and_later_loads_continue() {
+    let g = open(GpuOptions::default());
+    let dir = cache_dir("budget");
+    let work = tiny4_workload();
+    let classes = work.len();
+    assert!(classes >= 10, "{classes} classes");
+    let opts = |budget: f64| {
+        tune::TuneOptions::new(Tuning::Auto)
+            .with_budget_ms(Some(budget))
+            .with_clock(Arc::new(StepClock {
+                reads: Default::default(),
+                step_ms: 1.0,
+            }))
+    };
+    // A budget of a few clock reads: some classes, not all.
+    let budget = 12.0;
+    // Classes finished by earlier loads, and classes a budget cut short (best so far installed, some
+    // candidates untried: resumed by a later load).
+    let mut done: Vec<ShapeClass> = Vec::new();
+    let mut partial: Vec<ShapeClass> = Vec::new();
+    let mut loads = 0;
+    loop {
+        g.choices.clear();
+        let r = tune_opts(&g, &work, &opts(budget), &dir);
+        loads += 1;
+        eprint!("load {loads}:\n{}", r.table());
+        assert_eq!(r.rows.len(), classes);
+        // Rows come in priority order: shares never increase.
+        for w in r.rows.windows(2) {
+            assert!(
+                w[0].share >= w[1].share,
+                "{} then {}",
+                w[0].share,
+                w[1].share
+            );
+        }
+        let share: f64 = r.rows.iter().map(|x| x.share).sum();
+        assert!((share - 1.0).abs() < 1e-9, "shares sum to {share}");
+        // What earlier loads tuned comes from the cache now.
+        for x in &r.rows {
+            if done.contains(&x.class) {
+                assert_eq!(x.status, tune::RowStatus::Cached, "{}", x.class.describe());
+            }
+        }
+        // Among the classes not cached, the timed ones precede the skipped ones (cost order).
+        let fresh: Vec<_> = r
+            .rows
+            .iter()
+            .filter(|x| x.status != tune::RowStatus::Cached)
+            .collect();
+        let timed = fresh
+            .iter()
+            .take_while(|x| x.status == tune::RowStatus::Timed)
+            .count();
+        assert!(fresh[timed..]
+            .iter()
+            .all(|x| x.status == tune::RowStatus::Skipped));
+        assert_eq!(r.skipped, fresh.len() - timed);
+        // Installed: cached and timed rows; skipped ones keep the static choice.
+        for x in &r.rows {
+            let installed = g.choices.get(&x.class);
+            match x.status {
+                tune::RowStatus::Skipped if !partial.contains(&x.class) => {
+                    assert_eq!(installed, None)
+                }
+                _ => assert_eq!(installed, Some(x.chosen), "{}", x.class.describe()),
+            }
+        }
+        if fresh.is_empty() {
+            assert_eq!(r.timings, 0, "everything cached: nothing timed");
+            break;
+        }
+        assert!(timed >= 1, "every load with budget left makes progress");
+        if loads == 1 {
+            assert!(
+                r.skipped > 0,
+                "the first load stops at the budget: {}",
+                r.table()
+            );
+        }
+        for x in r.rows.iter().filter(|x| x.status == tune::RowStatus::Timed) {
+            if x.untried.is_empty() {
+                done.push(x.class);
+                partial.retain(|c| *c != x.class);
+            } else if !partial.contains(&x.class) {
+                partial.push(x.class);
+            }
+        }
+        assert!(loads <= 4 * classes, "no progress");
+    }
+    assert!(loads >= 3, "the budget spread the work over {loads} loads");
+    // Exhaustive ignores the budget: every class timed in one run.
+    let ex = tune_opts(
+        &g,
+        &work,
+        &tune::TuneOptions::new(Tuning::Exhaustive)
+            .with_budget_ms(Some(0.0))
+            .with_clock(Arc::new(StepClock {
+                reads: Default::default(),
+                step_ms: 1.0,
+            })),
+        &dir,
+    );
+    assert_eq!(ex.skipped, 0);
+    assert!(ex.rows.iter().all(|x| x.status == tune::RowStatus::Timed));
+}
+
+/// Where the adapter has timestamp queries the tuner times on the GPU (`Recorder::new_timed`), else
+/// with the wall clock; a timed recorder gives a finite positive time, and without the feature a
+/// named error.
+#[test]
+fn tuner_uses_gpu_timestamps_where_available() {
+    let g = open(GpuOptions::default());
+    let r = pollster::block_on(tune::tune(
+        &g,
+        &shapes()[..1],
+        Tuning::Auto,
+        &CacheLocation::None,
+    ))
+    .unwrap();
+    assert!(r.timings > 0);
+    let x = Tensor::zeros(&g, &[1, 64], DType::F32, "x").unwrap();
+    let w = Tensor::zeros(&g, &[40, 64], DType::F32, "w").unwrap();
+    let out = Tensor::zeros(&g, &[1, 40], DType::F32, "out").unwrap();
+    if g.caps.timestamp_query {
+        assert_eq!(r.timer, "gpu timestamps");
+        let mut rec = Recorder::new_timed(&g).unwrap();
+        assert!(!rec.profiling());
+        for _ in 0..4 {
+            matmul::linear_variant(
+                &mut rec,
+                LinearVariant::Scalar,
+                &x,
+                &w,
+                None,
+                Act::None,
+                &out,
+            )
+            .unwrap();
+        }
+        let ms = pollster::block_on(rec.submit_timed()).unwrap();
+        assert!(ms.is_finite() && ms > 0.0, "{ms} ms");
+        // An empty timed recorder measures nothing.
+        let empty = pollster::block_on(Recorder::new_timed(&g).unwrap().submit_timed()).unwrap();
+        assert_eq!(empty, 0.0);
+    } else {
+        assert_eq!(r.timer, "wall clock");
+        let err = Recorder::new_timed(&g).err().unwrap();
+        assert!(err.to_string().contains("timestamp-query"), "{err}");
+    }
+    // Forced wall time.
+    let r = pollster::block_on(tune::tune_budgeted(
+        &g,
+        &[(shapes()[0], 1.0)],
+        &[],
+        &tune::TuneOptions::unbounded(Tuning::Auto).with_timer(tune::Timer::Wall),
+        &CacheLocation::None,
+    ))
+    .unwrap();
+    assert_eq!(r.timer, "wall clock");
+}

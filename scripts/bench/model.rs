@@ -549,6 +549,12 @@ fn run_model(
     let tuning: tune::Tuning = env_or("MODEL_BENCH_TUNING", "off")
         .parse()
         .expect("MODEL_BENCH_TUNING");
+    // MODEL_BENCH_TUNING_BUDGET_MS: auto's time budget (default: a load's; "none" = every class).
+    let budget = match env_or("MODEL_BENCH_TUNING_BUDGET_MS", "default").as_str() {
+        "default" => Some(tune::AUTO_BUDGET_MS),
+        "none" => None,
+        b => Some(b.parse::<f64>().expect("MODEL_BENCH_TUNING_BUDGET_MS")),
+    };
     gpu.choices.clear();
     let t = Instant::now();
     let report = pollster::block_on(tune::tune_model(
@@ -556,7 +562,7 @@ fn run_model(
         pcfg.height,
         pcfg.width,
         3,
-        tuning,
+        &tune::TuneOptions::new(tuning).with_budget_ms(budget),
         &tune::CacheLocation::None,
     ))
     .expect("tuning");

@@ -26,6 +26,8 @@ use crate::gpu::{Gpu, Tensor};
 use std::sync::atomic::Ordering;
 
 const PAGE_SLOTS: usize = 256;
+/// Timestamp queries of a [`Recorder::new_timed`] recorder (2 per pass; passes past this are untimed).
+const SPAN_QUERIES: u32 = 1024;
 
 pub struct Recorder {
     gpu: Arc<Gpu>,
@@ -37,6 +39,8 @@ pub struct Recorder {
     prof: Option<RecProf>,
     /// Set by [`Recorder::capture`]: ops are kept for a [`Plan`] instead of being encoded.
     capture: Option<Capture>,
+    /// Timestamps bracketing every pass of a [`Recorder::new_timed`] recorder (the kernel tuner's timer).
+    span: Option<(wgpu::QuerySet, u32)>,
 }
 
 /// What a capturing recorder has kept so far.
@@ -174,7 +178,31 @@ impl Recorder {
             dispatches: 0,
             prof: None,
             capture: None,
+            span: None,
         }
+    }
+
+    /// A recorder whose submission is timed on the GPU: every pass writes a begin and an end timestamp,
+    /// and [`Recorder::submit_timed`] returns the GPU time from the first pass's beginning to the last
+    /// pass's end (submit and readback overhead excluded). Fails with [`Error::Gpu`] without the
+    /// adapter's TIMESTAMP_QUERY feature. Such a recorder is never also profiled.
+    pub fn new_timed(gpu: &Arc<Gpu>) -> Result<Self> {
+        if !gpu.caps.timestamp_query {
+            return Err(Error::Gpu(format!(
+                "timing on the GPU needs the timestamp-query feature, which this adapter ({}) does not offer",
+                gpu.caps.adapter_name
+            )));
+        }
+        let mut r = Recorder::new_plain(gpu, "florence2-timed");
+        r.span = Some((
+            gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("tuner-timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: SPAN_QUERIES,
+            }),
+            0,
+        ));
+        Ok(r)
     }
 
     /// Whether this recorder is capturing a [`Plan`].
@@ -489,14 +517,28 @@ impl Recorder {
         // One compute pass per dispatch: passes are cheap to open, and separate passes give the
         // driver a clear synchronisation point between dependent dispatches.
         let note = self.prof.as_mut().and_then(|p| p.note.take());
-        let timestamp_writes = timestamps(&mut self.prof, &self.gpu, || {
+        let timestamp_writes = match timestamps(&mut self.prof, &self.gpu, || {
             let (op, variant) = kernel_label(kernel);
             (
                 op,
                 variant,
                 note.unwrap_or_else(|| format!("grid={grid:?}")),
             )
-        });
+        }) {
+            Some(t) => Some(t),
+            None => match &mut self.span {
+                Some((queries, passes)) if (*passes + 1) * 2 <= SPAN_QUERIES => {
+                    let i = *passes;
+                    *passes += 1;
+                    Some(wgpu::ComputePassTimestampWrites {
+                        query_set: queries,
+                        beginning_of_pass_write_index: Some(2 * i),
+                        end_of_pass_write_index: Some(2 * i + 1),
+                    })
+                }
+                _ => None,
+            },
+        };
         let mut pass = self
             .encoder
             .begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -602,12 +644,31 @@ impl Recorder {
 
     /// Upload the params pages and submit everything recorded, once.
     pub fn submit(self) -> Result<()> {
+        self.submit_inner().map(|_| ())
+    }
+
+    /// Submit (as [`Recorder::submit`]) a recorder made by [`Recorder::new_timed`], wait for the GPU and
+    /// return the milliseconds from the first timed pass's beginning to the last one's end (0 when it
+    /// recorded no dispatch).
+    pub async fn submit_timed(self) -> Result<f64> {
+        let (gpu, span) = self.submit_inner()?;
+        let Some(pending) = span else {
+            return Ok(0.0);
+        };
+        let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&pending.bytes(&gpu).await?);
+        let begin = ticks.iter().step_by(2).copied().min().unwrap_or(0);
+        let end = ticks.iter().skip(1).step_by(2).copied().max().unwrap_or(0);
+        Ok(end.saturating_sub(begin) as f64 * gpu.queue.get_timestamp_period() as f64 * 1e-6)
+    }
+
+    fn submit_inner(self) -> Result<(Arc<Gpu>, Option<Pending>)> {
         let Recorder {
             gpu,
             mut encoder,
             pages,
             prof,
             capture,
+            span,
             ..
         } = self;
         if capture.is_some() {
@@ -624,6 +685,9 @@ impl Recorder {
         let timestamps = prof
             .filter(|p| !p.labels.is_empty())
             .map(|p| resolve_timestamps(&gpu, &mut encoder, p));
+        let span = span
+            .filter(|(_, passes)| *passes > 0)
+            .map(|(queries, passes)| resolve_span(&gpu, &mut encoder, &queries, passes));
         gpu.queue.submit(Some(encoder.finish()));
         if let Some((staging, phase, labels)) = timestamps {
             read_timestamps(&gpu, staging, phase, labels);
@@ -631,7 +695,8 @@ impl Recorder {
         if let Ok(mut pool) = gpu.uniform_pool.lock() {
             pool.extend(pages.into_iter().map(|(b, _)| b));
         }
-        gpu.check()
+        gpu.check()?;
+        Ok((gpu, span))
     }
 }
 
@@ -658,6 +723,27 @@ fn resolve_timestamps(
     encoder.resolve_query_set(&p.queries, 0..n, &resolve, 0);
     encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
     (staging, p.phase, p.labels)
+}
+
+/// Record the resolve of a timed recorder's `passes` begin/end pairs into a mappable buffer.
+fn resolve_span(
+    gpu: &Gpu,
+    encoder: &mut wgpu::CommandEncoder,
+    queries: &wgpu::QuerySet,
+    passes: u32,
+) -> Pending {
+    let n = 2 * passes;
+    let bytes = n as u64 * 8;
+    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("tuner-resolve"),
+        size: bytes,
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let staging = staging_buffer(gpu, bytes);
+    encoder.resolve_query_set(queries, 0..n, &resolve, 0);
+    encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+    Pending { staging, bytes }
 }
 
 /// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the

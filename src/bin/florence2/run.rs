@@ -7,7 +7,7 @@ use clap::Args;
 use florence2_wasm::files;
 use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
-use florence2_wasm::ops::tune::{tune_model, CacheLocation, Tuning};
+use florence2_wasm::ops::tune::{tune_model, CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::pipeline::{
     Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
 };
@@ -144,7 +144,7 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         pipeline.processor().height,
         pipeline.processor().width,
         beams,
-        a.tuning,
+        &TuneOptions::new(a.tuning),
         &CacheLocation::Default,
     ))?;
     for warning in &report.warnings {

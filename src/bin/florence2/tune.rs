@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::ops::tune::{tune_model, CacheLocation, Tuning};
+use florence2_wasm::ops::tune::{tune_model, CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::pipeline::Pipeline;
 
 use super::Failure;
@@ -26,6 +26,17 @@ pub struct TuneArgs {
     /// full shape; off: print nothing timed
     #[arg(long, value_name = "MODE", default_value = "exhaustive", value_parser = parse_tuning)]
     tuning: Tuning,
+    /// Time budget of `auto` in ms (classes left over are timed by later runs) [default: none here;
+    /// a model load uses 3000]
+    #[arg(long, value_name = "MS", value_parser = parse_budget)]
+    budget_ms: Option<f64>,
+}
+
+fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("takes milliseconds >= 0, got {s:?}")),
+    }
 }
 
 pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
@@ -47,7 +58,7 @@ pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
         h,
         w,
         beams,
-        a.tuning,
+        &TuneOptions::new(a.tuning).with_budget_ms(a.budget_ms),
         &CacheLocation::Default,
     ))?;
     println!("adapter: {}", gpu.describe());
