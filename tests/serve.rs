@@ -966,3 +966,66 @@ fn dtype_is_the_pipelines_load_option() {
     }
     assert_ne!(ids[0], ids[1], "q4 and fp32 answers differ on tiny4");
 }
+
+/// `--tuning`: the server runs the kernel tuner at load as `florence2 run` does, reports what it did in
+/// /health, caches the choices per adapter (here under a fresh XDG_CACHE_HOME), and a second start
+/// reads them; `--tuning off` times and writes nothing.
+#[test]
+fn tuning_runs_at_load_and_is_cached() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("serve-tuning");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache_files = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.join("florence2-wasm"))
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    let xdg = dir.to_str().unwrap();
+    let tuning_of = |args: &[&str]| -> Value {
+        let server = Server::start("tiny4", args, &[("XDG_CACHE_HOME", xdg)]);
+        server.wait_ready();
+        let health = server.get("/health").json();
+        assert_eq!(health["status"], "ok", "{health}");
+        // The model answers with the tuned kernels.
+        let r = server.post_json(
+            "/v1/chat/completions",
+            &case_body(&case("<CAPTION>"), json!({})),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        health["tuning"].clone()
+    };
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+
+    let off = tuning_of(&["--tuning", "off"]);
+    assert_eq!(off["mode"], "off", "{off}");
+    assert_eq!(
+        n(&off, "timed") + n(&off, "cached") + n(&off, "skipped"),
+        0,
+        "{off}"
+    );
+    assert!(cache_files().is_empty(), "off writes no cache");
+
+    let first = tuning_of(&[]);
+    assert_eq!(first["mode"], "auto", "auto is the default: {first}");
+    let classes = n(&first, "timed") + n(&first, "cached") + n(&first, "skipped");
+    assert!(classes >= 10, "tiny4 has its linear shape classes: {first}");
+    assert_eq!(n(&first, "cached"), 0, "a fresh cache directory: {first}");
+    assert!(n(&first, "timed") >= 1, "{first}");
+    let files = cache_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        first["cache"].as_str().unwrap().contains("florence2-wasm"),
+        "{first}"
+    );
+
+    // A second start reads what the first timed (and continues with what it left).
+    let second = tuning_of(&["--tuning", "auto"]);
+    assert!(
+        n(&second, "cached") >= n(&first, "timed"),
+        "first {first}, second {second}"
+    );
+    assert_eq!(
+        n(&second, "timed") + n(&second, "cached") + n(&second, "skipped"),
+        classes
+    );
+}

@@ -36,6 +36,8 @@ impl Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
         cmd.env("NODEVICE_SELECT", "1")
             .env_remove("FLORENCE2_API_KEY")
+            // The kernel tuner's cache goes to target/, never to the user's cache directory.
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
             .args(["serve", "--model"])
             .arg(model_dir(model))
             .args(["--port", "0"])

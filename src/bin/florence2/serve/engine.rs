@@ -7,6 +7,7 @@ use std::path::Path;
 use image::RgbImage;
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::ops::tune::{tune_model, CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
@@ -19,6 +20,21 @@ use florence2_wasm::Result;
 pub struct ModelInfo {
     /// Largest effective `max_tokens`: the decoder's positions minus the start token.
     pub max_new_tokens: usize,
+    /// What the kernel tuner did at load (reported by /health).
+    pub tuning: TuningInfo,
+}
+
+/// The load's kernel tuning: mode and how many shape classes were timed, read from the per-adapter
+/// cache, or left for a later start (budget spent).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TuningInfo {
+    pub mode: &'static str,
+    pub timed: usize,
+    pub cached: usize,
+    pub skipped: usize,
+    pub ms: f64,
+    /// The cache file, when one was used.
+    pub cache: Option<String>,
 }
 
 /// One answer: the pipeline's output plus what the usage block and the metrics need.
@@ -45,15 +61,69 @@ impl Answer {
 
 pub struct Engine {
     pipeline: Pipeline,
+    tuning: TuningInfo,
 }
 
 impl Engine {
-    /// Open the GPU and load `dir` into a pipeline with `dtype` resident weights.
-    pub fn load(dir: &Path, dtype: WeightDType) -> std::result::Result<Engine, String> {
+    /// Open the GPU, load `dir` into a pipeline with `dtype` resident weights and tune the kernels for
+    /// its shapes (as `florence2 run` does; cached per adapter in the user's cache directory). A failed
+    /// tuning only costs speed: the static choices stay and a warning is printed.
+    pub fn load(
+        dir: &Path,
+        dtype: WeightDType,
+        tuning: Tuning,
+    ) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
             let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+            let pipeline = Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?;
+            let report = pollster::block_on(tune_model(
+                pipeline.model(),
+                pipeline.processor().height,
+                pipeline.processor().width,
+                pipeline.generation().num_beams,
+                &TuneOptions::new(tuning),
+                &CacheLocation::Default,
+            ));
+            let info = match report {
+                Ok(r) => {
+                    for w in &r.warnings {
+                        eprintln!("florence2 serve: warning: {w}");
+                    }
+                    let count = |s: RowStatus| r.rows.iter().filter(|x| x.status == s).count();
+                    TuningInfo {
+                        mode: tuning.name(),
+                        timed: count(RowStatus::Timed),
+                        cached: count(RowStatus::Cached),
+                        skipped: count(RowStatus::Skipped),
+                        ms: r.elapsed_ms,
+                        cache: r.cache_path.clone(),
+                    }
+                }
+                Err(e) => {
+                    gpu.choices.clear();
+                    let _ = gpu.check();
+                    eprintln!(
+                        "florence2 serve: warning: kernel tuning failed ({e}); using the static kernel choices"
+                    );
+                    TuningInfo {
+                        mode: tuning.name(),
+                        timed: 0,
+                        cached: 0,
+                        skipped: 0,
+                        ms: 0.0,
+                        cache: None,
+                    }
+                }
+            };
+            if tuning != Tuning::Off {
+                eprintln!(
+                    "florence2 serve: kernel tuning {}: {} classes timed, {} cached, {} left for a later start ({:.0} ms)",
+                    info.mode, info.timed, info.cached, info.skipped, info.ms
+                );
+            }
             Ok(Engine {
-                pipeline: Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?,
+                pipeline,
+                tuning: info,
             })
         };
         load().map_err(|e| format!("loading {}: {e}", dir.display()))
@@ -63,6 +133,7 @@ impl Engine {
         let positions = self.pipeline.model().config.text.max_position_embeddings;
         ModelInfo {
             max_new_tokens: positions.saturating_sub(1).max(1),
+            tuning: self.tuning.clone(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
 //!
 //! ```text
-//! florence2 serve --model DIR [--dtype fp16] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
+//! florence2 serve --model DIR [--dtype fp16] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]]
@@ -31,6 +31,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::Semaphore;
 
+use florence2_wasm::ops::tune::Tuning;
 use florence2_wasm::processor::image::ImageLimits;
 use florence2_wasm::weights::WeightDType;
 
@@ -49,6 +50,10 @@ pub struct ServeArgs {
     /// q4 (block-quantized); any checkpoint converts on load
     #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
     dtype: WeightDType,
+    /// Kernel tuning at load, as for `florence2 run`: auto (time what the per-adapter cache lacks,
+    /// within a time budget; later starts continue), off (static kernel choices), exhaustive
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
+    tuning: Tuning,
     /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -116,6 +121,7 @@ fn positive(s: &str) -> Result<usize, String> {
 struct ServeOptions {
     model: PathBuf,
     dtype: WeightDType,
+    tuning: Tuning,
     addr: SocketAddr,
     model_id: String,
     max_queue: usize,
@@ -140,6 +146,7 @@ impl From<ServeArgs> for ServeOptions {
             addr: SocketAddr::new(a.host, a.port),
             model: a.model,
             dtype: a.dtype,
+            tuning: a.tuning,
             model_id,
             max_queue: a.max_queue,
             api_key: a.api_key.filter(|k| !k.is_empty()),
@@ -214,9 +221,10 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
         let shared = shared.clone();
         let dir = opts.model.clone();
         let dtype = opts.dtype;
+        let tuning = opts.tuning;
         std::thread::Builder::new()
             .name("florence2-gpu".into())
-            .spawn(move || worker::run(dir, dtype, shared, jobs_rx, loaded_tx))
+            .spawn(move || worker::run(dir, dtype, tuning, shared, jobs_rx, loaded_tx))
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
 

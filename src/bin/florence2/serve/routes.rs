@@ -123,7 +123,12 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         }
         _ if shared.ready() => (
             StatusCode::OK,
-            Json(json!({"status": "ok", "model": state.model_id, "dtype": state.dtype.as_str()})),
+            Json(json!({
+                "status": "ok",
+                "model": state.model_id,
+                "dtype": state.dtype.as_str(),
+                "tuning": shared.info().map(|i| i.tuning),
+            })),
         )
             .into_response(),
         _ => (

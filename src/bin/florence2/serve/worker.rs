@@ -19,6 +19,7 @@ use image::RgbImage;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
+use florence2_wasm::ops::tune::Tuning;
 use florence2_wasm::processor::prompt::TaskPrompt;
 use florence2_wasm::weights::WeightDType;
 
@@ -121,11 +122,12 @@ fn hold(shared: &Shared, point: HoldPoint) {
 pub fn run(
     dir: PathBuf,
     dtype: WeightDType,
+    tuning: Tuning,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let engine = match Engine::load(Path::new(&dir), dtype) {
+    let engine = match Engine::load(Path::new(&dir), dtype, tuning) {
         Ok(engine) => engine,
         Err(e) => {
             if let Ok(mut slot) = shared.load_error.lock() {
