@@ -29,6 +29,7 @@ mod errors;
 mod fetch;
 mod image;
 mod js;
+mod profile;
 mod queue;
 mod recover;
 mod source;
@@ -152,6 +153,8 @@ export interface TaskOutputOf<T extends TaskMarker> {
   timings: TaskTimings;
   /** GPU memory at the end of the call, with the peak reached during it. */
   memory: MemoryInfo;
+  /** Per-dispatch GPU times: only with the `profile: true` option. */
+  profile?: RunProfile;
 }
 /** What `runTask` resolves to for a model's own task marker (a fine-tune's `<GENERATE_TAGS>`, ...): the
  * answer is pure text. Cast a `TaskOutput` to it when `task` is not a built-in marker. */
@@ -162,6 +165,8 @@ export interface CustomTaskOutput {
   generatedText: string;
   tokenIds: number[];
   timings: TaskTimings;
+  /** Per-dispatch GPU times: only with the `profile: true` option. */
+  profile?: RunProfile;
 }
 /** What `runTask` resolves to: a union discriminated by `task`. */
 export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
@@ -279,6 +284,10 @@ export interface RunTaskOptions {
    * and its id: as each token is chosen with greedy decoding (`numBeams: 1`), at the end with beam search
    * (whose tokens are only final then). */
   onToken?: (text: string, tokenId: number) => void;
+  /** Time every GPU dispatch of this call with timestamp queries: the result gets `profile` (per op,
+   * shape and variant, summed per phase; `available: false` with the reason where the adapter has no
+   * timestamp queries). Off by default (timing adds a little work per dispatch). */
+  profile?: boolean;
 }
 "#;
 
@@ -384,6 +393,8 @@ struct Output<'a> {
     token_ids: &'a [u32],
     timings: Timings,
     memory: MemoryInfo,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<profile::RunProfile>,
 }
 
 #[derive(Serialize)]
@@ -644,7 +655,7 @@ async fn open_pipeline(
         settings.processor.height,
         settings.processor.width,
         settings.generation.num_beams,
-        args.tuning,
+        &tune::TuneOptions::new(args.tuning),
         &CacheLocation::Default,
     )
     .await
@@ -745,6 +756,7 @@ async fn run_impl(
         ..TaskOptions::default()
     };
     let on_token = opt_fn(&options, "onToken")?;
+    let want_profile = opt_bool(&options, "profile")?.unwrap_or(false);
     let encoded = encoded_of(&inner, &image)?;
     pipeline.tasks().parse(&prompt)?;
     abort()?;
@@ -782,6 +794,7 @@ async fn run_impl(
         on_stage: None,
         on_token: Some(&emit),
     };
+    let session = profile::start(pipeline.gpu(), want_profile).await;
     // The GPU work runs inside error scopes (see `recover::gpu_step`).
     let out = recover::gpu_step(pipeline.gpu(), async {
         let _extra = recover::debug_allocation(&inner, pipeline.gpu())?;
@@ -789,8 +802,9 @@ async fn run_impl(
             .run_task(input, &prompt, &opts, &cancel, &callbacks)
             .await
     })
-    .await
-    .map_err(|e| aborted(e, "runTask"))?;
+    .await;
+    let profile = profile::finish(pipeline.gpu(), session, out.is_ok()).await;
+    let out = out.map_err(|e| aborted(e, "runTask"))?;
     drop(js);
 
     let t = &out.timings;
@@ -809,6 +823,7 @@ async fn run_impl(
             total: read_ms + t.total_ms(),
         },
         memory: MemoryInfo::of(out.memory, pipeline.weight_dtype()),
+        profile,
     })
 }
 

@@ -715,3 +715,37 @@ async fn browser_tuner_caches_its_choices() {
         );
     }
 }
+
+/// What the engine knows of the browser's adapter. Headless Chromium here runs WebGPU on SwiftShader, a
+/// CPU adapter: `Caps::is_cpu` must say so (wgpu maps `GPUAdapterInfo.isFallbackAdapter`; the engine
+/// also recognises software adapters by name and architecture), because static kernel choices and the
+/// tuner's budget depend on it.
+#[wasm_bindgen_test]
+async fn browser_caps_identify_the_adapter() {
+    let g = gpu().await;
+    web_sys::console::log_1(
+        &format!(
+            "caps: is_cpu={} timestamp_query={} name={:?} key={}",
+            g.caps.is_cpu, g.caps.timestamp_query, g.caps.adapter_name, g.caps.adapter_key
+        )
+        .into(),
+    );
+    let info = florence2_wasm::wasm::JsFlorence2::is_supported().await;
+    web_sys::console::log_1(&info);
+    let adapter = js_sys::Reflect::get(&info, &"adapter".into()).unwrap();
+    let s = js_sys::JSON::stringify(&adapter).unwrap();
+    assert!(
+        g.caps.is_cpu,
+        "SwiftShader is a CPU adapter: {} / {}",
+        String::from(s),
+        g.caps.adapter_key
+    );
+    // The adapter's identity from GPUAdapterInfo is in the tuning cache key (wgpu leaves vendor and
+    // device ids at 0 in the browser), so two GPUs with equal limits do not share kernel choices.
+    assert!(
+        g.caps.adapter_key.contains("architecture=swiftshader"),
+        "{}",
+        g.caps.adapter_key
+    );
+    assert!(!g.caps.adapter_name.is_empty());
+}

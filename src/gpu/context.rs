@@ -98,6 +98,57 @@ impl Fault {
     }
 }
 
+/// Whether an adapter description names a software (CPU) rasteriser: lavapipe/llvmpipe, SwiftShader,
+/// WARP ("Microsoft Basic Render Driver"). wgpu reports `DeviceType::Cpu` for them natively and, in the browser, when
+/// `GPUAdapterInfo.isFallbackAdapter` is set; browsers that do not set it still name the architecture.
+pub fn is_software_adapter(description: &str) -> bool {
+    let d = description.to_ascii_lowercase();
+    [
+        "llvmpipe",
+        "lavapipe",
+        "swiftshader",
+        "microsoft basic render",
+    ]
+    .iter()
+    .any(|n| d.contains(n))
+}
+
+/// `vendor=... architecture=... device=... description=...` of the adapter the page's
+/// `navigator.gpu.requestAdapter({powerPreference: "high-performance"})` gives (the request wgpu makes),
+/// empty when unavailable.
+#[cfg(target_arch = "wasm32")]
+async fn web_adapter_info() -> String {
+    use wasm_bindgen::JsCast;
+    let get = |v: &wasm_bindgen::JsValue, k: &str| {
+        js_sys::Reflect::get(v, &k.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
+    };
+    let gpu = get(&get(&js_sys::global(), "navigator"), "gpu");
+    let Ok(request) = get(&gpu, "requestAdapter").dyn_into::<js_sys::Function>() else {
+        return String::new();
+    };
+    let opts = js_sys::Object::new();
+    let _ = js_sys::Reflect::set(&opts, &"powerPreference".into(), &"high-performance".into());
+    let Some(promise) = request
+        .call1(&gpu, &opts)
+        .ok()
+        .and_then(|p| p.dyn_into::<js_sys::Promise>().ok())
+    else {
+        return String::new();
+    };
+    let Ok(adapter) = wasm_bindgen_futures::JsFuture::from(promise).await else {
+        return String::new();
+    };
+    let info = get(&adapter, "info");
+    if info.is_undefined() || info.is_null() {
+        return String::new();
+    }
+    ["vendor", "architecture", "device", "description"]
+        .iter()
+        .map(|k| format!("{k}={}", get(&info, k).as_string().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 impl Gpu {
     /// Open the default adapter (high-performance preference) with its own limits.
     pub async fn new(opts: GpuOptions) -> Result<Arc<Gpu>> {
@@ -171,6 +222,16 @@ impl Gpu {
         });
 
         let subgroups = features.contains(wgpu::Features::SUBGROUP);
+        // In the browser wgpu reports no vendor/device ids; GPUAdapterInfo's strings identify the adapter.
+        #[cfg(target_arch = "wasm32")]
+        let web = web_adapter_info().await;
+        #[cfg(not(target_arch = "wasm32"))]
+        let web = String::new();
+        let adapter_name = if info.name.is_empty() && !web.is_empty() {
+            web.clone()
+        } else {
+            info.name.clone()
+        };
         let caps = Caps {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups,
@@ -187,12 +248,13 @@ impl Gpu {
             max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
             storage_offset_alignment: limits.min_storage_buffer_offset_alignment,
             uniform_offset_alignment: limits.min_uniform_buffer_offset_alignment,
-            adapter_name: info.name.clone(),
+            is_cpu: info.device_type == wgpu::DeviceType::Cpu
+                || is_software_adapter(&format!("{} {web}", info.name)),
+            adapter_name,
             backend: format!("{:?}", info.backend),
-            is_cpu: info.device_type == wgpu::DeviceType::Cpu,
             adapter_key: format!(
                 "vendor={:#x} device={:#x} name={} type={:?} driver={} driver_info={} backend={:?} \
-                 features={:?} limits={:?}",
+                 {web} features={:?} limits={:?}",
                 info.vendor,
                 info.device,
                 info.name,
