@@ -1028,3 +1028,98 @@ async fn encoded_image_runs_every_task_like_the_image() {
     check_output(&out, &cases[0]);
     m.dispose();
 }
+
+/// `profile: true`: with timestamp queries (SwiftShader in headless Chromium has them) every dispatch
+/// of the call comes back with its phase, kernel, variant, shape and GPU time, the phase totals add up,
+/// and the answer is the CLI's; without them `available` is false with the reason. Without the option
+/// the result has no `profile`.
+#[wasm_bindgen_test]
+async fn profile_option_returns_gpu_times_per_dispatch() {
+    let m = load(
+        blob_source(model("tiny2")),
+        obj(&[("cache", false.into()), ("tuning", "off".into())]),
+    )
+    .await
+    .unwrap();
+    let case = expected()
+        .iter()
+        .find(|c| c["model"] == "tiny2")
+        .cloned()
+        .unwrap();
+    let opts = max_new(&case);
+    Reflect::set(&opts, &"profile".into(), &true.into()).unwrap();
+    let img = blob_of(image_bytes(case["image"].as_str().unwrap()), "image/png");
+    let out = run(&m, img, case["prompt"].as_str().unwrap(), opts)
+        .await
+        .unwrap();
+    check_output(&out, &case);
+    let support = to_json(&Florence2::is_supported().await);
+    let has_ts = support["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "timestamp-query");
+    let p = to_json(&get(&out, "profile"));
+    web_sys::console::log_1(&format!("profile phases: {}", p["phases"]).into());
+    if !has_ts {
+        assert_eq!(p["available"], false, "{p}");
+        assert!(
+            p["reason"].as_str().unwrap().contains("timestamp-query"),
+            "{p}"
+        );
+        assert_eq!(p["entries"].as_array().unwrap().len(), 0);
+    } else {
+        assert_eq!(p["available"], true, "{p}");
+        let entries = p["entries"].as_array().unwrap();
+        assert!(entries.len() > 10, "{} entries", entries.len());
+        for e in entries {
+            let ms = e["ms"].as_f64().unwrap();
+            assert!(ms.is_finite() && ms >= 0.0, "{e}");
+            assert!(e["op"].as_str().unwrap().contains(':'), "{e}");
+            assert!(
+                ["vision", "encoder", "decode"].contains(&e["phase"].as_str().unwrap()),
+                "{e}"
+            );
+        }
+        // Every phase of the call, each total the sum of its entries, all adding up to totalMs.
+        let phases = p["phases"].as_array().unwrap();
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|x| x["phase"].as_str().unwrap())
+            .collect();
+        for want in ["vision", "encoder", "decode"] {
+            assert!(names.contains(&want), "{names:?}");
+        }
+        let total = p["totalMs"].as_f64().unwrap();
+        let sum: f64 = phases.iter().map(|x| x["ms"].as_f64().unwrap()).sum();
+        assert!(
+            (sum - total).abs() <= 1e-9 * total.max(1.0),
+            "{sum} vs {total}"
+        );
+        for ph in phases {
+            let of: f64 = entries
+                .iter()
+                .filter(|e| e["phase"] == ph["phase"])
+                .map(|e| e["ms"].as_f64().unwrap())
+                .sum();
+            assert!((of - ph["ms"].as_f64().unwrap()).abs() <= 1e-9 * of.max(1.0));
+            let n = entries.iter().filter(|e| e["phase"] == ph["phase"]).count();
+            assert_eq!(ph["dispatches"].as_u64().unwrap() as usize, n);
+        }
+        // A linear dispatch names its shape and variant.
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["shape"].as_str().unwrap().starts_with("M=")),
+            "no linear shape note"
+        );
+    }
+    // Without the option: no profile, and the profiler is off again.
+    let img = blob_of(image_bytes(case["image"].as_str().unwrap()), "image/png");
+    let out = run(&m, img, case["prompt"].as_str().unwrap(), max_new(&case))
+        .await
+        .unwrap();
+    assert!(get(&out, "profile").is_undefined());
+    check_output(&out, &case);
+    m.dispose();
+}

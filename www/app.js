@@ -51,6 +51,7 @@ const el = {
   taskTextWrap: $("task-text-wrap"), taskTextLabel: $("task-text-label"), taskText: $("task-text"),
   beams: $("beams"), maxTokens: $("max-tokens"), run: $("run"), runAll: $("run-all"), cancel: $("cancel"), message: $("message"),
   allCard: $("all-card"), allTable: $("all-results"), allJson: $("all-json"),
+  profile: $("profile"), profileDetails: $("profile-details"), profileSummary: $("profile-summary"), profileTable: $("profile-table"),
   stream: $("stream"), answer: $("answer"), ocrList: $("ocr-list"), timings: $("timings"), resultJson: $("result-json"),
 };
 
@@ -483,7 +484,41 @@ function renderOutput(out, wallMs, enc) {
     return tr;
   }));
   el.timings.hidden = rows.length === 0;
+  renderProfile(out.profile);
   el.resultJson.textContent = prettyJson(out);
+}
+
+/** The `profile: true` answer: GPU ms per phase, then the costliest (op, variant, shape) groups; or why
+ * there are no GPU times on this adapter. Hidden when the run was not profiled. */
+export function renderProfile(profile) {
+  el.profileDetails.hidden = !profile;
+  if (!profile) return;
+  const body = el.profileTable.tBodies[0];
+  if (!profile.available) {
+    el.profileSummary.textContent = `GPU times unavailable: ${profile.reason}`;
+    body.replaceChildren();
+    return;
+  }
+  const phases = profile.phases.map((p) => `${p.phase} ${p.ms.toFixed(1)} ms (${p.dispatches} dispatches)`);
+  el.profileSummary.textContent = `GPU ${profile.totalMs.toFixed(1)} ms: ${phases.join(", ")}` +
+    (profile.untimed ? `; ${profile.untimed} dispatches untimed` : "");
+  const groups = new Map();
+  for (const e of profile.entries) {
+    const key = `${e.phase}\u0000${e.op}\u0000${e.variant}\u0000${e.shape}`;
+    const g = groups.get(key) ?? { ...e, ms: 0, calls: 0 };
+    g.ms += e.ms; g.calls += 1;
+    groups.set(key, g);
+  }
+  const top = [...groups.values()].sort((a, b) => b.ms - a.ms).slice(0, 12);
+  body.replaceChildren(...top.map((g) => {
+    const tr = document.createElement("tr");
+    const th = document.createElement("th");
+    th.textContent = `${g.phase} ${g.op}${g.variant ? ` [${g.variant}]` : ""} ${g.shape}`;
+    const td = document.createElement("td");
+    td.textContent = `${g.ms.toFixed(2)} ms (${g.calls}x)`;
+    tr.append(th, td);
+    return tr;
+  }));
 }
 
 /** JSON with 2-space indentation, but arrays of numbers (boxes, token ids) on one line. */
@@ -508,6 +543,7 @@ function decodingOptions() {
   if (beams > 0) options.numBeams = beams; // empty: the model's generation_config (Florence-2: 3 beams)
   const maxNew = Number(el.maxTokens.value);
   if (maxNew > 0) options.maxNewTokens = maxNew;
+  if (el.profile?.checked) options.profile = true;
   return options;
 }
 

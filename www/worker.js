@@ -132,6 +132,7 @@ async function handle(msg) {
       const options = { signal: ctrl.signal, onToken: (text) => postMessage({ type: "token", id, text: String(text) }) };
       if (msg.options?.maxNewTokens) options.maxNewTokens = msg.options.maxNewTokens;
       if (msg.options?.numBeams) options.numBeams = msg.options.numBeams;
+      if (msg.options?.profile) options.profile = true;
       const t0 = performance.now();
       const reused = msg.imageKey != null && encoded?.key === msg.imageKey;
       let encodeMs = 0;

@@ -278,9 +278,11 @@ pub struct TuneRow {
 #[derive(Clone, Debug, Default)]
 pub struct TuneReport {
     pub rows: Vec<TuneRow>,
-    /// Candidate samples taken this call, screening included (0 when everything came from the cache,
-    /// the budget was 0 or tuning is off).
+    /// Candidates timed this call, over all classes (0 when everything came from the cache, the budget
+    /// was 0 or tuning is off).
     pub timings: usize,
+    /// Samples taken this call, screening included.
+    pub samples: usize,
     /// Classes left untimed because the budget was spent.
     pub skipped: usize,
     /// Milliseconds this call took (on its clock).
@@ -317,13 +319,18 @@ impl TuneReport {
                     }
                 })
                 .collect();
-            times.extend(r.dropped.iter().map(|(n, f)| {
-                if f.is_finite() {
-                    format!("{n} x{f:.1}")
-                } else {
-                    format!("{n} (lost earlier)")
-                }
-            }));
+            times.extend(
+                r.dropped
+                    .iter()
+                    .filter(|(n, _)| !r.times_ms.iter().any(|(t, _)| t == n))
+                    .map(|(n, f)| {
+                        if f.is_finite() {
+                            format!("{n} x{f:.1}")
+                        } else {
+                            format!("{n} (lost earlier)")
+                        }
+                    }),
+            );
             if !r.untried.is_empty() {
                 times.push(format!("{} untried (next load)", r.untried.join("/")));
             }
@@ -361,8 +368,9 @@ impl TuneReport {
             .filter(|r| r.status == RowStatus::Cached)
             .count();
         s.push_str(&format!(
-            "{timed} classes timed ({} samples, {}), {cached} from the cache, {} left for later loads; {:.0} ms{}\n",
+            "{timed} classes timed ({} candidates, {} samples, {}), {cached} from the cache, {} left for later loads; {:.0} ms{}\n",
             self.timings,
+            self.samples,
             if self.timer.is_empty() { "-" } else { self.timer },
             self.skipped,
             self.elapsed_ms,
@@ -885,7 +893,10 @@ pub async fn tune_budgeted(
             None => jobs.push((Job::Case(*case), c.max(0.0))),
         }
     }
-    jobs.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // Priority order matters only under a budget; otherwise the caller's order is kept.
+    if mode == Tuning::Auto && opts.budget_ms.is_some() {
+        jobs.sort_by(|a, b| b.1.total_cmp(&a.1));
+    }
     let total_cost: f64 = jobs.iter().map(|c| c.1).sum::<f64>().max(f64::MIN_POSITIVE);
 
     let adapter = gpu.caps.adapter_key.clone();
@@ -921,6 +932,7 @@ pub async fn tune_budgeted(
         clock: clock.clone(),
         gpu_time: use_gpu_timer,
         samples: 0,
+        warms: (0.0, 0),
     };
     let mut budget = Budget {
         start: t0,
@@ -1027,9 +1039,12 @@ pub async fn tune_budgeted(
                 Job::Linear(s) => time_auto(&mut timer, &s, &order, &mut speed, deadline).await?,
                 Job::Case(c) => time_case(&mut timer, c, &order, deadline, false).await?,
             };
-            for (v, f) in &o.dropped {
-                if *f > BAN_FACTOR {
-                    banned.insert((kind, v));
+            // Bans only among linear classes of one regime (attention shapes differ too much).
+            if matches!(job, Job::Linear(_)) {
+                for (v, f) in &o.dropped {
+                    if *f > BAN_FACTOR {
+                        banned.insert((kind, v));
+                    }
                 }
             }
             o.dropped.extend(dropped);
@@ -1037,6 +1052,12 @@ pub async fn tune_budgeted(
         };
         let spent_ms = clock.now_ms() - class_start;
         budget.record(spent_ms);
+        report.timings += outcome.times.iter().filter(|(_, t)| t.is_some()).count()
+            + outcome
+                .dropped
+                .iter()
+                .filter(|(n, f)| f.is_finite() && !outcome.times.iter().any(|(t, _)| t == n))
+                .count();
         let best = outcome
             .times
             .iter()
@@ -1077,8 +1098,8 @@ pub async fn tune_budgeted(
             untried: outcome.untried,
         });
     }
-    report.timings = timer.samples;
-    if report.timings > 0 {
+    report.samples = timer.samples;
+    if report.samples > 0 {
         report.timer = if timer.gpu_time {
             "gpu timestamps"
         } else {
@@ -1120,14 +1141,15 @@ struct Outcome {
 /// it) of `order` in turn; past `deadline` the rest stays untried (at least two are always tried, so
 /// every load progresses). Returns (ran, untried, failed).
 async fn warm_all(
-    timer: &SampleTimer,
+    timer: &mut SampleTimer,
     bench: &dyn Bench,
     order: &[&'static str],
     deadline: Option<f64>,
 ) -> (Vec<&'static str>, Vec<&'static str>, Vec<&'static str>) {
     let (mut alive, mut untried, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for (i, &v) in order.iter().enumerate() {
-        if i >= 2 && deadline.is_some_and(|d| timer.clock.now_ms() >= d) {
+        // A compile cannot be interrupted: one is started only if an average one still fits.
+        if i >= 2 && deadline.is_some_and(|d| timer.clock.now_ms() + timer.avg_warm_ms() >= d) {
             untried.push(v);
         } else if timer.warm(bench, v).await {
             alive.push(v);
@@ -1274,6 +1296,7 @@ async fn time_full(
     exhaustive: bool,
 ) -> Outcome {
     let (alive, untried, failed) = warm_all(timer, bench, order, deadline).await;
+    let mut screened: Vec<(&'static str, Option<f64>)> = Vec::new();
     // One call of the first, to size the samples.
     let est = match alive.first() {
         Some(&v) => timer.sample(bench, v, 1).await,
@@ -1285,6 +1308,12 @@ async fn time_full(
     } else {
         let screen_times = screen_samples(timer, bench, &alive, calls).await;
         let (keep, dropped, _) = screen(&screen_times);
+        // At full size the screening times of the dropped are real times per call: keep them.
+        screened = screen_times
+            .iter()
+            .filter(|(v, _)| !keep.contains(v))
+            .copied()
+            .collect();
         let samples = keep
             .iter()
             .map(|v| {
@@ -1308,6 +1337,7 @@ async fn time_full(
         samples = vec![Vec::new(); keep.len()];
     }
     let mut times = timer.interleaved(bench, &keep, calls, reps, samples).await;
+    times.extend(screened);
     times.extend(failed.into_iter().map(|v| (v, None)));
     Outcome {
         shape: None,
@@ -1378,6 +1408,8 @@ struct SampleTimer {
     clock: std::sync::Arc<dyn Clock>,
     gpu_time: bool,
     samples: usize,
+    /// Total ms and count of warm-ups.
+    warms: (f64, usize),
 }
 
 impl SampleTimer {
@@ -1389,11 +1421,25 @@ impl SampleTimer {
         }
     }
 
-    /// One untimed call; false when the candidate fails (it is then left out).
-    async fn warm(&self, bench: &dyn Bench, v: &'static str) -> bool {
+    /// One untimed call (its first compiles the pipeline); false when the candidate fails (it is then
+    /// left out).
+    async fn warm(&mut self, bench: &dyn Bench, v: &'static str) -> bool {
+        let t0 = self.clock.now_ms();
         let mut rec = Recorder::new(&self.gpu);
         let ok = bench.record(&mut rec, v, 1).is_ok() && rec.submit().is_ok();
-        ok && finish(&self.gpu).await.is_ok()
+        let ok = ok && finish(&self.gpu).await.is_ok();
+        self.warms.0 += self.clock.now_ms() - t0;
+        self.warms.1 += 1;
+        ok
+    }
+
+    /// Average warm-up (mostly compile) time so far.
+    fn avg_warm_ms(&self) -> f64 {
+        if self.warms.1 == 0 {
+            0.0
+        } else {
+            self.warms.0 / self.warms.1 as f64
+        }
     }
 
     /// Ms per call over one sample of `calls` calls; `None` when it failed.
