@@ -287,7 +287,8 @@ fn attention_ref(
     out
 }
 
-// Every attention variant the browser's adapter supports (tiled, rows, flash; window: rows, flash),
+// Every attention variant the browser's adapter supports (tiled, rows, flash, flash_split; window: rows,
+// flash),
 // forced, against the f64 reference. Tolerance 2e-6 absolute, as natively (tests/kernels_attention.rs):
 // outputs are convex combinations of v in [-1, 1]; scores of magnitude <= ~4 from <= 64-term f32 dot
 // products carry ~sqrt(D) * 2^-24 * 4 ~ 2e-6 of rounding, and the online softmax (per key, per tile, or
@@ -383,7 +384,7 @@ async fn browser_attention_every_variant() {
             ran += 1;
         }
     }
-    assert_eq!(ran, 12, "tiled, rows and flash on every case");
+    assert_eq!(ran, 16, "tiled, rows, flash and flash_split on every case");
     // DaViT window attention, 7x7 windows, head dim 32, over the fused qkv (nW, T, 3C).
     let (nw, t, c, heads) = (3usize, 49usize, 64usize, 2usize);
     let d = c / heads;

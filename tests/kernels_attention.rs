@@ -1,6 +1,6 @@
 //! `ops::attention::attention` against a plain f64 CPU reference (two-pass softmax). Every case runs
 //! every kernel variant that supports its head dim (`attention_variant` over `AttnVariant::ALL`: tiled,
-//! rows, flash) and the automatic choice; the registry and tuner tests at the end check that a tuned
+//! rows, flash, flash_split) and the automatic choice; the registry and tuner tests at the end check that a tuned
 //! choice is what runs.
 //!
 //! Tolerance: 2e-6 absolute on outputs of magnitude <= 1 (convex combinations of v in [-1, 1]). The GPU
@@ -21,7 +21,7 @@ use florence2_wasm::ops::attention::{
 };
 use florence2_wasm::ops::tune::{self, CacheLocation, TuneCase, Tuning};
 
-const VARIANTS: [AttnVariant; 3] = AttnVariant::ALL;
+const VARIANTS: [AttnVariant; 4] = AttnVariant::ALL;
 
 const TOL: f32 = 2e-6;
 
@@ -350,7 +350,8 @@ fn fresh_gpu() -> std::sync::Arc<Gpu> {
 #[test]
 fn attention_follows_the_registry() {
     let g = fresh_gpu();
-    let c = Case::new(2, 5, 30, 2, 16);
+    // 20 rows: flash runs one block of 20 rows x 2 invocations, flash_split 16 x 4 (another pipeline).
+    let c = Case::new(2, 20, 30, 2, 16);
     let hd = c.heads * c.d;
     let mut rng = Rng::new(30);
     let (q, k, v) = (
@@ -372,9 +373,9 @@ fn attention_follows_the_registry() {
         ..Default::default()
     };
     let class = attention_class(c.b * c.tq, c.tk, c.d, c.heads, false, false);
-    assert_eq!(class.describe(), "attention M<=16 Tk<=32 D=16 H=2");
+    assert_eq!(class.describe(), "attention M<=64 Tk<=32 D=16 H=2");
     // Each choice builds its own pipeline the first time it is chosen, and gives the reference result.
-    for choice in ["flash", "tiled", "rows"] {
+    for choice in ["flash", "tiled", "rows", "flash_split"] {
         g.choices
             .set(class, AttnVariant::from_name(choice).unwrap().name());
         let before = g.pipelines.len();
@@ -454,10 +455,10 @@ fn tuner_times_attention_and_reuses_its_cache() {
     let cases: Vec<&dyn TuneCase> = shapes.iter().map(|s| s as &dyn TuneCase).collect();
     let first = pollster::block_on(tune::tune_with(&g, &[], &cases, Tuning::Auto, &cache)).unwrap();
     assert_eq!(first.rows.len(), 2);
-    assert_eq!(first.timings, 6, "3 candidates per shape timed");
+    assert_eq!(first.timings, 8, "4 candidates per shape timed");
     for (r, s) in first.rows.iter().zip(&shapes) {
         assert_eq!(r.class, s.class());
-        assert_eq!(r.times_ms.len(), 3);
+        assert_eq!(r.times_ms.len(), 4);
         assert!(r.times_ms.iter().all(|(_, t)| t.is_some_and(|t| t > 0.0)));
         assert_eq!(g.choices.get(&r.class), Some(r.chosen));
     }

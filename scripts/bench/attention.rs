@@ -34,8 +34,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     println!();
-    println!("| shape | tiled ms | rows ms | flash ms | static | best | flash / static |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| shape | tiled ms | rows ms | flash ms | flash_split ms | static | best | flash / static |");
+    println!("|---|---|---|---|---|---|---|---|");
     attention_rows(&g, reps);
     window_rows(&g, reps);
 }
@@ -205,11 +205,12 @@ fn window_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
             Tensor::from_f32(g, &[nw, t, 3 * c], &rng.vec(nw * t * 3 * c, 1.0), "qkv").unwrap(),
         );
         let out = std::rc::Rc::new(Tensor::zeros(g, &[nw, t, c], DType::F32, "win").unwrap());
-        // Columns of the table: tiled (not a window kernel), rows, flash.
+        // Columns of the table: tiled (not a window kernel), rows, flash, flash_split (not one either).
         let runs: Vec<Run> = [
             None,
             Some(WindowAttnVariant::Rows),
             Some(WindowAttnVariant::Flash),
+            None,
         ]
         .into_iter()
         .map(|var| {
@@ -230,7 +231,7 @@ fn window_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
         };
         print_row(
             &format!("window {ws}x{ws} nW{nw} C{c} H{heads} D32"),
-            &["tiled", "rows", "flash"],
+            &["tiled", "rows", "flash", "flash_split"],
             &times,
             static_name,
         );

@@ -50,11 +50,20 @@ pub enum AttnVariant {
     /// output and online-softmax state in one invocation's registers (few rows: split over several
     /// invocations and merged). Head dim a multiple of 4 up to 64. For GPUs.
     Flash,
+    /// The flash kernel with blocks of up to 16 query rows, each row's keys split over (at least 4)
+    /// invocations and merged: 4x the workgroups of [`AttnVariant::Flash`] on long sequences, for GPUs
+    /// with more cores than the encoder's (heads x row blocks) fill. Same head dims.
+    FlashSplit,
 }
 
 impl AttnVariant {
     /// Every variant: the tuner's candidates (filtered by [`AttnVariant::supports`]).
-    pub const ALL: [AttnVariant; 3] = [AttnVariant::Tiled, AttnVariant::Rows, AttnVariant::Flash];
+    pub const ALL: [AttnVariant; 4] = [
+        AttnVariant::Tiled,
+        AttnVariant::Rows,
+        AttnVariant::Flash,
+        AttnVariant::FlashSplit,
+    ];
 
     /// The name in tuning tables and caches.
     pub fn name(self) -> &'static str {
@@ -62,6 +71,7 @@ impl AttnVariant {
             AttnVariant::Tiled => "tiled",
             AttnVariant::Rows => "rows",
             AttnVariant::Flash => "flash",
+            AttnVariant::FlashSplit => "flash_split",
         }
     }
 
@@ -77,7 +87,7 @@ impl AttnVariant {
                 AttnVariant::Tiled => {
                     caps.max_workgroup_storage >= TILED_WG_BYTES && caps.max_invocations >= WG
                 }
-                AttnVariant::Flash => {
+                AttnVariant::Flash | AttnVariant::FlashSplit => {
                     caps.max_workgroup_storage >= FLASH_WG_BYTES
                         && caps.max_invocations >= FLASH_MAX_WG as u32
                 }
@@ -90,7 +100,9 @@ pub fn variant_supports(variant: AttnVariant, d: usize) -> bool {
     match variant {
         AttnVariant::Tiled => (1..=KV_CAP).contains(&d),
         AttnVariant::Rows => d > 0 && d.is_multiple_of(4) && d <= ROWS_MAX_HEAD_DIM,
-        AttnVariant::Flash => d > 0 && d.is_multiple_of(4) && d <= FLASH_MAX_HEAD_DIM,
+        AttnVariant::Flash | AttnVariant::FlashSplit => {
+            d > 0 && d.is_multiple_of(4) && d <= FLASH_MAX_HEAD_DIM
+        }
     }
 }
 
@@ -134,6 +146,8 @@ pub const FLASH_MAX_HEAD_DIM: usize = 64;
 const FLASH_KV4: usize = 448;
 const FLASH_MAXKPL: usize = 64;
 const FLASH_MAX_WG: usize = 64;
+/// Most query rows per workgroup of `flash_split`.
+const FLASH_SPLIT_ROWS: usize = 16;
 const FLASH_WG_BYTES: u32 = (2 * FLASH_KV4 * 16 + 2 * FLASH_MAX_WG * 4) as u32;
 
 /// Options of one attention call.
@@ -374,8 +388,12 @@ fn attention_impl(
     if b == 0 || tq == 0 {
         return Ok(());
     }
-    if variant == AttnVariant::Flash {
+    if matches!(variant, AttnVariant::Flash | AttnVariant::FlashSplit) {
         let layout = FlashLayout {
+            max_rows: match variant {
+                AttnVariant::FlashSplit => FLASH_SPLIT_ROWS,
+                _ => FLASH_MAX_WG,
+            },
             batch: b,
             bk,
             tq,
@@ -639,6 +657,8 @@ struct FlashParams {
 /// k/v rows of `kv_stride` with k and v at column offsets `k_off` / `v_off` (0 for separate tensors; C and
 /// 2C when q, k and v are one fused qkv tensor), out rows of H*D.
 pub(crate) struct FlashLayout {
+    /// Most query rows per workgroup (64 = `flash`, 16 = `flash_split`).
+    pub max_rows: usize,
     pub batch: usize,
     pub bk: usize,
     pub tq: usize,
@@ -652,14 +672,15 @@ pub(crate) struct FlashLayout {
     pub v_off: usize,
 }
 
-/// The flash kernel's launch shape for head dim `d` and `tq` query rows per batch row: (QB rows per
-/// workgroup, S invocations per row, KT keys per tile). QB * S <= 64; few rows are split over S
+/// The flash kernel's launch shape for head dim `d`, `tq` query rows per batch row and at most `max_rows`
+/// rows per workgroup: (QB rows per workgroup, S invocations per row, KT keys per tile). QB * S <= 64;
+/// few rows are split over S
 /// invocations (a power of two) so a decode step still fills a workgroup; the K and V tiles fit
 /// FLASH_KV4 vec4s each; KT is a multiple of S with KT / S <= FLASH_MAXKPL; the merge scratch
 /// (QB * S / 2 * D/4 vec4s) fits the two tiles.
-pub(crate) fn flash_tiles(d: usize, tq: usize) -> (usize, usize, usize) {
+pub(crate) fn flash_tiles(d: usize, tq: usize, max_rows: usize) -> (usize, usize, usize) {
     let d4 = (d / 4).max(1);
-    let qb = tq.clamp(1, FLASH_MAX_WG);
+    let qb = tq.clamp(1, max_rows.clamp(1, FLASH_MAX_WG));
     let per_tile = (FLASH_KV4 / d4).max(1);
     let mut s = 1;
     while qb * s * 2 <= FLASH_MAX_WG && s * 2 <= per_tile {
@@ -681,7 +702,7 @@ pub(crate) fn record_flash(
 ) -> Result<()> {
     const OP: &str = "attention";
     let gpu = rec.gpu().clone();
-    let (qb, s, kt) = flash_tiles(l.d, l.tq);
+    let (qb, s, kt) = flash_tiles(l.d, l.tq, l.max_rows);
     let n_qblocks = l.tq.div_ceil(qb);
     let groups = l
         .batch
@@ -776,18 +797,27 @@ mod tests {
     fn flash_tiles_fit_the_shader_capacities() {
         for d in (4..=FLASH_MAX_HEAD_DIM).step_by(4) {
             let d4 = d / 4;
-            for tq in [1usize, 2, 3, 5, 7, 16, 33, 49, 64, 65, 144, 600] {
-                let (qb, s, kt) = flash_tiles(d, tq);
+            for (tq, rows) in [1usize, 2, 3, 5, 7, 16, 33, 49, 64, 65, 144, 600]
+                .into_iter()
+                .flat_map(|tq| [(tq, FLASH_MAX_WG), (tq, FLASH_SPLIT_ROWS)])
+            {
+                let (qb, s, kt) = flash_tiles(d, tq, rows);
                 let wg = qb * s;
-                assert!(qb >= 1 && qb <= tq && wg <= FLASH_MAX_WG, "d {d} tq {tq}");
+                assert!(
+                    qb >= 1 && qb <= tq.min(rows) && wg <= FLASH_MAX_WG,
+                    "d {d} tq {tq}"
+                );
                 assert!(s.is_power_of_two() && kt % s == 0 && kt / s <= FLASH_MAXKPL);
                 assert!(kt * d4 <= FLASH_KV4, "d {d} tq {tq} kt {kt}");
                 assert!(wg / 2 * d4 <= 2 * FLASH_KV4);
             }
         }
         // Decode fills a workgroup by splitting keys; windows of 49 tokens fit one K/V tile at D = 32.
-        assert_eq!(flash_tiles(64, 1).1, 16);
-        let (qb, s, kt) = flash_tiles(32, 49);
+        assert_eq!(flash_tiles(64, 1, FLASH_MAX_WG).1, 16);
+        // flash_split on the encoder: 16 rows x 4 invocations per workgroup.
+        assert_eq!(flash_tiles(64, 600, FLASH_SPLIT_ROWS).0, 16);
+        assert_eq!(flash_tiles(64, 600, FLASH_SPLIT_ROWS).1, 4);
+        let (qb, s, kt) = flash_tiles(32, 49, FLASH_MAX_WG);
         assert_eq!((qb, s), (49, 1));
         assert!(kt >= 49);
     }

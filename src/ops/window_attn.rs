@@ -152,6 +152,7 @@ pub fn window_attention_variant(
     if variant == WindowAttnVariant::Flash {
         // q, k, v are column ranges of the fused rows: B = Bk = nW windows of T tokens.
         let layout = FlashLayout {
+            max_rows: 64,
             batch: nw,
             bk: nw,
             tq: t,
