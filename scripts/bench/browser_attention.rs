@@ -12,7 +12,8 @@
 #![cfg(target_arch = "wasm32")]
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::ops::attention::{AttnShape, AttnVariant};
+use florence2_wasm::ops::attention::{choose_attention_variant, AttnShape, AttnVariant};
+use florence2_wasm::ops::registry::OpKind;
 use florence2_wasm::ops::tune::{tune_with, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::ops::window_attn::WindowShape;
 use wasm_bindgen_test::*;
@@ -70,8 +71,11 @@ async fn browser_attention_bench() {
         ),
     ];
     let names: Vec<&str> = AttnVariant::ALL.iter().map(|v| v.name()).collect();
-    log(&format!("| shape | {} ms | chosen |", names.join(" ms | ")));
-    log(&format!("|---|{}---|", "---|".repeat(names.len())));
+    log(&format!(
+        "| shape | {} ms | static | chosen | chosen / static |",
+        names.join(" ms | ")
+    ));
+    log(&format!("|---|{}---|---|---|", "---|".repeat(names.len())));
     for (label, case) in &shapes {
         g.choices.clear();
         let cases: Vec<&dyn TuneCase> = vec![case.as_ref()];
@@ -93,8 +97,23 @@ async fn browser_attention_bench() {
                     .unwrap_or_else(|| "-".into())
             })
             .collect();
+        // The static choice (tuning off); window attention's is its register kernel.
+        let static_name = match case.class().op {
+            OpKind::WindowAttention => "rows",
+            _ => choose_attention_variant(&g.caps, 64).name(),
+        };
+        let time_of = |n: &str| {
+            row.times_ms
+                .iter()
+                .find(|(v, _)| *v == n)
+                .and_then(|(_, t)| *t)
+        };
+        let ratio = match (time_of(row.chosen), time_of(static_name)) {
+            (Some(c), Some(s)) => format!("{:.2}", c / s),
+            _ => "-".into(),
+        };
         log(&format!(
-            "| {label} | {} | {} |",
+            "| {label} | {} | {static_name} | {} | {ratio} |",
             cells.join(" | "),
             row.chosen
         ));
