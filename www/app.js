@@ -3,6 +3,7 @@
 //
 // Automation hooks (for scripts and the end-to-end tests):
 //   ?model=URL&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0] [&all=1]
+//   [&dtype=fp16|fp32|q8|q4] (resident weight format, default fp16; #memory then shows weights and peak)
 // loads the model, opens the image, runs the task and writes the output JSON into #result-json, whose
 // data-status goes idle -> loading -> running -> "done" or "error" (data-error-name then says which error,
 // e.g. Florence2LoadError, AbortError, WebGPUUnavailableError). With all=1 it then runs every task on the image
@@ -43,6 +44,7 @@ const $ = (id) => document.getElementById(id);
 const el = {
   gpuBadge: $("gpu-badge"), gpuMessage: $("gpu-message"),
   modelForm: $("model-form"), modelUrl: $("model-url"), modelCache: $("model-cache"), loadModel: $("load-model"),
+  modelDtype: $("model-dtype"), memory: $("memory"),
   progress: $("progress"), progressText: $("progress-text"), progressFiles: $("progress-files"),
   imageFile: $("image-file"), imageUrlForm: $("image-url-form"), imageUrl: $("image-url"),
   dropzone: $("dropzone"), stage: $("stage"), imageCanvas: $("image-canvas"), overlay: $("overlay"),
@@ -58,6 +60,7 @@ const el = {
 const state = {
   gpu: null,          // probe result
   modelSource: null,  // URL of the loaded model
+  modelDtype: null,   // its resident weight format
   image: null,        // {blob, bitmap, width, height, name, key}
   imageKey: 0,        // a new key per opened image: the worker reuses its encoding while the key stays
   stopAll: false,     // "run every task" was cancelled
@@ -240,17 +243,21 @@ async function loadModel() {
     throw err;
   }
   state.modelSource = null;
+  const dtype = selectedDtype();
+  renderMemory(null);
   const tracker = makeProgressTracker();
   el.progressText.textContent = `connecting to ${source}…`;
   showMessage("info", "");
   setStatus("loading");
-  const { id, promise } = request({ type: "load", source, cache: el.modelCache.checked }, { onProgress: tracker.onProgress });
+  const { id, promise } = request({ type: "load", source, cache: el.modelCache.checked, dtype }, { onProgress: tracker.onProgress });
   state.busy = { kind: "load", id };
   updateButtons();
   try {
-    await promise;
+    const loaded = await promise;
     tracker.ready();
     state.modelSource = source;
+    state.modelDtype = dtype;
+    renderMemory(loaded.memory);
     setStatus("idle");
   } catch (e) {
     el.progress.max = 1; el.progress.value = 0;
@@ -261,6 +268,31 @@ async function loadModel() {
     state.busy = null;
     updateButtons();
   }
+}
+
+// ---------------------------------------------------------------- GPU memory
+
+function formatBytes(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "?";
+  return n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${(n / 1e6).toFixed(1)} MB`;
+}
+
+function selectedDtype() {
+  return el.modelDtype.value || "fp16";
+}
+
+/** The engine's GPU memory figures: `mem` is `model.memory()` (weights now, peak weights + activations
+ * since the load, image encodings included), `task` the last result's `memory` (peak of that call). */
+export function renderMemory(mem, task) {
+  el.memory.hidden = !mem;
+  if (!mem) { el.memory.textContent = ""; delete el.memory.dataset.peakBytes; return; }
+  el.memory.dataset.dtype = mem.dtype ?? "";
+  el.memory.dataset.weightsBytes = String(mem.weightsBytes);
+  el.memory.dataset.peakBytes = String(mem.peakBytes);
+  let text = `GPU memory (${mem.dtype ?? "?"} weights): weights ${formatBytes(mem.weightsBytes)}, ` +
+    `peak since load ${formatBytes(mem.peakBytes)}`;
+  if (task) text += `; last task peak ${formatBytes(task.peakBytes)} (activations ${formatBytes(task.peakActivationsBytes)})`;
+  el.memory.textContent = text;
 }
 
 // ---------------------------------------------------------------- images
@@ -530,7 +562,7 @@ function prettyJson(v) {
 async function ensureModel() {
   let wanted = null;
   try { wanted = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
-  if (!state.modelSource || state.modelSource !== wanted) {
+  if (!state.modelSource || state.modelSource !== wanted || state.modelDtype !== selectedDtype()) {
     try { await loadModel(); } catch (_) { return false; }
   }
   return true;
@@ -624,8 +656,9 @@ async function runTask() {
   state.busy = { kind: "run", id };
   updateButtons();
   try {
-    const { output, wallMs, reused, encodeMs } = await promise;
+    const { output, wallMs, reused, encodeMs, memory } = await promise;
     renderOutput(output, wallMs, { reused, encodeMs });
+    renderMemory(memory, output.memory);
     setStatus("done");
   } catch (e) {
     fail(e, "run");
@@ -690,6 +723,7 @@ async function main() {
   const params = new URLSearchParams(location.search);
   el.modelUrl.value = params.get("model") || DEFAULT_MODEL;
   if (params.get("cache") === "0") el.modelCache.checked = false;
+  if (params.get("dtype")) el.modelDtype.value = params.get("dtype");
   if (params.get("beams")) {
     const b = params.get("beams");
     if (![...el.beams.options].some((o) => o.value === b)) el.beams.append(new Option(`${b} beams`, b));

@@ -3,11 +3,11 @@
 //
 // Protocol (every message carries the request `id` it answers):
 //   page -> worker  {type: "probe"}                               -> {type: "probe", ok, reason, adapter}
-//                   {type: "load", id, source, cache}             -> {type: "progress", id, event}*,
-//                                                                    {type: "loaded", id} | {type: "error", id, error}
+//                   {type: "load", id, source, cache, dtype}      -> {type: "progress", id, event}*,
+//                                                                    {type: "loaded", id, memory} | {type: "error", id, error}
 //                   {type: "run", id, image, imageKey, prompt, options}
 //                                                                 -> {type: "token", id, text}*,
-//                                                                    {type: "result", id, output, wallMs, reused, encodeMs}
+//                                                                    {type: "result", id, output, wallMs, reused, encodeMs, memory}
 //                                                                    | {type: "error", id, error}
 //                   {type: "cancel", id}                          (aborts that request's AbortSignal)
 // Errors travel as {name, message} (structured cloning would lose the package's error names).
@@ -119,10 +119,11 @@ async function handle(msg) {
       }
       model = await Florence2.load(msg.source, {
         cache: msg.cache !== false,
+        dtype: msg.dtype || "fp16",
         signal: ctrl.signal,
         onProgress: (event) => postMessage({ type: "progress", id, event: toPlain(event) }),
       });
-      postMessage({ type: "loaded", id });
+      postMessage({ type: "loaded", id, memory: toPlain(model.memory()) });
     } else if (type === "run") {
       if (!model) {
         const err = new Error("no model loaded");
@@ -143,7 +144,7 @@ async function handle(msg) {
         encodeMs = performance.now() - t0;
       }
       const out = await model.runTask(encoded.img, msg.prompt, options);
-      postMessage({ type: "result", id, output: toPlain(out), wallMs: performance.now() - t0, reused, encodeMs });
+      postMessage({ type: "result", id, output: toPlain(out), wallMs: performance.now() - t0, reused, encodeMs, memory: toPlain(model.memory()) });
     } else {
       throw new Error(`unknown message ${type}`);
     }

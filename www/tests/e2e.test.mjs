@@ -86,10 +86,11 @@ async function waitForResult(page) {
   }));
 }
 
-function cli(model, task, image, beams) {
+function cli(model, task, image, beams, dtype) {
   const out = execFileSync(CLI, [
     "run", "--model", path.join(MODELS, model), "--image", path.join(IMAGES, image), "--task", task,
-    "--max-new-tokens", String(MAX_NEW), ...(beams ? ["--num-beams", String(beams)] : []), "--json",
+    "--max-new-tokens", String(MAX_NEW), ...(beams ? ["--num-beams", String(beams)] : []),
+    ...(dtype ? ["--dtype", dtype] : []), "--json",
   ], { env: { ...process.env, NODEVICE_SELECT: "1" }, stdio: ["ignore", "pipe", "pipe"] });
   return JSON.parse(out.toString());
 }
@@ -116,12 +117,14 @@ async function overlayHits(page, points) {
   }, points);
 }
 
-/** Run `task` in the page and with the CLI; `beams` 1 = greedy, null = the model's generation_config. */
-async function runAndCompare(model, task, image, points, shot, extra, beams = 1) {
-  const expected = cli(model, task, image, beams);
+/** Run `task` in the page and with the CLI; `beams` 1 = greedy, null = the model's generation_config;
+ * `dtype` the resident weight format (null: both defaults, fp16). */
+async function runAndCompare(model, task, image, points, shot, extra, beams = 1, dtype = null) {
+  const expected = cli(model, task, image, beams, dtype);
   const page = await newPage();
   const params = { model: MODEL_URL[model], image: `/fixtures/images/${image}`, task, autorun: 1, max: MAX_NEW };
   if (beams) params.beams = beams;
+  if (dtype) params.dtype = dtype;
   await page.goto(pageUrl(params));
   const r = await waitForResult(page);
   assert.equal(r.status, "done", `page failed: ${JSON.stringify(r.json)}`);
@@ -145,6 +148,14 @@ async function runAndCompare(model, task, image, points, shot, extra, beams = 1)
     assert.ok(ov.painted > 0 && ov.painted < ov.total, `overlay painted ${ov.painted}/${ov.total}`);
     assert.equal(ov.shapes, pts.length / 4);
   }
+  // The GPU memory line: the chosen resident format, the engine's weight bytes (as the CLI counts them
+  // for the same format) and a peak that covers them.
+  const mem = await page.$eval("#memory", (e) => ({ hidden: e.hidden, ...e.dataset }));
+  assert.equal(mem.hidden, false, "the memory line is shown");
+  assert.equal(mem.dtype, dtype || "fp16");
+  assert.equal(Number(mem.weightsBytes), expected.memory.weights_bytes, "weight bytes differ from the CLI's");
+  assert.ok(Number(mem.peakBytes) > Number(mem.weightsBytes), `peak ${mem.peakBytes} <= weights ${mem.weightsBytes}`);
+  assert.equal(out.memory?.dtype, dtype || "fp16");
   // The answer and the JSON are visible.
   assert.equal(await page.textContent("#answer"), expected.text);
   assert.ok(await page.isVisible("#timings"));
@@ -182,6 +193,11 @@ test("tiny2 <OCR_WITH_REGION> on scene.png equals the native CLI and draws its q
     assert.ok(await page.isVisible("#ocr-list"));
   });
   console.log(`# tiny2 <OCR_WITH_REGION>: ${pts / 4} quadrilateral(s) checked on the overlay`);
+});
+
+test("tiny2 <OD> with q8 weights (?dtype=q8) equals the native CLI's --dtype q8", async () => {
+  const { pts } = await runAndCompare("tiny2", "<OD>", "scene.png", boxCorners, null, null, 1, "q8");
+  console.log(`# tiny2 <OD>, q8 weights: ${pts / 4} boxes`);
 });
 
 test("tiny2 <OD> with the model's default decoding (beam search) equals the native CLI's", async () => {
