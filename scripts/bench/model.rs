@@ -1096,7 +1096,7 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
     let t = &cfg.text;
     let (l, d, v, beams, max_len) = (t.decoder_layers, t.d_model, t.vocab_size, 3usize, 1023usize);
     let kv = (2 * l * beams * max_len * d * 4) as u64;
-    let spare = (beams * max_len * d * 4) as u64;
+    let spare = (beams * florence2_wasm::model::bart::REORDER_CHUNK_ROWS * d * 4) as u64;
     println!(
         "\ndecode phase, by construction: self-attention KV caches {:.1} MB (2 x {l} layers x ({beams}, {max_len}, {d}) f32), \
          reorder spare {:.1} MB, cross K/V {:.1} MB per 1000 encoder tokens (2 x {l} x (S, {d})), \
