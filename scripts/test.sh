@@ -35,6 +35,11 @@ echo "== florence2 serve with the official openai Python client"
 cargo build --bin florence2
 scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
 
+# Every test and bench target compiled for wasm32 (the browser-only benches under scripts/bench/ are not
+# run below; this catches a wasm-only target broken by a native-looking change).
+echo "== wasm32 compile check of every test target"
+cargo check --target wasm32-unknown-unknown --tests
+
 echo "== browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits --test browser_gpu
