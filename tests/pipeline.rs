@@ -353,3 +353,40 @@ fn foreign_encodings_and_bad_requests_are_named_errors() {
         },
     );
 }
+
+#[test]
+fn repeated_requests_hold_the_same_memory_and_release_it() {
+    // Every request allocates its buffers (vision arena, encoder scratch, cross K/V, KV caches sized to
+    // its max_new_tokens) and releases them when it ends: three identical `<OD>` beam-search requests
+    // must give the same answer, the same peak and the same number of buffer allocations, and leave the
+    // activation bytes where they were (only the weights stay resident). A device of its own: memory
+    // counters are per device, and other tests run in parallel.
+    let g = std::sync::Arc::new(
+        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+    );
+    let p = Pipeline::load_dir(&g, &fixtures().join("models").join("tiny2")).unwrap();
+    let bytes = image_bytes("scene.png");
+    let o = TaskOptions {
+        max_new_tokens: Some(12),
+        num_beams: Some(3),
+        ..Default::default()
+    };
+    let base = g.memory();
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        let before = g.memory();
+        g.reset_peak_memory();
+        let out = run(&p, Image::Encoded(&bytes).into(), "<OD>", &o);
+        let m = g.memory();
+        assert_eq!(
+            m.activations_bytes, base.activations_bytes,
+            "request {i} left activations behind"
+        );
+        assert_eq!(m.weights_bytes, base.weights_bytes);
+        let allocs = m.allocations - before.allocations;
+        let peak = m.peak_activations_bytes - before.activations_bytes;
+        eprintln!("request {i}: peak activations {peak} B, {allocs} buffers");
+        seen.push((out.token_ids, peak, allocs));
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
+}
