@@ -532,7 +532,15 @@ async fn browser_linear_every_variant() {
     use ops::matmul::{linear_variant, Act, LinearVariant};
     let g = gpu().await;
     let mut ran = 0;
-    for &(m, n, k) in &[(1, 37, 64), (3, 70, 40), (130, 129, 147), (17, 65, 32)] {
+    // (37, 300, 152): partial row blocks of every register-blocked kernel, two 256-column workgroups with
+    // a ragged last column group, the padded stem K.
+    for &(m, n, k) in &[
+        (1, 37, 64),
+        (3, 70, 40),
+        (130, 129, 147),
+        (17, 65, 32),
+        (37, 300, 152),
+    ] {
         for format in [DType::F32, DType::F16] {
             let x = rand_vec(m as u64, m * k);
             let mut w: Vec<f32> = rand_vec(n as u64 + 7, n * k)
@@ -674,6 +682,64 @@ async fn browser_quantized_linear_and_embedding() {
         rec.submit().unwrap();
         assert_eq!(run_vec(&g, &to).await, want, "embedding {dt:?}");
     }
+}
+
+/// The residual epilogue (out = x w^T + b + residual) through every variant this browser can run, with
+/// f32 and block-quantized (q8, q4) weights, against the f64 reference on the dequantized weights (the
+/// bound of `linear_ref64` plus one rounding of the residual add).
+#[wasm_bindgen_test]
+async fn browser_linear_residual_and_quantized_every_variant() {
+    use florence2_wasm::gpu::quant;
+    use ops::matmul::{linear_variant_residual, Act, LinearVariant};
+    let g = gpu().await;
+    let (m, n, k) = (21, 70, 96);
+    let mut ran = 0;
+    for format in [DType::F32, DType::Q8, DType::Q4] {
+        let x = rand_vec(5, m * k);
+        let mut w: Vec<f32> = rand_vec(6, n * k).iter().map(|v| v * 0.5).collect();
+        let b = rand_vec(7, n);
+        let r = rand_vec(8, m * n);
+        let tw = match format.qformat() {
+            Some(q) => {
+                let t = Tensor::from_f32_quantized(&g, &[n, k], &w, q, "w").unwrap();
+                let mut bytes = Vec::new();
+                quant::quantize_rows(q, k, &w, &mut bytes).unwrap();
+                w = quant::dequantize_rows(q, k, &bytes).unwrap();
+                t
+            }
+            None => Tensor::from_f32(&g, &[n, k], &w, "w").unwrap(),
+        };
+        let tx = Tensor::from_f32(&g, &[m, k], &x, "x").unwrap();
+        let tb = Tensor::from_f32(&g, &[n], &b, "b").unwrap();
+        let tr = Tensor::from_f32(&g, &[m, n], &r, "r").unwrap();
+        let (lin, bound) = linear_ref64(&x, &w, &b, m, n, k);
+        for v in LinearVariant::ALL {
+            if !v.supports(&g.caps, m, k, format) {
+                continue;
+            }
+            let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
+            let mut rec = Recorder::new(&g);
+            linear_variant_residual(&mut rec, v, &tx, &tw, Some(&tb), Act::None, Some(&tr), &to)
+                .unwrap();
+            rec.submit().unwrap();
+            let got = run_vec(&g, &to).await;
+            for i in 0..m * n {
+                let want = lin[i] + r[i];
+                let bd = bound[i] + 2.0 * f32::EPSILON * want.abs();
+                assert!(
+                    (got[i] - want).abs() <= bd,
+                    "{v:?} {format:?} [{i}]: {} vs {want} (bound {bd})",
+                    got[i]
+                );
+            }
+            ran += 1;
+        }
+    }
+    web_sys::console::log_1(&format!("linear + residual: {ran} variant x format runs").into());
+    assert!(
+        ran >= 3 + 2 * 5,
+        "f32 everywhere, q8/q4 through the vec4 and reg kernels"
+    );
 }
 
 /// The tuner in the browser: it times, installs its choices and caches them in the Cache API, so a second

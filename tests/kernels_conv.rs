@@ -172,8 +172,8 @@ fn conv2d_k_padding_reaches_the_fast_kernels() {
         choose_linear_variant(&g.caps, 36864, k),
         LinearVariant::Scalar
     );
-    assert!(LinearVariant::Reg8x4.supports(&g.caps, 36864, k, f));
-    assert!(!LinearVariant::Reg8x4.supports(&g.caps, 36864, 147, f));
+    assert!(LinearVariant::Reg8x8.supports(&g.caps, 36864, k, f));
+    assert!(!LinearVariant::Reg8x8.supports(&g.caps, 36864, 147, f));
 }
 
 #[test]

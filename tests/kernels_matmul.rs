@@ -496,13 +496,13 @@ fn linear_variant_choice_and_refusals() {
     if sg {
         assert_eq!(big, LinearVariant::SubgroupC4);
     } else {
-        assert_eq!(big, LinearVariant::Vec4);
+        assert_eq!(big, LinearVariant::Reg8x8);
     }
     let mut nosg = c.clone();
     nosg.subgroups = false;
     assert_eq!(
         matmul::choose_linear_variant(&nosg, 585, 768),
-        LinearVariant::Vec4
+        LinearVariant::Reg8x8
     );
     assert_eq!(
         matmul::choose_linear_variant(&nosg, 1, 768),

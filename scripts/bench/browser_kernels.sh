@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-1800}
-wasm-pack test --headless --chrome --mode no-install -- --test browser_kernels_bench
+wasm-pack test --headless --chrome --mode no-install -- --test browser_kernels_bench -- --nocapture

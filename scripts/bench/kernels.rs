@@ -6,7 +6,9 @@
 //! Timing: each sample records the op into a fresh `Recorder`, submits and waits for the queue to go idle
 //! (submit + wait, as the model pays it); one warm-up sample (pipeline compilation) is excluded; the median
 //! of the samples is reported. `KERNELS_BENCH_ONLY=<substring>` runs only the linear shapes whose label
-//! contains it.
+//! contains it. `KERNELS_BENCH_F16=1` runs the linear table with f16-storage weights (the `static f16`
+//! column then repeats the static choice in f32). `KERNELS_BENCH_VARIANTS=<substring>` times only the
+//! linear variants whose name contains it, and skips the tuner (for quick kernel experiments).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -144,6 +146,9 @@ fn gpu_linear(
     let wv = rand_vec(2, n * k);
     let w = match dtype {
         DType::F16 => Tensor::from_f32_as_f16(gpu, &[n, k], &wv, "w").unwrap(),
+        DType::Q8 | DType::Q4 => {
+            Tensor::from_f32_quantized(gpu, &[n, k], &wv, dtype.qformat().unwrap(), "w").unwrap()
+        }
         _ => Tensor::from_f32(gpu, &[n, k], &wv, "w").unwrap(),
     };
     drop(wv);
@@ -187,6 +192,11 @@ fn main() {
         return;
     }
     let full = std::env::var("KERNELS_BENCH_FULL").is_ok_and(|v| v != "0");
+    let (wdt, other) = if std::env::var("KERNELS_BENCH_F16").is_ok_and(|v| v != "0") {
+        (DType::F16, DType::F32)
+    } else {
+        (DType::F32, DType::F16)
+    };
     let cfg = Cfg {
         full,
         reps: if full { 7 } else { 3 },
@@ -213,8 +223,9 @@ fn main() {
 
     println!();
     println!(
-        "linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [f32 weights, GFLOP/s; '-' = cannot run or \
-         skipped]"
+        "linear  out (M, N) = x (M, K) @ w (N, K)^T + bias   [{} weights, GFLOP/s; '-' = cannot run or \
+         skipped]",
+        format!("{wdt:?}").to_lowercase()
     );
     println!(
         "  static = the choice with tuning off; tuned = the tuner's pick (tuning auto, timed in this run \
@@ -230,10 +241,15 @@ fn main() {
     }
     header.push_str(&format!(
         " | {:>13} | {:<13} {:<13} {:<13} {:>10}",
-        "static f16", "static", "tuned", "best", "tuned/best"
+        format!("static {}", format!("{other:?}").to_lowercase()),
+        "static",
+        "tuned",
+        "best",
+        "tuned/best"
     ));
     println!("{header}");
     let only = std::env::var("KERNELS_BENCH_ONLY").unwrap_or_default();
+    let only_v = std::env::var("KERNELS_BENCH_VARIANTS").unwrap_or_default();
     let mut worst_ratio = f64::INFINITY;
     for &(label, m, k, n) in LINEAR_SHAPES {
         if !label.contains(only.as_str()) {
@@ -253,9 +269,10 @@ fn main() {
         let mut cells: Vec<(LinearVariant, Cell)> = Vec::new();
         for v in LinearVariant::ALL {
             // The scalar kernel is very slow at the large GEMM shapes: only in full runs there.
-            let skip = v == LinearVariant::Scalar && !(cfg.full || decode);
-            let cell = if !skip && v.supports(&gpu.caps, m, k, DType::F32) {
-                run(v, DType::F32)
+            let skip = (v == LinearVariant::Scalar && !(cfg.full || decode))
+                || !v.name().contains(only_v.as_str());
+            let cell = if !skip && v.supports(&gpu.caps, m, k, wdt) {
+                run(v, wdt)
             } else {
                 None
             };
@@ -263,14 +280,22 @@ fn main() {
         }
         let of = |v: LinearVariant| cells.iter().find(|c| c.0 == v).and_then(|c| c.1);
         let stat = matmul::choose_linear_variant(&gpu.caps, m, k);
-        let stat16 = run(stat, DType::F16);
+        if !only_v.is_empty() {
+            let mut line = format!("{label:<20} {m:>6} {k:>5} {n:>6} | {} |", cell(Some(cpu)));
+            for (_, c) in &cells {
+                line.push_str(&format!(" {}", cell(*c)));
+            }
+            println!("{line}");
+            continue;
+        }
+        let stat16 = run(stat, other);
         // The tuner, as a model load runs it (no cache, so it really times).
         gpu.choices.clear();
         let shape = tune::LinearShape {
             m,
             n,
             k,
-            format: DType::F32,
+            format: wdt,
         };
         let report = pollster::block_on(tune::tune(
             &gpu,
