@@ -3,7 +3,7 @@
 // GPUs. Requires `matmul_common.wgsl` in front (Params, bindings, `w_load8`, the epilogue).
 //
 // Each invocation computes an RM x RN block of outputs (override constants; the tuner's variants reg4x4,
-// reg16x4, reg8x8, reg16x8, reg16x16). Per 8-wide step along K it loads RM rows of x as two vec4 each and
+// reg8x8, reg16x8, reg16x16; 16x4 measured below 16x8 on both CPU adapters and was dropped). Per 8-wide step along K it loads RM rows of x as two vec4 each and
 // the RN weight rows as two vec4 each (`w_load8`: f32, packed f16 or q8/q4 dequantized in registers), then
 // does RM * RN * 8 multiply-adds: 2 (RM + RN) loads for them, against 2 (1 + RN) for a 1 x RN GEMV. Loads
 // are what bounds a CPU adapter (a load whose address differs per lane is a gather) and a GPU's cache

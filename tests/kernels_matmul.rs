@@ -117,7 +117,8 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
 /// so new variants are tested as soon as they are listed); `None` is the automatic choice.
 fn variants(g: &Gpu, m: usize, k: usize, format: DType) -> Vec<Option<LinearVariant>> {
     let mut v = vec![None];
-    for var in LinearVariant::ALL {
+    // `Vec4` is no tuner candidate any more (superseded by `Reg8x8`) but still forceable: tested too.
+    for var in LinearVariant::ALL.into_iter().chain([LinearVariant::Vec4]) {
         if var.supports(&g.caps, m, k, format) {
             v.push(Some(var));
         } else if !var.supports(&g.caps, 1, 64, format) {
