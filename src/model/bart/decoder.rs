@@ -431,21 +431,19 @@ impl Decoder {
                 ops::attention::attention_dyn(rec, &q3, ck, cv, &self_opts, st, &a3)?;
                 // (B, 1, D)
             }
-            sa.out_proj.forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
-            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+            sa.out_proj
+                .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
                                                               // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
             l.encoder_attn.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
             ops::attention::attention(rec, &q3, &s.cross.k[i], &s.cross.v[i], &cross_opts, &a3)?; // (B, 1, D)
             l.encoder_attn
                 .out_proj
-                .forward(rec, &s.a, Act::None, &s.t)?; // (B, D)
-            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+                .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
             l.encoder_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
                                                                  // Feed-forward.
             l.fc1.forward(rec, &s.x, self.act, &s.f)?; // (B, F)
-            l.fc2.forward(rec, &s.f, Act::None, &s.t)?; // (B, D)
-            ops::elementwise::add(rec, &s.x, &s.t, &s.t)?; // (B, D)
+            l.fc2.forward_residual(rec, &s.f, Act::None, &s.x, &s.t)?; // (B, D) = x + fc2(f)
             l.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
         }
         self.lm_head.forward(rec, &s.x, Act::None, &s.logits)?; // (B, V)
