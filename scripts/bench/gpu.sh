@@ -7,6 +7,11 @@
 #   scripts/bench/gpu.sh                 # all three
 #   MODEL_DIR=/path/to/florence2 scripts/bench/gpu.sh   # also `florence2 tune` + `run --profile` on it
 #   GPU_BENCH_SKIP_MODEL=1 ...           # kernels and decode only (the model bench writes ~1.5 GB)
+#   GPU_BENCH_PROFILE=dev ...            # cargo profile of the benches (default: cargo bench's release
+#                                        # profile; dev skips the long release build of the dependencies)
+# The benches' own knobs pass through, e.g. a quick check on a CPU adapter:
+#   GPU_BENCH_PROFILE=dev KERNELS_BENCH_ONLY="decode proj" DECODE_BENCH_STEPS=2 MODEL_BENCH_TOKENS=2 \
+#   MODEL_BENCH_RESIDENT=fp32 MODEL_BENCH_COLD=0 MODEL_BENCH_BREAKDOWN=0 MODEL_BENCH_REUSE=0 scripts/bench/gpu.sh
 #
 # wgpu picks the high-performance adapter; WGPU_BACKEND=vulkan|metal|dx12 and WGPU_ADAPTER_NAME=<substring>
 # choose another.
@@ -21,14 +26,23 @@ run() { # name, command...
   "$@" 2>&1 | tee "$out/$name.log"
 }
 
-run kernels cargo bench --bench kernels
-run decode cargo bench --bench decode
+profile=()
+if [ -n "${GPU_BENCH_PROFILE:-}" ]; then profile=(--profile "$GPU_BENCH_PROFILE"); fi
+
+run kernels cargo bench "${profile[@]}" --bench kernels
+run decode cargo bench "${profile[@]}" --bench decode
 if [ -z "${GPU_BENCH_SKIP_MODEL:-}" ]; then
-  MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=off run model-static cargo bench --bench model
-  MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=auto run model-tuned cargo bench --bench model
-  echo "== model phases, static vs tuned"
-  grep -E "^(  )?(vision|projector|encoder|cross|decode|preprocess)" "$out/model-static.log" | sed 's/^/static  /' || true
-  grep -E "^(  )?(vision|projector|encoder|cross|decode|preprocess)" "$out/model-tuned.log" | sed 's/^/tuned   /' || true
+  # Tuning without a time budget, so every class is tuned (a load's auto stops after ~3 s and continues
+  # on the next load).
+  MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=off run model-static cargo bench "${profile[@]}" --bench model
+  MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=auto MODEL_BENCH_TUNING_BUDGET_MS="${MODEL_BENCH_TUNING_BUDGET_MS:-none}" \
+    run model-tuned cargo bench "${profile[@]}" --bench model
+  echo "== model phases (warm, ms), static vs tuned, in the order the runs printed them"
+  phases='^(  )?(preprocess|vision|projector|encoder|cross|decode)'
+  paste -d'\t' <(grep -E "$phases" "$out/model-static.log" || true) <(grep -E "$phases" "$out/model-tuned.log" || true) |
+    awk -F'\t' '{ name = substr($1, 1, 22); s = substr($1, 23, 11) + 0; t = substr($2, 23, 11) + 0;
+                   printf "%-22s static %10.1f  tuned %10.1f  tuned/static %s\n", name, s, t,
+                          (s > 0 ? sprintf("%.3f", t / s) : "-") }'
 fi
 if [ -n "${MODEL_DIR:-}" ]; then
   cargo build --release --bin florence2

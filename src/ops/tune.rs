@@ -17,6 +17,12 @@
 //! ([`AUTO_BUDGET_MS`] by default, on every adapter: on CPU adapters a base model does not fit in one
 //! load). Classes left over keep the static choice for this load; every finished class is cached at
 //! once, so the next load continues where this one stopped and, once all are cached, times nothing.
+//! Compiling a candidate's pipeline is often the largest cost on a CPU adapter (seconds for an
+//! unrolled kernel on lavapipe) and cannot be interrupted: a compile starts only while an average one
+//! still fits before the deadline, and a class cut short this way caches its best so far together with
+//! its untried candidates, which a later load times against it (at least two candidates per class and
+//! load, so every load progresses; a load overruns the budget by at most one compile and one class's
+//! timing).
 //! Within a class the cost is bounded as well: candidates are first screened at a probe size sized from
 //! the device's measured speed (a call of the fastest lasts about [`PROBE_CALL_MS`]); those slower than
 //! [`SCREEN_FACTOR`] x the fastest cannot win and are dropped, those slower than [`BAN_FACTOR`] x are not
