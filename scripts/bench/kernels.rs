@@ -233,7 +233,7 @@ fn main() {
     );
     println!(
         "  static = the choice with tuning off; tuned = the tuner's pick (tuning auto, timed in this run \
-         at <= {} rows); best = the fastest measured here; tuned/best = its GFLOP/s over the best's",
+         at <= {} rows); best = the fastest measured here; tuned/best = its GFLOP/s over the best's; rematch = the same ratio from 5 alternating rounds of the two (only where they differ)",
         tune::AUTO_MAX_ROWS
     );
     let mut header = format!(
@@ -244,17 +244,19 @@ fn main() {
         header.push_str(&format!(" {:>13}", v.name()));
     }
     header.push_str(&format!(
-        " | {:>13} | {:<13} {:<13} {:<13} {:>10}",
+        " | {:>13} | {:<13} {:<13} {:<13} {:>10} {:>10}",
         format!("static {}", format!("{other:?}").to_lowercase()),
         "static",
         "tuned",
         "best",
-        "tuned/best"
+        "tuned/best",
+        "rematch"
     ));
     println!("{header}");
     let only = std::env::var("KERNELS_BENCH_ONLY").unwrap_or_default();
     let only_v = std::env::var("KERNELS_BENCH_VARIANTS").unwrap_or_default();
     let mut worst_ratio = f64::INFINITY;
+    let mut worst_rematch = f64::INFINITY;
     for &(label, m, k, n) in LINEAR_SHAPES {
         if !label.contains(only.as_str()) {
             continue;
@@ -321,6 +323,23 @@ fn main() {
             (Some(t), Some((_, b))) => t.0 / b,
             _ => f64::NAN,
         };
+        // The cells above are measured one after another: on a loaded machine a tiny shape's cell can
+        // catch a busy second. Where the tuner's pick is not the best cell, time the two again in
+        // alternating rounds (same run, same conditions) and report that ratio too.
+        let rematch = match best {
+            Some((b, _)) if b != tuned => {
+                let (mut tt, mut tb) = (Vec::new(), Vec::new());
+                for _ in 0..5 {
+                    tt.push(gpu_linear(&cfg, &gpu, tuned, wdt, m, k, n).wall);
+                    tb.push(gpu_linear(&cfg, &gpu, b, wdt, m, k, n).wall);
+                }
+                median(tb) / median(tt)
+            }
+            _ => ratio,
+        };
+        if rematch.is_finite() {
+            worst_rematch = worst_rematch.min(rematch);
+        }
         if ratio.is_finite() {
             worst_ratio = worst_ratio.min(ratio);
         }
@@ -329,17 +348,21 @@ fn main() {
             line.push_str(&format!(" {}", cell(*c)));
         }
         line.push_str(&format!(
-            " | {} | {:<13} {:<13} {:<13} {:>10.3}",
+            " | {} | {:<13} {:<13} {:<13} {:>10.3} {:>10.3}",
             cell(stat16),
             stat.name(),
             tuned.name(),
             best.map_or("-", |b| b.0.name()),
-            ratio
+            ratio,
+            rematch
         ));
         println!("{line}");
     }
     gpu.choices.clear();
-    println!("worst tuned/best over the shapes: {worst_ratio:.3} (target >= 0.9)");
+    println!(
+        "worst tuned/best over the shapes: {worst_ratio:.3}; after the alternating rematch: \
+         {worst_rematch:.3} (target >= 0.9)"
+    );
 
     println!();
     println!("matmul  out (B, M, N) = a (B, M, K) @ b (B, K, N)   [GFLOP/s]");
