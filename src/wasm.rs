@@ -660,6 +660,7 @@ async fn open_pipeline(
     )
     .await
     {
+        Ok(_) if args.tuning == Tuning::Off => String::new(),
         Ok(r) => r.table(),
         Err(e) => {
             gpu.choices.clear();

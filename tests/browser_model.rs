@@ -1123,3 +1123,73 @@ async fn profile_option_returns_gpu_times_per_dispatch() {
     check_output(&out, &case);
     m.dispose();
 }
+
+/// `tuning: "auto"` in the browser: the first load (fresh tuning cache) times kernels within its budget
+/// and writes the Cache API; the next loads continue from the cache. Load times are logged
+/// (informational: speed lives in the benches).
+#[wasm_bindgen_test]
+async fn tuning_auto_continues_across_loads() {
+    cache_clear("florence2-wasm-tuning").await;
+    let now = || js_sys::Date::now();
+    let t = now();
+    let off = load(
+        blob_source(model("tiny2")),
+        obj(&[("cache", false.into()), ("tuning", "off".into())]),
+    )
+    .await
+    .unwrap();
+    let off_ms = now() - t;
+    assert_eq!(off.tuning_table(), "", "off times nothing");
+    off.dispose();
+    let summary = |table: &str| -> (usize, usize, usize) {
+        // "... N classes timed (...), M from the cache, K left for later loads; ..."
+        let last = table.lines().last().unwrap_or_default().to_string();
+        let num = |after: &str| -> usize {
+            let words: Vec<&str> = last.split_whitespace().collect();
+            let i = words
+                .windows(2)
+                .position(|w| w[1].starts_with(after))
+                .unwrap_or_else(|| panic!("no {after:?} in {last:?}"));
+            words[i].parse().unwrap()
+        };
+        (num("classes"), num("from"), num("left"))
+    };
+    // Each load continues where the last stopped: what is left never grows, and within a few loads
+    // classes come from the cache. (That the loads end with everything cached and nothing timed is
+    // tested natively, in tests/tuning.rs, with a step clock: SwiftShader compiles slowly, so a model
+    // takes many loads here.)
+    let mut loads = Vec::new();
+    let mut last_left = usize::MAX;
+    let mut cached_seen = 0;
+    for i in 0..5 {
+        let t = now();
+        let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+            .await
+            .unwrap();
+        let ms = now() - t;
+        let table = m.tuning_table();
+        m.dispose();
+        let (timed, cached, left) = summary(&table);
+        loads.push(format!(
+            "load {i}: {ms:.0} ms, {timed} timed, {cached} cached, {left} left"
+        ));
+        if i == 0 {
+            assert!(timed >= 1 && cached == 0, "{table}");
+        }
+        assert!(timed >= 1 || left == 0, "every load progresses: {table}");
+        assert!(left <= last_left, "{loads:?}");
+        last_left = left;
+        cached_seen = cached_seen.max(cached);
+        if left == 0 && timed == 0 {
+            break;
+        }
+    }
+    assert!(cached_seen >= 1, "later loads read the cache: {loads:?}");
+    web_sys::console::log_1(
+        &format!(
+            "tuning off: load {off_ms:.0} ms; auto: {}",
+            loads.join("; ")
+        )
+        .into(),
+    );
+}

@@ -545,3 +545,71 @@ fn tuner_uses_gpu_timestamps_where_available() {
     .unwrap();
     assert_eq!(r.timer, "wall clock");
 }
+
+/// Candidates the cache records as losers on this adapter (`banned`: lost by more than BAN_FACTOR) are
+/// neither compiled nor timed by `auto` on a later load; `exhaustive` times them again.
+#[test]
+fn banned_candidates_in_the_cache_are_skipped_by_auto() {
+    let g = open(GpuOptions::default());
+    let dir = cache_dir("banned");
+    let shape = LinearShape {
+        m: 70,
+        n: 48,
+        k: 32,
+        format: DType::F32,
+    };
+    tune_blocking_shapes(&g, &[shape], Tuning::Auto, &dir);
+    let files = json_files(&dir);
+    assert_eq!(files.len(), 1);
+    // Forget the class and ban the scalar kernel for GEMM rows in f32.
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    v["entries"] = serde_json::json!([]);
+    v["banned"] = serde_json::json!([{"regime": "gemm", "format": "F32", "variant": "scalar"}]);
+    std::fs::write(&files[0], serde_json::to_string(&v).unwrap()).unwrap();
+    g.choices.clear();
+    let r = tune_blocking_shapes(&g, &[shape], Tuning::Auto, &dir);
+    let row = &r.rows[0];
+    eprint!("{}", r.table());
+    assert_eq!(row.status, tune::RowStatus::Timed);
+    assert!(
+        row.times_ms.iter().all(|(n, _)| *n != "scalar"),
+        "{:?}",
+        row.times_ms
+    );
+    assert!(
+        row.dropped.contains(&("scalar", f64::INFINITY)),
+        "{:?}",
+        row.dropped
+    );
+    assert_ne!(row.chosen, "scalar");
+    // The ban stays in the rewritten cache.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert!(v["banned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["variant"] == "scalar"));
+    // Exhaustive ignores bans.
+    let ex = tune_blocking_shapes(&g, &[shape], Tuning::Exhaustive, &dir);
+    assert!(ex.rows[0]
+        .times_ms
+        .iter()
+        .any(|(n, t)| *n == "scalar" && t.is_some()));
+}
+
+fn tune_blocking_shapes(
+    g: &Arc<Gpu>,
+    shapes: &[LinearShape],
+    mode: Tuning,
+    dir: &Path,
+) -> tune::TuneReport {
+    pollster::block_on(tune::tune(
+        g,
+        shapes,
+        mode,
+        &CacheLocation::Dir(dir.to_path_buf()),
+    ))
+    .unwrap()
+}

@@ -35,14 +35,16 @@ if [ -z "${GPU_BENCH_SKIP_MODEL:-}" ]; then
   # Tuning without a time budget, so every class is tuned (a load's auto stops after ~3 s and continues
   # on the next load).
   MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=off run model-static cargo bench "${profile[@]}" --bench model
+  # ... and MODEL_BENCH_COMPARE rounds of static vs tuned end to end, alternating in one process.
   MODEL_BENCH_NO_REF=1 MODEL_BENCH_TUNING=auto MODEL_BENCH_TUNING_BUDGET_MS="${MODEL_BENCH_TUNING_BUDGET_MS:-none}" \
-    run model-tuned cargo bench "${profile[@]}" --bench model
+    MODEL_BENCH_COMPARE="${MODEL_BENCH_COMPARE:-3}" run model-tuned cargo bench "${profile[@]}" --bench model
   echo "== model phases (warm, ms), static vs tuned, in the order the runs printed them"
-  phases='^(  )?(preprocess|vision|projector|encoder|cross|decode)'
+  phases='^(  )?(preprocess|vision|projector|encoder|cross|decode step \()'
   paste -d'\t' <(grep -E "$phases" "$out/model-static.log" || true) <(grep -E "$phases" "$out/model-tuned.log" || true) |
     awk -F'\t' '{ name = substr($1, 1, 22); s = substr($1, 23, 11) + 0; t = substr($2, 23, 11) + 0;
                    printf "%-22s static %10.1f  tuned %10.1f  tuned/static %s\n", name, s, t,
                           (s > 0 ? sprintf("%.3f", t / s) : "-") }'
+  grep -E "alternating rounds" "$out/model-tuned.log" || true
 fi
 if [ -n "${MODEL_DIR:-}" ]; then
   cargo build --release --bin florence2

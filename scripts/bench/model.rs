@@ -23,7 +23,9 @@
 //!    f32 checkpoint (2 threads) and prints our / PyTorch per phase.
 //!
 //! Environment: `MODEL_BENCH_TUNING` (auto|off|exhaustive, default off: the static kernel choices; run
-//! twice to compare), `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
+//! twice to compare), `MODEL_BENCH_TUNING_BUDGET_MS` (auto's budget; default a load's, `none`: every
+//! class), `MODEL_BENCH_COMPARE=N` (with tuning on: N alternating end-to-end rounds static vs tuned in
+//! one process, the fair comparison on a loaded machine), `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
 //! weight dtypes each checkpoint is loaded as, default `fp32,fp16,q8,q4`: a row each in the final
 //! side-by-side table with weight bytes, engine-counted peak GPU bytes, phase times, decode ms per step
 //! and weight bytes read per step), `MODEL_BENCH_TOKENS` (default 20),
@@ -583,6 +585,59 @@ fn run_model(
         forced_eos_token_id: None,
         ..opts
     };
+
+    // MODEL_BENCH_COMPARE=N (with tuning on): N rounds, each an end-to-end `<CAPTION>` (encode + greedy
+    // `tokens` steps) with the static choices and one with the tuned ones, alternating, so both see the
+    // same machine load; medians and the tuned/static ratio per round.
+    let rounds: usize = env_or("MODEL_BENCH_COMPARE", "0")
+        .parse()
+        .expect("MODEL_BENCH_COMPARE");
+    if rounds > 0 && tuning != tune::Tuning::Off {
+        let tuned = gpu.choices.snapshot();
+        let greedy = florence2_wasm::model::generate::GenerateOptions {
+            num_beams: 1,
+            ..opts.clone()
+        };
+        let pass = || {
+            let t = Instant::now();
+            let px = preprocess(&img, &pcfg).expect("preprocess");
+            let pixels =
+                Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("px");
+            let enc = model.encode(&pixels, &CAPTION_IDS).expect("encode");
+            pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+                .expect("generate");
+            t.elapsed().as_secs_f64()
+        };
+        // One untimed pass of each compiles every pipeline both use.
+        gpu.choices.clear();
+        pass();
+        for (c, v) in &tuned {
+            gpu.choices.set(*c, v);
+        }
+        pass();
+        let (mut st, mut tu) = (Vec::new(), Vec::new());
+        for r in 0..rounds {
+            gpu.choices.clear();
+            st.push(pass());
+            for (c, v) in &tuned {
+                gpu.choices.set(*c, v);
+            }
+            tu.push(pass());
+            println!(
+                "  round {r}: static {:.2} s, tuned {:.2} s, tuned/static {:.3}",
+                st[r],
+                tu[r],
+                tu[r] / st[r]
+            );
+        }
+        println!(
+            "end-to-end <CAPTION> ({tokens} greedy tokens), {rounds} alternating rounds: static {:.2} s, \
+             tuned {:.2} s (medians), tuned/static {:.3}",
+            median(&st),
+            median(&tu),
+            median(&tu) / median(&st)
+        );
+    }
 
     if cold {
         let t = Instant::now();

@@ -25,7 +25,7 @@
 //! timing).
 //! Within a class the cost is bounded as well: candidates are first screened at a probe size sized from
 //! the device's measured speed (a call of the fastest lasts about [`PROBE_CALL_MS`]); those slower than
-//! [`SCREEN_FACTOR`] x the fastest cannot win and are dropped, those slower than [`BAN_FACTOR`] x are not
+//! [`SCREEN_FACTOR`] x the fastest cannot win and are dropped, those slower than [`BAN_FACTOR`] x are (kept in the cache, so in later loads too) not
 //! timed again for classes of the same kind (GEMM or decode GEMV, same weight format) in this run; the
 //! survivors are timed at a size whose calls last about [`TIMED_CALL_MS`] (rows capped, columns kept
 //! where the weights' memory traffic matters). `exhaustive` has no budget, no screening and times every
@@ -432,6 +432,18 @@ struct CacheFile {
     package: String,
     adapter: String,
     entries: Vec<CacheEntry>,
+    /// Linear candidates that lost by more than [`BAN_FACTOR`] on this adapter, per regime and weight
+    /// format: `auto` on a later load neither compiles nor times them (`exhaustive` does).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    banned: Vec<BanEntry>,
+}
+
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq)]
+struct BanEntry {
+    /// "gemv" (decode rows) or "gemm".
+    regime: String,
+    format: String,
+    variant: String,
 }
 
 #[derive(Serialize, Deserialize, Clone)]
@@ -908,13 +920,15 @@ pub async fn tune_budgeted(
     let adapter = gpu.caps.adapter_key.clone();
     let name = cache_name(&adapter);
     let mut entries: Vec<CacheEntry> = Vec::new();
+    let mut saved_bans: Vec<BanEntry> = Vec::new();
     if !matches!(cache, CacheLocation::None) {
         report.cache_path = Some(store::describe(cache, &name));
         match store::load(cache, &name).await {
             Ok(None) => {}
             Ok(Some(text)) => match serde_json::from_str::<CacheFile>(&text) {
                 Ok(f) if f.package == PACKAGE_VERSION && f.adapter == adapter => {
-                    entries = f.entries
+                    entries = f.entries;
+                    saved_bans = f.banned;
                 }
                 Ok(_) => {} // another adapter or version under a colliding name: re-tune.
                 Err(e) => report.warnings.push(format!(
@@ -950,6 +964,26 @@ pub async fn tune_budgeted(
     let mut speed: std::collections::HashMap<Regime, f64> = Default::default();
     type Kind = (crate::ops::registry::OpKind, Regime, DType);
     let mut banned: std::collections::HashSet<(Kind, &'static str)> = Default::default();
+    let regime_name = |r: Regime| match r {
+        Regime::Gemv => "gemv",
+        Regime::Gemm => "gemm",
+    };
+    if mode == Tuning::Auto {
+        for b in &saved_bans {
+            let (Some(v), Some(f)) = (
+                LinearVariant::from_name(&b.variant),
+                format_from_name(&b.format),
+            ) else {
+                continue;
+            };
+            for r in [Regime::Gemv, Regime::Gemm] {
+                if regime_name(r) == b.regime {
+                    banned.insert(((crate::ops::registry::OpKind::Linear, r, f), v.name()));
+                }
+            }
+        }
+    }
+    let bans_before = banned.len();
 
     let mut dirty = false;
     for (job, cost) in &jobs {
@@ -1112,11 +1146,29 @@ pub async fn tune_budgeted(
             "wall clock"
         };
     }
-    if dirty && !matches!(cache, CacheLocation::None) {
+    if (dirty || banned.len() != bans_before) && !matches!(cache, CacheLocation::None) {
+        let mut bans: Vec<BanEntry> = banned
+            .iter()
+            .map(|((_, r, f), v)| BanEntry {
+                regime: regime_name(*r).to_string(),
+                format: format!("{f:?}"),
+                variant: v.to_string(),
+            })
+            .collect();
+        // Exhaustive runs record no bans but keep those of earlier runs.
+        for b in saved_bans {
+            if !bans.contains(&b) {
+                bans.push(b);
+            }
+        }
+        bans.sort_by(|a, b| {
+            (&a.regime, &a.format, &a.variant).cmp(&(&b.regime, &b.format, &b.variant))
+        });
         let file = CacheFile {
             package: PACKAGE_VERSION.to_string(),
             adapter,
             entries,
+            banned: bans,
         };
         let text = serde_json::to_string_pretty(&file)
             .map_err(|e| Error::Gpu(format!("serialising the tuning cache: {e}")))?;
