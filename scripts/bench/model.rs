@@ -43,6 +43,8 @@
 //! `max_new_tokens` up front, the beam reorder spare on the first reorder), so the search is cancelled
 //! after `MODEL_BENCH_MEMORY_STEPS` (default 4) steps: the peak is that of the whole request, at a
 //! fraction of the time. Prints where the decode-phase bytes are (KV caches, cross K/V, ...).
+//! `MODEL_BENCH_MEMORY_MODEL=large` does the same on a Florence-2-large-shaped checkpoint
+//! (`target/bench-model/large-f32/`, 3.1 GB).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -222,6 +224,39 @@ fn tensor_values(name: &str, shape: &[usize], cfg: &Florence2Config) -> Vec<f32>
 
 /// Write the checkpoint to `dir` unless its `model.safetensors` is already there.
 fn ensure_checkpoint(dir: &Path, cfg: &Florence2Config, f16: bool) -> std::io::Result<()> {
+    ensure_checkpoint_of(dir, cfg, BASE_CONFIG, f16)
+}
+
+/// Florence-2-large's shapes (its `config.json`'s sizes on the base config): d_model 1024, 12 + 12
+/// layers of 16 heads, FFN 4096; DaViT embed_dim 256..2048, heads and groups 8..64.
+fn large_config_json() -> String {
+    let mut c: serde_json::Value = serde_json::from_str(BASE_CONFIG).expect("config json");
+    let t = &mut c["text_config"];
+    t["d_model"] = 1024.into();
+    for k in [
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+    ] {
+        t[k] = if k.ends_with("layers") { 12 } else { 16 }.into();
+    }
+    t["encoder_ffn_dim"] = 4096.into();
+    t["decoder_ffn_dim"] = 4096.into();
+    let v = &mut c["vision_config"];
+    v["embed_dim"] = serde_json::json!([256, 512, 1024, 2048]);
+    v["num_heads"] = serde_json::json!([8, 16, 32, 64]);
+    v["num_groups"] = serde_json::json!([8, 16, 32, 64]);
+    v["projection_dim"] = 1024.into();
+    serde_json::to_string(&c).expect("json")
+}
+
+fn ensure_checkpoint_of(
+    dir: &Path,
+    cfg: &Florence2Config,
+    config_json: &str,
+    f16: bool,
+) -> std::io::Result<()> {
     let st = dir.join("model.safetensors");
     if st.exists() {
         println!("checkpoint: reusing {}", dir.display());
@@ -258,7 +293,7 @@ fn ensure_checkpoint(dir: &Path, cfg: &Florence2Config, f16: bool) -> std::io::R
     let tmp = dir.join("model.safetensors.tmp");
     safetensors::serialize_to_file(views, Some(meta), &tmp).expect("serialize");
     std::fs::rename(&tmp, &st)?;
-    let mut config: serde_json::Value = serde_json::from_str(BASE_CONFIG).expect("config json");
+    let mut config: serde_json::Value = serde_json::from_str(config_json).expect("config json");
     config["dtype"] = (if f16 { "float16" } else { "float32" }).into();
     std::fs::write(
         dir.join("config.json"),
@@ -1147,7 +1182,10 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
     }
 
     // Where the decode-phase bytes are, from the shapes (f32 activations).
-    let cfg = Florence2Config::from_json_str(BASE_CONFIG).expect("base config");
+    let cfg = Florence2Config::from_json_str(
+        &std::fs::read_to_string(dir.join("config.json")).expect("config.json"),
+    )
+    .expect("config");
     let t = &cfg.text;
     let (l, d, v, beams, max_len) = (t.decoder_layers, t.d_model, t.vocab_size, 3usize, 1023usize);
     let kv = (2 * l * beams * max_len * d * 4) as u64;
@@ -1244,8 +1282,18 @@ fn main() {
         let steps: usize = env_or("MODEL_BENCH_MEMORY_STEPS", "4")
             .parse()
             .expect("MODEL_BENCH_MEMORY_STEPS");
-        let dir = root.join("base-f32");
-        ensure_checkpoint(&dir, &cfg, false).expect("checkpoint");
+        // MODEL_BENCH_MEMORY_MODEL=large: Florence-2-large's shapes (issue 10: fp16 <= 1.8 GB).
+        let dir = if env_or("MODEL_BENCH_MEMORY_MODEL", "base") == "large" {
+            let json = large_config_json();
+            let large = Florence2Config::from_json_str(&json).expect("large config");
+            let dir = root.join("large-f32");
+            ensure_checkpoint_of(&dir, &large, &json, false).expect("checkpoint");
+            dir
+        } else {
+            let dir = root.join("base-f32");
+            ensure_checkpoint(&dir, &cfg, false).expect("checkpoint");
+            dir
+        };
         memory_table(&gpu, &dir, &residents, steps);
         return;
     }
