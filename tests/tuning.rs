@@ -591,12 +591,15 @@ fn banned_candidates_in_the_cache_are_skipped_by_auto() {
         .unwrap()
         .iter()
         .any(|b| b["variant"] == "scalar"));
-    // Exhaustive ignores bans.
+    // Exhaustive ignores bans, and clears them.
     let ex = tune_blocking_shapes(&g, &[shape], Tuning::Exhaustive, &dir);
     assert!(ex.rows[0]
         .times_ms
         .iter()
         .any(|(n, t)| *n == "scalar" && t.is_some()));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert!(v.get("banned").is_none(), "{v}");
 }
 
 fn tune_blocking_shapes(

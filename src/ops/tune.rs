@@ -433,7 +433,8 @@ struct CacheFile {
     adapter: String,
     entries: Vec<CacheEntry>,
     /// Linear candidates that lost by more than [`BAN_FACTOR`] on this adapter, per regime and weight
-    /// format: `auto` on a later load neither compiles nor times them (`exhaustive` does).
+    /// format: `auto` on a later load neither compiles nor times them (`exhaustive` times them and
+    /// clears the list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     banned: Vec<BanEntry>,
 }
@@ -1146,7 +1147,9 @@ pub async fn tune_budgeted(
             "wall clock"
         };
     }
-    if (dirty || banned.len() != bans_before) && !matches!(cache, CacheLocation::None) {
+    if (dirty || banned.len() != bans_before || mode == Tuning::Exhaustive)
+        && !matches!(cache, CacheLocation::None)
+    {
         let mut bans: Vec<BanEntry> = banned
             .iter()
             .map(|((_, r, f), v)| BanEntry {
@@ -1155,11 +1158,10 @@ pub async fn tune_budgeted(
                 variant: v.to_string(),
             })
             .collect();
-        // Exhaustive runs record no bans but keep those of earlier runs.
-        for b in saved_bans {
-            if !bans.contains(&b) {
-                bans.push(b);
-            }
+        // An exhaustive run timed every candidate again: it clears the bans (a ban from a noisy
+        // screening is undone by `florence2 tune --tuning exhaustive`).
+        if mode == Tuning::Exhaustive {
+            bans.clear();
         }
         bans.sort_by(|a, b| {
             (&a.regime, &a.format, &a.variant).cmp(&(&b.regime, &b.format, &b.variant))
