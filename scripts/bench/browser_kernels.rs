@@ -32,6 +32,14 @@ const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("decode fc1", 1, 768, 3072),
 ];
 
+/// The tuner's candidates plus `Vec4` (no candidate any more, kept forceable: the no-subgroup static
+/// choice before the register-blocked kernels, for the side-by-side ratio).
+fn variants() -> Vec<LinearVariant> {
+    let mut v = vec![LinearVariant::Vec4];
+    v.extend(LinearVariant::ALL);
+    v
+}
+
 fn log(s: &str) {
     web_sys::console::log_1(&s.into());
 }
@@ -68,7 +76,7 @@ async fn browser_kernels_bench() {
         "{:<24} {:>4} {:>4} {:>4} {:>5}",
         "shape", "fmt", "M", "K", "N"
     );
-    for v in LinearVariant::ALL {
+    for v in variants() {
         header.push_str(&format!(" {:>9}", v.name()));
     }
     header.push_str("  static    best");
@@ -87,7 +95,7 @@ async fn browser_kernels_bench() {
                 matmul::linear_variant(&mut rec, v, &x, &w, Some(&b), Act::None, &out).unwrap();
                 rec.submit().unwrap();
             };
-            let vs: Vec<LinearVariant> = LinearVariant::ALL
+            let vs: Vec<LinearVariant> = variants()
                 .into_iter()
                 .filter(|v| v.supports(&g.caps, m, k, format))
                 .filter(|&v| v != LinearVariant::Scalar || m <= matmul::GEMV_MAX_ROWS)
@@ -115,7 +123,7 @@ async fn browser_kernels_bench() {
                 "{label:<24} {:>4} {m:>4} {k:>4} {n:>5}",
                 format!("{format:?}").to_lowercase()
             );
-            for v in LinearVariant::ALL {
+            for v in variants() {
                 line.push_str(&match rates.iter().find(|r| r.0 == v) {
                     Some((_, r)) => format!(" {r:>9.2}"),
                     None => format!(" {:>9}", "-"),

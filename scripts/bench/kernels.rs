@@ -46,6 +46,14 @@ const LINEAR_SHAPES: &[(&str, usize, usize, usize)] = &[
 const BMM_SHAPES: &[(&str, usize, usize, usize, usize)] =
     &[("12 heads q k^T, 577 tok", 12, 577, 64, 577)];
 
+/// The tuner's candidates plus `Vec4` (no candidate any more, kept forceable: the no-subgroup static
+/// choice before the register-blocked kernels, for the side-by-side ratio).
+fn variants() -> Vec<LinearVariant> {
+    let mut v = vec![LinearVariant::Vec4];
+    v.extend(LinearVariant::ALL);
+    v
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -240,7 +248,7 @@ fn main() {
         "{:<20} {:>6} {:>5} {:>6} | {:>13} |",
         "shape", "M", "K", "N", "cpu sgemm"
     );
-    for v in LinearVariant::ALL {
+    for v in variants() {
         header.push_str(&format!(" {:>13}", v.name()));
     }
     header.push_str(&format!(
@@ -273,7 +281,7 @@ fn main() {
             ))
         };
         let mut cells: Vec<(LinearVariant, Cell)> = Vec::new();
-        for v in LinearVariant::ALL {
+        for v in variants() {
             // The scalar kernel is very slow at the large GEMM shapes: only in full runs there.
             let skip = (v == LinearVariant::Scalar && !(cfg.full || decode || k % 8 != 0))
                 || !v.name().contains(only_v.as_str());
