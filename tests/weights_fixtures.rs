@@ -13,8 +13,9 @@ use florence2_wasm::gpu::readback;
 use florence2_wasm::gpu::Gpu;
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::{
-    expected_tensors, is_matrix_weight, load_dir, load_dir_with, temporal_cosine_table, Assembler,
-    LoadOptions, StreamLoader, WeightDType, Weights, FINAL_LOGITS_BIAS,
+    expected_tensors, is_dense_conv_weight, is_matrix_weight, load_dir, load_dir_with,
+    temporal_cosine_table, Assembler, LoadOptions, StreamLoader, WeightDType, Weights,
+    FINAL_LOGITS_BIAS,
 };
 use weights_util::*;
 
@@ -213,8 +214,12 @@ fn fixtures_load_into_every_dtype() {
                 // keep the original names) is permuted on the GPU by the f32 layout kernels.
                 let hf_native = matches!(name, "tiny2" | "tiny4" | "tiny4-f16-sharded");
                 let permuted = !hf_native && n.ends_with("image_projection.weight");
+                // The mlx re-saves store convolutions channels-last: permuted on the GPU, so f32.
+                let conv_permuted = name.contains("mlx");
                 let expect_dtype = if is_matrix_weight(n, t.shape()) && !permuted {
                     dtype.matrix_dtype(k)
+                } else if is_dense_conv_weight(n, t.shape()) && !conv_permuted {
+                    dtype.conv_dtype()
                 } else {
                     DType::F32
                 };

@@ -520,18 +520,18 @@ pub fn model_linear_workload(
         w = (w + 2 * p).saturating_sub(k) / st.max(1) + 1;
         let c = v.embed_dim[s];
         // Patch-embedding conv as im2col + GEMM: K = k*k*Cin (147 for the 7x7 RGB stem, run padded to
-        // 152 with an f32 weight: `conv::gemm_k`).
+        // 152 with an f32 weight: `conv::gemm_k`). Conv weights are f32 for fp32 models and f16
+        // otherwise (`WeightDType::conv_dtype`).
         let cin = if s == 0 {
             v.in_channels
         } else {
             v.embed_dim[s - 1]
         };
         let kk = k * k * cin;
-        let stored = if format.qformat().is_some() && !kk.is_multiple_of(crate::gpu::quant::QBLOCK)
-        {
-            DType::F16
+        let stored = if format == DType::F32 {
+            DType::F32
         } else {
-            format
+            DType::F16
         };
         let (kg, fg) = crate::ops::conv::gemm_k(kk, stored);
         push(h * w, c, kg, 1.0, fg);

@@ -14,16 +14,17 @@ use crate::model::config::Florence2Config;
 use crate::ops::layout::permute;
 use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
-    expected_tensors, is_matrix_weight, optional_tensors, temporal_cosine_table, LM_HEAD, SHARED,
-    TEMPORAL_TABLE,
+    expected_tensors, is_dense_conv_weight, is_matrix_weight, optional_tensors,
+    temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
 };
 use crate::weights::header::{Header, TensorInfo};
 use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
 use crate::weights::quantized::{check_rows, quant_err, QuantizationConfig, QWEIGHT_SUFFIX};
 use crate::weights::store::Weights;
 
-/// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); every other tensor
-/// (convolutions, norms, biases, position tables) stays f32. Any source dtype (f32, f16, bf16) converts
+/// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); the dense
+/// convolutions follow [`WeightDType::conv_dtype`], every other tensor (depthwise convolutions, norms,
+/// biases, position tables) stays f32. Any source dtype (f32, f16, bf16) converts
 /// into any resident dtype on the way in, chunk by chunk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum WeightDType {
@@ -57,6 +58,15 @@ impl WeightDType {
     }
 
     /// The GPU element type of a matrix weight with rows of `k` elements.
+    /// The format of the dense convolution weights ([`is_dense_conv_weight`]): f32 for fp32, f16 for
+    /// every other resident dtype (the im2col GEMM reads f16; the blocks of q8/q4 are for matrices).
+    pub fn conv_dtype(self) -> DType {
+        match self {
+            WeightDType::Fp32 => DType::F32,
+            WeightDType::Fp16 | WeightDType::Q8 | WeightDType::Q4 => DType::F16,
+        }
+    }
+
     pub fn matrix_dtype(self, k: usize) -> DType {
         let whole_blocks = k > 0 && k.is_multiple_of(QBLOCK);
         match self {
@@ -492,6 +502,9 @@ impl Assembler {
                     .dtype
                     .matrix_dtype(plan.shape.last().copied().unwrap_or(0)),
             ),
+            Fixup::None if is_dense_conv_weight(&plan.canonical, &plan.shape) => {
+                (&plan.shape, self.opts.dtype.conv_dtype())
+            }
             Fixup::None => (&plan.shape, DType::F32),
             // Permuted on the GPU by the f32 layout kernels.
             Fixup::Permute(_) => (&plan.src.shape, DType::F32),

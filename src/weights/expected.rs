@@ -164,11 +164,19 @@ pub fn temporal_cosine_table(max_len: usize, dim: usize) -> Vec<f32> {
 
 /// True for the matrices that the resident dtype applies to: Linear weights `(out, in)` of DaViT, the
 /// projector and BART, and the shared token embedding / LM head rows. Convolutions, norms, biases and
-/// the position tables (learned or sinusoidal) are not matrix weights and stay f32 (their kernels read
-/// f32).
+/// the position tables (learned or sinusoidal) are not matrix weights: dense convolutions follow
+/// [`is_dense_conv_weight`], the rest stay f32 (their kernels read f32).
 pub fn is_matrix_weight(name: &str, shape: &[usize]) -> bool {
     shape.len() == 2
         && name.ends_with(".weight")
         && !name.contains("embed_positions")
         && !name.contains("image_position_embed")
+}
+
+/// True for the weights of DaViT's dense convolutions (the patch embeddings), `(out, in, k, k)` with
+/// `in > 1`: they run as im2col + the linear GEMM, which reads f16 weights, so every resident dtype
+/// but fp32 keeps them as f16 (issue 10: convolutions stay f16 when the matrices are quantized). The
+/// depthwise convolutions (`in` = 1 per group) keep f32: their kernel reads f32.
+pub fn is_dense_conv_weight(name: &str, shape: &[usize]) -> bool {
+    shape.len() == 4 && shape[1] > 1 && name.ends_with(".weight")
 }

@@ -40,7 +40,10 @@ pub mod store;
 pub mod stream;
 
 pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
-pub use expected::{expected_tensors, is_matrix_weight, optional_tensors, temporal_cosine_table};
+pub use expected::{
+    expected_tensors, is_dense_conv_weight, is_matrix_weight, optional_tensors,
+    temporal_cosine_table,
+};
 pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
 pub use load::{load_config, load_files, load_weights, CheckpointIndex};
 #[cfg(not(target_arch = "wasm32"))]
