@@ -493,18 +493,29 @@ fn linear_variant_choice_and_refusals() {
     assert_eq!(matmul::choose_linear_variant(c, 1, 768), gemv);
     assert_eq!(matmul::choose_linear_variant(c, 4, 768), gemv);
     assert_eq!(matmul::choose_linear_variant(c, 4, 16), LinearVariant::Gemv);
+    // Without subgroups: reg16x8 on CPU adapters (SwiftShader), reg8x8 on GPUs.
+    let no_sg_gemm = |cpu: bool| {
+        if cpu {
+            LinearVariant::Reg16x8
+        } else {
+            LinearVariant::Reg8x8
+        }
+    };
     let big = matmul::choose_linear_variant(c, 585, 768);
     if sg {
         assert_eq!(big, LinearVariant::SubgroupC4);
     } else {
-        assert_eq!(big, LinearVariant::Reg8x8);
+        assert_eq!(big, no_sg_gemm(c.is_cpu));
     }
     let mut nosg = c.clone();
     nosg.subgroups = false;
-    assert_eq!(
-        matmul::choose_linear_variant(&nosg, 585, 768),
-        LinearVariant::Reg8x8
-    );
+    for cpu in [true, false] {
+        nosg.is_cpu = cpu;
+        assert_eq!(
+            matmul::choose_linear_variant(&nosg, 585, 768),
+            no_sg_gemm(cpu)
+        );
+    }
     assert_eq!(
         matmul::choose_linear_variant(&nosg, 1, 768),
         LinearVariant::Gemv

@@ -221,6 +221,11 @@ pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
         }
     } else if sg {
         LinearVariant::SubgroupC4
+    } else if caps.is_cpu {
+        // A CPU adapter without subgroups (Chromium's SwiftShader): taller blocks amortise each weight
+        // load over more rows; reg16x8 ran 1.05-1.6x reg8x8 on 8 of 10 GEMM rows of the browser kernel
+        // bench (scripts/bench/browser_kernels.sh). The tuner still times every candidate.
+        LinearVariant::Reg16x8
     } else {
         LinearVariant::Reg8x8
     }
