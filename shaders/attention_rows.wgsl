@@ -57,28 +57,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> mask: array<f32>;             // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;  // (B, Tq, H*D/4)
 
-#if DYN_LEN
-// Dynamic length (a recorded decode step, replayed with the same bind group every step): the key count
-// and the query position come from a buffer written per step, not from the params uniform.
-// dyn_len[0] = kv_len (clamped to tk, so every bound below still holds), dyn_len[1] = q_offset.
-@group(0) @binding(6) var<storage, read> dyn_len: array<u32>;  // (2)
-fn kv_len() -> u32 {
-    return min(dyn_len[0], p.tk);
-}
-fn q_offset() -> u32 {
-    return dyn_len[1];
-}
-#else
-fn kv_len() -> u32 {
-    return p.kv_len;
-}
-fn q_offset() -> u32 {
-    return p.q_offset;
-}
-#endif
-
-const NEG: f32 = -3.0e38;      // running-max start: below any real score
-const VISIBLE: f32 = -1.0e38;  // scores at or below this are masked (additive -inf / finfo.min masks)
+#include attn_len
 
 @compute @workgroup_size(WG)
 fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

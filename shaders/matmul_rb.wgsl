@@ -51,6 +51,19 @@ fn store_row(v: vec4<f32>, m: u32, j0: u32) {
     }
 }
 
+// Store one output row's RN columns (row m, chunk columns j0..j0+RN) from its 1, 2 or 4 accumulators.
+// RN is an override constant, so the branches fold away when the pipeline is built.
+fn store_cols(c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, m: u32, j0: u32) {
+    store_row(c, m, j0);
+    if (RN >= 8u) {
+        store_row(d, m, j0 + 4u);
+    }
+    if (RN >= 16u) {
+        store_row(e, m, j0 + 8u);
+        store_row(f, m, j0 + 12u);
+    }
+}
+
 @compute @workgroup_size(WG)
 fn linear_rb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     // No early return for lanes past the last column: they recompute the last one (clamped below) and
@@ -364,136 +377,24 @@ fn linear_rb(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             }
         }
     }
-    store_row(c0, m0 + 0u, j0);
-    if (RN >= 8u) {
-        store_row(d0, m0 + 0u, j0 + 4u);
-    }
-    if (RN >= 16u) {
-        store_row(e0, m0 + 0u, j0 + 8u);
-        store_row(f0, m0 + 0u, j0 + 12u);
-    }
-    store_row(c1, m0 + 1u, j0);
-    if (RN >= 8u) {
-        store_row(d1, m0 + 1u, j0 + 4u);
-    }
-    if (RN >= 16u) {
-        store_row(e1, m0 + 1u, j0 + 8u);
-        store_row(f1, m0 + 1u, j0 + 12u);
-    }
-    store_row(c2, m0 + 2u, j0);
-    if (RN >= 8u) {
-        store_row(d2, m0 + 2u, j0 + 4u);
-    }
-    if (RN >= 16u) {
-        store_row(e2, m0 + 2u, j0 + 8u);
-        store_row(f2, m0 + 2u, j0 + 12u);
-    }
-    store_row(c3, m0 + 3u, j0);
-    if (RN >= 8u) {
-        store_row(d3, m0 + 3u, j0 + 4u);
-    }
-    if (RN >= 16u) {
-        store_row(e3, m0 + 3u, j0 + 8u);
-        store_row(f3, m0 + 3u, j0 + 12u);
-    }
+    store_cols(c0, d0, e0, f0, m0 + 0u, j0);
+    store_cols(c1, d1, e1, f1, m0 + 1u, j0);
+    store_cols(c2, d2, e2, f2, m0 + 2u, j0);
+    store_cols(c3, d3, e3, f3, m0 + 3u, j0);
     if (RM >= 8u) {
-        store_row(c4, m0 + 4u, j0);
-        if (RN >= 8u) {
-            store_row(d4, m0 + 4u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e4, m0 + 4u, j0 + 8u);
-            store_row(f4, m0 + 4u, j0 + 12u);
-        }
-        store_row(c5, m0 + 5u, j0);
-        if (RN >= 8u) {
-            store_row(d5, m0 + 5u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e5, m0 + 5u, j0 + 8u);
-            store_row(f5, m0 + 5u, j0 + 12u);
-        }
-        store_row(c6, m0 + 6u, j0);
-        if (RN >= 8u) {
-            store_row(d6, m0 + 6u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e6, m0 + 6u, j0 + 8u);
-            store_row(f6, m0 + 6u, j0 + 12u);
-        }
-        store_row(c7, m0 + 7u, j0);
-        if (RN >= 8u) {
-            store_row(d7, m0 + 7u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e7, m0 + 7u, j0 + 8u);
-            store_row(f7, m0 + 7u, j0 + 12u);
-        }
+        store_cols(c4, d4, e4, f4, m0 + 4u, j0);
+        store_cols(c5, d5, e5, f5, m0 + 5u, j0);
+        store_cols(c6, d6, e6, f6, m0 + 6u, j0);
+        store_cols(c7, d7, e7, f7, m0 + 7u, j0);
     }
     if (RM >= 16u) {
-        store_row(c8, m0 + 8u, j0);
-        if (RN >= 8u) {
-            store_row(d8, m0 + 8u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e8, m0 + 8u, j0 + 8u);
-            store_row(f8, m0 + 8u, j0 + 12u);
-        }
-        store_row(c9, m0 + 9u, j0);
-        if (RN >= 8u) {
-            store_row(d9, m0 + 9u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e9, m0 + 9u, j0 + 8u);
-            store_row(f9, m0 + 9u, j0 + 12u);
-        }
-        store_row(c10, m0 + 10u, j0);
-        if (RN >= 8u) {
-            store_row(d10, m0 + 10u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e10, m0 + 10u, j0 + 8u);
-            store_row(f10, m0 + 10u, j0 + 12u);
-        }
-        store_row(c11, m0 + 11u, j0);
-        if (RN >= 8u) {
-            store_row(d11, m0 + 11u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e11, m0 + 11u, j0 + 8u);
-            store_row(f11, m0 + 11u, j0 + 12u);
-        }
-        store_row(c12, m0 + 12u, j0);
-        if (RN >= 8u) {
-            store_row(d12, m0 + 12u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e12, m0 + 12u, j0 + 8u);
-            store_row(f12, m0 + 12u, j0 + 12u);
-        }
-        store_row(c13, m0 + 13u, j0);
-        if (RN >= 8u) {
-            store_row(d13, m0 + 13u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e13, m0 + 13u, j0 + 8u);
-            store_row(f13, m0 + 13u, j0 + 12u);
-        }
-        store_row(c14, m0 + 14u, j0);
-        if (RN >= 8u) {
-            store_row(d14, m0 + 14u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e14, m0 + 14u, j0 + 8u);
-            store_row(f14, m0 + 14u, j0 + 12u);
-        }
-        store_row(c15, m0 + 15u, j0);
-        if (RN >= 8u) {
-            store_row(d15, m0 + 15u, j0 + 4u);
-        }
-        if (RN >= 16u) {
-            store_row(e15, m0 + 15u, j0 + 8u);
-            store_row(f15, m0 + 15u, j0 + 12u);
-        }
+        store_cols(c8, d8, e8, f8, m0 + 8u, j0);
+        store_cols(c9, d9, e9, f9, m0 + 9u, j0);
+        store_cols(c10, d10, e10, f10, m0 + 10u, j0);
+        store_cols(c11, d11, e11, f11, m0 + 11u, j0);
+        store_cols(c12, d12, e12, f12, m0 + 12u, j0);
+        store_cols(c13, d13, e13, f13, m0 + 13u, j0);
+        store_cols(c14, d14, e14, f14, m0 + 14u, j0);
+        store_cols(c15, d15, e15, f15, m0 + 15u, j0);
     }
 }

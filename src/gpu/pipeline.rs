@@ -39,6 +39,10 @@ impl Shader {
 
 /// Shared WGSL snippets for `#include NAME`: `shaders/include/NAME.wgsl`.
 pub static INCLUDES: &[(&str, &str)] = &[
+    (
+        "attn_len",
+        include_str!("../../shaders/include/attn_len.wgsl"),
+    ),
     ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
     ("lanes", include_str!("../../shaders/include/lanes.wgsl")),
     (

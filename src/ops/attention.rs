@@ -10,7 +10,7 @@
 //! [`choose_attention_variant`].
 
 use crate::error::{Error, Result};
-use crate::gpu::{grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
 use crate::ops::registry::ShapeClass;
 
@@ -454,16 +454,7 @@ fn attention_impl(
     } else {
         "attention"
     };
-    let mut bindings = vec![
-        q.binding(&gpu)?,
-        k.binding(&gpu)?,
-        v.binding(&gpu)?,
-        mask.binding(&gpu)?,
-        out.binding(&gpu)?,
-    ];
-    if let Some(t) = dyn_len {
-        bindings.push(t.binding(&gpu)?);
-    }
+    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
     rec.dispatch(
         &Kernel::new(&SHADER, entry)
             .with(&overrides)
@@ -519,16 +510,7 @@ fn record_rows(
         ("D4", (d / 4) as f64),
         ("QPI", qpi as f64),
     ];
-    let mut bindings = vec![
-        q.binding(&gpu)?,
-        k.binding(&gpu)?,
-        v.binding(&gpu)?,
-        mask.binding(&gpu)?,
-        out.binding(&gpu)?,
-    ];
-    if let Some(t) = dyn_len {
-        bindings.push(t.binding(&gpu)?);
-    }
+    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
     rec.dispatch(
         &Kernel::new(&ROWS_SHADER, "attention_rows")
             .with(&overrides)
@@ -537,6 +519,20 @@ fn record_rows(
         &bindings,
         grid_1d(total32.div_ceil(wg)),
     )
+}
+
+/// Bindings 1-5 of every attention shader (q, k, v, mask, out), then binding 6 (the kv_len / q_offset
+/// buffer) in the DYN_LEN variant.
+fn attn_bindings<'a>(
+    gpu: &Gpu,
+    tensors: [&'a Tensor; 5],
+    dyn_len: Option<&'a Tensor>,
+) -> Result<Vec<wgpu::BindingResource<'a>>> {
+    tensors
+        .into_iter()
+        .chain(dyn_len)
+        .map(|t| t.binding(gpu))
+        .collect()
 }
 
 /// The shader variant reading kv_len / q_offset from a buffer ([`attention_dyn`]).
@@ -739,16 +735,7 @@ pub(crate) fn record_flash(
         ("S", s as f64),
         ("KT", kt as f64),
     ];
-    let mut bindings = vec![
-        q.binding(&gpu)?,
-        k.binding(&gpu)?,
-        v.binding(&gpu)?,
-        mask.binding(&gpu)?,
-        out.binding(&gpu)?,
-    ];
-    if let Some(t) = dyn_len {
-        bindings.push(t.binding(&gpu)?);
-    }
+    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
     rec.dispatch(
         &Kernel::new(&FLASH_SHADER, "attention_flash")
             .with(&overrides)
