@@ -11,7 +11,6 @@
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use common::Rng;
@@ -24,32 +23,7 @@ fn open() -> Arc<Gpu> {
 }
 
 fn setup(g: &Arc<Gpu>) -> (Decoder, CrossKv) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny2");
-    let (cfg, w) = florence2_wasm::weights::load_dir(g, &dir).unwrap();
-    let t = &cfg.text;
-    let shared = w
-        .get(
-            "model.language_model.shared.weight",
-            &[t.vocab_size, t.d_model],
-        )
-        .unwrap();
-    let dec = Decoder::new(
-        t,
-        w.pp("model.language_model.decoder"),
-        shared.clone(),
-        shared,
-        None,
-    )
-    .unwrap();
-    let s = 11;
-    let h: Vec<f32> = (0..s * t.d_model)
-        .map(|i| ((i * 29 % 97) as f32 / 48.0) - 1.0)
-        .collect();
-    let ht = Tensor::from_f32(g, &[1, s, t.d_model], &h, "enc").unwrap();
-    let mut rec = Recorder::new(g);
-    let cross = dec.cross_kv(&mut rec, &ht).unwrap();
-    rec.submit().unwrap();
-    (dec, cross)
+    common::fixtures::tiny2_decoder(g, 11, |i| ((i * 29 % 97) as f32 / 48.0) - 1.0)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

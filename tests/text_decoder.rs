@@ -9,47 +9,18 @@
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
-use std::path::Path;
-
 use common::{assert_close, gpu};
-use florence2_wasm::gpu::{readback, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, Recorder};
 use florence2_wasm::model::bart::{CrossKv, Decoder, DecoderState};
 use florence2_wasm::model::generate::{self, GenerateOptions};
-use florence2_wasm::weights;
 
 fn setup() -> (Decoder, CrossKv) {
     setup_on(&gpu())
 }
 
 fn setup_on(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>) -> (Decoder, CrossKv) {
-    let g = g.clone();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny2");
-    let (cfg, w) = weights::load_dir(&g, &dir).unwrap();
-    let t = &cfg.text;
-    let shared = w
-        .get(
-            "model.language_model.shared.weight",
-            &[t.vocab_size, t.d_model],
-        )
-        .unwrap();
-    let dec = Decoder::new(
-        t,
-        w.pp("model.language_model.decoder"),
-        shared.clone(),
-        shared,
-        None,
-    )
-    .unwrap();
     // Any encoder output will do: 9 rows of deterministic values.
-    let s = 9;
-    let h: Vec<f32> = (0..s * t.d_model)
-        .map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
-        .collect();
-    let ht = Tensor::from_f32(&g, &[1, s, t.d_model], &h, "enc").unwrap();
-    let mut rec = Recorder::new(&g);
-    let cross = dec.cross_kv(&mut rec, &ht).unwrap();
-    rec.submit().unwrap();
-    (dec, cross)
+    common::fixtures::tiny2_decoder(g, 9, |i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
 }
 
 /// Feed `steps` (one token per batch row per step) and return the last step's logits.

@@ -63,3 +63,39 @@ pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// The tiny2 fixture's BART decoder (LM head tied to the shared embedding) and its cross-attention K/V
+/// over an `s`-row encoder output whose element `i` is `h(i)`: the decoder tests' deterministic setup.
+pub fn tiny2_decoder(
+    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    s: usize,
+    h: impl Fn(usize) -> f32,
+) -> (
+    florence2_wasm::model::bart::Decoder,
+    florence2_wasm::model::bart::CrossKv,
+) {
+    use florence2_wasm::gpu::{Recorder, Tensor};
+    use florence2_wasm::model::bart::Decoder;
+    let (cfg, w) = florence2_wasm::weights::load_dir(g, &fixtures().join("models/tiny2")).unwrap();
+    let t = &cfg.text;
+    let shared = w
+        .get(
+            "model.language_model.shared.weight",
+            &[t.vocab_size, t.d_model],
+        )
+        .unwrap();
+    let dec = Decoder::new(
+        t,
+        w.pp("model.language_model.decoder"),
+        shared.clone(),
+        shared,
+        None,
+    )
+    .unwrap();
+    let h: Vec<f32> = (0..s * t.d_model).map(h).collect();
+    let ht = Tensor::from_f32(g, &[1, s, t.d_model], &h, "enc").unwrap();
+    let mut rec = Recorder::new(g);
+    let cross = dec.cross_kv(&mut rec, &ht).unwrap();
+    rec.submit().unwrap();
+    (dec, cross)
+}
