@@ -390,3 +390,75 @@ fn repeated_requests_hold_the_same_memory_and_release_it() {
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:?}");
 }
+
+#[test]
+fn the_vision_phase_holds_no_pixel_tensor_and_decoding_no_spent_features() {
+    // The pipeline uploads the pixels from the CPU straight into the vision tower's arena, so its
+    // vision phase holds exactly what DaViT + projector hold when run on a pixel tensor, minus that
+    // tensor (1 x 3 x H x W f32): the counted bytes differ by exactly the pixels. (A pipeline that
+    // kept a pixel tensor through the forward, as before, would show equal peaks.) A device of its
+    // own: memory counters are per device, and other tests run in parallel.
+    let g = std::sync::Arc::new(
+        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+    );
+    let p = Pipeline::load_dir(&g, &fixtures().join("models").join("tiny2")).unwrap();
+    let (h, w) = (p.processor().height, p.processor().width);
+    let pixel_bytes = (3 * h * w * 4) as u64;
+    let bytes = image_bytes("scene.png");
+
+    let before = g.memory();
+    g.reset_peak_memory();
+    let px = florence2_wasm::gpu::Tensor::zeros(
+        &g,
+        &[1, 3, h, w],
+        florence2_wasm::gpu::DType::F32,
+        "pixels",
+    )
+    .unwrap();
+    let feats = p.model().encode_image(&px).unwrap();
+    let with_tensor = g.memory().peak_activations_bytes - before.activations_bytes;
+    drop((feats, px));
+    assert_eq!(g.memory().activations_bytes, before.activations_bytes);
+
+    g.reset_peak_memory();
+    let img = p.encode_image(Image::Encoded(&bytes)).unwrap();
+    let m = g.memory();
+    let pipeline = m.peak_activations_bytes - before.activations_bytes;
+    eprintln!(
+        "vision phase: {pipeline} B through the pipeline, {with_tensor} B with a pixel tensor \
+         ({pixel_bytes} B)"
+    );
+    assert_eq!(pipeline + pixel_bytes, with_tensor);
+    // Only the image features stay.
+    assert_eq!(
+        m.activations_bytes - before.activations_bytes,
+        img.byte_size()
+    );
+
+    // While decoding, a task on an image holds no image features of its own (the encoder has read
+    // them): with `img` held by the caller in both runs, the activations at the first token are the
+    // same as for the task on `img` itself (keeping them would add one more set of features).
+    let greedy = TaskOptions {
+        max_new_tokens: Some(4),
+        num_beams: Some(1),
+        ..Default::default()
+    };
+    let at_first_token = |input: florence2_wasm::pipeline::TaskInput<'_>| -> u64 {
+        let seen = RefCell::new(None);
+        let on_token = |_: &str, _: u32| {
+            seen.borrow_mut()
+                .get_or_insert_with(|| g.memory().activations_bytes);
+        };
+        let cb = Callbacks {
+            on_token: Some(&on_token),
+            ..Default::default()
+        };
+        p.run_task_blocking(input, "<CAPTION>", &greedy, &NeverCancel, &cb)
+            .unwrap();
+        seen.into_inner().expect("a token")
+    };
+    let on_image = at_first_token(Image::Encoded(&bytes).into());
+    let on_encoding = at_first_token((&img).into());
+    eprintln!("at the first token: {on_image} B (on the image), {on_encoding} B (on the encoding)");
+    assert_eq!(on_image, on_encoding);
+}

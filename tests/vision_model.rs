@@ -137,17 +137,21 @@ fn batch_of_two_images_matches_reference_per_image() {
 /// The activation bytes the DaViT arena may hold for a `(h, w)` input, computed here from the config
 /// alone (independently of `DaVit::arena_plan`): two buffers for the residual stream ping-pong and one
 /// for the windows, each the largest stage's (B, H, W, C) (windows: its zero-padded window grid; the
-/// NHWC pixels too), plus one for the largest of qkv (3 x windows or 3 x tokens), the MLP hidden (4 x)
-/// and the patch-embedding im2col; three more window-sized q/k/v buffers when the generic attention
-/// path runs (in every stage when `generic`). Returns (bytes, number of arena buffers).
+/// NHWC pixels too), plus one for the largest of qkv (3 x windows or 3 x tokens) and the
+/// patch-embedding im2col; the MLP hidden (4 x C per token) runs in row chunks that fit in that buffer
+/// (at least one row group whose byte offset keeps 256-byte alignment), within `mlp_budget` bytes
+/// when one is set; three more window-sized q/k/v buffers when the generic attention path runs (in
+/// every stage when `generic`). Returns (bytes, number of arena buffers).
 fn arena_bound(
     v: &florence2_wasm::model::config::VisionConfig,
     (ih, iw): (usize, usize),
     generic: bool,
+    mlp_budget: Option<usize>,
 ) -> (u64, u64) {
     let pix = ih * iw * v.in_channels;
     let (mut h, mut w, mut cin) = (ih, iw, v.in_channels);
-    let (mut stream, mut windows, mut big, mut split) = (pix, pix, 0usize, 0usize);
+    let (mut stream, mut windows, mut others, mut split) = (pix, pix, 0usize, 0usize);
+    let mut mlps = Vec::new();
     let ws = v.window_size;
     for s in 0..v.embed_dim.len() {
         let (k, st, p, c) = (
@@ -163,17 +167,24 @@ fn arena_bound(
         let hidden = (c as f64 * v.mlp_ratio) as usize;
         stream = stream.max(rows * c);
         windows = windows.max(rows * c).max(win);
-        big = big
+        others = others
             .max(3 * win)
             .max(3 * rows * c)
-            .max(rows * hidden)
             // The conv pads K to its GEMM step (the stem's 147 -> 152) with f32 weights.
             .max(rows * florence2_wasm::ops::conv::gemm_k(cin * k * k, DType::F32).0);
+        // Rows whose byte offset (4C per row) is a multiple of 256.
+        let group = (1..).find(|r| (r * 4 * c) % 256 == 0).unwrap();
+        mlps.push((rows, hidden, group));
         if generic || !florence2_wasm::ops::window_attn::supported(c, v.num_heads[s]) {
             split = split.max(win);
         }
         cin = c;
     }
+    let cap = mlp_budget.map_or(others, |b| others.min(b / 4));
+    let big = mlps
+        .iter()
+        .map(|&(rows, hidden, group)| (rows * hidden).min(cap.max(group * hidden)))
+        .fold(others, usize::max);
     (
         4 * (2 * stream + windows + big + 3 * split) as u64,
         if split > 0 { 7 } else { 4 },
@@ -202,12 +213,29 @@ fn davit_activation_arena_is_planned_and_reused() {
     );
     for fixture in ["tiny2", "tiny4"] {
         let (cfg, w) = weights::load_dir(&g, &fixtures().join("models").join(fixture)).unwrap();
-        for fused in [true, false] {
+        // The default, the generic attention path, and an MLP budget of 50 stage-0 hidden rows
+        // (12800 B) that forces the MLP's row chunks (in place, through views at row offsets).
+        for (fused, mlp_budget) in [(true, None), (false, None), (true, Some(12800usize))] {
             let mut davit = DaVit::new(&cfg.vision, w.pp("model").pp("vision_tower")).unwrap();
             davit.fused_window_attention = fused;
+            if let Some(b) = mlp_budget {
+                davit.mlp_chunk_bytes = b as u64;
+            }
             let (pshape, pvals) = reference(fixture, "pixel_values");
             let (ih, iw) = (pshape[2], pshape[3]);
-            let (bound, buffers) = arena_bound(&cfg.vision, (ih, iw), !fused);
+            let (bound, buffers) = arena_bound(&cfg.vision, (ih, iw), !fused, mlp_budget);
+            let chunk0 = davit
+                .mlp_chunk_rows(g.caps.max_storage_binding, 1, (ih, iw))
+                .unwrap()[0];
+            let rows0 = {
+                let (h0, w0) = davit.stage_grids(ih, iw).unwrap()[0];
+                h0 * w0
+            };
+            assert_eq!(
+                chunk0 < rows0,
+                mlp_budget.is_some(),
+                "{fixture}: stage 0's MLP in chunks of {chunk0} of {rows0} rows"
+            );
             assert_eq!(
                 plan_buffers(&davit.arena_plan(u64::MAX, 1, (ih, iw)).unwrap()),
                 buffers
@@ -251,17 +279,25 @@ fn davit_activation_arena_is_planned_and_reused() {
             let want = reference(fixture, "vision.out").1;
             let mut peaks = Vec::new();
             let mut allocs_seen = Vec::new();
+            let mut outputs = Vec::new();
+            // Round 0 on a pixel tensor, round 1 on the same pixels from the CPU (`forward_host`,
+            // written into the arena): the same arena, the same values.
             for round in 0..2 {
                 let before = g.memory();
                 g.reset_peak_memory();
                 let mut rec = Recorder::new(&g);
-                let (feats, _) = davit.forward(&mut rec, &px, None).unwrap();
+                let (feats, _) = if round == 0 {
+                    davit.forward(&mut rec, &px, None).unwrap()
+                } else {
+                    let shape = [pshape[0], pshape[1], pshape[2], pshape[3]];
+                    davit.forward_host(&mut rec, &pvals, shape, None).unwrap()
+                };
                 rec.submit().unwrap();
                 let m = g.memory();
                 let used = m.peak_activations_bytes - before.activations_bytes;
                 let allocs = m.allocations - before.allocations;
                 eprintln!(
-                    "{fixture} fused={fused} round {round}: arena peak {used} B in {allocs} buffers \
+                    "{fixture} fused={fused} mlp_budget={mlp_budget:?} round {round}: arena peak {used} B in {allocs} buffers \
                      (bound {bound} B, plan {} B; old stage 0 alone {old_stage0} B)",
                     plan.bytes()
                 );
@@ -278,6 +314,7 @@ fn davit_activation_arena_is_planned_and_reused() {
                     max_diff(&got, &want).0 <= 1e-4 * peak,
                     "{fixture} round {round}"
                 );
+                outputs.push(got);
                 drop(feats);
                 // Nothing outlives the forward: the arena is released with its output.
                 assert_eq!(g.memory().activations_bytes, before.activations_bytes);
@@ -290,6 +327,10 @@ fn davit_activation_arena_is_planned_and_reused() {
             assert_eq!(
                 allocs_seen[0], allocs_seen[1],
                 "{fixture}: and the same buffers"
+            );
+            assert!(
+                outputs[0] == outputs[1],
+                "{fixture}: pixels from the CPU give the same values"
             );
         }
     }

@@ -37,8 +37,9 @@
 //!
 //! `MODEL_BENCH_MEMORY=1` measures only the GPU memory the engine counts, per resident dtype (the
 //! README's table): one request's peak for `<CAPTION>` and `<OD>` at 768x768 with 3 beams and the
-//! default `max_new_tokens` 1024, as `Pipeline::run_task` runs it (pixels, DaViT + projector, pixels
-//! released, encoder + cross K/V, encoder input/output released, beam search), phase by phase. Every
+//! default `max_new_tokens` 1024, as `Pipeline::run_task` runs it (pixels uploaded into the vision
+//! arena, DaViT + projector, encoder + cross K/V, encoder input/output and image features released,
+//! beam search), phase by phase. Every
 //! buffer of a request is allocated before or at its first decode steps (the KV caches for the whole
 //! `max_new_tokens` up front, the beam reorder spare on the first reorder), so the search is cancelled
 //! after `MODEL_BENCH_MEMORY_STEPS` (default 4) steps: the peak is that of the whole request, at a
@@ -1119,13 +1120,13 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
             t.elapsed().as_secs_f64(),
             mb(weights_bytes)
         );
-        // As Pipeline::run_task on an image: pixels, DaViT + projector, pixels released.
+        // As Pipeline::run_task on an image: the pixels go from the CPU into the vision arena,
+        // DaViT + projector.
         gpu.reset_peak_memory();
         let t = Instant::now();
-        let pixels =
-            Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("pixels");
-        let image = model.encode_image(&pixels).expect("vision");
-        drop(pixels);
+        let image = model
+            .encode_pixels(&px, [1, 3, pcfg.height, pcfg.width])
+            .expect("vision");
         wait(gpu);
         let vision = gpu.memory();
         println!(

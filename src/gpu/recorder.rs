@@ -576,6 +576,8 @@ impl Recorder {
         if src_off + size > src.byte_size() || dst_off + size > dst.byte_size() {
             return Err(Error::shape("copy", "range outside the buffers"));
         }
+        // Offsets are the tensors' own: a view at an offset ([`Tensor::view_at`]) adds its start.
+        let (src_off, dst_off) = (src.offset() + src_off, dst.offset() + dst_off);
         if size > 0 {
             if let Some(cap) = &mut self.capture {
                 cap.ops.push(PlanOp::Copy {
@@ -611,7 +613,7 @@ impl Recorder {
             mapped_at_creation: false,
         });
         self.encoder
-            .copy_buffer_to_buffer(t.buffer(), 0, &staging, 0, bytes);
+            .copy_buffer_to_buffer(t.buffer(), t.offset(), &staging, 0, bytes);
         Pending { staging, bytes }
     }
 
@@ -635,7 +637,7 @@ impl Recorder {
             )));
         }
         self.encoder
-            .copy_buffer_to_buffer(t.buffer(), 0, staging, 0, bytes);
+            .copy_buffer_to_buffer(t.buffer(), t.offset(), staging, 0, bytes);
         Ok(Pending {
             staging: staging.clone(),
             bytes,

@@ -189,8 +189,11 @@ pub struct Tensor {
     alloc: Arc<Alloc>,
     shape: Arc<[usize]>,
     dtype: DType,
-    /// Bytes this tensor covers from the start of the buffer: the whole buffer, or less for a prefix
-    /// view ([`Tensor::view`]) of a larger arena buffer.
+    /// Where this tensor starts in the buffer: 0, or a multiple of 4 for a view at an offset
+    /// ([`Tensor::view_at`]).
+    offset: u64,
+    /// Bytes this tensor covers from `offset`: the whole buffer, or less for a view
+    /// ([`Tensor::view`], [`Tensor::view_at`]) of a larger arena buffer.
     bytes: u64,
 }
 
@@ -243,6 +246,7 @@ impl Tensor {
             }),
             shape: shape.into(),
             dtype,
+            offset: 0,
             bytes,
         }
     }
@@ -358,7 +362,8 @@ impl Tensor {
                 ),
             ));
         }
-        gpu.queue.write_buffer(&self.alloc.buf, offset, bytes);
+        gpu.queue
+            .write_buffer(&self.alloc.buf, self.offset + offset, bytes);
         Ok(())
     }
 
@@ -398,17 +403,31 @@ impl Tensor {
         self.alloc.buf.size()
     }
 
+    /// Where this tensor starts in its buffer, in bytes (0 except for [`Tensor::view_at`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
     /// A view of the first bytes of this tensor's buffer as a tensor of `shape` and `dtype`: no
     /// allocation, the buffer is shared. This is how the activation arenas
     /// ([`crate::model::davit`]) reuse one buffer for tensors of different shapes in turn. Every
     /// binding of the view covers only its own bytes. Fails if the buffer is too small.
     pub fn view(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.view_at(0, shape, dtype)
+    }
+
+    /// A view of this tensor's buffer from byte `offset` (of the buffer, not of this tensor) as a
+    /// tensor of `shape` and `dtype`, e.g. a range of rows that a kernel reads or writes in place (the
+    /// DaViT MLP's row chunks). `offset` must be a multiple of 4; a kernel can bind the view only when
+    /// it is also a multiple of the device's storage offset alignment ([`Tensor::binding`] checks),
+    /// copies need only the 4. Fails if the view does not fit in the buffer.
+    pub fn view_at(&self, offset: u64, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let bytes = padded_bytes(shape, dtype)?;
-        if bytes > self.alloc.buf.size() {
+        if !offset.is_multiple_of(4) || offset + bytes > self.alloc.buf.size() {
             return Err(Error::shape(
                 "Tensor::view",
                 format!(
-                    "{shape:?} {dtype:?} needs {bytes} bytes; the buffer has {}",
+                    "{shape:?} {dtype:?} needs {bytes} bytes at offset {offset}; the buffer has {}",
                     self.alloc.buf.size()
                 ),
             ));
@@ -417,6 +436,7 @@ impl Tensor {
             alloc: self.alloc.clone(),
             shape: shape.into(),
             dtype,
+            offset,
             bytes,
         })
     }
@@ -447,6 +467,7 @@ impl Tensor {
             alloc: self.alloc.clone(),
             shape: shape.into(),
             dtype: self.dtype,
+            offset: self.offset,
             bytes: self.bytes,
         })
     }
@@ -461,17 +482,29 @@ impl Tensor {
                 max: gpu.caps.max_storage_binding,
             });
         }
-        if self.bytes == self.alloc.buf.size() {
+        if self.offset == 0 && self.bytes == self.alloc.buf.size() {
             return Ok(self.alloc.buf.as_entire_binding());
+        }
+        let align = gpu.caps.storage_offset_alignment.max(4) as u64;
+        if !self.offset.is_multiple_of(align) {
+            return Err(Error::shape(
+                "Tensor::binding",
+                format!(
+                    "a view of {:?} at byte {} is not on the device's {align}-byte storage offset \
+                     alignment",
+                    self.shape, self.offset
+                ),
+            ));
         }
         Ok(self.binding_range(0, self.bytes))
     }
 
-    /// A byte range of the buffer as a binding (offset must respect the storage offset alignment).
+    /// A byte range of this tensor (from its own start) as a binding; the buffer offset
+    /// (`offset()` + `offset`) must respect the storage offset alignment.
     pub fn binding_range(&self, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.alloc.buf,
-            offset,
+            offset: self.offset + offset,
             size: std::num::NonZeroU64::new(size),
         })
     }
@@ -494,6 +527,12 @@ impl Tensor {
         let row_bytes = self.dtype.row_bytes(row_elems) as u64;
         let max = gpu.caps.max_storage_binding;
         let align = gpu.caps.storage_offset_alignment.max(4) as u64;
+        if !self.offset.is_multiple_of(align) {
+            return Err(Error::shape(
+                "row_chunks",
+                format!("a view at byte {} is not {align}-byte aligned", self.offset),
+            ));
+        }
         if self.bytes <= max {
             return Ok(vec![RowChunk {
                 row_start: 0,

@@ -18,8 +18,11 @@
 //! viewed with each stage's shapes and reused by every block of every stage (dispatches execute in
 //! recording order, so reuse is safe inside one command buffer). Within a half the residual stream
 //! ping-pongs between two of them, and a buffer takes the next tensor as soon as its contents are dead.
-//! For Florence-2-base at 768 px that is 7 stage-0 activations (132 MB) instead of the 11 (208 MB) a
-//! set of buffers per op family took. Taps copy into fresh tensors.
+//! The MLP runs in row chunks (in place, through views at row offsets) so that its 4x hidden fits in
+//! the buffer the 3x qkv needs. For Florence-2-base at 768 px that is 6 stage-0 activations (113 MB)
+//! instead of the 11 (208 MB) a set of buffers per op family took. The pixels can come from the CPU
+//! straight into the arena ([`DaVit::forward_host`]), and the caller can use the arena's spare buffers
+//! until its submit ([`DaVit::forward_spare`]). Taps copy into fresh tensors.
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
@@ -33,6 +36,24 @@ use crate::weights::WeightsView;
 
 /// Optional activation taps: (name, tensor) pairs, read back by the caller after the submit.
 pub type Taps<'a> = Option<&'a mut Vec<(String, Tensor)>>;
+
+/// Where [`DaVit::forward_spare`]'s pixels come from.
+#[derive(Clone, Copy, Debug)]
+pub enum PixelSource<'a> {
+    /// A GPU tensor (B, Cin, H, W) the caller holds.
+    Gpu(&'a Tensor),
+    /// NCHW values on the CPU, uploaded into the arena.
+    Host(&'a [f32]),
+}
+
+/// What [`DaVit::forward_spare`] returns: the last stage's tokens (B, N, C_last), a view of one arena
+/// buffer, their (h, w) grid, and the arena's other buffers (dead once the tower is recorded), which
+/// the caller may use as scratch for the rest of its submit (the projector does) and drop after it.
+pub struct VisionOut {
+    pub tokens: Tensor,
+    pub grid: (usize, usize),
+    pub spare: Vec<Tensor>,
+}
 
 /// `Florence2VisionConvEmbed`: strided conv + LayerNorm (on the input when `pre_norm`, else the output).
 #[derive(Clone, Debug)]
@@ -123,6 +144,8 @@ pub struct DaVit {
 /// - `windows` (`x`): the NHWC pixels, the windowed tokens and the window / channel attention output.
 /// - `big`: the qkv activations (window or channel attention), the window attention output cropped
 ///   back to the image, the MLP hidden and the patch-embedding im2col scratch, never live together.
+///   The MLP hidden (4 x C per token, the largest of them) does not size it: the MLP runs in row
+///   chunks that fit in what the others need ([`mlp_chunk_rows`]).
 /// - `split`: separate q, k, v (three buffers) for the generic attention path, 0 when the fused
 ///   window kernel runs in every stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -150,22 +173,20 @@ struct Arena {
     split: Option<(Tensor, Tensor, Tensor)>,
 }
 
-/// One stage's views of the [`Arena`] (no allocation except the chunked-MLP buffers).
+/// One stage's views of the [`Arena`] (no allocation).
 struct StageBufs {
     /// Residual stream, (B, H, W, C): each half's input and output, and its LayerNorm output.
     a: Tensor,
     /// Stream after a positional conv, (B, H, W, C).
     b: Tensor,
-    /// Chunked-MLP output, (B*H*W, C), in the `x` buffer.
-    p: Tensor,
     /// Channel-attention output, (B, H*W, C), in the `x` buffer.
     chan_out: Tensor,
     /// Window-attention output cropped back to the image, (B, H, W, C), in the `big` buffer.
     rev: Tensor,
     /// MLP hidden, (rows per MLP chunk, hidden), in `big`.
     hid: Tensor,
-    /// Row-chunk input and output of the MLP when it runs in chunks, (rows per chunk, C).
-    mlp_io: Option<(Tensor, Tensor)>,
+    /// Rows of one MLP chunk (the stage's rows when the MLP runs whole).
+    mlp_rows: usize,
     /// Channel-attention qkv, (B, H*W, 3C), in `big`.
     cqkv: Tensor,
     /// Windows (nW, ws*ws, C) in `x`, and their qkv (nW, ws*ws, 3C) in `big`.
@@ -180,7 +201,8 @@ struct StageShape {
     /// (B, h, w, C) tokens of the stage.
     dims: (usize, usize, usize, usize),
     hidden: usize,
-    /// Rows of one MLP chunk (the stage's rows when the MLP runs whole).
+    /// Rows of one MLP chunk (the stage's rows when the MLP runs whole): the hidden activation of a
+    /// chunk fits in `big` as the other tensors size it ([`mlp_chunk_rows`]).
     mlp_rows: usize,
     fused: bool,
     /// f32 elements of the patch embedding's im2col scratch.
@@ -196,7 +218,7 @@ fn f32_view(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
 }
 
 impl StageBufs {
-    fn new(rec: &Recorder, ar: &Arena, st: &StageShape, ws: usize) -> Result<Self> {
+    fn new(ar: &Arena, st: &StageShape, ws: usize) -> Result<Self> {
         let (b, h, w, c) = st.dims;
         let rows = b * h * w;
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
@@ -205,18 +227,10 @@ impl StageBufs {
         Ok(StageBufs {
             a: f32_view(&ar.ra, &[b, h, w, c])?,
             b: f32_view(&ar.rb, &[b, h, w, c])?,
-            p: f32_view(&ar.x, &[rows, c])?,
             chan_out: f32_view(&ar.x, &[b, h * w, c])?,
             rev: f32_view(&ar.big, &[b, h, w, c])?,
             hid: f32_view(&ar.big, &[st.mlp_rows.min(rows), st.hidden])?,
-            mlp_io: if st.mlp_rows < rows {
-                Some((
-                    zeros(rec, &[st.mlp_rows, c], "davit.mlp_in")?,
-                    zeros(rec, &[st.mlp_rows, c], "davit.mlp_out")?,
-                ))
-            } else {
-                None
-            },
+            mlp_rows: st.mlp_rows.min(rows),
             cqkv: f32_view(&ar.big, &[b, h * w, 3 * c])?,
             win: f32_view(&ar.x, &[nw, t, c])?,
             wqkv: f32_view(&ar.big, &[nw, t, 3 * c])?,
@@ -236,6 +250,34 @@ impl StageBufs {
             },
         })
     }
+}
+
+/// Byte alignment of the MLP's row chunks in the residual-stream buffers: every chunk is bound at
+/// an offset, and 256 is the largest `minStorageBufferOffsetAlignment` WebGPU (and Vulkan) allows,
+/// so a multiple of it is aligned on every device.
+const CHUNK_ALIGN: usize = 256;
+
+/// Rows of one MLP chunk for a stage of `rows` tokens of `c` channels whose hidden is `hidden` wide,
+/// when at most `cap` f32 elements of hidden activation may be live: the rows split into equal chunks
+/// (the last one shorter), each starting on a [`CHUNK_ALIGN`]-byte row offset. Returns `rows` when the
+/// whole hidden fits.
+fn mlp_chunk_rows(rows: usize, c: usize, hidden: usize, cap: usize) -> usize {
+    let hidden = hidden.max(1);
+    let step = CHUNK_ALIGN / gcd(c.max(1) * 4, CHUNK_ALIGN); // rows per aligned offset
+    let per = (cap / hidden) / step * step;
+    if per >= rows {
+        return rows;
+    }
+    let per = per.max(step);
+    let chunks = rows.div_ceil(per);
+    rows.div_ceil(chunks).next_multiple_of(step).min(rows)
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 fn stage_param(list: &[usize], s: usize, what: &str) -> Result<usize> {
@@ -414,8 +456,6 @@ impl DaVit {
                 .first()
                 .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
                 .unwrap_or(1);
-            let budget = self.mlp_chunk_bytes.min(max_binding);
-            let mlp_rows = ((budget / (hidden.max(1) as u64 * 4)) as usize).max(1);
             let heads = stage_param(&self.num_heads, s, "num_heads")?;
             let k = ce.in_channels * ce.conv.kernel_size() * ce.conv.kernel_size();
             let im2col = ops::conv::im2col_scratch_bytes(
@@ -427,12 +467,35 @@ impl DaVit {
             out.push(StageShape {
                 dims: (bsz, nh, nw, c),
                 hidden,
-                mlp_rows,
+                mlp_rows: 0,
                 fused: self.fused_window_attention && ops::window_attn::supported(c, heads),
                 im2col: im2col as usize,
             });
         }
+        // The MLP hidden (4 x C per token) would be the largest tensor of `big`: it runs in row chunks
+        // that fit in `big` as the qkv (3 x C per token), the cropped attention output and the im2col
+        // scratch of every stage size it, and in one storage binding.
+        let others = out
+            .iter()
+            .map(|st| self.big_without_mlp(st))
+            .max()
+            .unwrap_or(0);
+        let binding = (self.mlp_chunk_bytes.min(max_binding) / 4) as usize;
+        for st in &mut out {
+            let (b, h, w, c) = st.dims;
+            st.mlp_rows = mlp_chunk_rows(b * h * w, c, st.hidden, others.min(binding));
+        }
         Ok(out)
+    }
+
+    /// f32 elements of `big` a stage needs besides its MLP hidden: window qkv (3 x the zero-padded
+    /// windows), channel qkv (3 x tokens; also covers the cropped attention output) and the patch
+    /// embedding's im2col scratch.
+    fn big_without_mlp(&self, st: &StageShape) -> usize {
+        let (b, h, w, c) = st.dims;
+        let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
+        let win = b * nwh * nww * self.window_size * self.window_size * c;
+        (3 * win).max(3 * b * h * w * c).max(st.im2col)
     }
 
     /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
@@ -460,10 +523,8 @@ impl DaVit {
             plan.windows = plan.windows.max(rows * c).max(win);
             plan.big = plan
                 .big
-                .max(3 * win)
-                .max(3 * rows * c)
-                .max(st.mlp_rows.min(rows) * st.hidden)
-                .max(st.im2col);
+                .max(self.big_without_mlp(st))
+                .max(st.mlp_rows.min(rows) * st.hidden);
             if !st.fused {
                 plan.split = plan.split.max(win);
             }
@@ -471,31 +532,97 @@ impl DaVit {
         Ok(plan)
     }
 
+    /// Rows per MLP chunk in each stage for a `bsz` x `ih` x `iw` input (a stage's token count when
+    /// its MLP runs whole), as [`DaVit::forward`] runs them.
+    pub fn mlp_chunk_rows(
+        &self,
+        max_binding: u64,
+        bsz: usize,
+        (ih, iw): (usize, usize),
+    ) -> Result<Vec<usize>> {
+        Ok(self
+            .stage_shapes(max_binding, bsz, (ih, iw))?
+            .iter()
+            .map(|st| st.mlp_rows)
+            .collect())
+    }
+
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
     /// last stage's tokens (B, N, C_last), row-major over the (h, w) token grid, and that grid.
     ///
     /// Memory: one arena ([`DaVit::arena_plan`]: four buffers sized for the largest stage) serves every
     /// stage and block; the returned tokens are a view of one of its buffers, the others are released
-    /// when this returns.
+    /// when this returns. `pixels` stays with the caller: [`DaVit::forward_host`] takes them from the
+    /// CPU straight into the arena instead, so no pixel tensor is held beside it.
     pub fn forward(
         &self,
         rec: &mut Recorder,
         pixels: &Tensor,
-        mut taps: Taps,
+        taps: Taps,
     ) -> Result<(Tensor, (usize, usize))> {
+        let shape = [pixels.dim(0), pixels.dim(1), pixels.dim(2), pixels.dim(3)];
+        let out = self.forward_spare(rec, PixelSource::Gpu(pixels), shape, taps)?;
+        Ok((out.tokens, out.grid))
+    }
+
+    /// [`DaVit::forward`] on pixels `values` (B, Cin, H, W) NCHW on the CPU (`shape`): they are written
+    /// straight into the arena (the buffer the first stage's conv output takes later), so the vision
+    /// phase holds no pixel tensor beside the arena. Same values as [`DaVit::forward`] on a tensor of
+    /// them: the same kernels read the same bytes.
+    pub fn forward_host(
+        &self,
+        rec: &mut Recorder,
+        values: &[f32],
+        shape: [usize; 4],
+        taps: Taps,
+    ) -> Result<(Tensor, (usize, usize))> {
+        let out = self.forward_spare(rec, PixelSource::Host(values), shape, taps)?;
+        Ok((out.tokens, out.grid))
+    }
+
+    /// [`DaVit::forward`] or [`DaVit::forward_host`] (by `pixels`, of NCHW `shape`), also handing back
+    /// the arena's buffers other than the output's ([`VisionOut::spare`]): scratch for what the caller
+    /// records next in the same submit, so that nothing it allocates is counted as free while the GPU
+    /// still holds the arena (wgpu keeps a dropped buffer alive until its submit completes; the memory
+    /// counter would not).
+    pub fn forward_spare(
+        &self,
+        rec: &mut Recorder,
+        pixels: PixelSource,
+        [bsz, cin, ih, iw]: [usize; 4],
+        mut taps: Taps,
+    ) -> Result<VisionOut> {
         const OP: &str = "DaVit::forward";
-        if pixels.rank() != 4 || pixels.dim(1) != self.in_channels || pixels.dtype() != DType::F32 {
+        let shape = [bsz, cin, ih, iw];
+        match pixels {
+            PixelSource::Gpu(t) if t.shape() != shape || t.dtype() != DType::F32 => {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "pixels {:?} {:?} must be f32 (B, {}, H, W)",
+                        t.dtype(),
+                        t.shape(),
+                        self.in_channels
+                    ),
+                ))
+            }
+            PixelSource::Host(values) if values.len() != shape.iter().product::<usize>() => {
+                return Err(Error::shape(
+                    OP,
+                    format!("{} pixel values for shape {shape:?}", values.len()),
+                ))
+            }
+            _ => {}
+        }
+        if cin != self.in_channels {
             return Err(Error::shape(
                 OP,
                 format!(
-                    "pixels {:?} {:?} must be f32 (B, {}, H, W)",
-                    pixels.dtype(),
-                    pixels.shape(),
+                    "pixels (B, {cin}, H, W) must have {} channels",
                     self.in_channels
                 ),
             ));
         }
-        let (bsz, cin, ih, iw) = (pixels.dim(0), pixels.dim(1), pixels.dim(2), pixels.dim(3));
         if bsz == 0 {
             return Err(Error::shape(OP, "empty batch"));
         }
@@ -525,13 +652,23 @@ impl DaVit {
         };
         // NCHW -> NHWC once, into the window buffer; everything after stays channels-last.
         let mut x = f32_view(&arena.x, &[bsz, ih, iw, cin])?;
-        ops::layout::permute(rec, pixels, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
+        match pixels {
+            PixelSource::Gpu(t) => ops::layout::permute(rec, t, &[0, 2, 3, 1], &x)?, // (B, H, W, Cin)
+            PixelSource::Host(values) => {
+                // Uploaded into `rb` (the stream buffer holds at least the pixels; the stem's output
+                // overwrites them only after the permute has read them). A queue write lands before
+                // the commands of the next submit, which is this recorder's.
+                let nchw = f32_view(&arena.rb, &[bsz, cin, ih, iw])?;
+                nchw.write_bytes(rec.gpu(), 0, bytemuck::cast_slice(values))?;
+                ops::layout::permute(rec, &nchw, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
+            }
+        }
         let (mut h, mut w) = (ih, iw);
         for (s, ((ce, stage_blocks), st)) in
             self.convs.iter().zip(&self.blocks).zip(&shapes).enumerate()
         {
             let (_, nh, nw, c) = st.dims;
-            let bufs = StageBufs::new(rec, &arena, st, self.window_size)?;
+            let bufs = StageBufs::new(&arena, st, self.window_size)?;
             // ---- ConvEmbed ---- (input `x`: the NHWC pixels in `x`, or the last stage's stream in
             // `ra`; never `rb`, which takes the intermediate)
             if ce.pre_norm {
@@ -573,7 +710,15 @@ impl DaVit {
             // The last stage's stream is not written again: tap it without a copy.
             v.push(("vision.out".to_owned(), out.clone()));
         }
-        Ok((out, (h, w)))
+        let mut spare = vec![arena.rb, arena.x, arena.big];
+        if let Some((q, k, v)) = arena.split {
+            spare.extend([q, k, v]);
+        }
+        Ok(VisionOut {
+            tokens: out,
+            grid: (h, w),
+            spare,
+        })
     }
 
     /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out).
@@ -592,38 +737,29 @@ impl DaVit {
                                               // the block's output.
         let a2 = bufs.a.reshape(&[rows, c])?;
         norm.forward(rec, &x2, &a2)?; // (B*H*W, C)
-        match &bufs.mlp_io {
-            None => {
-                ffn.fc1.forward(rec, &a2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
-                ffn.fc2
-                    .forward_residual(rec, &bufs.hid, Act::None, &x2, &a2) // (B*H*W, C)
-            }
-            Some((xin, xout)) => {
-                // Row chunks through copies: the hidden activation never exceeds one binding.
-                let chunk = xin.dim(0);
-                let row_bytes = (c * 4) as u64;
-                let mut r0 = 0;
-                while r0 < rows {
-                    let n = chunk.min(rows - r0);
-                    let (i, hid, o) = if n == chunk {
-                        (xin.clone(), bufs.hid.clone(), xout.clone())
-                    } else {
-                        (
-                            zeros(rec, &[n, c], "davit.mlp_in_tail")?,
-                            zeros(rec, &[n, bufs.hid.dim(1)], "davit.hid_tail")?,
-                            zeros(rec, &[n, c], "davit.mlp_out_tail")?,
-                        )
-                    };
-                    let (off, bytes) = (r0 as u64 * row_bytes, n as u64 * row_bytes);
-                    rec.copy_range(&a2, off, &i, 0, bytes)?;
-                    ffn.fc1.forward(rec, &i, Act::Gelu, &hid)?; // (n, hidden)
-                    ffn.fc2.forward(rec, &hid, Act::None, &o)?; // (n, C)
-                    rec.copy_range(&o, 0, &bufs.p, off, bytes)?;
-                    r0 += n;
-                }
-                ops::elementwise::add(rec, &x2, &bufs.p, &a2) // (B*H*W, C)
-            }
+        if bufs.mlp_rows >= rows {
+            ffn.fc1.forward(rec, &a2, Act::Gelu, &bufs.hid)?; // (B*H*W, hidden)
+            return ffn
+                .fc2
+                .forward_residual(rec, &bufs.hid, Act::None, &x2, &a2); // (B*H*W, C)
         }
+        // Row chunks, in place through views at row offsets: tokens are independent, so each chunk's
+        // fc2 overwrites exactly the LayerNorm rows its fc1 has read, and the hidden activation never
+        // exceeds one chunk of `big` (and one storage binding).
+        let hidden = bufs.hid.dim(1);
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = bufs.mlp_rows.min(rows - r0);
+            let off = (r0 * c * 4) as u64;
+            let normed = bufs.a.view_at(off, &[n, c], DType::F32)?; // rows of a2
+            let stream = bufs.b.view_at(off, &[n, c], DType::F32)?; // rows of x2
+            let hid = f32_view(&bufs.hid, &[n, hidden])?;
+            ffn.fc1.forward(rec, &normed, Act::Gelu, &hid)?; // (n, hidden)
+            ffn.fc2
+                .forward_residual(rec, &hid, Act::None, &stream, &normed)?; // (n, C)
+            r0 += n;
+        }
+        Ok(())
     }
 
     fn spatial(

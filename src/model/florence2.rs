@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder, Encoder};
 use crate::model::config::Florence2Config;
-use crate::model::davit::DaVit;
+use crate::model::davit::{DaVit, PixelSource, VisionOut};
 use crate::model::generate::{self, GenerateOptions, Observer};
 use crate::model::projector::Projector;
 use crate::ops;
@@ -84,12 +84,37 @@ impl Florence2 {
     /// (1, N, D) that [`Florence2::encode_prompt`] puts in front of (or in place of) the prompt. They
     /// depend on the image only, so one result serves any number of prompts.
     pub fn encode_image(&self, pixels: &Tensor) -> Result<Tensor> {
-        let d = self.config.text.d_model;
         let mut rec = Recorder::new(&self.gpu);
         rec.set_phase("vision");
-        let (feats, grid) = self.vision.forward(&mut rec, pixels, None)?; // (1, N, C)
-        let image = self.projector.forward(&mut rec, &feats, grid)?; // (1, 1+N, D)
+        let shape = [pixels.dim(0), pixels.dim(1), pixels.dim(2), pixels.dim(3)];
+        let out = self
+            .vision
+            .forward_spare(&mut rec, PixelSource::Gpu(pixels), shape, None)?; // (1, N, C)
+        self.project(rec, out)
+    }
+
+    /// [`Florence2::encode_image`] on the processor's pixel values (1, 3, H, W) NCHW on the CPU
+    /// (`shape`): uploaded straight into the vision tower's activation arena
+    /// ([`DaVit::forward_host`](crate::model::davit::DaVit::forward_host)), so the vision phase holds
+    /// no pixel tensor (7.1 MB at 768 px) beside it. Same values as on a tensor of them.
+    pub fn encode_pixels(&self, values: &[f32], shape: [usize; 4]) -> Result<Tensor> {
+        let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("vision");
+        let out = self
+            .vision
+            .forward_spare(&mut rec, PixelSource::Host(values), shape, None)?; // (1, N, C)
+        self.project(rec, out)
+    }
+
+    /// The projector on the tower's output (its intermediates in the tower's spare arena buffers),
+    /// then the one submit of the vision phase. The arena is released after the submit.
+    fn project(&self, mut rec: Recorder, out: VisionOut) -> Result<Tensor> {
+        let d = self.config.text.d_model;
+        let image =
+            self.projector
+                .forward_with_scratch(&mut rec, &out.tokens, out.grid, &out.spare)?; // (1, 1+N, D)
         rec.submit()?;
+        drop(out);
         if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
             return Err(Error::shape(
                 "encode",

@@ -106,6 +106,20 @@ impl Projector {
         feats: &Tensor,
         grid: (usize, usize),
     ) -> Result<Tensor> {
+        self.forward_with_scratch(rec, feats, grid, &[])
+    }
+
+    /// [`Projector::forward`] with its intermediates (the position-added tokens, the pooled token list,
+    /// the mean and the projection) in views of `scratch` (the vision tower's spare arena buffers,
+    /// [`crate::model::davit::VisionOut::spare`]) where the first three are large enough, fresh
+    /// buffers otherwise. Only the output is allocated. Same values either way.
+    pub fn forward_with_scratch(
+        &self,
+        rec: &mut Recorder,
+        feats: &Tensor,
+        grid: (usize, usize),
+        scratch: &[Tensor],
+    ) -> Result<Tensor> {
         const OP: &str = "Projector::forward";
         let c = self.image_projection.in_features();
         let d = self.image_projection.out_features();
@@ -130,7 +144,7 @@ impl Projector {
         let gpu = rec.gpu().clone();
         let pe = &self.image_position_embed;
         // x = feats + pos2d + temporal[0]
-        let x = Tensor::zeros(&gpu, &[bsz, n, c], DType::F32, "projector.pos")?;
+        let x = scratch_or_zeros(&gpu, scratch.first(), &[bsz, n, c], "projector.pos")?;
         ops::pos_embed::pos2d_temporal_add(
             rec,
             feats,
@@ -142,9 +156,10 @@ impl Projector {
         )?; // (B, N, C)
             // Pooled features, concatenated along tokens in config order.
         let t = self.num_tokens(grid);
-        let tokens = Tensor::zeros(&gpu, &[bsz, t, c], DType::F32, "projector.tokens")?;
+        let tokens = scratch_or_zeros(&gpu, scratch.get(1), &[bsz, t, c], "projector.tokens")?;
         let pooled = if self.sources.contains(&FeatureSource::SpatialAvgPool) {
-            let m = Tensor::zeros(&gpu, &[bsz, c], DType::F32, "projector.mean")?;
+            // Dead once copied into `tokens`, before the projection takes the same buffer.
+            let m = scratch_or_zeros(&gpu, scratch.get(2), &[bsz, c], "projector.mean")?;
             ops::reduce::mean_rows(rec, &x, &m)?; // (B, C)
             Some(m)
         } else {
@@ -176,12 +191,26 @@ impl Projector {
         }
         // image_projection (no bias), then image_proj_norm.
         let rows = bsz * t;
-        let proj = Tensor::zeros(&gpu, &[rows, d], DType::F32, "projector.proj")?;
+        let proj = scratch_or_zeros(&gpu, scratch.get(2), &[rows, d], "projector.proj")?;
         self.image_projection
             .forward(rec, &tokens.reshape(&[rows, c])?, Act::None, &proj)?; // (B*T, D)
         let out = Tensor::zeros(&gpu, &[bsz, t, d], DType::F32, "projector.out")?;
         self.image_proj_norm
             .forward(rec, &proj, &out.reshape(&[rows, d])?)?; // (B*T, D)
         Ok(out)
+    }
+}
+
+/// A prefix view of `scratch` as an f32 `shape` when it holds one, else a fresh zeroed tensor.
+fn scratch_or_zeros(
+    gpu: &crate::gpu::Gpu,
+    scratch: Option<&Tensor>,
+    shape: &[usize],
+    label: &str,
+) -> Result<Tensor> {
+    let bytes = (shape.iter().product::<usize>() * 4) as u64;
+    match scratch {
+        Some(t) if t.capacity() >= bytes.max(4) => t.view(shape, DType::F32),
+        _ => Tensor::zeros(gpu, shape, DType::F32, label),
     }
 }

@@ -2,7 +2,6 @@
 //! ids -> encoder -> decoder -> ids -> text -> answer ([`Pipeline::run_task`]).
 
 use crate::error::{Error, Result};
-use crate::gpu::Tensor;
 use crate::model::generate::Observer;
 use crate::pipeline::cancel::Cancel;
 use crate::pipeline::clock::Stopwatch;
@@ -34,14 +33,17 @@ impl Pipeline {
         let t = Stopwatch::start();
         let pre = &self.processor;
         let px = image.pixels(pre, &self.limits)?;
-        let pixels = Tensor::from_f32(gpu, &[1, 3, pre.height, pre.width], &px.values, "pixels")?;
-        drop(px.values);
         let preprocess_ms = t.ms();
         check(cancel)?;
 
         cb.stage(Stage::Vision);
         let t = Stopwatch::start();
-        let features = self.model.encode_image(&pixels)?; // (1, N, D)
+        // The pixels go from the CPU straight into the vision tower's arena: no pixel tensor is held
+        // beside it.
+        let features = self
+            .model
+            .encode_pixels(&px.values, [1, 3, pre.height, pre.width])?; // (1, N, D)
+        drop(px.values);
         let vision_ms = t.ms_after_gpu(gpu)?;
         Ok(EncodedImage {
             features,
@@ -75,12 +77,12 @@ impl Pipeline {
         let t = Stopwatch::start();
         let ids = self.tokenizer.encode_prompt(&tp.encoder_text())?;
         let tokenize_ms = t.ms();
-        let fresh;
+        let mut fresh = None;
         let (image, reused) = match input {
-            TaskInput::Image(img) => {
-                fresh = self.encode_image_with(img, cancel, callbacks)?;
-                (&fresh, false)
-            }
+            TaskInput::Image(img) => (
+                &*fresh.insert(self.encode_image_with(img, cancel, callbacks)?),
+                false,
+            ),
             TaskInput::Encoded(e) => {
                 if e.owner != self.id {
                     return Err(Error::InvalidInput(
@@ -90,6 +92,8 @@ impl Pipeline {
                 (e, true)
             }
         };
+        let (image_size, image_preprocess_ms, image_vision_ms) =
+            (image.image_size, image.preprocess_ms, image.vision_ms);
         check(cancel)?;
         let gpu = self.model.gpu();
         gpu.check()?;
@@ -98,6 +102,8 @@ impl Pipeline {
         let t = Stopwatch::start();
         let enc = self.model.encode_prompt(&image.features, &ids)?; // (1, S, D) + cross K/V
         let encoder_ms = t.ms_after_gpu(gpu)?;
+        // Image features encoded for this task only are dead once the encoder has read them.
+        drop(fresh);
 
         callbacks.stage(Stage::Decode);
         let t = Stopwatch::start();
@@ -129,12 +135,12 @@ impl Pipeline {
             // A model's own task: pure text, the answer type `Caption` has.
             AnyTaskPrompt::Custom { marker, .. } => (Task::Caption, marker.clone()),
         };
-        let (result, text) = finish(task, &generated_text, image.image_size)?;
+        let (result, text) = finish(task, &generated_text, image_size)?;
         let postprocess_ms = t.ms();
         let (preprocess_ms, vision_ms) = if reused {
             (tokenize_ms, 0.0)
         } else {
-            (image.preprocess_ms + tokenize_ms, image.vision_ms)
+            (image_preprocess_ms + tokenize_ms, image_vision_ms)
         };
         Ok(TaskOutput {
             task,
@@ -143,7 +149,7 @@ impl Pipeline {
             text,
             generated_text,
             token_ids,
-            image_size: image.image_size,
+            image_size,
             reused_image: reused,
             timings: Timings {
                 preprocess_ms,
