@@ -9,7 +9,8 @@
 // in tiles of KT rows: the tile of K and V is staged in workgroup memory, the QB x KT scores are computed
 // by all invocations, one invocation per query row folds them into the running max / sum (online
 // softmax: rescale the old sum and output by exp(m_old - m_new)), and the output block is updated by all
-// invocations. Every value is f32; scores are never materialised beyond one tile, so Tk is unbounded.
+// invocations. Every value is f32 (KV_F16: K and V are stored as packed halves and widened to f32 on
+// load); scores are never materialised beyond one tile, so Tk is unbounded.
 //
 // Masking: key j is visible to query row i iff j < kv_len (KV-cache fill) and, when causal,
 // j <= q_offset + i (q_offset = absolute position of query row 0). The optional additive mask (Tq, Tk)
@@ -47,8 +48,26 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;          // (B, Tq, H*D)
+#if KV_F16
+// Packed f16 K/V (two halves per u32, element i in word i / 2), read as f32: see include/attn_kv4.wgsl.
+@group(0) @binding(2) var<storage, read> k: array<u32>;          // (Bk, Tk, H*D / 2)
+@group(0) @binding(3) var<storage, read> v: array<u32>;          // (Bk, Tk, H*D / 2)
+fn k_at(i: u32) -> f32 {
+    return unpack2x16float(k[i >> 1u])[i & 1u];
+}
+fn v_at(i: u32) -> f32 {
+    return unpack2x16float(v[i >> 1u])[i & 1u];
+}
+#else
 @group(0) @binding(2) var<storage, read> k: array<f32>;          // (Bk, Tk, H*D)
 @group(0) @binding(3) var<storage, read> v: array<f32>;          // (Bk, Tk, H*D)
+fn k_at(i: u32) -> f32 {
+    return k[i];
+}
+fn v_at(i: u32) -> f32 {
+    return v[i];
+}
+#endif
 @group(0) @binding(4) var<storage, read> mask: array<f32>;       // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;  // (B, Tq, H*D)
 
@@ -106,8 +125,8 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             var vx = 0.0;
             if (j < kn) {
                 let idx = (kb * p.tk + t0 + j) * hd + h * D + i % D;
-                kx = k[idx];
-                vx = v[idx];
+                kx = k_at(idx);
+                vx = v_at(idx);
             }
             ks[i] = kx;
             vs[i] = vx;
@@ -220,7 +239,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         let base = (kb * p.tk + j) * hd + h * D;
         var dot = 0.0;
         for (var d = 0u; d < D; d++) {
-            dot += qs[d] * k[base + d];
+            dot += qs[d] * k_at(base + d);
         }
         if (p.has_mask != 0u) {
             dot += mask[j];
@@ -273,7 +292,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         for (var d = lid; d < D; d += WG) {
             var o = 0.0;
             for (var j = 0u; j < kend; j++) {
-                o += dscore[j] * v[vbase + j * hd + d];
+                o += dscore[j] * v_at(vbase + j * hd + d);
             }
             out[out_base + d] = o * inv;
         }
@@ -284,7 +303,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
         var o = 0.0;
         if (grp < groups) {
             for (var j = grp; j < kend; j += groups) {
-                o += dscore[j] * v[vbase + j * hd + d];
+                o += dscore[j] * v_at(vbase + j * hd + d);
             }
         }
         part[lid] = o;

@@ -1,7 +1,8 @@
 // Scaled dot-product attention for GPUs: K/V tiles in workgroup memory shared by the workgroup's query
 // rows, one query row's state in each invocation's registers, online softmax once per tile, vec4 loads.
 //
-// Same contract as `attention` in attention.wgsl (encoder self-attention, decoder self/cross-attention):
+// Same contract as `attention` in attention.wgsl (encoder self-attention, decoder self/cross-attention;
+// KV_F16: k/v packed f16, widened to f32 on load, include/attn_kv4.wgsl):
 // q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1, out (B, Tq, H*D), head h owns columns h*D .. h*D+D;
 // key j is visible to query row i iff j < kv_len and, when causal, j <= q_offset + i; an optional additive
 // mask (Tq, Tk) is added to the scaled score; masked scores contribute exactly 0 (scores at or below
@@ -60,12 +61,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // (B, Tq, q_stride)
-@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;          // (Bk, Tk, kv_stride)
-@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;          // (Bk, Tk, kv_stride)
+// k, v (bindings 2, 3): (Bk, Tk, kv_stride) groups of four channels, f32 or packed f16 (KV_F16), read
+// through k4 / v4.
 @group(0) @binding(4) var<storage, read> mask: array<f32>;             // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;  // (B, Tq, out_stride)
 
 #include attn_len
+#include attn_kv4
 
 var<workgroup> ks: array<vec4<f32>, 448>;  // (KT, D4) key tile; merge scratch for partial outputs
 var<workgroup> vs: array<vec4<f32>, 448>;  // (KT, D4) value tile; merge scratch, continued
@@ -125,8 +127,8 @@ fn attention_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
             var vx = vec4<f32>(0.0);
             if (j < kn) {
                 let row = (kb * p.tk + t0 + j) * p.kv_stride + hoff + i % D4;
-                kx = k[row + p.k_off];
-                vx = v[row + p.v_off];
+                kx = k4(row + p.k_off);
+                vx = v4(row + p.v_off);
             }
             ks[i] = kx;
             vs[i] = vx;

@@ -1,6 +1,7 @@
 // Scaled dot-product attention for CPU adapters (lavapipe): no workgroup memory, no barriers.
 //
-// Same contract as `attention` in attention.wgsl: q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
+// Same contract as `attention` in attention.wgsl (KV_F16: k/v packed f16, widened on load, include/
+// attn_kv4.wgsl): q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
 // out (B, Tq, H*D), heads interleaved in columns (head h owns columns h*D .. h*D + D), optional causal
 // rule (key j visible to query row i iff j < kv_len and j <= q_offset + i), additive mask (Tq, Tk), masked
 // scores contribute exactly 0 and a row that sees no key outputs zeros.
@@ -22,7 +23,8 @@
 // kv_len <= Tk, mask (Tq, Tk) when has_mask, and returns before dispatch when B or Tq is 0:
 // - invocations g >= B*H*n_qgroups return first, so b < B, h < H, and kb = 0 or b < Bk;
 // - q rows i = min(.., Tq - 1) < Tq; columns h*D4 + e < H*D4 since e < D4: q index < B*Tq*H*D4;
-// - keys j < kend = max over rows of lim <= kv_len <= Tk: k/v index < Bk*Tk*H*D4;
+// - keys j < kend = max over rows of lim <= kv_len <= Tk: k/v index < Bk*Tk*H*D4 (the element count
+//   of k/v in both variants: a vec4<f32> or, KV_F16, a vec2<u32> holds four channels);
 //   (DYN_LEN: kv_len() is clamped to Tk in the shader; the launcher checks that dyn_len holds >= 2 u32s);
 // - mask row[r] < Tq, j < Tk: index < Tq*Tk, read only when has_mask (the mask binding is then (Tq, Tk));
 // - out rows i < Tq (checked): index < B*Tq*H*D4;
@@ -52,12 +54,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // (B, Tq, H*D/4)
-@group(0) @binding(2) var<storage, read> k: array<vec4<f32>>;          // (Bk, Tk, H*D/4)
-@group(0) @binding(3) var<storage, read> v: array<vec4<f32>>;          // (Bk, Tk, H*D/4)
+// k, v (bindings 2, 3): (Bk, Tk, H*D/4) groups of four channels, f32 or packed f16 (KV_F16), read
+// through k4 / v4.
 @group(0) @binding(4) var<storage, read> mask: array<f32>;             // (Tq, Tk) additive; unused unless has_mask
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;  // (B, Tq, H*D/4)
 
 #include attn_len
+#include attn_kv4
 
 @compute @workgroup_size(WG)
 fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -106,7 +109,7 @@ fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             s[r] = 0.0;
         }
         for (var e = 0u; e < D4; e++) {
-            let kv = k[kbase + e];
+            let kv = k4(kbase + e);
             for (var r = 0u; r < QPI; r++) {
                 s[r] += dot(qr[r * MAXD4 + e], kv);
             }
@@ -126,7 +129,7 @@ fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             m[r] = mn;
         }
         for (var e = 0u; e < D4; e++) {
-            let vv = v[kbase + e];
+            let vv = v4(kbase + e);
             for (var r = 0u; r < QPI; r++) {
                 o[r * MAXD4 + e] = o[r * MAXD4 + e] * corr[r] + pj[r] * vv;
             }

@@ -294,9 +294,13 @@ fn attention_ref(
 // products carry ~sqrt(D) * 2^-24 * 4 ~ 2e-6 of rounding, and the online softmax (per key, per tile, or
 // per tile plus the flash kernel's merge of split rows) reorders the sums; a wrong mask, tile edge or
 // merge changes outputs by O(0.1).
+// Every case also runs with K/V packed in f16 (the `KV_F16` variants: the decoder's caches and cross K/V
+// for non-fp32 weights) against the reference on the f16-rounded K/V (widening is exact: same
+// tolerance), and the cases over a cache also through the `DYN_LEN` variants (kv_len and q_offset read
+// from a buffer, as the planned decode step does), with f32 and f16 K/V.
 #[wasm_bindgen_test]
 async fn browser_attention_every_variant() {
-    use ops::attention::{attention_variant, AttnOpts, AttnVariant};
+    use ops::attention::{attention_dyn_variant, attention_variant, AttnOpts, AttnVariant};
     use ops::window_attn::{window_attention_variant, WindowAttnVariant};
     let g = gpu().await;
     // (B, Bk, Tq, Tk, H, D, causal, kv_len, q_offset, mask)
@@ -318,11 +322,11 @@ async fn browser_attention_every_variant() {
             .iter()
             .map(|x| x * 2.0)
             .collect();
-        let k: Vec<f32> = rand_vec(seed + 1, bk * tk * hd)
+        let k32: Vec<f32> = rand_vec(seed + 1, bk * tk * hd)
             .iter()
             .map(|x| x * 2.0)
             .collect();
-        let v = rand_vec(seed + 2, bk * tk * hd);
+        let v32 = rand_vec(seed + 2, bk * tk * hd);
         let mask: Option<Vec<f32>> = masked.then(|| {
             rand_vec(seed + 3, tq * tk)
                 .iter()
@@ -339,52 +343,87 @@ async fn browser_attention_every_variant() {
         let scale = (d as f64).powf(-0.5);
         let kvl = kv_len.unwrap_or(tk);
         let kb = |bi: usize| if bk == 1 { 0 } else { bi };
-        let want = attention_ref(
-            (b, tq, tk, heads, d),
-            scale,
-            |bi, i, col| (q[(bi * tq + i) * hd + col] * scale as f32) as f64 / scale,
-            |bi, j, col| k[(kb(bi) * tk + j) * hd + col] as f64,
-            |bi, j, col| v[(kb(bi) * tk + j) * hd + col] as f64,
-            |i, j| j < kvl && (!causal || j <= q_offset + i),
-            mask.as_deref(),
-        );
         let tq_ = Tensor::from_f32(&g, &[b, tq, hd], &q, "q").unwrap();
-        let tk_ = Tensor::from_f32(&g, &[bk, tk, hd], &k, "k").unwrap();
-        let tv_ = Tensor::from_f32(&g, &[bk, tk, hd], &v, "v").unwrap();
         let tm = mask
             .as_ref()
             .map(|m| Tensor::from_f32(&g, &[tq, tk], m, "mask").unwrap());
-        let opts = AttnOpts {
-            heads,
-            scale: scale as f32,
-            causal,
-            kv_len: kv_len.map(|l| l as u32),
-            q_offset: q_offset as u32,
-            mask: tm.as_ref(),
-        };
-        for var in AttnVariant::ALL
-            .into_iter()
-            .filter(|x| x.supports(&g.caps, d))
-        {
-            let to = Tensor::from_f32(&g, &[b, tq, hd], &vec![f32::NAN; b * tq * hd], "o").unwrap();
-            let mut rec = Recorder::new(&g);
-            attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap();
-            rec.submit().unwrap();
-            let got = run_vec(&g, &to).await;
-            let dm = max_diff(&got, &want);
-            web_sys::console::log_1(
-                &format!("attention case {ci} {}: max diff {dm:e}", var.name()).into(),
+        // [kv_len, q_offset] for the DYN_LEN variants.
+        let dyn_len = Tensor::from_u32(&g, &[2], &[kvl as u32, q_offset as u32], "dyn").unwrap();
+        for f16 in [false, true] {
+            let round = |x: &[f32]| -> Vec<f32> {
+                match f16 {
+                    true => x.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect(),
+                    false => x.to_vec(),
+                }
+            };
+            let (k, v) = (round(&k32), round(&v32));
+            let want = attention_ref(
+                (b, tq, tk, heads, d),
+                scale,
+                |bi, i, col| (q[(bi * tq + i) * hd + col] * scale as f32) as f64 / scale,
+                |bi, j, col| k[(kb(bi) * tk + j) * hd + col] as f64,
+                |bi, j, col| v[(kb(bi) * tk + j) * hd + col] as f64,
+                |i, j| j < kvl && (!causal || j <= q_offset + i),
+                mask.as_deref(),
             );
-            assert!(
-                got.iter().all(|x| x.is_finite()),
-                "case {ci} {}",
-                var.name()
-            );
-            assert!(dm <= 2e-6, "case {ci} {}: max diff {dm}", var.name());
-            ran += 1;
+            let upload = |x: &[f32], label: &str| match f16 {
+                true => Tensor::from_f32_as_f16(&g, &[bk, tk, hd], x, label).unwrap(),
+                false => Tensor::from_f32(&g, &[bk, tk, hd], x, label).unwrap(),
+            };
+            let (tk_, tv_) = (upload(&k, "k"), upload(&v, "v"));
+            let opts = AttnOpts {
+                heads,
+                scale: scale as f32,
+                causal,
+                kv_len: kv_len.map(|l| l as u32),
+                q_offset: q_offset as u32,
+                mask: tm.as_ref(),
+            };
+            // The DYN_LEN variants only where a cache fill is given (their options carry none).
+            let dyn_runs: &[bool] = if kv_len.is_some() {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for (var, &dynamic) in AttnVariant::ALL
+                .into_iter()
+                .filter(|x| x.supports(&g.caps, d))
+                .flat_map(|x| dyn_runs.iter().map(move |d| (x, d)))
+            {
+                let to =
+                    Tensor::from_f32(&g, &[b, tq, hd], &vec![f32::NAN; b * tq * hd], "o").unwrap();
+                let mut rec = Recorder::new(&g);
+                if dynamic {
+                    let o = AttnOpts {
+                        kv_len: None,
+                        q_offset: 0,
+                        ..opts
+                    };
+                    attention_dyn_variant(&mut rec, var, &tq_, &tk_, &tv_, &o, &dyn_len, &to)
+                        .unwrap();
+                } else {
+                    attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap();
+                }
+                rec.submit().unwrap();
+                let got = run_vec(&g, &to).await;
+                let dm = max_diff(&got, &want);
+                let name = format!(
+                    "case {ci} {}{}{}",
+                    var.name(),
+                    if f16 { " kv f16" } else { "" },
+                    if dynamic { " dyn_len" } else { "" }
+                );
+                web_sys::console::log_1(&format!("attention {name}: max diff {dm:e}").into());
+                assert!(got.iter().all(|x| x.is_finite()), "{name}");
+                assert!(dm <= 2e-6, "{name}: max diff {dm}");
+                ran += 1;
+            }
         }
     }
-    assert_eq!(ran, 16, "tiled, rows, flash and flash_split on every case");
+    assert_eq!(
+        ran, 48,
+        "tiled, rows, flash and flash_split on every case, K/V f32 and f16, fixed and dynamic length"
+    );
     // DaViT window attention, 7x7 windows, head dim 32, over the fused qkv (nW, T, 3C).
     let (nw, t, c, heads) = (3usize, 49usize, 64usize, 2usize);
     let d = c / heads;

@@ -5,7 +5,10 @@
 //! from the state's step buffer (attention's `DYN_LEN` variant, `decode_step::kv_write` / `pos_add`)
 //! where the recorded one bakes it into params and copy offsets. Copies and a single f32 add are exact and
 //! the attention loops are identical, so the logits must be bit-identical (tolerance 0), over several
-//! steps, with 1 row (greedy) and 3 rows with beam reorders between steps. The plan must be built once:
+//! steps, with 1 row (greedy) and 3 rows with beam reorders between steps, with f32 and with f16 KV
+//! caches and cross K/V (f16: the recorded path packs the new rows with `ops::cast` and copies bytes, the
+//! planned one packs them in `kv_write`, both with `pack2x16float` on the same f32 values, so the caches
+//! hold the same bits and the logits must still be bit-identical). The plan must be built once:
 //! bind groups created per step are counted on the device (its own device per test, so other tests of
 //! this binary do not count).
 #![cfg(not(target_arch = "wasm32"))]
@@ -23,7 +26,11 @@ fn open() -> Arc<Gpu> {
 }
 
 fn setup(g: &Arc<Gpu>) -> (Decoder, CrossKv) {
-    common::fixtures::tiny2_decoder(g, 11, |i| ((i * 29 % 97) as f32 / 48.0) - 1.0)
+    setup_kv(g, DType::F32)
+}
+
+fn setup_kv(g: &Arc<Gpu>, kv: DType) -> (Decoder, CrossKv) {
+    common::fixtures::tiny2_decoder_kv(g, 11, |i| ((i * 29 % 97) as f32 / 48.0) - 1.0, kv)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -33,14 +40,23 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn planned_steps_give_bit_identical_logits_and_are_recorded_once() {
     let g = open();
-    let (dec, cross) = setup(&g);
+    for kv in [DType::F32, DType::F16] {
+        let (dec, cross) = setup_kv(&g, kv);
+        assert!(cross.k.iter().chain(&cross.v).all(|t| t.dtype() == kv));
+        planned_equals_recorded(&g, &dec, &cross, kv);
+    }
+}
+
+fn planned_equals_recorded(g: &Arc<Gpu>, dec: &Decoder, cross: &CrossKv, kv: DType) {
+    let g = g.clone();
     let vocab = dec.vocab_size() as u32;
     let steps = 7u32;
     // Beam reorders applied before steps 1.. (3 rows): duplicates, swaps, identity.
     let perms: [[usize; 3]; 4] = [[0, 0, 1], [2, 1, 0], [0, 1, 2], [1, 1, 1]];
     for batch in [1usize, 3] {
-        let mut rec_state = dec.new_state(&g, &cross, batch, steps as usize).unwrap();
-        let mut plan_state = dec.new_state(&g, &cross, batch, steps as usize).unwrap();
+        let mut rec_state = dec.new_state(&g, cross, batch, steps as usize).unwrap();
+        let mut plan_state = dec.new_state(&g, cross, batch, steps as usize).unwrap();
+        assert_eq!(rec_state.kv_dtype(), kv);
         for pos in 0..steps {
             let toks: Vec<u32> = (0..batch as u32)
                 .map(|r| (pos * 7 + r * 5 + 3) % vocab)
@@ -79,10 +95,10 @@ fn planned_steps_give_bit_identical_logits_and_are_recorded_once() {
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
             eprintln!(
-                "batch {batch} pos {pos}: max |recorded - planned| = {diff:e}; bind groups {recorded_bind_groups} \
+                "kv {kv:?} batch {batch} pos {pos}: max |recorded - planned| = {diff:e}; bind groups {recorded_bind_groups} \
                  recorded vs {planned_bind_groups} planned; dispatches {recorded_dispatches} vs {planned_dispatches}"
             );
-            assert_eq!(bits(&want), bits(&got), "batch {batch} pos {pos}");
+            assert_eq!(bits(&want), bits(&got), "kv {kv:?} batch {batch} pos {pos}");
             // One bind group per recorded dispatch, every step; the plan's once, at its first step.
             assert_eq!(recorded_bind_groups, recorded_dispatches as u64);
             let plan = plan_state
@@ -94,9 +110,13 @@ fn planned_steps_give_bit_identical_logits_and_are_recorded_once() {
             } else {
                 assert_eq!(planned_bind_groups, 0, "pos {pos}: the plan was rebuilt");
             }
-            // The plan writes the cache rows with one kernel per layer instead of copies, and adds the
-            // position row with one kernel instead of a copy + add_row.
-            assert_eq!(planned_dispatches, recorded_dispatches + dec.layers());
+            // The plan writes the cache rows with one kernel per layer instead of copies (f16: instead
+            // of two casts and copies), and adds the position row with one kernel instead of a copy +
+            // add_row.
+            match kv {
+                DType::F16 => assert_eq!(planned_dispatches + dec.layers(), recorded_dispatches),
+                _ => assert_eq!(planned_dispatches, recorded_dispatches + dec.layers()),
+            }
         }
     }
 }
@@ -113,11 +133,23 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
         Tensor::from_f32(&g, shape, &v, name).unwrap()
     };
     let q = t(&[b, 1, hd], &mut rng, "q");
-    let k = t(&[b, tk, hd], &mut rng, "k");
-    let v = t(&[b, tk, hd], &mut rng, "v");
+    let k32 = t(&[b, tk, hd], &mut rng, "k");
+    let v32 = t(&[b, tk, hd], &mut rng, "v");
+    // The same K/V packed as f16 (the KV_F16 variants of every kernel, as the decoder's f16 caches).
+    let f16_of = |x: &Tensor, label: &str| {
+        let y = Tensor::zeros(&g, x.shape(), DType::F16, label).unwrap();
+        let mut rec = Recorder::new(&g);
+        florence2_wasm::ops::cast::f32_to_f16(&mut rec, x, &y).unwrap();
+        rec.submit().unwrap();
+        y
+    };
+    let (k16, v16) = (f16_of(&k32, "k16"), f16_of(&v32, "v16"));
     let out = Tensor::zeros(&g, &[b, 1, hd], DType::F32, "out").unwrap();
     let dyn_len = Tensor::zeros(&g, &[4], DType::U32, "dyn").unwrap();
-    for variant in AttnVariant::ALL {
+    for (variant, (k, v)) in AttnVariant::ALL
+        .into_iter()
+        .flat_map(|var| [(var, (&k32, &v32)), (var, (&k16, &v16))])
+    {
         for (kv_len, causal) in [(1u32, false), (5, false), (16, false), (9, true)] {
             let opts = AttnOpts {
                 heads,
@@ -128,7 +160,7 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
                 mask: None,
             };
             let mut rec = Recorder::new(&g);
-            attention::attention_variant(&mut rec, variant, &q, &k, &v, &opts, &out).unwrap();
+            attention::attention_variant(&mut rec, variant, &q, k, v, &opts, &out).unwrap();
             rec.submit().unwrap();
             let want = readback::to_f32_blocking(&g, &out).unwrap();
             // Only the buffer says kv_len / q_offset: the options carry different values.
@@ -142,12 +174,17 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
                 .unwrap();
             let mut rec = Recorder::new(&g);
             attention::attention_dyn_variant(
-                &mut rec, variant, &q, &k, &v, &dyn_opts, &dyn_len, &out,
+                &mut rec, variant, &q, k, v, &dyn_opts, &dyn_len, &out,
             )
             .unwrap();
             rec.submit().unwrap();
             let got = readback::to_f32_blocking(&g, &out).unwrap();
-            assert_eq!(bits(&want), bits(&got), "{variant:?} kv_len {kv_len}");
+            let kvd = k.dtype();
+            assert_eq!(
+                bits(&want),
+                bits(&got),
+                "{variant:?} {kvd:?} kv_len {kv_len}"
+            );
         }
         // A key count past Tk is clamped to Tk by the shader.
         let opts = AttnOpts {
@@ -156,14 +193,14 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
             ..Default::default()
         };
         let mut rec = Recorder::new(&g);
-        attention::attention_variant(&mut rec, variant, &q, &k, &v, &opts, &out).unwrap();
+        attention::attention_variant(&mut rec, variant, &q, k, v, &opts, &out).unwrap();
         rec.submit().unwrap();
         let want = readback::to_f32_blocking(&g, &out).unwrap();
         dyn_len
             .write_bytes(&g, 0, bytemuck::cast_slice(&[1000u32, 0, 0, 0]))
             .unwrap();
         let mut rec = Recorder::new(&g);
-        attention::attention_dyn_variant(&mut rec, variant, &q, &k, &v, &opts, &dyn_len, &out)
+        attention::attention_dyn_variant(&mut rec, variant, &q, k, v, &opts, &dyn_len, &out)
             .unwrap();
         rec.submit().unwrap();
         let got = readback::to_f32_blocking(&g, &out).unwrap();
@@ -176,7 +213,7 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
         heads,
         ..Default::default()
     };
-    let e = attention::attention_dyn(&mut rec, &q, &k, &v, &opts, &bad, &out).unwrap_err();
+    let e = attention::attention_dyn(&mut rec, &q, &k32, &v32, &opts, &bad, &out).unwrap_err();
     assert!(e.to_string().contains("dyn_len"), "{e}");
 }
 

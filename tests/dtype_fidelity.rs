@@ -12,7 +12,12 @@
 //! by |dy_i| <= u * sum_j |W_ij x_j|, i.e. a relative error of at most u in the "absolute" norm; to first
 //! order these relative errors add along the longest chain of Linears (LayerNorms rescale the activation
 //! and its error alike, residual adds keep the larger relative error). With L Linears on the path from the
-//! pixels to a stage, the stage's relative error is <= L u in that norm. For a sum of d terms of random
+//! pixels to a stage, the stage's relative error is <= L u in that norm. With fp16 (and q8/q4) weights the
+//! decoder also keeps its KV caches and cross-attention K/V in f16: the f32 K and V a Linear produced are
+//! rounded once more when stored (on the GPU, `pack2x16float`, which WGSL lets round to either neighbour:
+//! relative <= 2u). That is one more rounding after a Linear on each of the two attention branches of a
+//! decoder layer (self K/V, cross K/V), so the logits' chain counts 2 x 2 = 4 more units of u per decoder
+//! layer (`chain_lengths`). For a sum of d terms of random
 //! sign (random-weight fixtures) sum |W x| ~ sqrt(d) |sum W x|, so against the peak of a stage:
 //!     max |diff| <= L * u * sqrt(d) * peak.
 //! We assert the measured difference of each stage below HALF of that bound, so a broken f16 path
@@ -83,14 +88,15 @@ fn load(g: &Arc<Gpu>, dir: &str, dtype: WeightDType) -> Model {
     }
 }
 
-/// Linears on the longest chain from the pixels to (vision + projector, encoder out, logits). Each
-/// DaViT block is a spatial and a channel block of qkv, proj, fc1, fc2; each BART encoder layer chains
-/// q/k/v -> out -> fc1 -> fc2; each decoder layer self q/k/v -> out, cross q -> out, fc1 -> fc2; the head.
+/// Linears on the longest chain from the pixels to (vision + projector, encoder out, logits), in units of
+/// u. Each DaViT block is a spatial and a channel block of qkv, proj, fc1, fc2; each BART encoder layer
+/// chains q/k/v -> out -> fc1 -> fc2; each decoder layer self q/k/v -> out, cross q -> out, fc1 -> fc2,
+/// plus its f16 self and cross K/V (2u each, see the module doc); the head.
 fn chain_lengths(cfg: &Florence2Config) -> (usize, usize, usize) {
     let blocks: usize = cfg.vision.depths.iter().sum();
     let vision = 8 * blocks + 1;
     let enc = vision + 4 * cfg.text.encoder_layers;
-    let logits = enc + 6 * cfg.text.decoder_layers + 1;
+    let logits = enc + (6 + 2 * 2) * cfg.text.decoder_layers + 1;
     (vision, enc, logits)
 }
 

@@ -10,6 +10,12 @@
 //! softmax weight by about that relative amount; each rescale or merge multiplies the running sums by one
 //! rounded exp (2^-24 relative each), and the weighted sums add ~sqrt(Tk) * 2^-24. Measured: <= 4.5e-7 on
 //! every case and variant. A wrong mask, offset, tile edge or broadcast changes outputs by O(0.1).
+//!
+//! Every case also runs with K and V stored as packed f16 (the kernels' `KV_F16` variant, used for the
+//! decoder's caches and cross K/V when the weights are not fp32), against the same f64 reference computed
+//! on the f16-rounded K and V. Widening f16 to f32 is exact, so the kernel then does the f32 case's
+//! arithmetic on exactly the reference's inputs: same tolerance. A kernel that read the packed words as
+//! f32, or took the wrong half of a word, would be off by O(1).
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
@@ -129,8 +135,6 @@ fn run(name: &str, c: &Case, seed: u64) {
             .collect()
     });
     let tq_ = Tensor::from_f32(&g, &[c.b, c.tq, hd], &q, "q").unwrap();
-    let tk_ = Tensor::from_f32(&g, &[c.bk, c.tk, hd], &k, "k").unwrap();
-    let tv_ = Tensor::from_f32(&g, &[c.bk, c.tk, hd], &v, "v").unwrap();
     let tm = mask
         .as_ref()
         .map(|m| Tensor::from_f32(&g, &[c.tq, c.tk], m, "mask").unwrap());
@@ -142,31 +146,64 @@ fn run(name: &str, c: &Case, seed: u64) {
         q_offset: c.q_offset as u32,
         mask: tm.as_ref(),
     };
-    let want = cpu_attention(c, &q, &k, &v, mask.as_deref());
+    let mut ran = 0;
+    for kv in [DType::F32, DType::F16] {
+        // f16: the reference sees the rounded values the kernel reads.
+        let round = |x: &[f32]| -> Vec<f32> {
+            match kv {
+                DType::F16 => x.iter().map(|&a| half::f16::from_f32(a).to_f32()).collect(),
+                _ => x.to_vec(),
+            }
+        };
+        let (k, v) = (round(&k), round(&v));
+        let upload = |x: &[f32], label: &str| match kv {
+            DType::F16 => Tensor::from_f32_as_f16(&g, &[c.bk, c.tk, hd], x, label).unwrap(),
+            _ => Tensor::from_f32(&g, &[c.bk, c.tk, hd], x, label).unwrap(),
+        };
+        let (tk_, tv_) = (upload(&k, "k"), upload(&v, "v"));
+        let want = cpu_attention(c, &q, &k, &v, mask.as_deref());
+        ran += run_variants(
+            &format!("{name} kv {kv:?}"),
+            c,
+            &g,
+            (&tq_, &tk_, &tv_),
+            &opts,
+            &want,
+        );
+    }
+    assert!(ran >= 4);
+}
+
+/// Every variant supporting the case's head dim and the automatic choice; returns how many ran.
+fn run_variants(
+    name: &str,
+    c: &Case,
+    g: &std::sync::Arc<Gpu>,
+    (tq_, tk_, tv_): (&Tensor, &Tensor, &Tensor),
+    opts: &AttnOpts,
+    want: &[f32],
+) -> usize {
+    let hd = c.heads * c.d;
     let mut ran = 0;
     for variant in VARIANTS.iter().map(|&v| Some(v)).chain([None]) {
         if variant.is_some_and(|v| !variant_supports(v, c.d)) {
             continue;
         }
         // NaN-filled so that an output the kernel never writes fails.
-        let to = Tensor::from_f32(
-            &g,
-            &[c.b, c.tq, hd],
-            &vec![f32::NAN; c.b * c.tq * hd],
-            "out",
-        )
-        .unwrap();
-        let mut rec = Recorder::new(&g);
+        let to =
+            Tensor::from_f32(g, &[c.b, c.tq, hd], &vec![f32::NAN; c.b * c.tq * hd], "out").unwrap();
+        let mut rec = Recorder::new(g);
         match variant {
-            Some(var) => attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap(),
-            None => attention(&mut rec, &tq_, &tk_, &tv_, &opts, &to).unwrap(),
+            Some(var) => attention_variant(&mut rec, var, tq_, tk_, tv_, opts, &to).unwrap(),
+            None => attention(&mut rec, tq_, tk_, tv_, opts, &to).unwrap(),
         }
         rec.submit().unwrap();
-        let got = readback::to_f32_blocking(&g, &to).unwrap();
-        assert_close(&format!("{name} [{variant:?}]"), &got, &want, TOL);
+        let got = readback::to_f32_blocking(g, &to).unwrap();
+        assert_close(&format!("{name} [{variant:?}]"), &got, want, TOL);
         ran += 1;
     }
     assert!(ran >= 2);
+    ran
 }
 
 #[test]
@@ -265,6 +302,14 @@ fn rejects_bad_shapes() {
     assert!(attention(&mut rec, &q, &k, &k, &o, &out).is_err());
     // out shape mismatch.
     assert!(attention(&mut rec, &q, &k, &k, &opts, &z(&[2, 3, 4])).is_err());
+    // K and V of different dtypes; an f16 query or output; q8 K/V.
+    let k16 = Tensor::zeros(&g, &[2, 5, 8], DType::F16, "k16").unwrap();
+    assert!(attention(&mut rec, &q, &k16, &k, &opts, &out).is_err());
+    assert!(attention(&mut rec, &q, &k, &k16, &opts, &out).is_err());
+    let q16 = Tensor::zeros(&g, &[2, 3, 8], DType::F16, "q16").unwrap();
+    assert!(attention(&mut rec, &q16, &k16, &k16, &opts, &out).is_err());
+    assert!(attention(&mut rec, &q, &k16, &k16, &opts, &q16).is_err());
+    attention(&mut rec, &q, &k16, &k16, &opts, &out).unwrap();
     // Good call still records.
     attention(&mut rec, &q, &k, &k, &opts, &out).unwrap();
 }

@@ -6,11 +6,14 @@
 //! in the same order: it must agree exactly (tolerance 0). Batch-of-2 vs batch-of-1 may pick different
 //! matmul variants (row blocking depends on M), so that comparison allows f32 reordering noise: 1e-4 on
 //! logits of magnitude ~50 (~2e-6 relative; a row mix-up would move logits by O(1)).
+//!
+//! The reorder and cache-sizing tests run with f32 and with f16 KV caches (the caches of the non-fp32
+//! weight formats): a reorder moves whole rows of bytes in the caches' dtype, so it stays exact.
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
 use common::{assert_close, gpu};
-use florence2_wasm::gpu::{readback, Recorder};
+use florence2_wasm::gpu::{readback, DType, Recorder};
 use florence2_wasm::model::bart::{CrossKv, Decoder, DecoderState};
 use florence2_wasm::model::generate::{self, GenerateOptions};
 
@@ -19,8 +22,12 @@ fn setup() -> (Decoder, CrossKv) {
 }
 
 fn setup_on(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>) -> (Decoder, CrossKv) {
+    setup_kv(g, DType::F32)
+}
+
+fn setup_kv(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>, kv: DType) -> (Decoder, CrossKv) {
     // Any encoder output will do: 9 rows of deterministic values.
-    common::fixtures::tiny2_decoder(g, 9, |i| ((i * 37 % 101) as f32 / 50.0) - 1.0)
+    common::fixtures::tiny2_decoder_kv(g, 9, |i| ((i * 37 % 101) as f32 / 50.0) - 1.0, kv)
 }
 
 /// Feed `steps` (one token per batch row per step) and return the last step's logits.
@@ -69,7 +76,19 @@ fn batch_rows_decode_independently_with_shared_cross_kv() {
 #[test]
 fn cache_reorder_equals_decoding_the_reordered_histories() {
     let g = gpu();
-    let (dec, cross) = setup();
+    for kv in [DType::F32, DType::F16] {
+        let (dec, cross) = setup_kv(&g, kv);
+        reorder_is_exact(&g, &dec, &cross, kv);
+    }
+}
+
+fn reorder_is_exact(
+    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    dec: &Decoder,
+    cross: &CrossKv,
+    kv: DType,
+) {
+    let g = g.clone();
     let hist = [vec![2u32, 2, 2], vec![0, 7, 11], vec![5, 9, 13]];
     // Beams after reorder: new 0 = old 2, new 1 = old 0, new 2 = old 0.
     let src = [2usize, 0, 0];
@@ -78,24 +97,25 @@ fn cache_reorder_equals_decoding_the_reordered_histories() {
         .iter()
         .map(|step| src.iter().map(|&s| step[s]).collect())
         .collect();
-    let mut b = dec.new_state(&g, &cross, 3, 6).unwrap();
-    run(&dec, &mut b, &reordered, 0);
-    let want = run(&dec, &mut b, std::slice::from_ref(&next), 3);
+    let mut b = dec.new_state(&g, cross, 3, 6).unwrap();
+    assert_eq!(b.kv_dtype(), kv);
+    run(dec, &mut b, &reordered, 0);
+    let want = run(dec, &mut b, std::slice::from_ref(&next), 3);
     // The default chunk (all 3 filled positions in one) and chunks of 1 and 2 positions (3 and 2
     // chunks, the last one short): the same caches.
     let mut states = Vec::new();
     for chunk in [None, Some(1), Some(2)] {
-        let mut a = dec.new_state(&g, &cross, 3, 6).unwrap();
+        let mut a = dec.new_state(&g, cross, 3, 6).unwrap();
         if let Some(c) = chunk {
             a.set_reorder_chunk_rows(c);
         }
-        run(&dec, &mut a, &hist, 0);
+        run(dec, &mut a, &hist, 0);
         let mut rec = Recorder::new(&g);
         a.reorder(&mut rec, &src, 3).unwrap();
         rec.submit().unwrap();
-        let got = run(&dec, &mut a, std::slice::from_ref(&next), 3);
+        let got = run(dec, &mut a, std::slice::from_ref(&next), 3);
         assert_close(
-            &format!("reordered caches, chunk {chunk:?}"),
+            &format!("{kv:?} reordered caches, chunk {chunk:?}"),
             &got,
             &want,
             0.0,
@@ -172,7 +192,23 @@ fn kv_caches_are_sized_to_the_request() {
     let g = std::sync::Arc::new(
         pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
     );
-    let (dec, cross) = setup_on(&g);
+    let mut rows = Vec::new();
+    for kv in [DType::F32, DType::F16] {
+        let (dec, cross) = setup_kv(&g, kv);
+        rows.push(caches_sized_to_the_request(&g, &dec, &cross, kv));
+    }
+    // f16 cache rows are half the bytes of f32 ones (2 bytes per element, D even: no padding).
+    assert_eq!(rows[1] * 2, rows[0]);
+}
+
+/// The checks of [`kv_caches_are_sized_to_the_request`] with caches of `kv`; returns the bytes of one
+/// cache position (K and V of every layer).
+fn caches_sized_to_the_request(
+    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    dec: &Decoder,
+    cross: &CrossKv,
+    kv: DType,
+) -> u64 {
     let d = 32; // tiny2 d_model
     let max_pos = dec.max_positions();
     let peak = |max_new_tokens: usize| -> u64 {
@@ -195,9 +231,9 @@ fn kv_caches_are_sized_to_the_request() {
             polls.get() > 2
         };
         let r = pollster::block_on(generate::generate(
-            &dec,
-            &g,
-            &cross,
+            dec,
+            g,
+            cross,
             &opts,
             generate::Observer::cancel(&cancel),
         ));
@@ -207,9 +243,16 @@ fn kv_caches_are_sized_to_the_request() {
         assert_eq!(m.activations_bytes, before.activations_bytes);
         m.peak_activations_bytes - before.activations_bytes
     };
-    let row = (2 * dec.layers() * d * 4) as u64;
+    // K and V of every layer at kv's element size: 4 bytes (f32) or 2 (f16).
+    let elem = match kv {
+        DType::F16 => 2,
+        _ => 4,
+    };
+    let row = (2 * dec.layers() * d * elem) as u64;
     let (p3, p9) = (peak(3), peak(9));
-    eprintln!("greedy request peak: {p3} B at max_new_tokens 3, {p9} B at 9; cache row {row} B");
+    eprintln!(
+        "{kv:?}: greedy request peak: {p3} B at max_new_tokens 3, {p9} B at 9; cache row {row} B"
+    );
     assert_eq!(
         p9 - p3,
         6 * row,
@@ -220,4 +263,5 @@ fn kv_caches_are_sized_to_the_request() {
     assert_eq!(p_huge, p_max, "capped by max_position_embeddings {max_pos}");
     // max_new_tokens >= max_pos: max_length = max_pos, so max_pos - 1 cache rows (3 at max_new_tokens 3).
     assert_eq!(p_max - p3, (max_pos - 4) as u64 * row);
+    row
 }

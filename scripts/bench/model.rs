@@ -45,7 +45,9 @@
 //! after `MODEL_BENCH_MEMORY_STEPS` (default 4) steps: the peak is that of the whole request, at a
 //! fraction of the time. Prints where the decode-phase bytes are (KV caches, cross K/V, ...).
 //! `MODEL_BENCH_MEMORY_MODEL=large` does the same on a Florence-2-large-shaped checkpoint
-//! (`target/bench-model/large-f32/`, 3.1 GB).
+//! (`target/bench-model/large-f32/`, 3.1 GB). `MODEL_BENCH_KV=f32` keeps the decoder's KV caches and
+//! cross K/V in f32 for every resident dtype (the default is f16 for fp16/q8/q4: `Decoder::kv_dtype`), to
+//! compare both in one build.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -357,14 +359,16 @@ fn cross_kv_flops(cfg: &Florence2Config, s: usize) -> f64 {
 
 /// Bytes one decode step reads: the decoder's matrix weights (all decoder linears except the cross K/V
 /// projections, and the LM head) at `wbytes` bytes per weight (the resident dtype), its f32 biases and
-/// layer norms, plus the f32 KV caches it attends over.
+/// layer norms, plus the KV caches and cross K/V it attends over (f32 with fp32 weights, f16 otherwise:
+/// `Decoder::kv_dtype`).
 fn decode_step_bytes(cfg: &Florence2Config, s: usize, pos: usize, wbytes: f64) -> f64 {
     let t = &cfg.text;
     let (d, f, v) = (t.d_model, t.decoder_ffn_dim, t.vocab_size);
     let matrices = t.decoder_layers * (6 * d * d + 2 * d * f) + v * d;
     let small = t.decoder_layers * (6 * d + f + d + 6 * d);
     let caches = t.decoder_layers * 2 * (s + pos + 1) * d;
-    wbytes * matrices as f64 + 4.0 * (small + caches) as f64
+    let kv_bytes = if wbytes >= 4.0 { 4.0 } else { 2.0 };
+    wbytes * matrices as f64 + 4.0 * small as f64 + kv_bytes * caches as f64
 }
 
 /// Bytes per matrix weight of a resident dtype (quantized: a d_model-wide row with its scales).
@@ -1111,14 +1115,21 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
         let t = Instant::now();
         let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
             .expect("load_dir");
-        let model = Florence2::new(gpu, cfg.clone(), &w).expect("Florence2::new");
+        let mut model = Florence2::new(gpu, cfg.clone(), &w).expect("Florence2::new");
+        if env_or("MODEL_BENCH_KV", "auto") == "f32" {
+            model
+                .decoder
+                .set_kv_dtype(florence2_wasm::gpu::DType::F32)
+                .expect("f32 KV");
+        }
         drop(w);
         wait(gpu);
         let weights_bytes = gpu.memory().weights_bytes;
         println!(
-            "{resident}: loaded in {:.1} s, weights {:.1} MB",
+            "{resident}: loaded in {:.1} s, weights {:.1} MB, KV caches and cross K/V {:?}",
             t.elapsed().as_secs_f64(),
-            mb(weights_bytes)
+            mb(weights_bytes),
+            model.decoder.kv_dtype()
         );
         // As Pipeline::run_task on an image: the pixels go from the CPU into the vision arena,
         // DaViT + projector.
@@ -1189,15 +1200,19 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
     .expect("config");
     let t = &cfg.text;
     let (l, d, v, beams, max_len) = (t.decoder_layers, t.d_model, t.vocab_size, 3usize, 1023usize);
-    let kv = (2 * l * beams * max_len * d * 4) as u64;
-    let spare = (beams * florence2_wasm::model::bart::REORDER_CHUNK_ROWS * d * 4) as u64;
+    let kv = (2 * l * beams * max_len * d) as u64;
+    let spare = (beams * florence2_wasm::model::bart::REORDER_CHUNK_ROWS * d) as u64;
+    let cross = (2 * l * 1000 * d) as u64;
     println!(
-        "\ndecode phase, by construction: self-attention KV caches {:.1} MB (2 x {l} layers x ({beams}, {max_len}, {d}) f32), \
-         reorder spare {:.1} MB, cross K/V {:.1} MB per 1000 encoder tokens (2 x {l} x (S, {d})), \
-         logits + log-probs {:.1} MB, image features {:.1} MB",
-        mb(kv),
-        mb(spare),
-        mb((2 * l * 1000 * d * 4) as u64),
+        "\ndecode phase, by construction: self-attention KV caches {:.1} MB f32 / {:.1} MB f16 (2 x {l} layers x ({beams}, {max_len}, {d})), \
+         reorder spare {:.1} / {:.1} MB, cross K/V {:.1} / {:.1} MB per 1000 encoder tokens (2 x {l} x (S, {d})), \
+         logits + log-probs {:.1} MB, image features {:.1} MB (f16 K/V: fp16, q8, q4 unless MODEL_BENCH_KV=f32)",
+        mb(4 * kv),
+        mb(2 * kv),
+        mb(4 * spare),
+        mb(2 * spare),
+        mb(4 * cross),
+        mb(2 * cross),
         mb((2 * beams * v * 4) as u64),
         mb((577 * d * 4) as u64),
     );

@@ -43,6 +43,10 @@ pub static INCLUDES: &[(&str, &str)] = &[
         "attn_len",
         include_str!("../../shaders/include/attn_len.wgsl"),
     ),
+    (
+        "attn_kv4",
+        include_str!("../../shaders/include/attn_kv4.wgsl"),
+    ),
     ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
     ("lanes", include_str!("../../shaders/include/lanes.wgsl")),
     (

@@ -8,6 +8,10 @@
 //! registers (`shaders/attention_rows.wgsl`) for CPU adapters. [`attention`] asks the kernel registry
 //! (the tuner's choice for the call's [`ShapeClass`]) first and falls back to
 //! [`choose_attention_variant`].
+//!
+//! K and V are f32, or f16 (packed halves, [`DType::F16`]): every kernel has a `KV_F16` variant that
+//! widens them to f32 on load (the decoder's KV caches and cross-attention K/V when the weights are not
+//! fp32; half the bytes held and read). q, the mask and out stay f32, and so does the arithmetic.
 
 use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
@@ -314,8 +318,11 @@ fn attention_impl(
             ));
         }
     }
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+    for (name, t) in [("q", q), ("out", out)] {
         check::f32(OP, name, t)?;
+    }
+    check_kv_dtype(OP, k, v)?;
+    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
         check::rank(OP, name, t, 3)?;
     }
     let (b, tq, hd) = (q.dim(0), q.dim(1), q.dim(2));
@@ -458,7 +465,7 @@ fn attention_impl(
     rec.dispatch(
         &Kernel::new(&SHADER, entry)
             .with(&overrides)
-            .defines(dyn_defines(dyn_len)),
+            .defines(variant_defines(dyn_len, k)),
         &params,
         &bindings,
         grid_1d(check::u32_of(OP, "workgroups", groups)?),
@@ -514,7 +521,7 @@ fn record_rows(
     rec.dispatch(
         &Kernel::new(&ROWS_SHADER, "attention_rows")
             .with(&overrides)
-            .defines(dyn_defines(dyn_len)),
+            .defines(variant_defines(dyn_len, k)),
         &params,
         &bindings,
         grid_1d(total32.div_ceil(wg)),
@@ -535,12 +542,25 @@ fn attn_bindings<'a>(
         .collect()
 }
 
-/// The shader variant reading kv_len / q_offset from a buffer ([`attention_dyn`]).
-fn dyn_defines(dyn_len: Option<&Tensor>) -> &'static [&'static str] {
-    if dyn_len.is_some() {
-        &["DYN_LEN"]
-    } else {
-        &[]
+/// The shader variant: kv_len / q_offset read from a buffer ([`attention_dyn`]: `DYN_LEN`), K/V packed
+/// f16 (`KV_F16`, when `k` is [`DType::F16`]; v has k's dtype, checked by [`check_kv_dtype`]).
+fn variant_defines(dyn_len: Option<&Tensor>, k: &Tensor) -> &'static [&'static str] {
+    match (dyn_len.is_some(), k.dtype() == DType::F16) {
+        (false, false) => &[],
+        (true, false) => &["DYN_LEN"],
+        (false, true) => &["KV_F16"],
+        (true, true) => &["DYN_LEN", "KV_F16"],
+    }
+}
+
+/// K and V are both f32 or both f16 (packed halves).
+fn check_kv_dtype(op: &'static str, k: &Tensor, v: &Tensor) -> Result<()> {
+    match (k.dtype(), v.dtype()) {
+        (DType::F32, DType::F32) | (DType::F16, DType::F16) => Ok(()),
+        (kd, vd) => Err(Error::shape(
+            op,
+            format!("k and v must both be f32 or both f16, got {kd:?} and {vd:?}"),
+        )),
     }
 }
 
@@ -739,7 +759,7 @@ pub(crate) fn record_flash(
     rec.dispatch(
         &Kernel::new(&FLASH_SHADER, "attention_flash")
             .with(&overrides)
-            .defines(dyn_defines(dyn_len)),
+            .defines(variant_defines(dyn_len, k)),
         &params,
         &bindings,
         grid_1d(u("workgroups", groups)?),

@@ -74,8 +74,9 @@ pub fn pos_add(
     )
 }
 
-/// ck[r, step[at], :] = kn[r, :] and cv[r, step[at], :] = vn[r, :] for kn/vn (B, D) and the caches
-/// ck/cv (B, L, D), all f32 (a row past L writes nothing).
+/// ck[r, step[at], :] = kn[r, :] and cv[r, step[at], :] = vn[r, :] for kn/vn (B, D) f32 and the caches
+/// ck/cv (B, L, D), both f32 or both f16 (packed halves, rounded by `pack2x16float` like
+/// [`crate::ops::cast::f32_to_f16`]; D even). A row past L writes nothing.
 pub fn kv_write(
     rec: &mut Recorder,
     kn: &Tensor,
@@ -86,9 +87,19 @@ pub fn kv_write(
     at: usize,
 ) -> Result<()> {
     const OP: &str = "kv_write";
-    for (name, t) in [("kn", kn), ("vn", vn), ("ck", ck), ("cv", cv)] {
+    for (name, t) in [("kn", kn), ("vn", vn)] {
         check::f32(OP, name, t)?;
     }
+    let f16 = match (ck.dtype(), cv.dtype()) {
+        (DType::F32, DType::F32) => false,
+        (DType::F16, DType::F16) => true,
+        (a, b) => {
+            return Err(Error::shape(
+                OP,
+                format!("caches must both be f32 or both f16, got {a:?} and {b:?}"),
+            ))
+        }
+    };
     let ks = check::rank(OP, "kn", kn, 2)?;
     let (b, d) = (ks[0], ks[1]);
     check::shape(OP, "vn", vn, &[b, d])?;
@@ -97,6 +108,12 @@ pub fn kv_write(
     check::shape(OP, "ck", ck, &[b, l, d])?;
     check::shape(OP, "cv", cv, &[b, l, d])?;
     check::distinct(OP, ("ck", ck), ("cv", cv))?;
+    if f16 && !d.is_multiple_of(2) {
+        return Err(Error::shape(
+            OP,
+            format!("f16 caches need an even row width, got {d}"),
+        ));
+    }
     let at = check_step(OP, step, at)?;
     check::u32_of(OP, "cache elements", ck.numel())?;
     let params = Params {
@@ -106,10 +123,15 @@ pub fn kv_write(
         at,
     };
     let gpu = rec.gpu().clone();
+    // f16: one invocation per pair of channels.
+    let (defines, threads): (&[&str], usize) = match f16 {
+        true => (&["KV_WRITE", "KV_F16"], b * d / 2),
+        false => (&["KV_WRITE"], b * d),
+    };
     rec.dispatch(
         &Kernel::new(&SHADER, "kv_write")
             .with(&[("WG", WG as f64)])
-            .defines(&["KV_WRITE"]),
+            .defines(defines),
         &params,
         &[
             step.binding(&gpu)?,
@@ -118,6 +140,6 @@ pub fn kv_write(
             ck.binding(&gpu)?,
             cv.binding(&gpu)?,
         ],
-        grid_1d(ceil_div(b * d, WG as usize)),
+        grid_1d(ceil_div(threads, WG as usize)),
     )
 }

@@ -3,6 +3,7 @@
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
 
 pub mod attention;
+pub mod cast;
 pub mod channel_attn;
 pub mod conv;
 pub mod decode_step;
@@ -29,6 +30,7 @@ pub static SHADERS: &[&Shader] = &[
     &attention::SHADER,
     &attention::ROWS_SHADER,
     &attention::FLASH_SHADER,
+    &cast::SHADER,
     &channel_attn::SHADER,
     &conv::SHADER,
     &decode_step::SHADER,

@@ -66,10 +66,25 @@ pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
 
 /// The tiny2 fixture's BART decoder (LM head tied to the shared embedding) and its cross-attention K/V
 /// over an `s`-row encoder output whose element `i` is `h(i)`: the decoder tests' deterministic setup.
+/// f32 weights, so f32 KV caches and cross K/V.
 pub fn tiny2_decoder(
     g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
     s: usize,
     h: impl Fn(usize) -> f32,
+) -> (
+    florence2_wasm::model::bart::Decoder,
+    florence2_wasm::model::bart::CrossKv,
+) {
+    tiny2_decoder_kv(g, s, h, florence2_wasm::gpu::DType::F32)
+}
+
+/// [`tiny2_decoder`] with KV caches and cross K/V of element type `kv` (F32 or F16) on the same f32
+/// weights.
+pub fn tiny2_decoder_kv(
+    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    s: usize,
+    h: impl Fn(usize) -> f32,
+    kv: florence2_wasm::gpu::DType,
 ) -> (
     florence2_wasm::model::bart::Decoder,
     florence2_wasm::model::bart::CrossKv,
@@ -84,7 +99,7 @@ pub fn tiny2_decoder(
             &[t.vocab_size, t.d_model],
         )
         .unwrap();
-    let dec = Decoder::new(
+    let mut dec = Decoder::new(
         t,
         w.pp("model.language_model.decoder"),
         shared.clone(),
@@ -92,6 +107,7 @@ pub fn tiny2_decoder(
         None,
     )
     .unwrap();
+    dec.set_kv_dtype(kv).unwrap();
     let h: Vec<f32> = (0..s * t.d_model).map(h).collect();
     let ht = Tensor::from_f32(g, &[1, s, t.d_model], &h, "enc").unwrap();
     let mut rec = Recorder::new(g);

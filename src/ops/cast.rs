@@ -1,0 +1,51 @@
+//! Element type conversion (`shaders/cast.wgsl`): f32 to packed f16 for activations stored as halves
+//! (the decoder's cross-attention K/V and the cache rows of a fixed-position step, when the weights are
+//! not fp32).
+
+use crate::error::Result;
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::check;
+
+pub static SHADER: Shader = Shader {
+    name: "cast",
+    source: include_str!("../../shaders/cast.wgsl"),
+};
+
+const WG: u32 = 256;
+
+/// Mirrors `Params` in `shaders/cast.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    n: u32,
+    words: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+/// out = x rounded to f16 (`pack2x16float`: WGSL allows either neighbour, a relative error below
+/// 2^-10), x f32 and out f16 of the same shape.
+pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
+    const OP: &str = "f32_to_f16";
+    check::f32(OP, "x", x)?;
+    check::dtype(OP, "out", out, DType::F16)?;
+    check::shape(OP, "out", out, x.shape())?;
+    let n = x.numel();
+    let words = n.div_ceil(2);
+    let params = Params {
+        n: check::u32_of(OP, "elements", n)?,
+        words: check::u32_of(OP, "words", words)?,
+        _pad0: 0,
+        _pad1: 0,
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let gpu = rec.gpu().clone();
+    rec.dispatch(
+        &Kernel::new(&SHADER, "f32_to_f16").with(&[("WG", WG as f64)]),
+        &params,
+        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        grid_1d(ceil_div(words, WG as usize)),
+    )
+}
