@@ -145,8 +145,13 @@ fn conv2d_degenerate_one_pixel_and_no_padding() {
 
 #[test]
 fn conv2d_chunked_scratch_matches() {
-    // A scratch budget of 5 rows of K = 27 floats forces several full chunks plus a shorter tail.
+    // A scratch budget of 5 rows of K = 27 floats (4 rows of the padded K = 32) forces several full
+    // chunks plus a shorter tail. With 7 output channels a chunk's rows start at byte offsets that
+    // cannot be bound (4 x 7 x 4 = 112 is not a multiple of 256): each chunk goes through a copy.
     run_conv(5, (1, 11, 13, 3), (7, 3, 3), 2, 1, Some(5 * 27 * 4), false);
+    // With 16 output channels every 4-row chunk starts on a 256-byte offset: the GEMM writes its rows
+    // of the output in place (10 chunks of 4 rows and a 2-row tail).
+    run_conv(5, (1, 11, 13, 3), (16, 3, 3), 2, 1, Some(5 * 27 * 4), false);
 }
 
 #[test]

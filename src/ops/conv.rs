@@ -77,8 +77,10 @@ pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usi
 ///
 /// Runs as im2col into a scratch (rows, Cin*kh*kw) matrix followed by `linear`, whose weight is exactly
 /// `w` viewed as (Cout, Cin*kh*kw), K padded to [`gemm_k`] when it is not a multiple of [`K_STEP`] (the
-/// weight then padded on the GPU by `pad_weight`, a Cout x K copy per call). Large inputs are processed in row chunks so the scratch never
-/// exceeds [`IM2COL_CHUNK_BYTES`] (nor the device's binding limit).
+/// weight then padded on the GPU by `pad_weight`, a Cout x K copy per call). Large inputs are processed
+/// in row chunks so the scratch never exceeds [`IM2COL_CHUNK_BYTES`] (nor the device's binding limit);
+/// each chunk's GEMM writes its rows of `out` in place when their byte offset can be bound (chunks
+/// rounded to such rows when they allow it), through a chunk-sized copy otherwise.
 pub fn conv2d(
     rec: &mut Recorder,
     x: &Tensor,
@@ -248,38 +250,49 @@ fn conv2d_impl(
     };
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
     let row_bytes = (kp * 4) as u64;
-    let chunk_rows = ((budget / row_bytes) as usize).clamp(1, rows);
+    let chunk_rows = {
+        let fit = ((budget / row_bytes) as usize).clamp(1, rows);
+        // Rounded down to whole groups of rows whose output byte offset is storage-aligned (when a
+        // group fits), so each chunk's GEMM writes its rows of `out` in place.
+        let group = OUT_ALIGN / gcd(cout * 4, OUT_ALIGN);
+        if fit < rows && fit >= group {
+            fit / group * group
+        } else {
+            fit
+        }
+    };
+    let in_place = chunk_rows == rows || (chunk_rows * cout * 4).is_multiple_of(OUT_ALIGN);
     let kernel = Kernel::new(&SHADER, "im2col").with(&[("WG", WG as f64)]);
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
-                                            // One scratch reused by every full chunk (dispatches run in recording order, so the next im2col
-                                            // only overwrites it after the previous linear has read it); the shorter tail gets its own.
+                                            // One scratch reused by every chunk, the shorter tail through a prefix view of it (dispatches
+                                            // run in recording order, so the next im2col only overwrites it after the previous linear has
+                                            // read it).
     let full = match scratch {
         Some(t) if t.capacity() >= (chunk_rows * kp * 4) as u64 => {
             t.view(&[chunk_rows, kp], DType::F32)?
         }
         _ => Tensor::zeros(&gpu, &[chunk_rows, kp], DType::F32, "conv2d.im2col")?,
     };
-    let full_out = if chunk_rows < rows {
+    // Chunk outputs that cannot be bound at their offset in `out` go through a copy.
+    let staged = if in_place {
+        None
+    } else {
         Some(Tensor::zeros(
             &gpu,
             &[chunk_rows, cout],
             DType::F32,
             "conv2d.chunk_out",
         )?)
-    } else {
-        None
     };
     let mut r0 = 0;
     while r0 < rows {
         let n = chunk_rows.min(rows - r0);
-        let (cols, dst) = if n == chunk_rows {
-            let dst = full_out.clone().unwrap_or_else(|| out2.clone());
-            (full.clone(), dst)
-        } else {
-            (
-                Tensor::zeros(&gpu, &[n, kp], DType::F32, "conv2d.im2col_tail")?,
-                Tensor::zeros(&gpu, &[n, cout], DType::F32, "conv2d.chunk_out_tail")?,
-            )
+        let off = (r0 * cout * 4) as u64;
+        let cols = full.view(&[n, kp], DType::F32)?;
+        let dst = match &staged {
+            None if n == rows => out2.clone(),
+            None => out2.view_at(out2.offset() + off, &[n, cout], DType::F32)?,
+            Some(t) => t.view(&[n, cout], DType::F32)?,
         };
         let params = Im2colParams {
             h: h as u32,
@@ -302,13 +315,23 @@ fn conv2d_impl(
             grid_1d(ceil_div(n * kp, WG as usize)),
         )?;
         linear(rec, &cols, &w2, Some(bias), Act::None, &dst)?;
-        if chunk_rows < rows {
-            let bytes = (n * cout * 4) as u64;
-            rec.copy_range(&dst, 0, out, (r0 * cout * 4) as u64, bytes)?;
+        if staged.is_some() {
+            rec.copy_range(&dst, 0, out, off, (n * cout * 4) as u64)?;
         }
         r0 += n;
     }
     Ok(())
+}
+
+/// Largest storage offset alignment WebGPU (and Vulkan) allows: a byte offset that is a multiple of
+/// it can be bound on every device.
+const OUT_ALIGN: usize = 256;
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// out = x + depthwise_conv3x3(x, pad 1) + bias, for x, out (B, H, W, C), w (C, 1, 3, 3), bias (C):
