@@ -98,6 +98,30 @@ fn run(seed: u64, b: usize, n: usize, c: usize, groups: usize) {
             "scratch of {len} floats changes the output"
         );
     }
+    // The partials in the output's own buffer (as DaViT's arena runs it: they are reduced before the
+    // output is written): the same bits.
+    let out3 = Tensor::from_f32(&g, &[b * n * c], &stale[..b * n * c], "out3").unwrap();
+    let to3 = out3.reshape(&[b, n, c]).unwrap();
+    let mut rec = Recorder::new(&g);
+    ops::channel_attn::channel_attention_with_scratch(&mut rec, &tq, groups, &to3, &out3).unwrap();
+    rec.submit().unwrap();
+    let got3 = readback::to_f32_blocking(&g, &to3).unwrap();
+    assert!(
+        got3.iter()
+            .zip(&got)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "partials in the output buffer change the output"
+    );
+    // qkv and out must not share a buffer (the output would overwrite rows still to be read).
+    let mut rec = Recorder::new(&g);
+    assert!(ops::channel_attn::channel_attention_with_scratch(
+        &mut rec,
+        &tq,
+        groups,
+        &tq.view(&[b, n, c], DType::F32).unwrap(),
+        &out3
+    )
+    .is_err());
 }
 
 // C and d multiples of 4 take the vec4 kernels (`gram_partial4`, `attn_apply4`), anything else the scalar

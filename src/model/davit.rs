@@ -19,8 +19,9 @@
 //! recording order, so reuse is safe inside one command buffer). Within a half the residual stream
 //! ping-pongs between two of them, and a buffer takes the next tensor as soon as its contents are dead.
 //! The MLP runs in row chunks (in place, through views at row offsets) so that its 4x hidden fits in
-//! the buffer the 3x qkv needs. For Florence-2-base at 768 px that is 6 stage-0 activations (113 MB)
-//! instead of the 11 (208 MB) a set of buffers per op family took. The pixels can come from the CPU
+//! the buffer the 3x qkv needs, and the windows and attention outputs share the residual-stream
+//! buffers. For Florence-2-base at 768 px that is 5 stage-0 activations (94 MB) instead of the 11
+//! (208 MB) a set of buffers per op family took. The pixels can come from the CPU
 //! straight into the arena ([`DaVit::forward_host`]), and the caller can use the arena's spare buffers
 //! until its submit ([`DaVit::forward_spare`]). Taps copy into fresh tensors.
 
@@ -135,19 +136,28 @@ pub struct DaVit {
 }
 
 /// Element counts of the activation arena one [`DaVit::forward`] allocates (f32 elements per buffer),
-/// planned from the stage shapes before anything is recorded. Four buffers serve the whole tower,
-/// every stage and block taking views of them in turn:
+/// planned from the stage shapes before anything is recorded. Three buffers (four when a stage's
+/// token grid is not a whole number of windows) serve the whole tower, every stage and block taking
+/// views of them in turn:
 /// - `stream` (x2, `ra` and `rb`): the residual stream and the stream after a positional conv,
 ///   ping-ponged (each half's conv reads `ra` and writes `rb`; the LayerNorm output goes back into
 ///   `ra`, whose contents are dead by then, and the half's last linear writes `rb` + its output into
-///   `ra` through its residual epilogue). Also the pre-norm copy of a stage's input.
-/// - `windows` (`x`): the NHWC pixels, the windowed tokens and the window / channel attention output.
+///   `ra` through its residual epilogue). `ra` also takes the windowed tokens (partitioned from `rb`
+///   and normalised in place: LayerNorm is per token, so it commutes with the partition) and the
+///   window / channel attention output (with channel attention's Gram partials before it); `rb` the
+///   pre-norm copy of a stage's input and the NCHW pixels, `ra` their NHWC permutation.
+/// - `windows` (`x`): the zero-padded windows and their attention output, only for stages whose
+///   token grid is not a whole number of windows (padding comes after the LayerNorm there); 0 when
+///   no stage pads.
 /// - `big`: the qkv activations (window or channel attention), the window attention output cropped
-///   back to the image, the MLP hidden and the patch-embedding im2col scratch, never live together.
+///   back to the image, the channel half's output stream, the MLP hidden and the patch-embedding
+///   im2col scratch, never live together.
 ///   The MLP hidden (4 x C per token, the largest of them) does not size it: the MLP runs in row
 ///   chunks that fit in what the others need ([`mlp_chunk_rows`]).
 /// - `split`: separate q, k, v (three buffers) for the generic attention path, 0 when the fused
 ///   window kernel runs in every stage.
+///
+/// Every view starts at byte 0 of its buffer except the MLP's row chunks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArenaPlan {
     pub stream: usize,
@@ -168,7 +178,8 @@ impl ArenaPlan {
 struct Arena {
     ra: Tensor,
     rb: Tensor,
-    x: Tensor,
+    /// Only when a stage pads its windows.
+    x: Option<Tensor>,
     big: Tensor,
     split: Option<(Tensor, Tensor, Tensor)>,
 }
@@ -179,8 +190,10 @@ struct StageBufs {
     a: Tensor,
     /// Stream after a positional conv, (B, H, W, C).
     b: Tensor,
-    /// Channel-attention output, (B, H*W, C), in the `x` buffer.
+    /// Channel-attention output, (B, H*W, C), in `ra` (after the Gram partials there).
     chan_out: Tensor,
+    /// The stream after the channel half's attention, (B, H, W, C), in `big`.
+    big_stream: Tensor,
     /// Window-attention output cropped back to the image, (B, H, W, C), in the `big` buffer.
     rev: Tensor,
     /// MLP hidden, (rows per MLP chunk, hidden), in `big`.
@@ -189,8 +202,10 @@ struct StageBufs {
     mlp_rows: usize,
     /// Channel-attention qkv, (B, H*W, 3C), in `big`.
     cqkv: Tensor,
-    /// Windows (nW, ws*ws, C) in `x`, and their qkv (nW, ws*ws, 3C) in `big`.
+    /// Windows (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C) in `big`. The windows are in `ra` when
+    /// the token grid is a whole number of windows (`padded` false), else zero-padded in `x`.
     win: Tensor,
+    padded: bool,
     wqkv: Tensor,
     /// Separate q, k, v for the generic attention kernel; None when the fused window kernel runs.
     qkv_split: Option<(Tensor, Tensor, Tensor)>,
@@ -224,15 +239,28 @@ impl StageBufs {
         let (nwh, nww) = ops::window::window_grid(h, w, ws);
         let nw = b * nwh * nww;
         let t = ws * ws;
+        let padded = nw * t != rows;
+        let win = match (&ar.x, padded) {
+            (_, false) => f32_view(&ar.ra, &[nw, t, c])?,
+            (Some(x), true) => f32_view(x, &[nw, t, c])?,
+            (None, true) => {
+                return Err(Error::shape(
+                    "DaVit::forward",
+                    "the arena has no buffer for zero-padded windows",
+                ))
+            }
+        };
         Ok(StageBufs {
             a: f32_view(&ar.ra, &[b, h, w, c])?,
             b: f32_view(&ar.rb, &[b, h, w, c])?,
-            chan_out: f32_view(&ar.x, &[b, h * w, c])?,
+            chan_out: f32_view(&ar.ra, &[b, h * w, c])?,
+            big_stream: f32_view(&ar.big, &[b, h, w, c])?,
             rev: f32_view(&ar.big, &[b, h, w, c])?,
             hid: f32_view(&ar.big, &[st.mlp_rows.min(rows), st.hidden])?,
             mlp_rows: st.mlp_rows.min(rows),
             cqkv: f32_view(&ar.big, &[b, h * w, 3 * c])?,
-            win: f32_view(&ar.x, &[nw, t, c])?,
+            win,
+            padded,
             wqkv: f32_view(&ar.big, &[nw, t, 3 * c])?,
             qkv_split: match (&ar.split, st.fused) {
                 (Some((q, k, v)), false) => Some((
@@ -510,7 +538,7 @@ impl DaVit {
         let pixels = bsz * ih * iw * self.in_channels;
         let mut plan = ArenaPlan {
             stream: pixels,
-            windows: pixels,
+            windows: 0,
             big: 0,
             split: 0,
         };
@@ -520,7 +548,9 @@ impl DaVit {
             let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
             let win = b * nwh * nww * self.window_size * self.window_size * c;
             plan.stream = plan.stream.max(rows * c);
-            plan.windows = plan.windows.max(rows * c).max(win);
+            if win != rows * c {
+                plan.windows = plan.windows.max(win);
+            }
             plan.big = plan
                 .big
                 .max(self.big_without_mlp(st))
@@ -638,7 +668,11 @@ impl DaVit {
         let arena = Arena {
             ra: zeros(rec, &[plan.stream], "davit.arena.ra")?,
             rb: zeros(rec, &[plan.stream], "davit.arena.rb")?,
-            x: zeros(rec, &[plan.windows], "davit.arena.x")?,
+            x: if plan.windows > 0 {
+                Some(zeros(rec, &[plan.windows], "davit.arena.x")?)
+            } else {
+                None
+            },
             big: zeros(rec, &[plan.big.max(1)], "davit.arena.big")?,
             split: if plan.split > 0 {
                 Some((
@@ -650,8 +684,9 @@ impl DaVit {
                 None
             },
         };
-        // NCHW -> NHWC once, into the window buffer; everything after stays channels-last.
-        let mut x = f32_view(&arena.x, &[bsz, ih, iw, cin])?;
+        // NCHW -> NHWC once, into `ra` (the stem conv writes `rb`); everything after stays
+        // channels-last.
+        let mut x = f32_view(&arena.ra, &[bsz, ih, iw, cin])?;
         match pixels {
             PixelSource::Gpu(t) => ops::layout::permute(rec, t, &[0, 2, 3, 1], &x)?, // (B, H, W, Cin)
             PixelSource::Host(values) => {
@@ -669,8 +704,8 @@ impl DaVit {
         {
             let (_, nh, nw, c) = st.dims;
             let bufs = StageBufs::new(&arena, st, self.window_size)?;
-            // ---- ConvEmbed ---- (input `x`: the NHWC pixels in `x`, or the last stage's stream in
-            // `ra`; never `rb`, which takes the intermediate)
+            // ---- ConvEmbed ---- (input `x`: the NHWC pixels or the last stage's stream, both in `ra`;
+            // `rb` takes the intermediate)
             if ce.pre_norm {
                 let normed = f32_view(&arena.rb, &[bsz, h, w, ce.in_channels])?;
                 ce.norm.forward(rec, &x, &normed)?; // (B, H, W, Cin)
@@ -710,7 +745,8 @@ impl DaVit {
             // The last stage's stream is not written again: tap it without a copy.
             v.push(("vision.out".to_owned(), out.clone()));
         }
-        let mut spare = vec![arena.rb, arena.x, arena.big];
+        let mut spare = vec![arena.rb, arena.big];
+        spare.extend(arena.x);
         if let Some((q, k, v)) = arena.split {
             spare.extend([q, k, v]);
         }
@@ -721,20 +757,23 @@ impl DaVit {
         })
     }
 
-    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `bufs.a` (in and out).
+    /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `src` (`bufs.a` or `bufs.big_stream`) in and
+    /// `bufs.a` out.
+    #[allow(clippy::too_many_arguments)]
     fn conv_mlp_half(
         rec: &mut Recorder,
         conv: &Conv2d,
         norm: &LayerNorm,
         ffn: &Mlp,
         bufs: &StageBufs,
+        src: &Tensor,
         rows: usize,
         c: usize,
     ) -> Result<()> {
-        conv.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
+        conv.forward_residual(rec, src, &bufs.b)?; // (B, H, W, C)
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
-                                              // The stream in `a` is dead after the conv: it takes the LayerNorm output, then (read by fc1)
-                                              // the block's output.
+                                              // The stream in `src` is dead after the conv: `a` takes the LayerNorm output, then (read by
+                                              // fc1) the block's output.
         let a2 = bufs.a.reshape(&[rows, c])?;
         norm.forward(rec, &x2, &a2)?; // (B*H*W, C)
         if bufs.mlp_rows >= rows {
@@ -775,19 +814,27 @@ impl DaVit {
         let heads = stage_param(&self.num_heads, s, "num_heads")?;
         // x = x + dwconv(x)
         blk.conv1.forward_residual(rec, &bufs.a, &bufs.b)?; // (B, H, W, C)
-                                                            // x = x + window_attn(norm1(x)); `a` (dead after the conv) takes the LayerNorm output.
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let a2 = bufs.a.reshape(&[rows, c])?;
-        blk.norm1.forward(rec, &x2, &a2)?; // (B*H*W, C)
-        ops::window::window_partition(rec, &bufs.a, ws, &bufs.win)?; // (nW, ws*ws, C), zero-padded
         let wrows = bufs.win.dim(0) * ws * ws;
-        blk.window_attn.qkv.forward(
-            rec,
-            &bufs.win.reshape(&[wrows, c])?,
-            Act::None,
-            &bufs.wqkv.reshape(&[wrows, 3 * c])?,
-        )?; // (nW*ws*ws, 3C)
+        let win2 = bufs.win.reshape(&[wrows, c])?;
+        // x = x + window_attn(norm1(x))
+        if bufs.padded {
+            // Padding comes after the LayerNorm (padded tokens are zeros): normalise into `a` (dead
+            // after the conv), then partition into the zero-padded windows in `x`.
+            blk.norm1.forward(rec, &x2, &a2)?; // (B*H*W, C)
+            ops::window::window_partition(rec, &bufs.a, ws, &bufs.win)?; // (nW, ws*ws, C)
+        } else {
+            // Partition into `a` (dead after the conv), then normalise in place: the LayerNorm is per
+            // token, so this is the reference's norm-then-partition, value for value.
+            ops::window::window_partition(rec, &bufs.b, ws, &bufs.win)?; // (nW, ws*ws, C)
+            blk.norm1.forward(rec, &win2, &win2)?; // (nW*ws*ws, C)
+        }
+        blk.window_attn
+            .qkv
+            .forward(rec, &win2, Act::None, &bufs.wqkv.reshape(&[wrows, 3 * c])?)?; // (nW*ws*ws, 3C)
         let scale = ((c / heads) as f64).powf(-0.5) as f32;
+        // The windows are dead once qkv has read them: they take the attention output.
         match &bufs.qkv_split {
             // Fused kernel straight from the qkv Linear's output.
             None => ops::window_attn::window_attention(rec, &bufs.wqkv, heads, scale, &bufs.win)?, // (nW, ws*ws, C)
@@ -812,7 +859,9 @@ impl DaVit {
             &a2,
         )?; // (B*H*W, C) = x + proj(attn)
             // x = x + dwconv(x); x = x + ffn(norm2(x))
-        Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)
+        Self::conv_mlp_half(
+            rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, &bufs.a, rows, c,
+        )
     }
 
     fn channel(
@@ -834,7 +883,8 @@ impl DaVit {
             .qkv
             .forward(rec, &a2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
         let groups = stage_param(&self.num_groups, s, "num_groups")?;
-        // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram partials.
+        // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram partials, then
+        // (they are dead once reduced) the attention output.
         ops::channel_attn::channel_attention_with_scratch(
             rec,
             &bufs.cqkv,
@@ -842,14 +892,24 @@ impl DaVit {
             &bufs.chan_out,
             &bufs.a,
         )?; // (B, N, C)
+            // The qkv in `big` is dead after the attention: the stream goes there.
         blk.channel_attn.proj.forward_residual(
             rec,
             &bufs.chan_out.reshape(&[rows, c])?,
             Act::None,
             &x2,
-            &a2,
+            &bufs.big_stream.reshape(&[rows, c])?,
         )?; // (B*H*W, C) = x + proj(attn)
             // x = x + dwconv(x); x = x + ffn(norm2(x))
-        Self::conv_mlp_half(rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, rows, c)
+        Self::conv_mlp_half(
+            rec,
+            &blk.conv2,
+            &blk.norm2,
+            &blk.ffn,
+            bufs,
+            &bufs.big_stream,
+            rows,
+            c,
+        )
     }
 }

@@ -106,13 +106,17 @@ impl Florence2 {
         self.project(rec, out)
     }
 
-    /// The projector on the tower's output (its intermediates in the tower's spare arena buffers),
-    /// then the one submit of the vision phase. The arena is released after the submit.
+    /// The projector on the tower's output (its intermediates in the tower's arena buffers), then the
+    /// one submit of the vision phase. The arena is released after the submit.
     fn project(&self, mut rec: Recorder, out: VisionOut) -> Result<Tensor> {
         let d = self.config.text.d_model;
+        // Scratch: the tower's two spare stream-sized buffers, then the one holding its output (dead
+        // once the position embedding has read it, before the projector writes its third scratch).
+        let mut scratch: Vec<Tensor> = out.spare.iter().take(2).cloned().collect();
+        scratch.push(out.tokens.clone());
         let image =
             self.projector
-                .forward_with_scratch(&mut rec, &out.tokens, out.grid, &out.spare)?; // (1, 1+N, D)
+                .forward_with_scratch(&mut rec, &out.tokens, out.grid, &scratch)?; // (1, 1+N, D)
         rec.submit()?;
         drop(out);
         if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {

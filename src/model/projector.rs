@@ -109,10 +109,11 @@ impl Projector {
         self.forward_with_scratch(rec, feats, grid, &[])
     }
 
-    /// [`Projector::forward`] with its intermediates (the position-added tokens, the pooled token list,
-    /// the mean and the projection) in views of `scratch` (the vision tower's spare arena buffers,
-    /// [`crate::model::davit::VisionOut::spare`]) where the first three are large enough, fresh
-    /// buffers otherwise. Only the output is allocated. Same values either way.
+    /// [`Projector::forward`] with its intermediates in views of `scratch` (the vision tower's arena
+    /// buffers, [`crate::model::davit::VisionOut`]) where they are large enough, fresh buffers
+    /// otherwise: the position-added tokens in `scratch[0]`, the pooled token list in `scratch[1]`,
+    /// the mean and then the projection in `scratch[2]`, which may be `feats`' buffer (read only by the
+    /// position embedding, before). Only the output is allocated. Same values either way.
     pub fn forward_with_scratch(
         &self,
         rec: &mut Recorder,

@@ -49,8 +49,9 @@ pub fn channel_attention(
 }
 
 /// [`channel_attention`] with its Gram partials, (B, N/256, groups, d, d), viewed in `scratch` (a
-/// dead buffer of an activation arena, distinct from `qkv` and `out`) when it is big enough, instead
-/// of a fresh allocation. Same values.
+/// dead buffer of an activation arena, distinct from `qkv`) when it is big enough, instead of a fresh
+/// allocation. Same values. `scratch` may be `out`'s buffer: the partials are reduced (into the
+/// small attention matrices) before the output is written.
 pub fn channel_attention_with_scratch(
     rec: &mut Recorder,
     qkv: &Tensor,
@@ -59,7 +60,7 @@ pub fn channel_attention_with_scratch(
     scratch: &Tensor,
 ) -> Result<()> {
     check::distinct("channel_attention", ("qkv", qkv), ("scratch", scratch))?;
-    check::distinct("channel_attention", ("out", out), ("scratch", scratch))?;
+    check::distinct("channel_attention", ("qkv", qkv), ("out", out))?;
     channel_attention_impl(rec, qkv, groups, out, Some(scratch))
 }
 
