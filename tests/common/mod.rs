@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cpu;
+pub mod fidelity;
 pub mod fixtures;
 
 use std::sync::{Arc, OnceLock};
