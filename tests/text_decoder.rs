@@ -265,3 +265,32 @@ fn caches_sized_to_the_request(
     assert_eq!(p_max - p3, (max_pos - 4) as u64 * row);
     row
 }
+
+/// The KV caches and cross K/V follow the resident weight format: f32 for fp32 weights (the reference's
+/// numerics), packed f16 for fp16, q8 and q4; only F32 and F16 can be chosen by hand.
+#[test]
+fn kv_dtype_follows_the_resident_weights() {
+    use florence2_wasm::model::florence2::Florence2;
+    use florence2_wasm::weights::{self, LoadOptions, WeightDType};
+    let g = gpu();
+    let dir = common::fixtures::fixtures().join("models/tiny2");
+    for (resident, want) in [
+        (WeightDType::Fp32, DType::F32),
+        (WeightDType::Fp16, DType::F16),
+        (WeightDType::Q8, DType::F16),
+        (WeightDType::Q4, DType::F16),
+    ] {
+        let (cfg, w) = weights::load_dir_with(&g, &dir, LoadOptions::with_dtype(resident)).unwrap();
+        let mut model = Florence2::new(&g, cfg, &w).unwrap();
+        assert_eq!(model.decoder.kv_dtype(), want, "{resident}");
+        for bad in [DType::Q8, DType::U32] {
+            assert!(
+                model.decoder.set_kv_dtype(bad).is_err(),
+                "{resident} {bad:?}"
+            );
+        }
+        assert_eq!(model.decoder.kv_dtype(), want);
+        model.decoder.set_kv_dtype(DType::F32).unwrap();
+        assert_eq!(model.decoder.kv_dtype(), DType::F32);
+    }
+}
