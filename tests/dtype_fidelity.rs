@@ -29,15 +29,27 @@
 //!
 //! ## q8 / q4
 //! Quantization noise is not a rounding of the last bit: per block the error is up to half a step
-//! (max|w| / 254 for q8, max|w| / 14 for q4), relative 2e-3 / 3.6e-2 per weight for uniform weights.
-//! We print per-stage cosine similarity to f32 and the share of teacher-forced steps whose arg-max equals
-//! f32's, and assert: q8 encoder output cosine >= 0.999 (the target, met), q4 >= 0.95. The
-//! issue's q4 target of 0.99 is NOT met on these fixtures (measured 0.971 on tiny2, see the note); 0.95
-//! still fails any broken q4 path (a wrong nibble order or scale offset gives cosines near 0) while
-//! leaving room for the random-weight noise. The fixtures' random weights (uniform-ish, no outliers, no structure) are the
-//! hard case for a symmetric per-block scale: every block uses its full range, so the error is as large
-//! as it can be, and random logits have small top-1 margins. Matrices whose rows are not whole
-//! 32-weight blocks (tiny4's d_model 48, the 16-wide first DaViT stage) are kept f16 by the loader.
+//! (max|w| / 254 for q8, max|w| / 14 for q4); on the fixtures' Gaussian weights the relative rms weight
+//! error is 0.53% for q8 and 9.7% for q4. We print per-stage cosine similarity to f32 and the share of
+//! teacher-forced steps whose arg-max equals f32's, and assert: q8 encoder output cosine >= 0.999 (the
+//! issue's target, met), q4 >= 0.95. The q4 target of 0.99 is NOT met on these fixtures
+//! (0.971..0.980); 0.95 leaves room for the random-weight noise, and the exactness of the quantized
+//! paths is asserted by `resident_dtypes_compute_what_their_weights_hold` below (the resident load
+//! against its own dequantized weights in f32: equal up to summation order).
+//!
+//! Where the q4 error comes from and what else would reach (`cargo bench --bench q4_fidelity`, figures in
+//! `src/gpu/quant.rs` and the note): no group dominates; each Linear on the path adds a share,
+//! the later ones more (on tiny2, of the encoder output's 1-cos of 0.0225 quantizing one group alone
+//! gives: DaViT attention 0.0070, DaViT MLP 0.0047, BART encoder attention 0.0062 and MLP 0.0057,
+//! projector 0.0024, prompt embedding 0.0006); 1-cos grows as the square of the weight error, and
+//! independent draws of a q4-sized error give 0.017..0.041. Whether trained weights are easier is NOT
+//! shown by these fixtures: heavier-tailed matrices of the same rms have a LARGER q4 weight error
+//! (Student-t(4): 13.0-13.1%, 1% outlier input columns: 9.7-12.5%, against 9.7%) and no better
+//! encoder cosine; what plausibly differs in a trained model is its decoder's top-1 margins
+//! (tiny2's random decoder: a median of 0.19 logit standard deviations, so its greedy agreement is a
+//! lottery) and its weights' structure, neither of which a random fixture has. Matrices whose rows are
+//! not whole 32-weight blocks (tiny4's d_model 48, the 16-wide first DaViT stage) are kept f16 by the
+//! loader.
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
