@@ -202,3 +202,35 @@ fn tiny4_mlx_bf16_matches_reference() {
 fn tiny4_f16_sharded_matches_reference() {
     parity("tiny4-f16-sharded", "tiny4-f16-sharded", REL_TOL);
 }
+
+#[test]
+fn convolutions_prepared_at_load_give_the_same_bits() {
+    // `Florence2::new` puts every convolution weight in its kernel's layout once (`DaVit::prepare`:
+    // the stem's K padded to 152, the depthwise taps transposed to (9, C)) instead of per forward:
+    // every tap must be bit-identical to the per-call path, including the chunked MLP.
+    fn prepare(d: &mut DaVit) {
+        let g = gpu();
+        let mut rec = Recorder::new(&g);
+        d.prepare(&mut rec).unwrap();
+        rec.submit().unwrap();
+        assert!(d.convs[0].conv.prepared && d.blocks[0][0].spatial_block.conv1.prepared);
+    }
+    let g = gpu();
+    for dir in ["tiny2", "tiny4"] {
+        let reference = read_reference(dir);
+        let (_, pshape, pvals) = reference
+            .iter()
+            .find(|(n, _, _)| n == "pixel_values")
+            .unwrap();
+        let per_call = run(&g, dir, (pshape, pvals), |_| {});
+        let prepared = run(&g, dir, (pshape, pvals), prepare);
+        assert_eq!(per_call.taps.len(), prepared.taps.len());
+        for ((name, a, _), (_, b, _)) in per_call.taps.iter().zip(&prepared.taps) {
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{dir}: {name} differs with prepared convolutions"
+            );
+        }
+        compare(dir, &prepared, &reference, REL_TOL);
+    }
+}

@@ -440,6 +440,25 @@ impl DaVit {
         })
     }
 
+    /// Put every convolution's weight in the layout its kernel reads ([`Conv2d::prepare`]), recorded
+    /// into `rec`: once at load instead of a padding / transposition per conv per forward.
+    pub fn prepare(&mut self, rec: &mut Recorder) -> Result<()> {
+        for ce in &mut self.convs {
+            ce.conv.prepare(rec)?;
+        }
+        for blk in self.blocks.iter_mut().flatten() {
+            for conv in [
+                &mut blk.spatial_block.conv1,
+                &mut blk.spatial_block.conv2,
+                &mut blk.channel_block.conv1,
+                &mut blk.channel_block.conv2,
+            ] {
+                conv.prepare(rec)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Token grid (h, w) after every stage for an input of `h` x `w` pixels, or an error if a stage
     /// would produce no output.
     pub fn stage_grids(&self, h: usize, w: usize) -> Result<Vec<(usize, usize)>> {

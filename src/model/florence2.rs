@@ -61,7 +61,12 @@ impl Florence2 {
             None
         };
         let lm = weights.pp("model").pp("language_model");
-        let vision = DaVit::new(&config.vision, weights.pp("model").pp("vision_tower"))?;
+        let mut vision = DaVit::new(&config.vision, weights.pp("model").pp("vision_tower"))?;
+        // Convolution weights in their kernels' layouts, once (the checkpoint-layout tensors go with
+        // `weights`).
+        let mut rec = Recorder::new(gpu);
+        vision.prepare(&mut rec)?;
+        rec.submit()?;
         let projector = Projector::new(&config, weights.pp("model").pp("multi_modal_projector"))?;
         let encoder = Encoder::new(t, lm.pp("encoder"))?;
         let decoder = Decoder::new(t, lm.pp("decoder"), shared.clone(), lm_head, flb)?;

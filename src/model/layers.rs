@@ -136,11 +136,19 @@ impl LayerNorm {
 /// channels-last activations (B, H, W, C).
 #[derive(Clone, Debug)]
 pub struct Conv2d {
+    /// As in the checkpoint, (out, in / groups, k, k), until [`Conv2d::prepare`] puts it in the
+    /// layout its kernel reads (`prepared`): (out, K padded) for the im2col GEMM of a dense conv,
+    /// (k*k, C) taps for a depthwise one.
     pub weight: Tensor,
     pub bias: Tensor,
     pub stride: usize,
     pub padding: usize,
     pub groups: usize,
+    /// Input channels per group.
+    pub in_per_group: usize,
+    kernel: usize,
+    /// Whether `weight` is in its kernel's layout.
+    pub prepared: bool,
 }
 
 impl Conv2d {
@@ -159,6 +167,9 @@ impl Conv2d {
             stride,
             padding,
             groups: 1,
+            in_per_group: in_channels,
+            kernel,
+            prepared: false,
         })
     }
 
@@ -176,11 +187,32 @@ impl Conv2d {
             stride,
             padding,
             groups: c,
+            in_per_group: 1,
+            kernel,
+            prepared: false,
         })
     }
 
     pub fn kernel_size(&self) -> usize {
-        self.weight.dim(2)
+        self.kernel
+    }
+
+    /// Record the weight's conversion into the layout its kernel reads (once, at load: the forwards
+    /// then skip the per-call padding / transposition and its transient tensor) and keep only that:
+    /// the checkpoint-layout tensor is released with the loaded weights. Dense convs whose K needs
+    /// no padding and depthwise convs other than 3x3 keep their tensor as it is. Same values.
+    pub fn prepare(&mut self, rec: &mut Recorder) -> Result<()> {
+        if self.prepared {
+            return Ok(());
+        }
+        if self.groups == 1 {
+            self.weight = ops::conv::prepare_conv2d_weight(rec, &self.weight)?; // (Cout, Kp)
+            self.prepared = true;
+        } else if self.kernel == 3 && self.in_per_group == 1 {
+            self.weight = ops::conv::prepare_dwconv3x3_taps(rec, &self.weight)?; // (9, C)
+            self.prepared = true;
+        }
+        Ok(())
     }
 
     /// out (B, Ho, Wo, Cout) = conv(x (B, H, W, Cin)) + bias, for a dense conv.
@@ -190,6 +222,11 @@ impl Conv2d {
                 "Conv2d::forward",
                 format!("groups = {}: only dense convs (groups = 1)", self.groups),
             ));
+        }
+        if self.prepared {
+            let k = (self.in_per_group, self.kernel, self.kernel);
+            let sp = (self.stride, self.padding);
+            return ops::conv::conv2d_prepared(rec, x, &self.weight, k, &self.bias, sp, out, None);
         }
         ops::conv::conv2d(
             rec,
@@ -216,6 +253,20 @@ impl Conv2d {
                 "Conv2d::forward",
                 format!("groups = {}: only dense convs (groups = 1)", self.groups),
             ));
+        }
+        if self.prepared {
+            let k = (self.in_per_group, self.kernel, self.kernel);
+            let sp = (self.stride, self.padding);
+            return ops::conv::conv2d_prepared(
+                rec,
+                x,
+                &self.weight,
+                k,
+                &self.bias,
+                sp,
+                out,
+                Some(scratch),
+            );
         }
         ops::conv::conv2d_with_scratch(
             rec,
@@ -245,6 +296,9 @@ impl Conv2d {
                     self.groups
                 ),
             ));
+        }
+        if self.prepared {
+            return ops::conv::dwconv3x3_residual_taps(rec, x, &self.weight, &self.bias, out);
         }
         ops::conv::dwconv3x3_residual(rec, x, &self.weight, &self.bias, out)
     }

@@ -2,7 +2,7 @@
 //! (im2col + the tuned `linear` GEMM) and DaViT's depthwise positional conv with its residual fused.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, DType, Kernel, MemKind, Recorder, Shader, Tensor};
 use crate::ops::check;
 use crate::ops::matmul::{linear, Act};
 
@@ -110,12 +110,106 @@ pub fn conv2d_with_scratch(
     conv2d_impl(
         rec,
         x,
-        w,
+        DenseWeight::Checkpoint(w),
         bias,
         (stride, pad),
         out,
         IM2COL_CHUNK_BYTES,
         Some(scratch),
+    )
+}
+
+/// A dense convolution's weight: as in the checkpoint, or in the GEMM's layout, prepared once.
+#[derive(Clone, Copy, Debug)]
+enum DenseWeight<'a> {
+    /// (Cout, Cin, kh, kw): padded on every call when its K needs it.
+    Checkpoint(&'a Tensor),
+    /// (Cout, K padded) from [`prepare_conv2d_weight`], and the kernel's (Cin, kh, kw).
+    Gemm(&'a Tensor, (usize, usize, usize)),
+}
+
+/// The weight (Cout, Cin, kh, kw) of a dense convolution in the layout [`conv2d_prepared`] reads:
+/// (Cout, K) for the im2col GEMM, with K padded as [`gemm_k`] pads it (then a new f32 tensor, counted
+/// as weights, recorded into `rec`; otherwise a reshape of `w`, no copy). Done once at load, it spares
+/// every forward the padding copy.
+pub fn prepare_conv2d_weight(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
+    const OP: &str = "prepare_conv2d_weight";
+    if w.rank() != 4 {
+        return Err(Error::shape(
+            OP,
+            format!("w {:?} must be (Cout, Cin, kh, kw)", w.shape()),
+        ));
+    }
+    let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+    let k = cin * kh * kw;
+    let (kp, _) = gemm_k(k, w.dtype());
+    if kp == k {
+        return w.reshape(&[cout, k]); // (Cout, Cin*kh*kw): a Linear weight
+    }
+    let gpu = rec.gpu().clone();
+    let wp = Tensor::zeros_kind(
+        &gpu,
+        &[cout, kp],
+        DType::F32,
+        "conv2d.w_padded",
+        MemKind::Weights,
+    )?;
+    pad_weight(rec, w, &wp)?;
+    Ok(wp) // (Cout, Kp)
+}
+
+/// Record `wp` (Cout, Kp) = `w` (Cout, Cin, kh, kw) as rows of K = Cin*kh*kw, zero-padded to Kp.
+fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
+    const OP: &str = "conv2d";
+    let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+    let kp = wp.dim(1);
+    let gpu = rec.gpu().clone();
+    let params = Im2colParams {
+        h: 0,
+        w: 0,
+        cin: cin as u32,
+        ho: 0,
+        wo: 0,
+        kh: kh as u32,
+        kw: kw as u32,
+        stride: 0,
+        pad: 0,
+        row0: 0,
+        rows: check::u32_of(OP, "output channels", cout)?,
+        kp: check::u32_of(OP, "padded K", kp)?,
+    };
+    let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
+    let overrides = [("WG", WG as f64), ("W_F16", f16)];
+    rec.dispatch(
+        &Kernel::new(&SHADER, "pad_weight").with(&overrides),
+        &params,
+        &[w.binding(&gpu)?, wp.binding(&gpu)?],
+        grid_1d(ceil_div(cout * kp, WG as usize)),
+    )
+}
+
+/// [`conv2d_with_scratch`] (or [`conv2d`] when `scratch` is None) with the weight prepared by
+/// [`prepare_conv2d_weight`]: `w2` (Cout, K padded) for a kernel of `cin` x `kh` x `kw`. Same values.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_prepared(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w2: &Tensor,
+    (cin, kh, kw): (usize, usize, usize),
+    bias: &Tensor,
+    (stride, pad): (usize, usize),
+    out: &Tensor,
+    scratch: Option<&Tensor>,
+) -> Result<()> {
+    conv2d_impl(
+        rec,
+        x,
+        DenseWeight::Gemm(w2, (cin, kh, kw)),
+        bias,
+        (stride, pad),
+        out,
+        IM2COL_CHUNK_BYTES,
+        scratch,
     )
 }
 
@@ -148,14 +242,23 @@ pub fn conv2d_chunked(
     out: &Tensor,
     scratch_bytes: u64,
 ) -> Result<()> {
-    conv2d_impl(rec, x, w, bias, (stride, pad), out, scratch_bytes, None)
+    conv2d_impl(
+        rec,
+        x,
+        DenseWeight::Checkpoint(w),
+        bias,
+        (stride, pad),
+        out,
+        scratch_bytes,
+        None,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
 fn conv2d_impl(
     rec: &mut Recorder,
     x: &Tensor,
-    w: &Tensor,
+    w: DenseWeight,
     bias: &Tensor,
     (stride, pad): (usize, usize),
     out: &Tensor,
@@ -166,23 +269,30 @@ fn conv2d_impl(
     check::f32(OP, "x", x)?;
     check::f32(OP, "bias", bias)?;
     check::f32(OP, "out", out)?;
-    if x.rank() != 4 || w.rank() != 4 || out.rank() != 4 {
+    let (wt, w_rank) = match w {
+        DenseWeight::Checkpoint(t) => (t, 4),
+        DenseWeight::Gemm(t, _) => (t, 2),
+    };
+    if x.rank() != 4 || wt.rank() != w_rank || out.rank() != 4 {
         return Err(Error::shape(
             OP,
             format!(
-                "expected x (B, H, W, Cin), w (Cout, Cin, kh, kw), out (B, Ho, Wo, Cout); got {:?}, {:?}, {:?}",
+                "expected x (B, H, W, Cin), w (Cout, Cin, kh, kw) or (Cout, K padded), out (B, Ho, Wo, Cout); got {:?}, {:?}, {:?}",
                 x.shape(),
-                w.shape(),
+                wt.shape(),
                 out.shape()
             ),
         ));
     }
     let (b, h, wd, cin) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-    let (cout, wcin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
+    let (cout, wcin, kh, kw) = match w {
+        DenseWeight::Checkpoint(t) => (t.dim(0), t.dim(1), t.dim(2), t.dim(3)),
+        DenseWeight::Gemm(t, (c, kh, kw)) => (t.dim(0), c, kh, kw),
+    };
     if wcin != cin || cout == 0 || kh == 0 || kw == 0 {
         return Err(Error::shape(
             OP,
-            format!("weight {:?} does not fit input {:?}", w.shape(), x.shape()),
+            format!("weight {:?} does not fit input {:?}", wt.shape(), x.shape()),
         ));
     }
     if bias.shape() != [cout] {
@@ -219,34 +329,30 @@ fn conv2d_impl(
     check::u32_of(OP, "input elements", x.numel())?;
     check::u32_of(OP, "output rows", rows)?;
     let gpu = rec.gpu().clone();
-    let (kp, _) = gemm_k(k, w.dtype());
-    let w2 = if kp == k {
-        w.reshape(&[cout, k])? // (Cout, Cin*kh*kw): a Linear weight
-    } else {
-        let wp = Tensor::zeros(&gpu, &[cout, kp], DType::F32, "conv2d.w_padded")?;
-        let params = Im2colParams {
-            h: 0,
-            w: 0,
-            cin: cin as u32,
-            ho: 0,
-            wo: 0,
-            kh: kh as u32,
-            kw: kw as u32,
-            stride: 0,
-            pad: 0,
-            row0: 0,
-            rows: check::u32_of(OP, "output channels", cout)?,
-            kp: check::u32_of(OP, "padded K", kp)?,
-        };
-        let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
-        let overrides = [("WG", WG as f64), ("W_F16", f16)];
-        rec.dispatch(
-            &Kernel::new(&SHADER, "pad_weight").with(&overrides),
-            &params,
-            &[w.binding(&gpu)?, wp.binding(&gpu)?],
-            grid_1d(ceil_div(cout * kp, WG as usize)),
-        )?;
-        wp // (Cout, Kp)
+    let (w2, kp) = match w {
+        DenseWeight::Checkpoint(t) => {
+            let (kp, _) = gemm_k(k, t.dtype());
+            if kp == k {
+                (t.reshape(&[cout, k])?, k) // (Cout, Cin*kh*kw): a Linear weight
+            } else {
+                let wp = Tensor::zeros(&gpu, &[cout, kp], DType::F32, "conv2d.w_padded")?;
+                pad_weight(rec, t, &wp)?;
+                (wp, kp) // (Cout, Kp)
+            }
+        }
+        DenseWeight::Gemm(t, _) => {
+            let (kp, _) = gemm_k(k, t.dtype());
+            if t.dim(1) != kp {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "prepared weight {:?} must be (Cout, {kp}) for K = {k}",
+                        t.shape()
+                    ),
+                ));
+            }
+            (t.clone(), kp)
+        }
     };
     let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
     let row_bytes = (kp * 4) as u64;
@@ -336,6 +442,8 @@ fn gcd(mut a: usize, mut b: usize) -> usize {
 
 /// out = x + depthwise_conv3x3(x, pad 1) + bias, for x, out (B, H, W, C), w (C, 1, 3, 3), bias (C):
 /// DaViT's `conv1` / `conv2` positional convs with the residual around them. `out` must not be `x`.
+/// The weight is transposed to the kernel's (9, C) taps on every call; a model does it once at load
+/// ([`prepare_dwconv3x3_taps`], [`dwconv3x3_residual_taps`]).
 pub fn dwconv3x3_residual(
     rec: &mut Recorder,
     x: &Tensor,
@@ -343,8 +451,54 @@ pub fn dwconv3x3_residual(
     bias: &Tensor,
     out: &Tensor,
 ) -> Result<()> {
+    let c = x.dim(-1);
+    if w.shape() != [c, 1, 3, 3] {
+        return Err(Error::shape(
+            "dwconv3x3_residual",
+            format!(
+                "w {:?} must be (C, 1, 3, 3) for x {:?}",
+                w.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    let taps = transpose_taps(rec, w, MemKind::Activations)?;
+    dwconv3x3_residual_taps(rec, x, &taps, bias, out)
+}
+
+/// The depthwise 3x3 weight `w` (C, 1, 3, 3) as the (9, C) taps [`dwconv3x3_residual_taps`] reads,
+/// a new f32 tensor counted as weights (recorded into `rec`). Done once at load.
+pub fn prepare_dwconv3x3_taps(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
+    if w.rank() != 4 || w.dim(1) != 1 || w.dim(2) != 3 || w.dim(3) != 3 {
+        return Err(Error::shape(
+            "prepare_dwconv3x3_taps",
+            format!("w {:?} must be (C, 1, 3, 3)", w.shape()),
+        ));
+    }
+    transpose_taps(rec, w, MemKind::Weights)
+}
+
+/// (C, 1, 3, 3) -> (9, C): tap t's weights for neighbouring channels are neighbours (one vec4 load
+/// for 4 channels in the VEC4 variant).
+fn transpose_taps(rec: &mut Recorder, w: &Tensor, kind: MemKind) -> Result<Tensor> {
+    check::f32("dwconv3x3_residual", "w", w)?;
+    let c = w.dim(0);
+    let gpu = rec.gpu().clone();
+    let wt = Tensor::zeros_kind(&gpu, &[9, c], DType::F32, "dwconv.w_t", kind)?;
+    crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)
+    Ok(wt)
+}
+
+/// [`dwconv3x3_residual`] with the weight as (9, C) taps ([`prepare_dwconv3x3_taps`]).
+pub fn dwconv3x3_residual_taps(
+    rec: &mut Recorder,
+    x: &Tensor,
+    taps: &Tensor,
+    bias: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
     const OP: &str = "dwconv3x3_residual";
-    for (n, t) in [("x", x), ("w", w), ("bias", bias), ("out", out)] {
+    for (n, t) in [("x", x), ("taps", taps), ("bias", bias), ("out", out)] {
         check::f32(OP, n, t)?;
     }
     if x.rank() != 4 {
@@ -354,13 +508,13 @@ pub fn dwconv3x3_residual(
         ));
     }
     let (h, wd, c) = (x.dim(1), x.dim(2), x.dim(3));
-    if w.shape() != [c, 1, 3, 3] || bias.shape() != [c] || out.shape() != x.shape() {
+    if taps.shape() != [9, c] || bias.shape() != [c] || out.shape() != x.shape() {
         return Err(Error::shape(
             OP,
             format!(
-                "x {:?}, w {:?}, bias {:?}, out {:?}: want w (C, 1, 3, 3), bias (C), out = x",
+                "x {:?}, taps {:?}, bias {:?}, out {:?}: want taps (9, C), bias (C), out = x",
                 x.shape(),
-                w.shape(),
+                taps.shape(),
                 bias.shape(),
                 out.shape()
             ),
@@ -373,10 +527,6 @@ pub fn dwconv3x3_residual(
     }
     let gpu = rec.gpu().clone();
     let n32 = check::u32_of(OP, "elements", n)?;
-    // Transpose the (C, 9) taps to (9, C): tap t's weights for neighbouring channels are neighbours (one
-    // vec4 load for 4 channels in the VEC4 variant).
-    let wt = Tensor::zeros(&gpu, &[9, c], DType::F32, "dwconv.w_t")?;
-    crate::ops::layout::permute(rec, &w.reshape(&[c, 9])?, &[1, 0], &wt)?; // (9, C)
     let lanes = if c.is_multiple_of(4) { 4 } else { 1 };
     let params = DwParams {
         n: n32 / lanes as u32,
@@ -392,7 +542,7 @@ pub fn dwconv3x3_residual(
         &params,
         &[
             x.binding(&gpu)?,
-            wt.binding(&gpu)?,
+            taps.binding(&gpu)?,
             bias.binding(&gpu)?,
             out.binding(&gpu)?,
         ],
