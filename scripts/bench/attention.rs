@@ -4,7 +4,9 @@
 //! and 7x7). Columns: every variant that supports the shape (`AttnVariant::ALL`,
 //! `WindowAttnVariant::ALL`), forced, median ms per call (submit and wait; a few calls per submit for
 //! small shapes), then the static choice of this adapter and the fastest. Variants run interleaved rep
-//! by rep, so a change of machine load hits them alike; compare within a row.
+//! by rep, so a change of machine load hits them alike; compare within a row. The decoder rows run
+//! twice more, with K/V in f16 (the `KV_F16` variants, the decoder's caches and cross K/V for non-fp32
+//! weights): a "kv f16" row after each, its variants interleaved with the f32 row's.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -153,22 +155,33 @@ fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
     for (name, b, bk, tq, tk, causal, kv_len, q_offset) in shapes {
         let mut rng = Rng::new(1);
         let q = Tensor::from_f32(g, &[b, tq, hd], &rng.vec(b * tq * hd, 1.0), "q").unwrap();
-        let k = Tensor::from_f32(g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "k").unwrap();
-        let v = Tensor::from_f32(g, &[bk, tk, hd], &rng.vec(bk * tk * hd, 1.0), "v").unwrap();
+        let (kx, vx) = (rng.vec(bk * tk * hd, 1.0), rng.vec(bk * tk * hd, 1.0));
+        let k = Tensor::from_f32(g, &[bk, tk, hd], &kx, "k").unwrap();
+        let v = Tensor::from_f32(g, &[bk, tk, hd], &vx, "v").unwrap();
+        let k16 = Tensor::from_f32_as_f16(g, &[bk, tk, hd], &kx, "k16").unwrap();
+        let v16 = Tensor::from_f32_as_f16(g, &[bk, tk, hd], &vx, "v16").unwrap();
         let out = std::rc::Rc::new(Tensor::zeros(g, &[b, tq, hd], DType::F32, "out").unwrap());
-        let (q, k, v) = (
-            std::rc::Rc::new(q),
-            std::rc::Rc::new(k),
-            std::rc::Rc::new(v),
-        );
+        let rc = std::rc::Rc::new;
+        let (q, k, v, k16, v16) = (rc(q), rc(k), rc(v), rc(k16), rc(v16));
         let calls = if tq > 1 { 1 } else { 8 };
-        let runs: Vec<Run> = AttnVariant::ALL
-            .into_iter()
-            .map(|var| {
+        // The decoder's shapes also with f16 K/V.
+        let kv_sets = if tq == 1 {
+            vec![(k.clone(), v.clone()), (k16, v16)]
+        } else {
+            vec![(k.clone(), v.clone())]
+        };
+        let runs: Vec<Run> = kv_sets
+            .iter()
+            .flat_map(|kv| {
+                AttnVariant::ALL
+                    .into_iter()
+                    .map(move |var| (kv.clone(), var))
+            })
+            .map(|((k, v), var)| {
                 if !var.supports(&g.caps, d) {
                     return None;
                 }
-                let (q, k, v, out) = (q.clone(), k.clone(), v.clone(), out.clone());
+                let (q, out) = (q.clone(), out.clone());
                 let f: Box<dyn Fn(&mut Recorder)> = Box::new(move |rec: &mut Recorder| {
                     let opts = AttnOpts {
                         heads: h,
@@ -185,12 +198,18 @@ fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
             .collect();
         let times = time_all(g, &runs, reps, calls);
         let names: Vec<&str> = AttnVariant::ALL.iter().map(|v| v.name()).collect();
-        print_row(
-            name,
-            &names,
-            &times,
-            choose_attention_variant(&g.caps, d).name(),
-        );
+        for (i, row) in times.chunks(names.len()).enumerate() {
+            let label = match i {
+                0 => name.to_string(),
+                _ => format!("{name} kv f16"),
+            };
+            print_row(
+                &label,
+                &names,
+                row,
+                choose_attention_variant(&g.caps, d).name(),
+            );
+        }
     }
 }
 
