@@ -1111,6 +1111,7 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
     let px = preprocess(&img, &pcfg).expect("preprocess");
     let tasks: [(&str, &[u32]); 2] = [("<CAPTION>", &CAPTION_IDS), ("<OD>", &OD_IDS)];
     let mut rows: Vec<MemRow> = Vec::new();
+    let mut vision_plan = None;
     for &resident in residents {
         let t = Instant::now();
         let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
@@ -1190,9 +1191,45 @@ fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: us
         }
         drop(image);
         rows.push((resident, weights_bytes, vision, per_task));
+        if vision_plan.is_none() {
+            let (binding, dims) = (gpu.caps.max_storage_binding, (pcfg.height, pcfg.width));
+            vision_plan = Some((
+                model
+                    .vision
+                    .arena_plan(binding, 1, dims)
+                    .expect("arena plan"),
+                model
+                    .vision
+                    .mlp_chunk_rows(binding, 1, dims)
+                    .expect("mlp chunks"),
+                model
+                    .vision
+                    .stage_grids(pcfg.height, pcfg.width)
+                    .expect("grids"),
+            ));
+        }
         drop(model);
     }
 
+    // Where the vision-phase bytes are: the DaViT arena as planned, plus the image features.
+    if let Some((plan, chunks, grids)) = vision_plan {
+        let mlp: Vec<String> = chunks
+            .iter()
+            .zip(&grids)
+            .map(|(&r, &(h, w))| format!("{}x{r}", (h * w).div_ceil(r)))
+            .collect();
+        println!(
+            "\nvision phase, by construction: DaViT arena {:.1} MB (ra, rb {:.1} MB each, padded-window \
+             buffer {:.1} MB, big {:.1} MB, q/k/v {:.1} MB; MLP row chunks per stage (chunks x rows): {}), \
+             then the image features",
+            mb(plan.bytes()),
+            mb(4 * plan.stream as u64),
+            mb(4 * plan.windows as u64),
+            mb(4 * plan.big as u64),
+            mb(12 * plan.split as u64),
+            mlp.join(", ")
+        );
+    }
     // Where the decode-phase bytes are, from the shapes (f32 activations).
     let cfg = Florence2Config::from_json_str(
         &std::fs::read_to_string(dir.join("config.json")).expect("config.json"),
