@@ -88,3 +88,124 @@ fn linear_gemv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
+
+// linear_gemv_blk: the decode GEMV for CPU adapters (lavapipe, SwiftShader), whose cost follows the
+// weight bytes it reads. Measured on lavapipe (`scripts/bench/gemv.rs`), two things set a GEMV's speed
+// there:
+// - A storage load whose address differs per lane becomes a loop over the SIMD lanes with one scalar
+//   load per 32-bit component, so a load costs its number of u32 components whatever they hold. Here K
+//   is walked in 32-weight blocks and every weight word loaded is used whole: f32 reads 8 vec4<u32> per
+//   block, f16 4, q8 2, q4 1 (the older kernels load a whole vec4 for every 8 weights and keep half or a
+//   quarter of it for q8/q4, plus a scale vec4 per 8 weights). q8/q4 block scales are loaded once per 8
+//   blocks (one vec4<u32> holds 8 f16 scales) and applied once per block to the block's partial dot
+//   product instead of once per weight.
+// - The CPU's prefetcher follows long sequential streams per lane, not short ones: a shader reading
+//   64 MiB with 4 KiB per lane ran 4.4x faster than with 1 KiB per lane. A weight row is short (432 bytes
+//   for q4 at K = 768), so each lane computes RL consecutive rows one after the other: its stream is RL
+//   rows long.
+// With SG (subgroups of >= 8 lanes), lane l loads only x's k-quad (l mod 8) of each block and the others
+// get it by `subgroupBroadcast`, so the MR rows of x cost one vec4 per block instead of eight. Lanes
+// past the end compute the last row again (broadcasts need every lane) and store nothing.
+
+// The 8 k-quads of block kb of weight row `base` (unscaled for q8/q4: the integers themselves).
+fn w_block(base: u32, kb: u32) -> array<vec4<f32>, 8> {
+    var b: array<vec4<f32>, 8>;
+    if (W_Q == 8u) {
+        let u0 = w[base + 2u * kb];
+        let u1 = w[base + 2u * kb + 1u];
+        b[0] = i8x4(u0.x);
+        b[1] = i8x4(u0.y);
+        b[2] = i8x4(u0.z);
+        b[3] = i8x4(u0.w);
+        b[4] = i8x4(u1.x);
+        b[5] = i8x4(u1.y);
+        b[6] = i8x4(u1.z);
+        b[7] = i8x4(u1.w);
+    } else if (W_Q == 4u) {
+        let u = w[base + kb];
+        let n0 = nib8(u.x);
+        let n1 = nib8(u.y);
+        let n2 = nib8(u.z);
+        let n3 = nib8(u.w);
+        b[0] = n0[0];
+        b[1] = n0[1];
+        b[2] = n1[0];
+        b[3] = n1[1];
+        b[4] = n2[0];
+        b[5] = n2[1];
+        b[6] = n3[0];
+        b[7] = n3[1];
+    } else if (W_F16) {
+        for (var i = 0u; i < 4u; i++) {
+            let u = w[base + 4u * kb + i];
+            b[2u * i] = vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
+            b[2u * i + 1u] = vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w));
+        }
+    } else {
+        for (var i = 0u; i < 8u; i++) {
+            b[i] = bitcast<vec4<f32>>(w[base + 8u * kb + i]);
+        }
+    }
+    return b;
+}
+
+override RL: u32 = 1u; // consecutive weight rows per lane, done one after the other
+
+@compute @workgroup_size(WG)
+fn linear_gemv_blk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+#if SG
+                   @builtin(subgroup_invocation_id) sl: u32,
+#endif
+                   @builtin(local_invocation_index) lid: u32) {
+    let lane = (wid.x + wid.y * nwg.x) * WG + lid;
+    let kq = p.k / 4u;
+    let nb = p.k / 32u;
+    for (var rr = 0u; rr < RL; rr++) {
+        let j = lane * RL + rr;
+        let wb = w_row_base(min(j, p.n_rows - 1u));
+        var acc = array<vec4<f32>, 4>();
+        // Scale groups of 8 blocks (q8/q4: one vec4<u32> of 8 f16 scales each).
+        for (var g = 0u; g < (nb + 7u) / 8u; g++) {
+            var sv = vec4<u32>();
+            if (W_Q != 0u) {
+                sv = w[wb + q_quant_words() + g];
+            }
+            for (var bi = 0u; bi < min(8u, nb - 8u * g); bi++) {
+                let kb = 8u * g + bi;
+                let wq = w_block(wb, kb);
+                for (var r = 0u; r < MR; r++) {
+#if SG
+                    let v = x[r * kq + 8u * kb + (sl & 7u)];
+                    var s = subgroupBroadcast(v, 0u) * wq[0];
+                    s = fma(subgroupBroadcast(v, 1u), wq[1], s);
+                    s = fma(subgroupBroadcast(v, 2u), wq[2], s);
+                    s = fma(subgroupBroadcast(v, 3u), wq[3], s);
+                    s = fma(subgroupBroadcast(v, 4u), wq[4], s);
+                    s = fma(subgroupBroadcast(v, 5u), wq[5], s);
+                    s = fma(subgroupBroadcast(v, 6u), wq[6], s);
+                    s = fma(subgroupBroadcast(v, 7u), wq[7], s);
+#else
+                    let xb = r * kq + 8u * kb;
+                    var s = x[xb] * wq[0];
+                    for (var i = 1u; i < 8u; i++) {
+                        s = fma(x[xb + i], wq[i], s);
+                    }
+#endif
+                    if (W_Q != 0u) {
+                        let d = unpack2x16float(sv[bi / 2u])[bi % 2u];
+                        acc[r] = fma(vec4<f32>(d), s, acc[r]);
+                    } else {
+                        acc[r] += s;
+                    }
+                }
+            }
+        }
+        if (j < p.n_rows) {
+            let col = p.n_off + j;
+            for (var r = 0u; r < MR; r++) {
+                let a = acc[r];
+                out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
+            }
+        }
+    }
+}

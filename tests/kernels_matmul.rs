@@ -247,6 +247,9 @@ fn linear_f16_weights() {
         (7, 13, 5),
         (66, 70, 40),
         (1, 130, 768),
+        // Decode GEMVs over more output columns than one block-GEMV workgroup covers (32 lanes x 8
+        // rows), ragged.
+        (3, 300, 64),
         (2, 9, 8),
         (19, 300, 64),
         (130, 70, 147),
@@ -272,6 +275,8 @@ fn linear_quantized_weights() {
             (1, 37, 96),
             (4, 70, 768),
             (3, 9, 3072),
+            (1, 300, 96),
+            (3, 263, 32),
             (17, 300, 64),
             (66, 70, 96),
         ] {
@@ -493,6 +498,35 @@ fn linear_variant_choice_and_refusals() {
     assert_eq!(matmul::choose_linear_variant(c, 1, 768), gemv);
     assert_eq!(matmul::choose_linear_variant(c, 4, 768), gemv);
     assert_eq!(matmul::choose_linear_variant(c, 4, 16), LinearVariant::Gemv);
+    // Packed weights at decode sizes: the block GEMV on CPU adapters with subgroups (lavapipe); f32,
+    // GPUs and adapters without subgroups keep the GEMVs above; K % 32 != 0 cannot take it.
+    for dt in [DType::F16, DType::Q8, DType::Q4] {
+        let want = if sg && c.is_cpu {
+            LinearVariant::GemvBlockSubgroup
+        } else {
+            gemv
+        };
+        assert_eq!(matmul::choose_linear_variant_for(c, 1, 768, dt), want);
+        assert_eq!(matmul::choose_linear_variant_for(c, 3, 3072, dt), want);
+        assert_eq!(
+            matmul::choose_linear_variant_for(c, 5, 768, dt),
+            matmul::choose_linear_variant(c, 5, 768)
+        );
+    }
+    assert_eq!(
+        matmul::choose_linear_variant_for(c, 1, 768, DType::F32),
+        gemv
+    );
+    assert_eq!(
+        matmul::choose_linear_variant_for(c, 2, 40, DType::F16),
+        LinearVariant::Gemv
+    );
+    let mut gpu_caps = c.clone();
+    gpu_caps.is_cpu = false;
+    assert_eq!(
+        matmul::choose_linear_variant_for(&gpu_caps, 1, 768, DType::Q4),
+        gemv
+    );
     // Without subgroups: reg16x8 on CPU adapters (SwiftShader), reg8x8 on GPUs.
     let no_sg_gemm = |cpu: bool| {
         if cpu {

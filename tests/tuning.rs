@@ -368,11 +368,8 @@ fn zero_budget_times_nothing() {
     assert!(r.rows.iter().all(|x| x.status == tune::RowStatus::Skipped));
     // A skipped row names the static choice, and the launchers use it (empty table).
     for x in &r.rows {
-        let want = matmul::choose_linear_variant(
-            &g.caps,
-            x.timed_shape.unwrap().m,
-            x.timed_shape.unwrap().k,
-        );
+        let t = x.timed_shape.unwrap();
+        let want = matmul::choose_linear_variant_for(&g.caps, t.m, t.k, t.format);
         assert_eq!(x.chosen, want.name());
     }
     assert!(g.choices.is_empty());

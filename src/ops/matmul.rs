@@ -102,6 +102,14 @@ pub enum LinearVariant {
     /// `linear_rb` with RM = 16, RN = 16: 16x16 blocks (for CPU adapters, where loads cost more than
     /// spilled accumulators).
     Reg16x16,
+    /// `matmul_gemv.wgsl` `linear_gemv_blk`: the decode GEMV for CPU adapters, M <= 4, K % 32 == 0: each
+    /// lane computes 8 consecutive output columns one after the other (one long weight stream per lane,
+    /// which the CPU's prefetcher follows), walking K in 32-weight blocks with every loaded weight word
+    /// used whole (f32 8, f16 4, q8 2, q4 1 vec4<u32> per block), q8/q4 scales loaded once per 8 blocks
+    /// and applied per block. x read by every lane.
+    GemvBlock,
+    /// `linear_gemv_blk` with SG: x's k-quads shared through `subgroupBroadcast` (subgroups of >= 8).
+    GemvBlockSubgroup,
 }
 
 impl LinearVariant {
@@ -109,7 +117,7 @@ impl LinearVariant {
     /// `Vec4` is not listed: `Reg8x8` runs the same 8x8 block without its dynamically indexed arrays
     /// and measured 2-3x faster on lavapipe and SwiftShader, so it is no longer a candidate (it stays
     /// forceable for comparisons).
-    pub const ALL: [LinearVariant; 13] = [
+    pub const ALL: [LinearVariant; 15] = [
         LinearVariant::Scalar,
         LinearVariant::Tiled64,
         LinearVariant::Tiled128,
@@ -123,6 +131,8 @@ impl LinearVariant {
         LinearVariant::Gemv,
         LinearVariant::GemvSubgroup,
         LinearVariant::GemvWorkgroup,
+        LinearVariant::GemvBlock,
+        LinearVariant::GemvBlockSubgroup,
     ];
 
     /// Stable name (tuning cache, tables).
@@ -142,6 +152,8 @@ impl LinearVariant {
             LinearVariant::Reg8x8 => "reg8x8",
             LinearVariant::Reg16x8 => "reg16x8",
             LinearVariant::Reg16x16 => "reg16x16",
+            LinearVariant::GemvBlock => "gemv_blk",
+            LinearVariant::GemvBlockSubgroup => "gemv_blk_sg",
         }
     }
 
@@ -182,19 +194,26 @@ impl LinearVariant {
                 | LinearVariant::SubgroupC4
                 | LinearVariant::SubgroupR16
                 | LinearVariant::GemvSubgroup
+                | LinearVariant::GemvBlockSubgroup
         )
     }
     fn is_gemv(self) -> bool {
         matches!(
             self,
-            LinearVariant::Gemv | LinearVariant::GemvSubgroup | LinearVariant::GemvWorkgroup
+            LinearVariant::Gemv
+                | LinearVariant::GemvSubgroup
+                | LinearVariant::GemvWorkgroup
+                | LinearVariant::GemvBlock
+                | LinearVariant::GemvBlockSubgroup
         )
     }
     /// K must be a multiple of this.
     fn k_multiple(self) -> usize {
         match self {
             LinearVariant::Scalar | LinearVariant::Tiled64 | LinearVariant::Tiled128 => 1,
-            LinearVariant::GemvSubgroup => 32,
+            LinearVariant::GemvSubgroup
+            | LinearVariant::GemvBlock
+            | LinearVariant::GemvBlockSubgroup => 32,
             _ => 8,
         }
     }
@@ -210,7 +229,24 @@ pub const GEMV_MAX_ROWS: usize = 4;
 /// indexed arrays: 2-3x faster on SwiftShader and on lavapipe, `scripts/bench/`); the scalar kernel
 /// only when K is not a multiple of 8.
 pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
+    choose_linear_variant_for(caps, m, k, DType::F32)
+}
+
+/// [`choose_linear_variant`] for weights in `format`: on CPU adapters with subgroups, decode-sized
+/// inputs with f16/q8/q4 weights and K % 32 == 0 take the block GEMV (`GemvBlockSubgroup`), whose time
+/// follows the bytes read: LM-head-shaped GEMV on lavapipe 0.47-0.71x of the f32 time vs 0.8-1.2x with
+/// the per-8-weights GEMV (`scripts/bench/gemv.rs`, CPU time, alternating). f32 keeps `GemvSubgroup`
+/// (the two are level there: both read every f32 weight word once).
+pub fn choose_linear_variant_for(caps: &Caps, m: usize, k: usize, format: DType) -> LinearVariant {
     let sg = caps.subgroups && caps.subgroup_min_size >= 8;
+    if caps.is_cpu
+        && sg
+        && m <= GEMV_MAX_ROWS
+        && k.is_multiple_of(32)
+        && matches!(format, DType::F16 | DType::Q8 | DType::Q4)
+    {
+        return LinearVariant::GemvBlockSubgroup;
+    }
     if !k.is_multiple_of(8) {
         LinearVariant::Scalar
     } else if m <= GEMV_MAX_ROWS {
@@ -263,6 +299,14 @@ const GEMV_WG: usize = 64;
 /// Output columns per workgroup of `linear_gemv_wg` (`RW` in `matmul_gemv.wgsl`).
 const GEMV_WG_COLS: usize = 4;
 
+/// Workgroup size of `linear_gemv_blk` and the consecutive weight rows each lane computes (`WG`, `RL`):
+/// 8 rows per lane make each lane's weight stream 8 rows long (3.4 KiB at q4, K = 768) instead of one
+/// short row, which the CPU's prefetcher follows (`scripts/bench/gemv.rs`: a shader reading 64 MiB
+/// with 4 KiB per lane ran 4.4x faster than with 1 KiB per lane on lavapipe); 32 lanes keep 3
+/// workgroups for N = 768.
+const GEMV_BLK_WG: usize = 32;
+const GEMV_BLK_ROWS: usize = 8;
+
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
 
@@ -288,7 +332,7 @@ fn rb_wg(n: usize, rn: usize) -> usize {
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
 /// Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in registers); it may exceed the device's
 /// storage-binding limit, in which case it is processed in row chunks. The kernel is the tuned choice
-/// for this shape class ([`crate::ops::registry`]) when there is one, else [`choose_linear_variant`].
+/// for this shape class ([`crate::ops::registry`]) when there is one, else [`choose_linear_variant_for`].
 pub fn linear(
     rec: &mut Recorder,
     x: &Tensor,
@@ -323,7 +367,7 @@ pub fn linear_residual(
         .get(&class)
         .and_then(LinearVariant::from_name)
         .filter(|v| v.supports(caps, m, k, w.dtype()))
-        .unwrap_or_else(|| choose_linear_variant(caps, m, k));
+        .unwrap_or_else(|| choose_linear_variant_for(caps, m, k, w.dtype()));
     linear_variant_residual(rec, variant, x, w, bias, act, residual, out)
 }
 
@@ -478,6 +522,13 @@ pub fn linear_variant_residual(
         ("WG", GEMV_WG as f64),
         ("MR", m as f64),
     ];
+    let overrides_blk = [
+        ("W_F16", f16),
+        ("W_Q", q),
+        ("WG", GEMV_BLK_WG as f64),
+        ("MR", m as f64),
+        ("RL", GEMV_BLK_ROWS as f64),
+    ];
     let kernel = match variant {
         LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
         LinearVariant::Tiled64 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t64),
@@ -493,6 +544,13 @@ pub fn linear_variant_residual(
         LinearVariant::GemvWorkgroup => {
             Kernel::new(&SHADER_GEMV, "linear_gemv_wg").with(&overrides_gemv)
         }
+        LinearVariant::GemvBlock => {
+            Kernel::new(&SHADER_GEMV, "linear_gemv_blk").with(&overrides_blk)
+        }
+        LinearVariant::GemvBlockSubgroup => Kernel::new(&SHADER_GEMV, "linear_gemv_blk")
+            .defines(&["SG"])
+            .with(&overrides_blk),
+
         LinearVariant::Reg4x4
         | LinearVariant::Reg8x8
         | LinearVariant::Reg16x8
@@ -538,6 +596,9 @@ pub fn linear_variant_residual(
             LinearVariant::SubgroupR16 => [ceil_div(m, 16), ceil_div(chunk.rows, 4 * SG4_WG), 1],
             LinearVariant::Gemv | LinearVariant::GemvSubgroup => {
                 grid_1d(ceil_div(chunk.rows, GEMV_WG))
+            }
+            LinearVariant::GemvBlock | LinearVariant::GemvBlockSubgroup => {
+                grid_1d(ceil_div(chunk.rows, GEMV_BLK_WG * GEMV_BLK_ROWS))
             }
             LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
             LinearVariant::Reg4x4

@@ -47,7 +47,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{Caps, DType, Gpu, Recorder, Tensor};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
-use crate::ops::matmul::{choose_linear_variant, linear_variant, Act, LinearVariant};
+use crate::ops::matmul::{choose_linear_variant_for, linear_variant, Act, LinearVariant};
 use crate::ops::registry::{format_from_name, ShapeClass};
 
 /// `tuning` option: `auto` (time what is not cached, within a time budget; the default), `off` (static
@@ -853,7 +853,7 @@ impl Job<'_> {
     /// What runs with tuning off (other ops: their launcher's own rule, shown as "static").
     fn static_choice(&self, caps: &Caps) -> &'static str {
         match self {
-            Job::Linear(s) => choose_linear_variant(caps, s.m, s.k).name(),
+            Job::Linear(s) => choose_linear_variant_for(caps, s.m, s.k, s.format).name(),
             Job::Case(_) => "static",
         }
     }
