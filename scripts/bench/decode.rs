@@ -13,16 +13,22 @@
 //! log-softmax + top-16 of 3 vocabulary rows, and the CPU cost of one decoder step (record + submit,
 //! the GPU's execution excluded) recorded at every call (`Decoder::step`) vs replayed from the plan
 //! recorded once per request (`Decoder::step_planned`, what greedy and beam search use), side by side. Under `cargo test` (no `--bench` argument) it only builds.
+//!
+//! `DECODE_BENCH_DTYPES=fp32,fp16,q8,q4` instead times the greedy step per resident weight dtype side by
+//! side (matrices as the loader stores them for that dtype), each with the static kernel choices and
+//! with the previous decode GEMV forced, alternating, in wall and CPU time, with the weight bytes a step
+//! reads and a per-op GPU profile of one planned step per dtype (see `per_dtype`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
 use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
 use florence2_wasm::model::Florence2Config;
-use florence2_wasm::weights::expected::expected_tensors;
-use florence2_wasm::weights::Weights;
+use florence2_wasm::ops::registry::ShapeClass;
+use florence2_wasm::weights::expected::{expected_tensors, is_matrix_weight};
+use florence2_wasm::weights::{WeightDType, Weights};
 
 /// Xorshift in [-a, a): deterministic, dependency-free.
 struct Rng(u64);
@@ -58,6 +64,15 @@ fn base_config() -> Florence2Config {
 }
 
 fn decoder(gpu: &Arc<Gpu>, cfg: &Florence2Config) -> Decoder {
+    decoder_as(gpu, cfg, WeightDType::Fp32).0
+}
+
+/// The random base-shaped decoder with its matrix weights resident as `dtype` (the loader's rule:
+/// `WeightDType::matrix_dtype` for every `is_matrix_weight`), and the weight bytes one greedy step reads
+/// (every weight except the two embedding tables, of which a step reads one row each, plus the tied
+/// LM head, which is the token embedding read whole).
+fn decoder_as(gpu: &Arc<Gpu>, cfg: &Florence2Config, dtype: WeightDType) -> (Decoder, u64) {
+    let mut read_bytes = 0u64;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut w = Weights::new();
     let lm = "model.language_model.";
@@ -78,23 +93,37 @@ fn decoder(gpu: &Arc<Gpu>, cfg: &Florence2Config) -> Decoder {
         } else {
             rng.fill(n, (3.0 / fan_in).sqrt())
         };
-        w.insert(
-            name.clone(),
-            Tensor::from_f32(gpu, &shape, &data, &name).unwrap(),
-        );
+        let t = if is_matrix_weight(&name, &shape) {
+            let k = *shape.last().unwrap_or(&0);
+            match dtype.matrix_dtype(k) {
+                DType::F16 => Tensor::from_f32_as_f16(gpu, &shape, &data, &name),
+                DType::Q8 => Tensor::from_f32_quantized(gpu, &shape, &data, QFormat::Q8, &name),
+                DType::Q4 => Tensor::from_f32_quantized(gpu, &shape, &data, QFormat::Q4, &name),
+                _ => Tensor::from_f32(gpu, &shape, &data, &name),
+            }
+        } else {
+            Tensor::from_f32(gpu, &shape, &data, &name)
+        }
+        .unwrap();
+        if !name.contains("embed_positions") {
+            // The token embedding is read whole as the LM head (tied), and one row as the embedding.
+            read_bytes += t.byte_size();
+        }
+        w.insert(name.clone(), t);
     }
     let t = &cfg.text;
     let shared = w
         .get(&format!("{lm}shared.weight"), &[t.vocab_size, t.d_model])
         .unwrap();
-    Decoder::new(
+    let dec = Decoder::new(
         t,
         w.pp("model").pp("language_model").pp("decoder"),
         shared.clone(),
         shared,
         None,
     )
-    .unwrap()
+    .unwrap();
+    (dec, read_bytes)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -115,6 +144,10 @@ fn main() {
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", gpu.describe());
     let cfg = base_config();
+    if let Ok(list) = std::env::var("DECODE_BENCH_DTYPES") {
+        per_dtype(&gpu, &cfg, &list, steps);
+        return;
+    }
     let t0 = Instant::now();
     let dec = decoder(&gpu, &cfg);
     let d = cfg.text.d_model;
@@ -270,4 +303,194 @@ fn main() {
         florence2_wasm::ops::reduce::topk_rows(rec, &lp, 16, &vals, &ids).unwrap();
     });
     println!("  log-softmax + top-16 of (3, {vocab}): {extras:.2} ms");
+}
+
+/// CPU seconds used so far by all live threads of this process (lavapipe's workers included; Linux
+/// /proc/self/task/*/schedstat): the work done, which other load on a shared machine inflates far less
+/// than wall time.
+fn cpu_secs() -> f64 {
+    let mut ns = 0u64;
+    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+        for t in dir.flatten() {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ns as f64 * 1e-9
+}
+
+/// `DECODE_BENCH_DTYPES=fp32,fp16,q8,q4`: the greedy decode step per resident weight dtype, side by side
+/// in one run, each with the static kernel choices ("new") and with every decode linear forced to
+/// `gemv_subgroup` (the static decode GEMV before the block GEMV: "old"), all cells alternating, 3
+/// rounds; wall ms per step and CPU ms per step (lavapipe's threads: the work), the ratios to fp32, the
+/// weight bytes a step reads; then one planned step per dtype with the GPU profiler: time per op kind.
+fn per_dtype(gpu: &Arc<Gpu>, cfg: &Florence2Config, list: &str, steps: usize) {
+    let dtypes: Vec<WeightDType> = list
+        .split(',')
+        .map(|s| s.trim().parse().expect("DECODE_BENCH_DTYPES"))
+        .collect();
+    let d = cfg.text.d_model;
+    let s = 577 + 10;
+    let enc = Tensor::from_f32(gpu, &[1, s, d], &Rng(7).fill(s * d, 1.0), "enc").unwrap();
+    let mut models = Vec::new();
+    for &dt in &dtypes {
+        let (dec, bytes) = decoder_as(gpu, cfg, dt);
+        let mut rec = Recorder::new(gpu);
+        let cross = dec.cross_kv(&mut rec, &enc).unwrap();
+        rec.submit().unwrap();
+        gpu.wait_idle().unwrap();
+        models.push((dt, dec, cross, bytes));
+    }
+    // The decode linears' classes (every N, K of the decoder and the LM head, 1 and 3 rows).
+    let t = &cfg.text;
+    let ns = [d, 2 * d, 3 * d, t.decoder_ffn_dim, t.vocab_size];
+    let ks = [d, t.decoder_ffn_dim];
+    let set_old = |on: bool| {
+        gpu.choices.clear();
+        if on {
+            for &(dt, ..) in &models {
+                for &n in &ns {
+                    for &k in &ks {
+                        for m in [1, 3] {
+                            gpu.choices.set(
+                                ShapeClass::linear(m, n, k, dt.matrix_dtype(k)),
+                                "gemv_subgroup",
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let opts = GenerateOptions {
+        max_new_tokens: steps,
+        no_repeat_ngram_size: 3,
+        forced_bos_token_id: None,
+        forced_eos_token_id: None,
+        eos_token_ids: vec![u32::MAX],
+        decoder_start_token_id: 2,
+        num_beams: 1,
+        length_penalty: 1.0,
+        early_stopping: EarlyStopping::True,
+    };
+    let run = |i: usize| -> (f64, f64) {
+        let (_, dec, cross, _) = &models[i];
+        let c = cpu_secs();
+        let t = Instant::now();
+        let ids = pollster::block_on(generate::generate(
+            dec,
+            gpu,
+            cross,
+            &opts,
+            Default::default(),
+        ))
+        .unwrap();
+        assert_eq!(ids.len(), steps + 1, "every run makes {steps} steps");
+        (
+            t.elapsed().as_secs_f64() * 1e3 / steps as f64,
+            (cpu_secs() - c) * 1e3 / steps as f64,
+        )
+    };
+    let modes = ["old (gemv_subgroup)", "new (static choice)"];
+    // Warm-up: every (mode, dtype) once (pipelines, plans).
+    for old in [true, false] {
+        set_old(old);
+        for i in 0..models.len() {
+            run(i);
+        }
+    }
+    let mut wall = vec![vec![Vec::new(); models.len()]; 2];
+    let mut cpu = vec![vec![Vec::new(); models.len()]; 2];
+    for _ in 0..3 {
+        for (mi, old) in [true, false].into_iter().enumerate() {
+            set_old(old);
+            for i in 0..models.len() {
+                let (w, c) = run(i);
+                wall[mi][i].push(w);
+                cpu[mi][i].push(c);
+            }
+        }
+    }
+    println!(
+        "greedy decode step per resident dtype, {steps} steps, median of 3 alternating rounds \
+         (ratios to fp32 of the same mode; CPU = lavapipe's threads' CPU time per step):"
+    );
+    println!(
+        "  {:<20} {:>5} {:>14} {:>9} {:>9} {:>10} {:>10}",
+        "mode", "dtype", "weights/step", "wall ms", "CPU ms", "wall/fp32", "CPU/fp32"
+    );
+    for mi in 0..2 {
+        let w0 = median(wall[mi][0].clone());
+        let c0 = median(cpu[mi][0].clone());
+        for (i, (dt, _, _, bytes)) in models.iter().enumerate() {
+            let (w, c) = (median(wall[mi][i].clone()), median(cpu[mi][i].clone()));
+            println!(
+                "  {:<20} {:>5} {:>11.1} MB {w:>9.2} {c:>9.2} {:>10.3} {:>10.3}",
+                modes[mi],
+                dt.to_string(),
+                *bytes as f64 / 1e6,
+                w / w0,
+                c / c0
+            );
+        }
+    }
+    for (i, (dt, ..)) in models.iter().enumerate() {
+        println!(
+            "  {dt} new/old: wall {:.3}, CPU {:.3}",
+            median(wall[1][i].clone()) / median(wall[0][i].clone()),
+            median(cpu[1][i].clone()) / median(cpu[0][i].clone())
+        );
+    }
+    // Where a step's GPU time goes, per dtype (static choices): one planned step, profiled.
+    set_old(false);
+    if gpu.profiler.enable(gpu, true).is_ok() {
+        for (dt, dec, cross, _) in &models {
+            let mut state = dec.new_state(gpu, cross, 1, 32).unwrap();
+            for pos in 0..3 {
+                let mut rec = Recorder::new(gpu);
+                dec.step_planned(&mut rec, pos, &mut state).unwrap();
+                rec.submit().unwrap();
+                gpu.wait_idle().unwrap();
+            }
+            let _ = pollster::block_on(gpu.profiler.take(gpu)).unwrap();
+            let mut rec = Recorder::new(gpu);
+            dec.step_planned(&mut rec, 3, &mut state).unwrap();
+            rec.submit().unwrap();
+            gpu.wait_idle().unwrap();
+            let entries = pollster::block_on(gpu.profiler.take(gpu)).unwrap();
+            let total: f64 = entries.iter().map(|e| e.ms).sum();
+            let mut by: Vec<(String, f64, usize)> = Vec::new();
+            for e in &entries {
+                let key = if e.op.contains("matmul") {
+                    let lm = e.shape.contains(&format!("N={}", t.vocab_size));
+                    format!("{} {}", if lm { "LM head" } else { "linear" }, e.op)
+                } else {
+                    e.op.clone()
+                };
+                match by.iter_mut().find(|b| b.0 == key) {
+                    Some(b) => {
+                        b.1 += e.ms;
+                        b.2 += 1;
+                    }
+                    None => by.push((key, e.ms, 1)),
+                }
+            }
+            by.sort_by(|a, b| b.1.total_cmp(&a.1));
+            println!(
+                "  profile {dt}: {total:.2} ms GPU over {} dispatches",
+                entries.len()
+            );
+            for (k, ms, n) in by.iter().take(8) {
+                println!(
+                    "    {k:<44} {n:>3} x  {ms:>8.3} ms  {:>5.1}%",
+                    100.0 * ms / total
+                );
+            }
+        }
+        let _ = gpu.profiler.enable(gpu, false);
+    }
 }
