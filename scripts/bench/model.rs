@@ -33,7 +33,12 @@
 //! `MODEL_BENCH_BREAKDOWN=0` skips the per-op DaViT breakdown (first dtype only),
 //! `MODEL_BENCH_REUSE=0` skips the image-encoding reuse ratio (first dtype only: a `<CAPTION>` task from
 //! the image vs later tasks on its kept features, same run),
-//! `MODEL_BENCH_TOKENIZER=<florence2 tokenizer.json>` checks the hard-coded prompt ids against it.
+//! `MODEL_BENCH_TOKENIZER=<florence2 tokenizer.json>` checks the hard-coded prompt ids against it,
+//! `MODEL_BENCH_STEP_ROUNDS=N` (default 3; 0 skips): at the end, every resident dtype's decode step
+//! again with all models loaded and the dtypes alternating round by round (greedy and beam-3 through
+//! `generate`'s planned steps, wall and CPU time per step, ratios to the first dtype): the side-by-side
+//! decode figures, which the phase table above (one dtype after the other) cannot give on a shared
+//! machine.
 //!
 //! `MODEL_BENCH_MEMORY=1` measures only the GPU memory the engine counts, per resident dtype (the
 //! README's table): one request's peak for `<CAPTION>` and `<OD>` at 768x768 with 3 beams and the
@@ -1386,6 +1391,18 @@ fn main() {
         }
     }
 
+    // MODEL_BENCH_STEP_ROUNDS=N (default 3): the decode step of every resident dtype again, all models
+    // loaded at once and the dtypes alternating round by round (the phases above ran one dtype after
+    // the other, minutes apart, on a shared machine).
+    let rounds: usize = env_or("MODEL_BENCH_STEP_ROUNDS", "3")
+        .parse()
+        .expect("MODEL_BENCH_STEP_ROUNDS");
+    let step_rounds = if rounds > 0 {
+        alternating_steps(&gpu, &root.join("base-f32"), &residents, tokens, rounds)
+    } else {
+        Vec::new()
+    };
+
     let reference = if std::env::var("MODEL_BENCH_NO_REF").is_ok() {
         println!("\nPyTorch reference: skipped (MODEL_BENCH_NO_REF)");
         None
@@ -1614,8 +1631,145 @@ fn main() {
             }
         );
     }
+    if !step_rounds.is_empty() {
+        println!(
+            "\n== decode steps per resident dtype, alternating ({rounds} rounds of {tokens} greedy and \
+             {tokens} beam-3 steps through `generate`'s planned steps; medians; CPU = all threads' CPU \
+             time, the work, robust to other load on the machine) =="
+        );
+        println!(
+            "{:<6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>10}",
+            "dtype",
+            "MB/step",
+            "step ms",
+            "step/fp32",
+            "CPU ms",
+            "CPU/fp32",
+            "beam3 ms",
+            "beam/fp32",
+            "bCPU/fp32"
+        );
+        let b = &step_rounds[0];
+        for r in &step_rounds {
+            println!(
+                "{:<6} {:>9.0} {:>9.1} {:>8.3}x {:>9.1} {:>9.3}x {:>9.1} {:>8.3}x {:>9.3}x",
+                r.dtype.to_string(),
+                r.bytes / 1e6,
+                r.greedy_ms,
+                r.greedy_ms / b.greedy_ms,
+                r.greedy_cpu_ms,
+                r.greedy_cpu_ms / b.greedy_cpu_ms,
+                r.beam_ms,
+                r.beam_ms / b.beam_ms,
+                r.beam_cpu_ms / b.beam_cpu_ms
+            );
+        }
+    }
     println!(
         "\nfinal process peak RSS: {:.0} MiB",
         mib(proc_status_bytes("VmHWM:"))
     );
+}
+
+/// One resident dtype's decode steps in [`alternating_steps`] (ms per step, medians over rounds).
+struct StepRow {
+    dtype: WeightDType,
+    bytes: f64,
+    greedy_ms: f64,
+    greedy_cpu_ms: f64,
+    beam_ms: f64,
+    beam_cpu_ms: f64,
+}
+
+/// Load the checkpoint once per resident dtype (all kept), attend over one seeded random encoder output
+/// (585 tokens; a step's cost does not depend on the values), then `rounds` rounds, each running greedy
+/// and beam-3 `generate` (`tokens` steps, no EOS possible, the planned decode steps) for every dtype in
+/// turn. The first dtype is the ratio base.
+fn alternating_steps(
+    gpu: &Arc<Gpu>,
+    dir: &Path,
+    residents: &[WeightDType],
+    tokens: usize,
+    rounds: usize,
+) -> Vec<StepRow> {
+    use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
+    let mut models = Vec::new();
+    for &resident in residents {
+        let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
+            .expect("load_dir");
+        let model = Florence2::new(gpu, cfg.clone(), &w).expect("Florence2::new");
+        drop(w);
+        let d = cfg.text.d_model;
+        let s = 585;
+        let mut r = Rng::new(77);
+        let enc: Vec<f32> = (0..s * d).map(|_| r.next()).collect();
+        let enc = Tensor::from_f32(gpu, &[1, s, d], &enc, "enc").expect("enc");
+        let mut rec = Recorder::new(gpu);
+        let cross = model.decoder.cross_kv(&mut rec, &enc).expect("cross kv");
+        rec.submit().expect("submit");
+        wait(gpu);
+        let bytes = decode_step_bytes(
+            &cfg,
+            s,
+            tokens / 2,
+            weight_bytes_per_elem(resident, cfg.text.d_model),
+        );
+        models.push((resident, cfg, model, cross, bytes));
+    }
+    let opts = |beams: usize| GenerateOptions {
+        max_new_tokens: tokens,
+        no_repeat_ngram_size: 3,
+        forced_bos_token_id: None,
+        forced_eos_token_id: None,
+        eos_token_ids: vec![u32::MAX],
+        decoder_start_token_id: 2,
+        num_beams: beams,
+        length_penalty: 1.0,
+        early_stopping: EarlyStopping::True,
+    };
+    let run = |i: usize, beams: usize| -> (f64, f64) {
+        let (_, _, model, cross, _) = &models[i];
+        let c = cpu_secs();
+        let t = Instant::now();
+        let ids = pollster::block_on(generate::generate(
+            &model.decoder,
+            gpu,
+            cross,
+            &opts(beams),
+            Default::default(),
+        ))
+        .expect("generate");
+        assert_eq!(ids.len(), tokens + 1, "every run makes {tokens} steps");
+        (
+            t.elapsed().as_secs_f64() * 1e3 / tokens as f64,
+            (cpu_secs() - c) * 1e3 / tokens as f64,
+        )
+    };
+    for i in 0..models.len() {
+        run(i, 1);
+        run(i, 3);
+    }
+    let mut samples = vec![[Vec::new(), Vec::new(), Vec::new(), Vec::new()]; models.len()];
+    for _ in 0..rounds {
+        for (i, smp) in samples.iter_mut().enumerate() {
+            let (w, c) = run(i, 1);
+            smp[0].push(w);
+            smp[1].push(c);
+            let (w, c) = run(i, 3);
+            smp[2].push(w);
+            smp[3].push(c);
+        }
+    }
+    models
+        .iter()
+        .zip(&samples)
+        .map(|((dtype, _, _, _, bytes), smp)| StepRow {
+            dtype: *dtype,
+            bytes: *bytes,
+            greedy_ms: median(&smp[0]),
+            greedy_cpu_ms: median(&smp[1]),
+            beam_ms: median(&smp[2]),
+            beam_cpu_ms: median(&smp[3]),
+        })
+        .collect()
 }
