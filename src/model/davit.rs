@@ -599,9 +599,9 @@ impl DaVit {
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
     /// last stage's tokens (B, N, C_last), row-major over the (h, w) token grid, and that grid.
     ///
-    /// Memory: one arena ([`DaVit::arena_plan`]: four buffers sized for the largest stage) serves every
-    /// stage and block; the returned tokens are a view of one of its buffers, the others are released
-    /// when this returns. `pixels` stays with the caller: [`DaVit::forward_host`] takes them from the
+    /// Memory: one arena ([`DaVit::arena_plan`]: three or four buffers sized for the largest stage)
+    /// serves every stage and block; the returned tokens are a view of one of its buffers, the others
+    /// are released when this returns ([`DaVit::forward_spare`] hands them back instead). `pixels` stays with the caller: [`DaVit::forward_host`] takes them from the
     /// CPU straight into the arena instead, so no pixel tensor is held beside it.
     pub fn forward(
         &self,
