@@ -1,5 +1,7 @@
 // DaViT channel attention core. For each batch b and channel group gi (d = C / groups channels):
 //   q, k, v = the group's columns of qkv (N, 3C): q = cols [gi*d, gi*d+d), k = C + those, v = 2C + those
+//   (or q, k from a separate qk (N, 2C) and v from a separate (N, C): row strides and v's column offset
+//   are parameters)
 //   attn    = softmax_j( sum_n q[n, i] * k[n, j] * scale )     (d x d; scale = N^-0.5, the TOKEN count)
 //   out[n, gi*d + i] = sum_j attn[i, j] * v[n, j]
 // exactly as the reference's eager path computes (q k^T over the token axis, then * scale, softmax, @ v).
@@ -31,15 +33,15 @@ struct Params {
     tiles_j: u32,  // 32-wide tiles along j
     total: u32,    // rows (softmax_rows) or output elements (attn_apply)
     scale: f32,    // N^-0.5
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    qk_stride: u32, // floats per token row of the q/k source: 3C (qkv) or 2C (separate qk)
+    v_stride: u32,  // floats per token row of the v source: 3C (qkv) or C (separate v)
+    v_off: u32,     // column of v in that row: 2C (qkv) or 0
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 
 // ---- 1. gram_partial -------------------------------------------------------------------------------
-@group(0) @binding(1) var<storage, read> qkv: array<f32>;            // (B, N, 3C)
+@group(0) @binding(1) var<storage, read> qkv: array<f32>;            // (B, N, qk_stride)
 @group(0) @binding(2) var<storage, read_write> part: array<f32>;     // (B, nsplit, g, d, d)
 
 @compute @workgroup_size(8, 8)
@@ -54,7 +56,7 @@ fn gram_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     let dm = p.d - 1u;
     let qc = vec4<u32>(min(i0, dm), min(i0 + 1u, dm), min(i0 + 2u, dm), min(i0 + 3u, dm)) + gi * p.d;
     let kc = vec4<u32>(min(j0, dm), min(j0 + 1u, dm), min(j0 + 2u, dm), min(j0 + 3u, dm)) + (p.c + gi * p.d);
-    let c3 = 3u * p.c;
+    let c3 = p.qk_stride;
     let n0 = sp * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
     var a0 = vec4<f32>(0.0);
@@ -88,7 +90,7 @@ fn gram_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
 }
 
 // ---- 1b. gram_partial4 (C % 4 == 0, d % 4 == 0) -----------------------------------------------------
-@group(0) @binding(1) var<storage, read> qkv4: array<vec4<f32>>;     // (B, N, 3C/4)
+@group(0) @binding(1) var<storage, read> qkv4: array<vec4<f32>>;     // (B, N, qk_stride/4)
 
 @compute @workgroup_size(8, 8)
 fn gram_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
@@ -101,7 +103,7 @@ fn gram_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     let j0 = tj * 32u + l.x * 4u;
     let qc = (gi * p.d + min(i0, p.d - 4u)) / 4u;
     let kc = (p.c + gi * p.d + min(j0, p.d - 4u)) / 4u;
-    let c34 = 3u * p.c / 4u;
+    let c34 = p.qk_stride / 4u;
     let n0 = sp * p.chunk;
     let n1 = min(n0 + p.chunk, p.n);
     var a0 = vec4<f32>(0.0);
@@ -188,7 +190,7 @@ fn softmax_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 // ---- 3. attn_apply -----------------------------------------------------------------------------------
-@group(0) @binding(1) var<storage, read> qkv_v: array<f32>;           // (B, N, 3C)
+@group(0) @binding(1) var<storage, read> qkv_v: array<f32>;           // (B, N, v_stride)
 @group(0) @binding(2) var<storage, read> attn_in: array<f32>;         // (B, g, d(j), d(i)) transposed
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;       // (B, N, C)
 
@@ -205,7 +207,7 @@ fn attn_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let gi = ch / p.d;
     let i = ch % p.d;
     let a0 = (b * p.c + ch - i) * p.d + i;    // ((b*g + gi)*d)*d + i
-    let vrow = bn * 3u * p.c + 2u * p.c + gi * p.d;
+    let vrow = bn * p.v_stride + p.v_off + gi * p.d;
     var acc = 0.0;
     for (var j = 0u; j < p.d; j++) {
         acc += attn_in[a0 + j * p.d] * qkv_v[vrow + j];
@@ -214,7 +216,7 @@ fn attn_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 }
 
 // ---- 3b. attn_apply4 (C % 4 == 0, d % 4 == 0): 4 output channels per invocation -------------------------
-@group(0) @binding(1) var<storage, read> qkv_v4: array<vec4<f32>>;    // (B, N, 3C/4)
+@group(0) @binding(1) var<storage, read> qkv_v4: array<vec4<f32>>;    // (B, N, v_stride/4)
 @group(0) @binding(2) var<storage, read> attn_t4: array<vec4<f32>>;   // (B, g, d(j), d(i)/4)
 @group(0) @binding(3) var<storage, read_write> out4: array<vec4<f32>>; // (B, N, C/4)
 
@@ -232,7 +234,7 @@ fn attn_apply4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let b = bn / p.n;
     let i = ch % p.d;
     let a0 = ((b * p.c + ch - i) * p.d + i) / 4u;   // vec4 index of attn_t[b, gi, 0, i..i+4]
-    let v0 = (bn * 3u * p.c + 2u * p.c + ch - i) / 4u;
+    let v0 = (bn * p.v_stride + p.v_off + ch - i) / 4u;
     var acc = vec4<f32>(0.0);
     for (var j4 = 0u; j4 < d4; j4++) {
         let v = qkv_v4[v0 + j4];

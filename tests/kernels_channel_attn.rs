@@ -112,6 +112,33 @@ fn run(seed: u64, b: usize, n: usize, c: usize, groups: usize) {
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "partials in the output buffer change the output"
     );
+    // q|k and v computed apart (`channel_attention_logits` on (B, N, 2C), then `apply` on (B, N, C),
+    // as DaViT's arena runs it where the qkv weight splits): the same bits.
+    let (qk, v): (Vec<f32>, Vec<f32>) = {
+        let (mut qk, mut v) = (Vec::new(), Vec::new());
+        for row in qkv.chunks(3 * c) {
+            qk.extend_from_slice(&row[..2 * c]);
+            v.extend_from_slice(&row[2 * c..]);
+        }
+        (qk, v)
+    };
+    let tqk = Tensor::from_f32(&g, &[b, n, 2 * c], &qk, "qk").unwrap();
+    let tv = Tensor::from_f32(&g, &[b, n, c], &v, "v").unwrap();
+    for partials in [None, Some(&out3)] {
+        let to4 = Tensor::zeros(&g, &[b, n, c], DType::F32, "out4").unwrap();
+        let mut rec = Recorder::new(&g);
+        let logits =
+            ops::channel_attn::channel_attention_logits(&mut rec, &tqk, groups, partials).unwrap();
+        logits.apply(&mut rec, &tv, &to4).unwrap();
+        rec.submit().unwrap();
+        let got4 = readback::to_f32_blocking(&g, &to4).unwrap();
+        assert!(
+            got4.iter()
+                .zip(&got)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "q|k and v apart change the output"
+        );
+    }
     // qkv and out must not share a buffer (the output would overwrite rows still to be read).
     let mut rec = Recorder::new(&g);
     assert!(ops::channel_attn::channel_attention_with_scratch(

@@ -18,12 +18,13 @@
 //! viewed with each stage's shapes and reused by every block of every stage (dispatches execute in
 //! recording order, so reuse is safe inside one command buffer). Within a half the residual stream
 //! ping-pongs between two of them, and a buffer takes the next tensor as soon as its contents are dead.
-//! The MLP runs in row chunks (in place, through views at row offsets) so that its 4x hidden fits in
-//! the buffer the 3x qkv needs, and the windows and attention outputs share the residual-stream
-//! buffers. For Florence-2-base at 768 px that is 5 stage-0 activations (94 MB) instead of the 11
-//! (208 MB) a set of buffers per op family took. The pixels can come from the CPU
-//! straight into the arena ([`DaVit::forward_host`]), and the caller can use the arena's spare buffers
-//! until its submit ([`DaVit::forward_spare`]). Taps copy into fresh tensors.
+//! The windows and attention outputs share the residual-stream buffers; the MLP (4x hidden) runs in
+//! row chunks and the window qkv (3x) in chunks of whole windows, in place through views at offsets,
+//! and channel attention computes q|k (2x) and v apart, so that the largest activation is 2 x tokens
+//! x C. For Florence-2-base at 768 px that is 4 stage-0 activations and the Gram partials (78 MB)
+//! instead of the 11 activations (208 MB) a set of buffers per op family took. The pixels can come
+//! from the CPU straight into the arena ([`DaVit::forward_host`]), and the caller can use the arena's
+//! spare buffers until its submit ([`DaVit::forward_spare`]). Taps copy into fresh tensors.
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
@@ -126,7 +127,7 @@ pub struct DaVit {
     pub num_groups: Vec<usize>,
     pub window_size: usize,
     pub in_channels: usize,
-    /// Largest MLP hidden activation, in bytes, computed in one piece. Above it (Florence-2-large's stage
+    /// Largest MLP hidden activation (and window-attention qkv), in bytes, computed in one piece. Above it (Florence-2-large's stage
     /// 0 hidden is 36864 x 1024 f32 = 151 MB, over the 128 MiB binding limit of lavapipe and of browsers'
     /// default limits) the MLP runs in row chunks. Defaults to the device's binding limit; tests lower it.
     pub mlp_chunk_bytes: u64,
@@ -136,9 +137,9 @@ pub struct DaVit {
 }
 
 /// Element counts of the activation arena one [`DaVit::forward`] allocates (f32 elements per buffer),
-/// planned from the stage shapes before anything is recorded. Three buffers (four when a stage's
-/// token grid is not a whole number of windows) serve the whole tower, every stage and block taking
-/// views of them in turn:
+/// planned from the stage shapes before anything is recorded. Three large buffers (four when a
+/// stage's token grid is not a whole number of windows) and a small one serve the whole tower, every
+/// stage and block taking views of them in turn:
 /// - `stream` (x2, `ra` and `rb`): the residual stream and the stream after a positional conv,
 ///   ping-ponged (each half's conv reads `ra` and writes `rb`; the LayerNorm output goes back into
 ///   `ra`, whose contents are dead by then, and the half's last linear writes `rb` + its output into
@@ -149,27 +150,31 @@ pub struct DaVit {
 /// - `windows` (`x`): the zero-padded windows and their attention output, only for stages whose
 ///   token grid is not a whole number of windows (padding comes after the LayerNorm there); 0 when
 ///   no stage pads.
-/// - `big`: the qkv activations (window or channel attention), the window attention output cropped
-///   back to the image, the channel half's output stream, the MLP hidden and the patch-embedding
-///   im2col scratch, never live together.
-///   The MLP hidden (4 x C per token, the largest of them) does not size it: the MLP runs in row
-///   chunks that fit in what the others need ([`mlp_chunk_rows`]).
+/// - `big`: channel attention's q|k then v (or its qkv where the weight cannot be split at aligned
+///   offsets), the window qkv, the window attention output cropped back to the image, the channel
+///   half's output stream, the MLP hidden and the patch-embedding im2col scratch, never live
+///   together. Neither the MLP hidden (4 x C per token) nor the window qkv (3 x C) sizes it: they
+///   run in chunks of rows / whole windows that fit in what the others need ([`mlp_chunk_rows`]).
+/// - `partials`: channel attention's Gram partials where q|k and v are computed apart.
 /// - `split`: separate q, k, v (three buffers) for the generic attention path, 0 when the fused
 ///   window kernel runs in every stage.
 ///
-/// Every view starts at byte 0 of its buffer except the MLP's row chunks.
+/// Every view starts at byte 0 of its buffer except the MLP's row chunks and the window chunks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArenaPlan {
     pub stream: usize,
     pub windows: usize,
     pub big: usize,
     pub split: usize,
+    /// Channel attention's Gram partials where q|k and v are computed apart (they cannot share
+    /// `big` with q|k: one dispatch may not read and write one buffer).
+    pub partials: usize,
 }
 
 impl ArenaPlan {
     /// GPU bytes of the arena (before the 4-byte padding of each buffer).
     pub fn bytes(&self) -> u64 {
-        4 * (2 * self.stream + self.windows + self.big + 3 * self.split) as u64
+        4 * (2 * self.stream + self.windows + self.big + 3 * self.split + self.partials) as u64
     }
 }
 
@@ -182,6 +187,8 @@ struct Arena {
     x: Option<Tensor>,
     big: Tensor,
     split: Option<(Tensor, Tensor, Tensor)>,
+    /// Only when a stage computes channel attention's q|k and v apart.
+    partials: Option<Tensor>,
 }
 
 /// One stage's views of the [`Arena`] (no allocation).
@@ -200,15 +207,23 @@ struct StageBufs {
     hid: Tensor,
     /// Rows of one MLP chunk (the stage's rows when the MLP runs whole).
     mlp_rows: usize,
-    /// Channel-attention qkv, (B, H*W, 3C), in `big`.
-    cqkv: Tensor,
-    /// Windows (nW, ws*ws, C), and their qkv (nW, ws*ws, 3C) in `big`. The windows are in `ra` when
+    /// Shape of the channel-attention qkv, (B, H*W, 3C), viewed in `big` when it runs whole.
+    cqkv: (usize, usize, usize),
+    /// Windows (nW, ws*ws, C), and the shape of their qkv (nW, ws*ws, 3C), viewed in `big` when it
+    /// runs whole. The windows are in `ra` when
     /// the token grid is a whole number of windows (`padded` false), else zero-padded in `x`.
     win: Tensor,
     padded: bool,
-    wqkv: Tensor,
+    wqkv: (usize, usize, usize),
     /// Separate q, k, v for the generic attention kernel; None when the fused window kernel runs.
     qkv_split: Option<(Tensor, Tensor, Tensor)>,
+    /// Windows per window-attention chunk.
+    win_chunk: usize,
+    /// The `big` buffer itself (chunk views).
+    big: Tensor,
+    /// Channel attention's Gram partials when q|k and v are computed apart
+    /// ([`StageShape::channel_split`]); None otherwise.
+    partials: Option<Tensor>,
 }
 
 /// The shapes of one stage that the arena is planned from.
@@ -220,8 +235,20 @@ struct StageShape {
     /// chunk fits in `big` as the other tensors size it ([`mlp_chunk_rows`]).
     mlp_rows: usize,
     fused: bool,
-    /// f32 elements of the patch embedding's im2col scratch.
+    /// f32 elements of the patch embedding's im2col scratch (chunks of rows of `kp`, at most what
+    /// the rest of `big` needs).
     im2col: usize,
+    kp: usize,
+    /// Whether the token grid is not a whole number of windows (zero-padded windows in `x`).
+    padded: bool,
+    /// Windows per window-attention chunk (qkv + attention run chunk by chunk, the windows in place
+    /// in `ra`, the chunk's qkv in `big`); all windows when it runs whole.
+    win_chunk: usize,
+    /// Channel attention from separate q|k and v Linears (views of the qkv weight, when they can be
+    /// bound at their offsets): `big` holds q|k (2C per token) and then v, the Gram partials (f32
+    /// elements `partials`) their own small buffer; else qkv (3C per token) and the partials in `ra`.
+    channel_split: bool,
+    partials: usize,
 }
 
 fn zeros(rec: &Recorder, shape: &[usize], label: &str) -> Result<Tensor> {
@@ -258,10 +285,10 @@ impl StageBufs {
             rev: f32_view(&ar.big, &[b, h, w, c])?,
             hid: f32_view(&ar.big, &[st.mlp_rows.min(rows), st.hidden])?,
             mlp_rows: st.mlp_rows.min(rows),
-            cqkv: f32_view(&ar.big, &[b, h * w, 3 * c])?,
+            cqkv: (b, h * w, 3 * c),
             win,
             padded,
-            wqkv: f32_view(&ar.big, &[nw, t, 3 * c])?,
+            wqkv: (nw, t, 3 * c),
             qkv_split: match (&ar.split, st.fused) {
                 (Some((q, k, v)), false) => Some((
                     f32_view(q, &[nw, t, c])?,
@@ -275,6 +302,12 @@ impl StageBufs {
                     ))
                 }
                 (_, true) => None,
+            },
+            win_chunk: st.win_chunk,
+            big: ar.big.clone(),
+            partials: match (&ar.partials, st.channel_split) {
+                (Some(p), true) => Some(f32_view(p, &[st.partials])?),
+                _ => None,
             },
         })
     }
@@ -299,6 +332,46 @@ fn mlp_chunk_rows(rows: usize, c: usize, hidden: usize, cap: usize) -> usize {
     let per = per.max(step);
     let chunks = rows.div_ceil(per);
     rows.div_ceil(chunks).next_multiple_of(step).min(rows)
+}
+
+/// The q|k rows and the v rows of a channel-attention qkv Linear (weight (3C, C), bias (3C)) as two
+/// Linears viewing its tensors, when both parts can be bound at their byte offsets (multiples of
+/// [`CHUNK_ALIGN`]); None otherwise. Each output column is the same dot product either way.
+fn split_qkv(l: &Linear, c: usize) -> Option<(Linear, Linear)> {
+    let w = &l.weight;
+    if w.shape() != [3 * c, c] {
+        return None;
+    }
+    let aligned = |off: u64| off.is_multiple_of(CHUNK_ALIGN as u64);
+    let v_at = w.offset() + (2 * w.dtype().row_bytes(c)) as u64 * c as u64;
+    if !aligned(w.offset()) || !aligned(v_at) {
+        return None;
+    }
+    let qk_w = w.view_at(w.offset(), &[2 * c, c], w.dtype()).ok()?;
+    let v_w = w.view_at(v_at, &[c, c], w.dtype()).ok()?;
+    let (qk_b, v_b) = match &l.bias {
+        None => (None, None),
+        Some(b) => {
+            let v_at = b.offset() + (8 * c) as u64;
+            if b.dtype() != DType::F32 || !aligned(b.offset()) || !aligned(v_at) {
+                return None;
+            }
+            (
+                Some(b.view_at(b.offset(), &[2 * c], DType::F32).ok()?),
+                Some(b.view_at(v_at, &[c], DType::F32).ok()?),
+            )
+        }
+    };
+    Some((
+        Linear {
+            weight: qk_w,
+            bias: qk_b,
+        },
+        Linear {
+            weight: v_w,
+            bias: v_b,
+        },
+    ))
 }
 
 fn gcd(mut a: usize, mut b: usize) -> usize {
@@ -511,38 +584,65 @@ impl DaVit {
                 k,
                 ce.conv.weight.dtype(),
             ) / 4;
+            let (nwh, nww) = ops::window::window_grid(nh, nw, self.window_size);
+            let groups = stage_param(&self.num_groups, s, "num_groups")?;
+            let d = c / groups.max(1);
             out.push(StageShape {
                 dims: (bsz, nh, nw, c),
                 hidden,
                 mlp_rows: 0,
                 fused: self.fused_window_attention && ops::window_attn::supported(c, heads),
                 im2col: im2col as usize,
+                kp: ops::conv::gemm_k(k, ce.conv.weight.dtype()).0,
+                padded: nwh * nww * self.window_size * self.window_size != nh * nw,
+                win_chunk: bsz * nwh * nww,
+                channel_split: stage_blocks
+                    .iter()
+                    .all(|b| split_qkv(&b.channel_block.channel_attn.qkv, c).is_some()),
+                partials: bsz * (nh * nw).div_ceil(256) * groups * d * d,
             });
         }
         // The MLP hidden (4 x C per token) would be the largest tensor of `big`: it runs in row chunks
         // that fit in `big` as the qkv (3 x C per token), the cropped attention output and the im2col
         // scratch of every stage size it, and in one storage binding.
+        // Window qkv (3C per token) likewise runs in chunks of whole windows where the windows are
+        // whole and the fused kernel runs.
         let others = out
             .iter()
             .map(|st| self.big_without_mlp(st))
             .max()
             .unwrap_or(0);
         let binding = (self.mlp_chunk_bytes.min(max_binding) / 4) as usize;
+        let t = self.window_size * self.window_size;
         for st in &mut out {
             let (b, h, w, c) = st.dims;
+            // The convolution's im2col runs in row chunks that fit too (at least one row).
+            st.im2col = st.im2col.min((others / st.kp.max(1)).max(1) * st.kp);
             st.mlp_rows = mlp_chunk_rows(b * h * w, c, st.hidden, others.min(binding));
+            if st.fused && !st.padded {
+                // A window is t tokens of c channels: chunks start on aligned byte offsets of `ra`.
+                st.win_chunk = mlp_chunk_rows(st.win_chunk, t * c, 3 * t * c, others.min(binding));
+            }
         }
         Ok(out)
     }
 
-    /// f32 elements of `big` a stage needs besides its MLP hidden: window qkv (3 x the zero-padded
-    /// windows), channel qkv (3 x tokens; also covers the cropped attention output) and the patch
-    /// embedding's im2col scratch.
+    /// f32 elements of `big` a stage needs besides what runs in chunks (its MLP hidden, its im2col and,
+    /// where it is chunked, its window qkv): channel attention's q|k (or its qkv, 3 x tokens), the
+    /// cropped attention output and the channel half's stream (tokens), and the window qkv (3 x the
+    /// zero-padded windows) where it runs whole.
     fn big_without_mlp(&self, st: &StageShape) -> usize {
         let (b, h, w, c) = st.dims;
+        let rows = b * h * w;
         let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
         let win = b * nwh * nww * self.window_size * self.window_size * c;
-        (3 * win).max(3 * b * h * w * c).max(st.im2col)
+        let channel = if st.channel_split {
+            2 * rows * c
+        } else {
+            3 * rows * c
+        };
+        let window = if st.fused && !st.padded { 0 } else { 3 * win };
+        channel.max(window).max(rows * c)
     }
 
     /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
@@ -560,6 +660,7 @@ impl DaVit {
             windows: 0,
             big: 0,
             split: 0,
+            partials: 0,
         };
         for st in &shapes {
             let (b, h, w, c) = st.dims;
@@ -573,9 +674,14 @@ impl DaVit {
             plan.big = plan
                 .big
                 .max(self.big_without_mlp(st))
-                .max(st.mlp_rows.min(rows) * st.hidden);
+                .max(st.im2col)
+                .max(st.mlp_rows.min(rows) * st.hidden)
+                .max(st.win_chunk * self.window_size * self.window_size * 3 * c);
             if !st.fused {
                 plan.split = plan.split.max(win);
+            }
+            if st.channel_split {
+                plan.partials = plan.partials.max(st.partials);
             }
         }
         Ok(plan)
@@ -702,6 +808,11 @@ impl DaVit {
             } else {
                 None
             },
+            partials: if plan.partials > 0 {
+                Some(zeros(rec, &[plan.partials], "davit.arena.partials")?)
+            } else {
+                None
+            },
         };
         // NCHW -> NHWC once, into `ra` (the stem conv writes `rb`); everything after stays
         // channels-last.
@@ -766,6 +877,7 @@ impl DaVit {
         }
         let mut spare = vec![arena.rb, arena.big];
         spare.extend(arena.x);
+        spare.extend(arena.partials);
         if let Some((q, k, v)) = arena.split {
             spare.extend([q, k, v]);
         }
@@ -849,22 +961,46 @@ impl DaVit {
             ops::window::window_partition(rec, &bufs.b, ws, &bufs.win)?; // (nW, ws*ws, C)
             blk.norm1.forward(rec, &win2, &win2)?; // (nW*ws*ws, C)
         }
-        blk.window_attn
-            .qkv
-            .forward(rec, &win2, Act::None, &bufs.wqkv.reshape(&[wrows, 3 * c])?)?; // (nW*ws*ws, 3C)
         let scale = ((c / heads) as f64).powf(-0.5) as f32;
-        // The windows are dead once qkv has read them: they take the attention output.
-        match &bufs.qkv_split {
-            // Fused kernel straight from the qkv Linear's output.
-            None => ops::window_attn::window_attention(rec, &bufs.wqkv, heads, scale, &bufs.win)?, // (nW, ws*ws, C)
-            Some((q, k, v)) => {
-                ops::layout::split_qkv(rec, &bufs.wqkv, q, k, v)?; // 3 x (nW, ws*ws, C)
-                let opts = AttnOpts {
-                    heads,
-                    scale,
-                    ..AttnOpts::default()
-                };
-                ops::attention::attention(rec, q, k, v, &opts, &bufs.win)?; // (nW, ws*ws, C)
+        let nw = bufs.win.dim(0);
+        if bufs.win_chunk < nw && bufs.qkv_split.is_none() && !bufs.padded {
+            // Chunks of whole windows: each chunk's qkv goes to the front of `big`, and its attention
+            // output over the chunk's windows in `ra`, which its qkv has read.
+            let t = ws * ws;
+            let mut w0 = 0;
+            while w0 < nw {
+                let n = bufs.win_chunk.min(nw - w0);
+                let off = bufs.win.offset() + (w0 * t * c * 4) as u64;
+                let win = bufs.win.view_at(off, &[n, t, c], DType::F32)?;
+                let qkv = f32_view(&bufs.big, &[n, t, 3 * c])?;
+                blk.window_attn.qkv.forward(
+                    rec,
+                    &win.reshape(&[n * t, c])?,
+                    Act::None,
+                    &qkv.reshape(&[n * t, 3 * c])?,
+                )?; // (n*ws*ws, 3C)
+                ops::window_attn::window_attention(rec, &qkv, heads, scale, &win)?; // (n, ws*ws, C)
+                w0 += n;
+            }
+        } else {
+            let (n, t, c3) = bufs.wqkv;
+            let wqkv = f32_view(&bufs.big, &[n, t, c3])?;
+            blk.window_attn
+                .qkv
+                .forward(rec, &win2, Act::None, &wqkv.reshape(&[wrows, 3 * c])?)?; // (nW*ws*ws, 3C)
+                                                                                   // The windows are dead once qkv has read them: they take the attention output.
+            match &bufs.qkv_split {
+                // Fused kernel straight from the qkv Linear's output.
+                None => ops::window_attn::window_attention(rec, &wqkv, heads, scale, &bufs.win)?, // (nW, ws*ws, C)
+                Some((q, k, v)) => {
+                    ops::layout::split_qkv(rec, &wqkv, q, k, v)?; // 3 x (nW, ws*ws, C)
+                    let opts = AttnOpts {
+                        heads,
+                        scale,
+                        ..AttnOpts::default()
+                    };
+                    ops::attention::attention(rec, q, k, v, &opts, &bufs.win)?; // (nW, ws*ws, C)
+                }
             }
         }
         // Crop back to the image first, then project: `proj` is per token, so projecting only the real
@@ -898,20 +1034,45 @@ impl DaVit {
         let x2 = bufs.b.reshape(&[rows, c])?; // (B*H*W, C)
         let a2 = bufs.a.reshape(&[rows, c])?;
         blk.norm1.forward(rec, &x2, &a2)?; // (B*H*W, C)
-        blk.channel_attn
-            .qkv
-            .forward(rec, &a2, Act::None, &bufs.cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
         let groups = stage_param(&self.num_groups, s, "num_groups")?;
-        // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram partials, then
-        // (they are dead once reduced) the attention output.
-        ops::channel_attn::channel_attention_with_scratch(
-            rec,
-            &bufs.cqkv,
-            groups,
-            &bufs.chan_out,
-            &bufs.a,
-        )?; // (B, N, C)
-            // The qkv in `big` is dead after the attention: the stream goes there.
+        let split = bufs
+            .partials
+            .as_ref()
+            .and_then(|p| split_qkv(&blk.channel_attn.qkv, c).map(|l| (l, p)));
+        match split {
+            Some(((qk_lin, v_lin), part)) => {
+                // q|k first (2C per token in `big`), their Gram partials and the attention matrices;
+                // then v into the q|k memory (dead once reduced) and the output into `a` (the
+                // LayerNorm output, dead once v has read it).
+                let qk = f32_view(&bufs.big, &[bsz, h * w, 2 * c])?;
+                qk_lin.forward(rec, &a2, Act::None, &qk.reshape(&[rows, 2 * c])?)?; // (B*H*W, 2C)
+                let logits =
+                    ops::channel_attn::channel_attention_logits(rec, &qk, groups, Some(part))?;
+                let v = f32_view(&bufs.big, &[bsz, h * w, c])?;
+                v_lin.forward(rec, &a2, Act::None, &v.reshape(&[rows, c])?)?; // (B*H*W, C)
+                logits.apply(rec, &v, &bufs.chan_out)?; // (B, N, C)
+            }
+            None => {
+                let (b, n, c3) = bufs.cqkv;
+                let cqkv = f32_view(&bufs.big, &[b, n, c3])?;
+                blk.channel_attn.qkv.forward(
+                    rec,
+                    &a2,
+                    Act::None,
+                    &cqkv.reshape(&[rows, 3 * c])?,
+                )?; // (B*H*W, 3C)
+                    // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram
+                    // partials, then (they are dead once reduced) the attention output.
+                ops::channel_attn::channel_attention_with_scratch(
+                    rec,
+                    &cqkv,
+                    groups,
+                    &bufs.chan_out,
+                    &bufs.a,
+                )?; // (B, N, C)
+            }
+        }
+        // The qkv (or v) in `big` is dead after the attention: the stream goes there.
         blk.channel_attn.proj.forward_residual(
             rec,
             &bufs.chan_out.reshape(&[rows, c])?,

@@ -19,7 +19,7 @@ const TILE: usize = 32;
 
 /// Mirrors `Params` in `shaders/channel_attn.wgsl`.
 #[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     n: u32,
     c: u32,
@@ -30,9 +30,9 @@ struct Params {
     tiles_j: u32,
     total: u32,
     scale: f32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    qk_stride: u32,
+    v_stride: u32,
+    v_off: u32,
 }
 
 /// Channel attention for qkv (B, N, 3C) (columns: q | k | v, each split into `groups` groups of d = C /
@@ -73,33 +73,139 @@ fn channel_attention_impl(
 ) -> Result<()> {
     const OP: &str = "channel_attention";
     check::f32(OP, "qkv", qkv)?;
-    check::f32(OP, "out", out)?;
-    if qkv.rank() != 3 || out.rank() != 3 {
+    if qkv.rank() != 3 || !qkv.dim(2).is_multiple_of(3) {
         return Err(Error::shape(
             OP,
-            format!(
-                "qkv {:?} must be (B, N, 3C), out {:?} (B, N, C)",
-                qkv.shape(),
-                out.shape()
-            ),
+            format!("qkv {:?} must be (B, N, 3C)", qkv.shape()),
         ));
     }
-    let (b, n, c3) = (qkv.dim(0), qkv.dim(1), qkv.dim(2));
-    let c = c3 / 3;
-    if c3 % 3 != 0 || out.shape() != [b, n, c] {
+    let c = qkv.dim(2) / 3;
+    let attn = logits_impl(rec, qkv, c, groups, scratch)?;
+    attn.apply_impl(rec, qkv, 3 * c, 2 * c, out)
+}
+
+/// The attention matrices of [`channel_attention`] from q and k alone, for a caller that computes v
+/// afterwards (into memory q and k occupied: DaViT's arena): [`ChannelLogits::apply`] then reads v.
+pub struct ChannelLogits {
+    /// (B, g, d(j), d(i)) softmaxed, transposed.
+    attn_t: Tensor,
+    params: Params,
+    vec4: bool,
+    dims: (usize, usize, usize),
+}
+
+/// Record the Gram partials, their reduction and the softmax of channel attention for `qk` (B, N, 2C)
+/// (columns q | k, grouped as in [`channel_attention`]), the partials in `scratch` where it is big
+/// enough (it must not overlap `qk`; it may share its buffer). Same values as [`channel_attention`]
+/// on the qkv those columns come from.
+pub fn channel_attention_logits(
+    rec: &mut Recorder,
+    qk: &Tensor,
+    groups: usize,
+    scratch: Option<&Tensor>,
+) -> Result<ChannelLogits> {
+    const OP: &str = "channel_attention";
+    check::f32(OP, "qk", qk)?;
+    if qk.rank() != 3 || !qk.dim(2).is_multiple_of(2) {
         return Err(Error::shape(
             OP,
-            format!("qkv {:?} and out {:?} disagree", qkv.shape(), out.shape()),
+            format!("qk {:?} must be (B, N, 2C)", qk.shape()),
         ));
     }
-    if groups == 0 || c == 0 || c % groups != 0 {
+    if let Some(t) = scratch {
+        disjoint(OP, ("qk", qk), ("scratch", t))?;
+    }
+    logits_impl(rec, qk, qk.dim(2) / 2, groups, scratch)
+}
+
+impl ChannelLogits {
+    /// out (B, N, C) = the attention applied to `v` (B, N, C). `out` must not share `v`'s buffer.
+    pub fn apply(&self, rec: &mut Recorder, v: &Tensor, out: &Tensor) -> Result<()> {
+        let (b, n, c) = self.dims;
+        if v.shape() != [b, n, c] {
+            return Err(Error::shape(
+                "channel_attention",
+                format!("v {:?} must be {:?}", v.shape(), [b, n, c]),
+            ));
+        }
+        check::f32("channel_attention", "v", v)?;
+        check::distinct("channel_attention", ("v", v), ("out", out))?;
+        self.apply_impl(rec, v, c, 0, out)
+    }
+
+    fn apply_impl(
+        &self,
+        rec: &mut Recorder,
+        v: &Tensor,
+        v_stride: usize,
+        v_off: usize,
+        out: &Tensor,
+    ) -> Result<()> {
+        const OP: &str = "channel_attention";
+        check::f32(OP, "out", out)?;
+        let (b, n, c) = self.dims;
+        if out.shape() != [b, n, c] {
+            return Err(Error::shape(
+                OP,
+                format!("out {:?} must be {:?}", out.shape(), [b, n, c]),
+            ));
+        }
+        if b == 0 || n == 0 {
+            return Ok(());
+        }
+        let gpu = rec.gpu().clone();
+        let (entry, total) = if self.vec4 {
+            ("attn_apply4", b * n * c / 4)
+        } else {
+            ("attn_apply", b * n * c)
+        };
+        let mut params = self.params;
+        params.total = total as u32;
+        params.v_stride = v_stride as u32;
+        params.v_off = v_off as u32;
+        rec.dispatch(
+            &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+            &params,
+            &[
+                v.binding(&gpu)?,
+                self.attn_t.binding(&gpu)?,
+                out.binding(&gpu)?,
+            ],
+            grid_1d(ceil_div(total, WG as usize)),
+        )
+    }
+}
+
+/// Refuse two tensors whose byte ranges overlap in one buffer.
+fn disjoint(op: &'static str, a: (&str, &Tensor), b: (&str, &Tensor)) -> Result<()> {
+    let (x, y) = (a.1, b.1);
+    let overlap = x.buffer() == y.buffer()
+        && x.offset() < y.offset() + y.byte_size()
+        && y.offset() < x.offset() + x.byte_size();
+    if overlap {
+        return Err(Error::shape(
+            op,
+            format!("{} and {} must not overlap", a.0, b.0),
+        ));
+    }
+    Ok(())
+}
+
+/// Gram partials, reduction and softmax for q | k in the first 2C columns of `src`'s rows.
+fn logits_impl(
+    rec: &mut Recorder,
+    src: &Tensor,
+    c: usize,
+    groups: usize,
+    scratch: Option<&Tensor>,
+) -> Result<ChannelLogits> {
+    const OP: &str = "channel_attention";
+    let (b, n, stride) = (src.dim(0), src.dim(1), src.dim(2));
+    if groups == 0 || c == 0 || !c.is_multiple_of(groups) {
         return Err(Error::shape(
             OP,
             format!("{c} channels do not split into {groups} groups"),
         ));
-    }
-    if b == 0 || n == 0 {
-        return Ok(());
     }
     let d = c / groups;
     let nsplit = n.div_ceil(CHUNK);
@@ -115,17 +221,14 @@ fn channel_attention_impl(
             ),
         ));
     }
-    check::u32_of(OP, "qkv elements", qkv.numel())?;
+    check::u32_of(OP, "qkv elements", src.numel())?;
     let gpu = rec.gpu().clone();
-    let part_shape = [b, nsplit, groups, d, d];
-    let part = match scratch {
-        Some(t) if t.capacity() >= (part_shape.iter().product::<usize>() * 4) as u64 => {
-            t.view(&part_shape, DType::F32)?
-        }
-        _ => Tensor::zeros(&gpu, &part_shape, DType::F32, "channel_attn.partials")?,
-    };
-    let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
-    let attn_t = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.attn_t")?;
+    let attn_t = Tensor::zeros(
+        &gpu,
+        &[b.max(1), groups, d, d],
+        DType::F32,
+        "channel_attn.attn_t",
+    )?;
     // vec4 kernels when every group starts on a 4-float boundary and spans whole vec4s.
     let vec4 = c.is_multiple_of(4) && d.is_multiple_of(4);
     let mut params = Params {
@@ -138,10 +241,27 @@ fn channel_attention_impl(
         tiles_j: tiles as u32,
         total: 0,
         scale: (n as f64).powf(-0.5) as f32,
-        _pad0: 0,
-        _pad1: 0,
-        _pad2: 0,
+        qk_stride: stride as u32,
+        v_stride: 0,
+        v_off: 0,
     };
+    let out = ChannelLogits {
+        attn_t,
+        params,
+        vec4,
+        dims: (b, n, c),
+    };
+    if b == 0 || n == 0 {
+        return Ok(out);
+    }
+    let part_shape = [b, nsplit, groups, d, d];
+    let part = match scratch {
+        Some(t) if t.byte_size() >= (part_shape.iter().product::<usize>() * 4) as u64 => {
+            t.view_at(t.offset(), &part_shape, DType::F32)?
+        }
+        _ => Tensor::zeros(&gpu, &part_shape, DType::F32, "channel_attn.partials")?,
+    };
+    let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
     rec.dispatch(
         &Kernel::new(
             &SHADER,
@@ -152,7 +272,7 @@ fn channel_attention_impl(
             },
         ),
         &params,
-        &[qkv.binding(&gpu)?, part.binding(&gpu)?],
+        &[src.binding(&gpu)?, part.binding(&gpu)?],
         [(tiles * tiles) as u32, (b * groups) as u32, nsplit as u32],
     )?;
     let rows = b * groups * d;
@@ -163,24 +283,9 @@ fn channel_attention_impl(
         &[
             part.binding(&gpu)?,
             attn.binding(&gpu)?,
-            attn_t.binding(&gpu)?,
+            out.attn_t.binding(&gpu)?,
         ],
         grid_1d(ceil_div(rows, WG as usize)),
     )?;
-    let (entry, total) = if vec4 {
-        ("attn_apply4", b * n * c / 4)
-    } else {
-        ("attn_apply", b * n * c)
-    };
-    params.total = total as u32;
-    rec.dispatch(
-        &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
-        &params,
-        &[
-            qkv.binding(&gpu)?,
-            attn_t.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
-        grid_1d(ceil_div(total, WG as usize)),
-    )
+    Ok(out)
 }

@@ -94,8 +94,9 @@ pub fn conv2d(
 }
 
 /// [`conv2d`] with the im2col scratch taken from `scratch` (a buffer of an activation arena, viewed
-/// as the scratch matrix) instead of a fresh allocation, when it holds [`im2col_scratch_bytes`]. The
-/// chunking, and so every value, is the same as [`conv2d`]'s.
+/// as the scratch matrix) instead of a fresh allocation: the rows run in chunks whose scratch fits in
+/// it (at most [`im2col_scratch_bytes`]). Output rows are independent, so every value is the same as
+/// [`conv2d`]'s.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_with_scratch(
     rec: &mut Recorder,
@@ -114,7 +115,7 @@ pub fn conv2d_with_scratch(
         bias,
         (stride, pad),
         out,
-        IM2COL_CHUNK_BYTES,
+        IM2COL_CHUNK_BYTES.min(scratch.capacity()),
         Some(scratch),
     )
 }
@@ -208,7 +209,7 @@ pub fn conv2d_prepared(
         bias,
         (stride, pad),
         out,
-        IM2COL_CHUNK_BYTES,
+        scratch.map_or(IM2COL_CHUNK_BYTES, |t| IM2COL_CHUNK_BYTES.min(t.capacity())),
         scratch,
     )
 }
