@@ -250,6 +250,7 @@ fn linear_f16_weights() {
         // Decode GEMVs over more output columns than one block-GEMV workgroup covers (32 lanes x 8
         // rows), ragged.
         (3, 300, 64),
+        (1, 2061, 64),
         (2, 9, 8),
         (19, 300, 64),
         (130, 70, 147),
@@ -277,6 +278,8 @@ fn linear_quantized_weights() {
             (3, 9, 3072),
             (1, 300, 96),
             (3, 263, 32),
+            // Wide enough for the block GEMV's 32-lane workgroups (>= 2048 columns), ragged.
+            (2, 2085, 32),
             (17, 300, 64),
             (66, 70, 96),
         ] {

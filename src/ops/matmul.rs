@@ -104,7 +104,7 @@ pub enum LinearVariant {
     Reg16x16,
     /// `matmul_gemv.wgsl` `linear_gemv_blk`: the decode GEMV for CPU adapters, M <= 4, K % 32 == 0: each
     /// lane computes 8 consecutive output columns one after the other (one long weight stream per lane,
-    /// which the CPU's prefetcher follows), walking K in 32-weight blocks with every loaded weight word
+    /// which the CPU's prefetcher follows; 8 or 32 lanes per workgroup by N), walking K in 32-weight blocks with every loaded weight word
     /// used whole (f32 8, f16 4, q8 2, q4 1 vec4<u32> per block), q8/q4 scales loaded once per 8 blocks
     /// and applied per block. x read by every lane.
     GemvBlock,
@@ -299,13 +299,23 @@ const GEMV_WG: usize = 64;
 /// Output columns per workgroup of `linear_gemv_wg` (`RW` in `matmul_gemv.wgsl`).
 const GEMV_WG_COLS: usize = 4;
 
-/// Workgroup size of `linear_gemv_blk` and the consecutive weight rows each lane computes (`WG`, `RL`):
-/// 8 rows per lane make each lane's weight stream 8 rows long (3.4 KiB at q4, K = 768) instead of one
-/// short row, which the CPU's prefetcher follows (`scripts/bench/gemv.rs`: a shader reading 64 MiB
-/// with 4 KiB per lane ran 4.4x faster than with 1 KiB per lane on lavapipe); 32 lanes keep 3
-/// workgroups for N = 768.
-const GEMV_BLK_WG: usize = 32;
+/// The consecutive weight rows each lane of `linear_gemv_blk` computes (`RL`): 8 rows per lane make
+/// each lane's weight stream 8 rows long (3.4 KiB at q4, K = 768) instead of one short row, which the
+/// CPU's prefetcher follows (`scripts/bench/gemv.rs`: a shader reading 64 MiB with 4 KiB per lane ran
+/// 1.8-4.4x faster than with 1 KiB per lane on lavapipe).
 const GEMV_BLK_ROWS: usize = 8;
+
+/// Workgroup size of `linear_gemv_blk` for `rows` output columns: 32 lanes, or 8 when that leaves
+/// fewer than 8 workgroups (a CPU adapter runs one workgroup per thread at a time: N = 768 at 32 lanes
+/// is 3 workgroups on 2 threads, one thread doing two; at 8 lanes 12). Measured on lavapipe (gemv
+/// bench, N = 768): wall time 0.45-0.6x at 8 lanes in the quieter of two runs, CPU time ~1.1x.
+fn gemv_blk_wg(rows: usize) -> usize {
+    if rows >= 8 * 32 * GEMV_BLK_ROWS {
+        32
+    } else {
+        8
+    }
+}
 
 /// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
 const BLOCK: usize = 64;
@@ -522,10 +532,12 @@ pub fn linear_variant_residual(
         ("WG", GEMV_WG as f64),
         ("MR", m as f64),
     ];
+    // From the whole weight's N: every row chunk runs the same pipeline.
+    let blk_wg = gemv_blk_wg(n);
     let overrides_blk = [
         ("W_F16", f16),
         ("W_Q", q),
-        ("WG", GEMV_BLK_WG as f64),
+        ("WG", blk_wg as f64),
         ("MR", m as f64),
         ("RL", GEMV_BLK_ROWS as f64),
     ];
@@ -598,7 +610,7 @@ pub fn linear_variant_residual(
                 grid_1d(ceil_div(chunk.rows, GEMV_WG))
             }
             LinearVariant::GemvBlock | LinearVariant::GemvBlockSubgroup => {
-                grid_1d(ceil_div(chunk.rows, GEMV_BLK_WG * GEMV_BLK_ROWS))
+                grid_1d(ceil_div(chunk.rows, blk_wg * GEMV_BLK_ROWS))
             }
             LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
             LinearVariant::Reg4x4
