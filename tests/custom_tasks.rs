@@ -16,9 +16,13 @@ use florence2_wasm::postprocess::TaskResult;
 use florence2_wasm::Error;
 
 /// tiny2 with a processor config that declares two own tasks (a fresh directory under target/).
+/// A copy of tiny2 with a model-specific task marker, in a directory of its own per call: the tests of
+/// this file run in parallel threads, and a shared directory was removed under another test's CLI run.
 fn tuned_copy() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let src = fixtures().join("models/tiny2");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("custom_tasks_tiny2");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("custom_tasks_tiny2_{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(&src).unwrap() {
