@@ -233,7 +233,14 @@ try {
   assert.ok(offline.events.filter((e) => e.file).every((e) => e.cached), "every file from the cache");
   const nogenOffline = await ev(() => run("test-org/nogen", { remoteHost: `${location.origin}/hub/` }, "<CAPTION>",
     { maxNewTokens: 24, numBeams: 1 }));
-  assert.deepEqual(nogenOffline.out, { ...nogenCold.out, timings: nogenOffline.out.timings }, "offline, no generation_config");
+  // `memory.allocations` counts every tensor buffer since the device opened, the tuner's timing buffers at
+  // load included; how much of its budget a load spends (cold vs resumed from the tuning cache) is not
+  // fixed, so that count is not compared. Everything else, bytes included, must be identical.
+  assert.deepEqual(nogenOffline.out, {
+    ...nogenCold.out,
+    timings: nogenOffline.out.timings,
+    memory: { ...nogenCold.out.memory, allocations: nogenOffline.out.memory.allocations },
+  }, "offline, no generation_config");
   const notCached = await ev(() => fail("/elsewhere/"));
   assert.equal(notCached.name, "Florence2LoadError");
   console.log(`# load times (tiny2, 700 kB): cold ${cold.loadMs.toFixed(0)} ms, cached (server stopped) ` +
