@@ -22,28 +22,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "util.rs"]
+mod util;
+use util::{cpu_secs, endless_options, Rng};
+
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
-use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
+use florence2_wasm::model::generate;
 use florence2_wasm::model::Florence2Config;
 use florence2_wasm::ops::registry::ShapeClass;
 use florence2_wasm::weights::expected::{expected_tensors, is_matrix_weight};
 use florence2_wasm::weights::{WeightDType, Weights};
-
-/// Xorshift in [-a, a): deterministic, dependency-free.
-struct Rng(u64);
-impl Rng {
-    fn fill(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                ((self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-            })
-            .collect()
-    }
-}
 
 fn base_config() -> Florence2Config {
     // The fixture config for its vision part (unused here), with Florence-2-base's text shapes.
@@ -162,17 +151,7 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
 
-    let opts = |beams: usize| GenerateOptions {
-        max_new_tokens: steps,
-        no_repeat_ngram_size: 3,
-        forced_bos_token_id: None,
-        forced_eos_token_id: None,
-        eos_token_ids: vec![u32::MAX],
-        decoder_start_token_id: 2,
-        num_beams: beams,
-        length_penalty: 1.0,
-        early_stopping: EarlyStopping::True,
-    };
+    let opts = |beams: usize| endless_options(steps, beams);
     let run = |beams: usize| -> f64 {
         let o = opts(beams);
         let t = Instant::now();
@@ -305,24 +284,6 @@ fn main() {
     println!("  log-softmax + top-16 of (3, {vocab}): {extras:.2} ms");
 }
 
-/// CPU seconds used so far by all live threads of this process (lavapipe's workers included; Linux
-/// /proc/self/task/*/schedstat): the work done, which other load on a shared machine inflates far less
-/// than wall time.
-fn cpu_secs() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-        for t in dir.flatten() {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 * 1e-9
-}
-
 /// `DECODE_BENCH_DTYPES=fp32,fp16,q8,q4`: the greedy decode step per resident weight dtype, side by side
 /// in one run, each with the static kernel choices ("new") and with every decode linear forced to
 /// `gemv_subgroup` (the static decode GEMV before the block GEMV: "old"), all cells alternating, 3
@@ -366,17 +327,7 @@ fn per_dtype(gpu: &Arc<Gpu>, cfg: &Florence2Config, list: &str, steps: usize) {
             }
         }
     };
-    let opts = GenerateOptions {
-        max_new_tokens: steps,
-        no_repeat_ngram_size: 3,
-        forced_bos_token_id: None,
-        forced_eos_token_id: None,
-        eos_token_ids: vec![u32::MAX],
-        decoder_start_token_id: 2,
-        num_beams: 1,
-        length_penalty: 1.0,
-        early_stopping: EarlyStopping::True,
-    };
+    let opts = endless_options(steps, 1);
     let run = |i: usize| -> (f64, f64) {
         let (_, dec, cross, _) = &models[i];
         let c = cpu_secs();

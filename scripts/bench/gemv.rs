@@ -19,6 +19,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "util.rs"]
+mod util;
+use util::{cpu_secs, Rng};
+
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Kernel, QFormat, Recorder, Shader, Tensor};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 
@@ -29,20 +33,6 @@ const SHAPES: &[(&str, usize, usize)] = &[
     ("fc2 3072->768", 3072, 768),
     ("LM head 768->51328", 768, 51328),
 ];
-
-struct Rng(u64);
-impl Rng {
-    fn fill(&mut self, n: usize, a: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                ((self.0 >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-            })
-            .collect()
-    }
-}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -76,23 +66,6 @@ fn memcpy_bandwidth(bytes: usize, threads: usize) -> f64 {
     }
     std::hint::black_box(&dst);
     2.0 * bytes as f64 / best / 1e9
-}
-
-/// CPU seconds used so far by all live threads of this process (lavapipe's workers included; Linux
-/// /proc/self/task/*/schedstat). On a loaded machine, wall time overstates the work; CPU time does not.
-fn cpu_secs() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-        for t in dir.flatten() {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 * 1e-9
 }
 
 /// CPU ms (all threads) per call of `record`, `calls` calls in one submit, waited for.

@@ -60,6 +60,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[path = "util.rs"]
+mod util;
+use util::cpu_secs;
+
 use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::config::Florence2Config;
@@ -155,23 +159,6 @@ fn proc_status_bytes(field: &str) -> u64 {
 /// Reset the process's peak RSS (VmHWM) to its current RSS (Linux >= 4.0: `5` > clear_refs).
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// CPU seconds used so far by all live threads of this process (lavapipe's workers included; Linux
-/// /proc/self/task/*/schedstat). On a loaded machine, wall time overstates the work; CPU time does not.
-fn cpu_secs() -> f64 {
-    let mut ns = 0u64;
-    if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
-        for t in dir.flatten() {
-            let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    ns as f64 * 1e-9
 }
 
 fn mib(b: u64) -> f64 {
@@ -1692,7 +1679,7 @@ fn alternating_steps(
     tokens: usize,
     rounds: usize,
 ) -> Vec<StepRow> {
-    use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
+    use florence2_wasm::model::generate;
     let mut models = Vec::new();
     for &resident in residents {
         let (cfg, w) = weights::load_dir_with(gpu, dir, weights::LoadOptions::with_dtype(resident))
@@ -1716,17 +1703,7 @@ fn alternating_steps(
         );
         models.push((resident, cfg, model, cross, bytes));
     }
-    let opts = |beams: usize| GenerateOptions {
-        max_new_tokens: tokens,
-        no_repeat_ngram_size: 3,
-        forced_bos_token_id: None,
-        forced_eos_token_id: None,
-        eos_token_ids: vec![u32::MAX],
-        decoder_start_token_id: 2,
-        num_beams: beams,
-        length_penalty: 1.0,
-        early_stopping: EarlyStopping::True,
-    };
+    let opts = |beams: usize| util::endless_options(tokens, beams);
     let run = |i: usize, beams: usize| -> (f64, f64) {
         let (_, _, model, cross, _) = &models[i];
         let c = cpu_secs();
