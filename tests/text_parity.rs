@@ -13,7 +13,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 mod common;
 
-use common::fixtures::{cases, cli_run, fixtures, ids_of};
+use common::fixtures::{cases, cli_run, fixtures, ids_of, options_of};
 
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use common::{gpu, max_diff};
 use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
 use florence2_wasm::model::bart::{Decoder, Encoder};
 use florence2_wasm::model::florence2::Florence2;
-use florence2_wasm::model::generate::{self, EarlyStopping, GenerateOptions};
+use florence2_wasm::model::generate::{self, GenerateOptions};
 use florence2_wasm::model::Florence2Config;
 use florence2_wasm::processor::image::{
     decode_image, preprocess, ImageLimits, ImageProcessorConfig,
@@ -29,7 +29,6 @@ use florence2_wasm::processor::image::{
 use florence2_wasm::processor::parse_task_prompt;
 use florence2_wasm::processor::tokenizer::Florence2Tokenizer;
 use florence2_wasm::weights::{self, Weights, FINAL_LOGITS_BIAS};
-use serde_json::Value;
 
 const CFGS: [&str; 2] = ["tiny2", "tiny4"];
 
@@ -125,27 +124,6 @@ fn check_rel(name: &str, got: &[f32], want: &[f32]) {
     eprintln!("{name}: max |diff| = {d:.3e}, peak {peak:.3e}, tol {tol:.1e}");
     assert!(got.iter().all(|v| v.is_finite()), "{name}: non-finite");
     assert!(d <= tol, "{name}: max |diff| {d:e} > {tol:e}");
-}
-
-/// Generation options of a fixture result (`kwargs` as passed to the reference's `generate`).
-fn options_of(result: &Value, max_new: usize) -> GenerateOptions {
-    let kw = &result["kwargs"];
-    let id = |k: &str| kw[k].as_u64().map(|x| x as u32);
-    GenerateOptions {
-        max_new_tokens: max_new,
-        no_repeat_ngram_size: kw["no_repeat_ngram_size"].as_u64().unwrap_or(0) as usize,
-        forced_bos_token_id: id("forced_bos_token_id"),
-        forced_eos_token_id: id("forced_eos_token_id"),
-        eos_token_ids: vec![id("eos_token_id").unwrap()],
-        decoder_start_token_id: id("decoder_start_token_id").unwrap(),
-        num_beams: kw["num_beams"].as_u64().unwrap_or(1) as usize,
-        length_penalty: kw["length_penalty"].as_f64().unwrap_or(1.0) as f32,
-        early_stopping: match &kw["early_stopping"] {
-            Value::Bool(false) => EarlyStopping::False,
-            Value::String(s) if s == "never" => EarlyStopping::Never,
-            _ => EarlyStopping::True,
-        },
-    }
 }
 
 #[test]

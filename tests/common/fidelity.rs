@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
 use florence2_wasm::model::florence2::Florence2;
-use florence2_wasm::model::generate::{EarlyStopping, GenerateOptions};
+use florence2_wasm::model::generate::GenerateOptions;
 use florence2_wasm::processor::image::{
     decode_image, preprocess, ImageLimits, ImageProcessorConfig,
 };
@@ -54,18 +54,9 @@ pub fn top2(v: &[f32]) -> (usize, f32, f32) {
 
 /// Greedy generation options of a reference result (`kwargs` of `cases.json`), one beam.
 pub fn options_of(result: &Value, max_new: usize) -> GenerateOptions {
-    let kw = &result["kwargs"];
-    let id = |k: &str| kw[k].as_u64().map(|x| x as u32);
     GenerateOptions {
-        max_new_tokens: max_new,
-        no_repeat_ngram_size: kw["no_repeat_ngram_size"].as_u64().unwrap_or(0) as usize,
-        forced_bos_token_id: id("forced_bos_token_id"),
-        forced_eos_token_id: id("forced_eos_token_id"),
-        eos_token_ids: vec![id("eos_token_id").unwrap()],
-        decoder_start_token_id: id("decoder_start_token_id").unwrap(),
         num_beams: 1,
-        length_penalty: 1.0,
-        early_stopping: EarlyStopping::True,
+        ..super::fixtures::options_of(result, max_new)
     }
 }
 

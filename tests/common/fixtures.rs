@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use florence2_wasm::model::generate::{EarlyStopping, GenerateOptions};
 use serde_json::Value;
 
 pub fn fixtures() -> PathBuf {
@@ -114,4 +115,25 @@ pub fn tiny2_decoder_kv(
     let cross = dec.cross_kv(&mut rec, &ht).unwrap();
     rec.submit().unwrap();
     (dec, cross)
+}
+
+/// Generation options of a fixture result (`kwargs` as passed to the reference's `generate`).
+pub fn options_of(result: &Value, max_new: usize) -> GenerateOptions {
+    let kw = &result["kwargs"];
+    let id = |k: &str| kw[k].as_u64().map(|x| x as u32);
+    GenerateOptions {
+        max_new_tokens: max_new,
+        no_repeat_ngram_size: kw["no_repeat_ngram_size"].as_u64().unwrap_or(0) as usize,
+        forced_bos_token_id: id("forced_bos_token_id"),
+        forced_eos_token_id: id("forced_eos_token_id"),
+        eos_token_ids: vec![id("eos_token_id").unwrap()],
+        decoder_start_token_id: id("decoder_start_token_id").unwrap(),
+        num_beams: kw["num_beams"].as_u64().unwrap_or(1) as usize,
+        length_penalty: kw["length_penalty"].as_f64().unwrap_or(1.0) as f32,
+        early_stopping: match &kw["early_stopping"] {
+            Value::Bool(false) => EarlyStopping::False,
+            Value::String(s) if s == "never" => EarlyStopping::Never,
+            _ => EarlyStopping::True,
+        },
+    }
 }
