@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference data for the beam-search bookkeeping (tests/beam_scripted.rs): transformers' own beam search
+"""Reference data for the beam-search bookkeeping (tests/model/beam_scripted.rs): transformers' own beam search
 (`generate(num_beams=...)`, transformers 5.24, `_beam_search`) run on a scripted "model" whose next-token
 logits are a seeded random function of the whole sequence (decoder-only, prompt = the decoder start token
 2, so `decoder_prompt_len` = 1 exactly as Florence-2's decoder).

@@ -1120,7 +1120,7 @@ def main():
 
 def make_quantized(out):
     """The quantized checkpoints, made by scripts/convert_checkpoint.py from the float dirs (no reference
-    run: tests/quantized_checkpoints.rs checks them against the engine's own quantizer and the float dirs),
+    run: tests/model/quantized_checkpoints.rs checks them against the engine's own quantizer and the float dirs),
     and the quantizer's edge-case vectors (scripts/make_quant_vectors.py)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import convert_checkpoint as cc

@@ -3,7 +3,7 @@
 # tests/fixtures/browser/cli_expected.json. The browser tests (tests/browser_model.rs) must produce the same
 # task, token ids, generated text, result and rendering from the same model dir, image (as a Blob) and prompt.
 # Run by hand after a change that legitimately changes the CLI's answers; the CLI's own tests check it against
-# the Python reference (tests/text_parity.rs). FLORENCE2_BIN overrides the binary (default: a debug build).
+# the Python reference (tests/model/text_parity.rs). FLORENCE2_BIN overrides the binary (default: a debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NODEVICE_SELECT=1

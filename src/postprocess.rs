@@ -43,7 +43,7 @@
 //! (the reference has no such limit; a real generation, at most 1024 tokens, is far inside it). Every
 //! coordinate consumes its own `<loc_N>` token (7+ input bytes) and prints in at most 24 bytes, and JSON
 //! escaping writes a label byte in at most 6, so the JSON of any answer is at most
-//! `6 (16 n + 64 KiB) + 4 n <= 100 n + 384 KiB` bytes for `n` input bytes (`tests/postprocess_props.rs`
+//! `6 (16 n + 64 KiB) + 4 n <= 100 n + 384 KiB` bytes for `n` input bytes (`tests/host/postprocess_props.rs`
 //! checks it).
 
 mod scan;

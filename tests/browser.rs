@@ -67,7 +67,7 @@ async fn browser_add() {
 }
 
 // ---- DaViT kernels (vision) --------------------------------------------------------------------------
-// The native tests (kernels_conv/window/channel_attn/window_attn/pos_embed.rs) hold the rigorous per-output
+// The native tests (tests/kernels/: conv, window, channel_attn, window_attn, pos_embed) hold the rigorous per-output
 // rounding bounds; here the point is that every vision shader (scalar and vec4 entries) validates and runs
 // under the browser's limits, against f64 references with a tolerance of 1e-5: every output here is a
 // short sum (<= 147 terms) of products of values in [-1, 1] scaled to O(1) results, whose f32 rounding
@@ -289,7 +289,7 @@ fn attention_ref(
 
 // Every attention variant the browser's adapter supports (tiled, rows, flash, flash_split; window: rows,
 // flash),
-// forced, against the f64 reference. Tolerance 2e-6 absolute, as natively (tests/kernels_attention.rs):
+// forced, against the f64 reference. Tolerance 2e-6 absolute, as natively (tests/kernels/attention.rs):
 // outputs are convex combinations of v in [-1, 1]; scores of magnitude <= ~4 from <= 64-term f32 dot
 // products carry ~sqrt(D) * 2^-24 * 4 ~ 2e-6 of rounding, and the online softmax (per key, per tile, or
 // per tile plus the flash kernel's merge of split rows) reorders the sums; a wrong mask, tile edge or

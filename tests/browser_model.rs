@@ -4,7 +4,7 @@
 //!   network that wraps `globalThis.fetch` and counts requests);
 //! - `runTask` on `scene.png` as a Blob for `<CAPTION>`, `<OD>`, `<OCR_WITH_REGION>` equals the native CLI's
 //!   answer (tests/fixtures/browser/cli_expected.json, recorded by scripts/record_browser_expected.sh; the
-//!   CLI itself is checked against the Python reference by tests/text_parity.rs);
+//!   CLI itself is checked against the Python reference by tests/model/text_parity.rs);
 //! - abort mid-decode rejects with `AbortError` and the next call succeeds; concurrent calls queue;
 //! - named errors for an invalid prompt, a 404, a truncated file, a short body, a bad header;
 //! - progress events in order; a cached second load makes no request; `cache: false` stores nothing;
@@ -1156,7 +1156,7 @@ async fn tuning_auto_continues_across_loads() {
     };
     // Each load continues where the last stopped: what is left never grows, and within a few loads
     // classes come from the cache. (That the loads end with everything cached and nothing timed is
-    // tested natively, in tests/tuning.rs, with a step clock: SwiftShader compiles slowly, so a model
+    // tested natively, in tests/model/tuning.rs, with a step clock: SwiftShader compiles slowly, so a model
     // takes many loads here.)
     let mut loads = Vec::new();
     let mut last_left = usize::MAX;

@@ -4,7 +4,7 @@
 //! Method: "host-side" quantization of the f32 model. The f32 load's matrix weights are read back,
 //! passed through a quantizer on the host (quantize, then dequantize to the exact `d * q` values the
 //! kernels would use) for chosen groups of tensors, and uploaded again as f32; everything else stays the
-//! f32 reference. `tests/dtype_fidelity.rs::resident_dtypes_compute_what_their_weights_hold` shows that
+//! f32 reference. `tests/model/dtype_fidelity.rs::resident_dtypes_compute_what_their_weights_hold` shows that
 //! a resident q4 load computes exactly with its dequantized values, and the first rows here show the
 //! host replica of the engine's q4 giving the resident q4's figures, so these rows measure the real
 //! format. Figures per fixture dir (HF-native tiny2 and tiny4: the other layouts hold the same weights)

@@ -3,7 +3,7 @@
 // WGSL has no erf. `erf_f32` is the rational approximation used by Eigen / XLA for f32 (odd degree-13
 // numerator over even degree-8 denominator in x, input clamped to [-4, 4] where erf is +-1 to f32
 // precision); it is accurate to a few ulp over the whole range, tested against an f64 series through the
-// linear kernels' epilogue in tests/kernels_activation.rs.
+// linear kernels' epilogue in tests/kernels/activation.rs.
 
 fn erf_f32(a: f32) -> f32 {
     let v = clamp(a, -4.0, 4.0);

@@ -1,5 +1,5 @@
 //! The expected-tensor table: every canonical tensor name the model needs, with its shape, derived from
-//! the config. `tests/weights_expected.rs` checks the base config's table against the reference key list.
+//! the config. `tests/reference/expected.rs` checks the base config's table against the reference key list.
 
 use crate::model::config::Florence2Config;
 use crate::weights::names::FINAL_LOGITS_BIAS;

@@ -2,7 +2,7 @@
 //!
 //! - HF-native (transformers >= 4.56): names are already canonical.
 //! - Original Microsoft (model-card remote code) and mlx-community conversions (same names): mapped by
-//!   the rules in [`original_to_canonical`]; `tests/weights_layouts.rs` checks that the rules reproduce
+//!   the rules in [`original_to_canonical`]; `tests/reference/layouts.rs` checks that the rules reproduce
 //!   every entry of the reference mapping `reference/key_mapping_original_to_hf_native.json`.
 //!
 //! Tensor *layout* fix-ups (mlx channels-last convs, the original `[C_last, D]` image projection) are

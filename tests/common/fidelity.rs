@@ -1,5 +1,5 @@
 //! Comparing a model against the f32 reference, stage by stage and token by token (the resident-dtype
-//! fidelity test, `tests/dtype_fidelity.rs`, and the q4 fidelity bench, `scripts/bench/q4_fidelity.rs`).
+//! fidelity test, `tests/model/dtype_fidelity.rs`, and the q4 fidelity bench, `scripts/bench/q4_fidelity.rs`).
 
 use std::sync::Arc;
 

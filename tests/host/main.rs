@@ -1,0 +1,15 @@
+//! What runs without a GPU: image pre-processing, prompts, post-processing, rendering, and the CLI's
+//! argument and file handling.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cli_files;
+mod cli_parse;
+mod image_orientation;
+mod postprocess_golden;
+mod postprocess_props;
+mod processor_image;
+mod prompt;
+mod render;

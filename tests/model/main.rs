@@ -1,0 +1,23 @@
+//! The model and its pipeline: layers, the vision tower, the text model, generation (greedy, beam), the
+//! decode plan, weight formats, tuning and device errors, against the reference fixtures.
+#![cfg(not(target_arch = "wasm32"))]
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../weights_util/mod.rs"]
+mod weights_util;
+
+mod beam_parity;
+mod beam_scripted;
+mod custom_tasks;
+mod decode_plan;
+mod dtype_fidelity;
+mod gpu_errors;
+mod layers;
+mod pipeline;
+mod quantized_checkpoints;
+mod text_decoder;
+mod text_parity;
+mod tuning;
+mod vision_model;
+mod vision_parity;
