@@ -7,7 +7,18 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # Mesa prints a harmless XDG_RUNTIME_DIR warning without this.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
-echo "== native tests (stand-alone: nothing outside the repository is read)"
+# Each phase prints its heading; the time each one took is listed at the end (CI's budget is watched).
+PHASES=""
+phase_name=""
+phase_start=$SECONDS
+phase() {
+  if [ -n "$phase_name" ]; then PHASES+="  $(( SECONDS - phase_start ))s  $phase_name"$'\n'; fi
+  phase_name="$1"
+  phase_start=$SECONDS
+  if [ -n "$1" ]; then echo "== $1"; fi
+}
+
+phase "native tests (stand-alone: nothing outside the repository is read)"
 cargo test --all-targets --no-fail-fast
 
 # The reference suite (tests/reference/) reads data that may not be copied into the repository:
@@ -16,7 +27,7 @@ cargo test --all-targets --no-fail-fast
 REFERENCE_DIR="${FLORENCE2_REFERENCE_DIR:-$PWD/../shared/reference}"
 REFERENCE_NOTE=""
 if [ -d "$REFERENCE_DIR" ]; then
-  echo "== reference suite (data: $REFERENCE_DIR)"
+  phase "reference suite (data: $REFERENCE_DIR)"
   FLORENCE2_REFERENCE_DIR="$(cd "$REFERENCE_DIR" && pwd)" \
     cargo test --features reference-data --test reference --no-fail-fast
 elif [ "${FLORENCE2_REQUIRE_REFERENCE:-0}" = 1 ]; then
@@ -24,31 +35,31 @@ elif [ "${FLORENCE2_REQUIRE_REFERENCE:-0}" = 1 ]; then
   exit 1
 else
   REFERENCE_NOTE="NOT RUN: the reference suite (tests/reference/, real tokenizer + checkpoint key lists) needs $REFERENCE_DIR, which is missing. Its tests were neither run nor counted."
-  echo "== reference suite $REFERENCE_NOTE"
+  phase "reference suite $REFERENCE_NOTE"
 fi
 
 # Every fuzz target briefly (coverage-guided, libFuzzer on stable; scripts/fuzz.sh runs them longer).
-echo "== fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
+phase "fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
 scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
 
-echo "== florence2 serve with the official openai Python client"
+phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
 scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
 
 # Every test and bench target compiled for wasm32 (the browser-only benches under scripts/bench/ are not
 # run below; this catches a wasm-only target broken by a native-looking change).
-echo "== wasm32 compile check of every test target"
+phase "wasm32 compile check of every test target"
 cargo check --target wasm32-unknown-unknown --tests
 
-echo "== browser tests (headless Chromium, WebGPU)"
+phase "browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits --test browser_gpu
 
-echo "== npm package (npm pack, offline install, ES-module page in headless Chromium)"
+phase "npm package (npm pack, offline install, ES-module page in headless Chromium)"
 scripts/npm_package_test.sh
 
 if [ -x scripts/e2e.sh ]; then
-  echo "== end-to-end demo tests"
+  phase "end-to-end demo tests"
   scripts/e2e.sh
 fi
 
@@ -56,3 +67,8 @@ if [ -n "$REFERENCE_NOTE" ]; then
   echo
   echo "!! $REFERENCE_NOTE"
 fi
+
+phase ""
+echo
+echo "== time per phase (total ${SECONDS}s)"
+printf '%s' "$PHASES"
