@@ -13,7 +13,7 @@
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
 use florence2_wasm::ops::attention::{choose_attention_variant, AttnShape, AttnVariant};
-use florence2_wasm::ops::registry::OpKind;
+use florence2_wasm::gpu::registry::OpKind;
 use florence2_wasm::ops::tune::{tune_with, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::ops::window_attn::WindowShape;
 use wasm_bindgen_test::*;

@@ -30,7 +30,7 @@ use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
 use florence2_wasm::model::generate;
 use florence2_wasm::model::Florence2Config;
-use florence2_wasm::ops::registry::ShapeClass;
+use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::weights::expected::{expected_tensors, is_matrix_weight};
 use florence2_wasm::weights::{WeightDType, Weights};
 

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::pipeline::PipelineCache;
 use crate::gpu::profile::Profiler;
 use crate::gpu::tensor::{MemCounter, MemReport};
-use crate::ops::registry::Choices;
+use super::registry::Choices;
 
 /// What the caller may tune when opening the device.
 #[derive(Clone, Debug, Default)]

@@ -13,6 +13,7 @@ pub mod preprocess;
 pub mod profile;
 pub mod quant;
 pub mod readback;
+pub mod registry;
 mod recorder;
 mod tensor;
 

@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
-use crate::ops::registry::ShapeClass;
+use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "attention",

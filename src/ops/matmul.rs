@@ -2,7 +2,7 @@
 //! residual: [`linear_residual`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
 //! linear and the workgroup-tiled GEMM), `matmul_rb.wgsl` (register-blocked, no subgroups),
 //! `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
-//! Which variant runs is the registry's choice ([`crate::ops::registry`], filled by [`crate::ops::tune`]).
+//! Which variant runs is the registry's choice ([`crate::gpu::registry`], filled by [`crate::ops::tune`]).
 //!
 //! Weights larger than one storage binding (the tied 51328x768 LM head on 128 MiB-binding devices) are
 //! bound as row chunks ([`Tensor::row_chunks`]); each chunk is one dispatch writing its own output columns.
@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
-use crate::ops::registry::ShapeClass;
+use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "matmul",
@@ -342,7 +342,7 @@ fn rb_wg(n: usize, rn: usize) -> usize {
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
 /// Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in registers); it may exceed the device's
 /// storage-binding limit, in which case it is processed in row chunks. The kernel is the tuned choice
-/// for this shape class ([`crate::ops::registry`]) when there is one, else [`choose_linear_variant_for`].
+/// for this shape class ([`crate::gpu::registry`]) when there is one, else [`choose_linear_variant_for`].
 pub fn linear(
     rec: &mut Recorder,
     x: &Tensor,

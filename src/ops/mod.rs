@@ -14,7 +14,6 @@ pub mod matmul;
 pub mod norm;
 pub mod pos_embed;
 pub mod reduce;
-pub mod registry;
 pub mod softmax;
 pub mod tune;
 pub mod window;

@@ -1,6 +1,6 @@
 //! The on-device tuner. For each distinct (op, weight format, shape class) a model will run, it times
 //! the candidate variants the registry lists for that op on this adapter and records the fastest in the
-//! device's [`Choices`](crate::ops::registry::Choices). The result is cached per adapter and package
+//! device's [`Choices`](crate::gpu::registry::Choices). The result is cached per adapter and package
 //! version: natively in `$XDG_CACHE_HOME/florence2-wasm/` (else `~/.cache/florence2-wasm/`,
 //! `%LOCALAPPDATA%`), in the browser in the Cache API. A later load with a cache hit does no timing.
 //!
@@ -34,7 +34,7 @@
 //! A broken cache never fails a load: it is reported as a [`TuneReport::warnings`] entry naming it
 //! (`tuning cache ... is corrupt`) and the shapes are re-timed.
 //!
-//! To tune another op: give it an [`OpKind`](crate::ops::registry::OpKind), a candidate list with
+//! To tune another op: give it an [`OpKind`](crate::gpu::registry::OpKind), a candidate list with
 //! `supports`, and a [`ClassBench`]-like arm in `bench_for` that allocates operands for a (possibly
 //! shrunk) shape and records one call of a named candidate; the budget, screening, timing and cache code
 //! is shared.
@@ -48,7 +48,7 @@ use crate::gpu::{Caps, DType, Gpu, Recorder, Tensor};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::ops::matmul::{choose_linear_variant_for, linear_variant, Act, LinearVariant};
-use crate::ops::registry::{format_from_name, ShapeClass};
+use crate::gpu::registry::{format_from_name, ShapeClass};
 
 /// `tuning` option: `auto` (time what is not cached, within a time budget; the default), `off` (static
 /// choices, no timing, no cache), `exhaustive` (ignore the cache, time every candidate at the full shape
@@ -718,7 +718,7 @@ enum Regime {
 }
 
 fn regime(shape: &LinearShape) -> Regime {
-    if shape.m <= crate::ops::registry::EXACT_ROWS {
+    if shape.m <= crate::gpu::registry::EXACT_ROWS {
         Regime::Gemv
     } else {
         Regime::Gemm
@@ -859,7 +859,7 @@ impl Job<'_> {
     }
 
     /// Speeds and bans are kept per op, regime and weight format.
-    fn kind(&self) -> (crate::ops::registry::OpKind, Regime, DType) {
+    fn kind(&self) -> (crate::gpu::registry::OpKind, Regime, DType) {
         let c = self.class();
         match self {
             Job::Linear(s) => (c.op, regime(s), c.format),
@@ -963,7 +963,7 @@ pub async fn tune_budgeted(
     };
     // Measured FLOPs per ms of the fastest linear candidate, per regime; candidates banned per kind.
     let mut speed: std::collections::HashMap<Regime, f64> = Default::default();
-    type Kind = (crate::ops::registry::OpKind, Regime, DType);
+    type Kind = (crate::gpu::registry::OpKind, Regime, DType);
     let mut banned: std::collections::HashSet<(Kind, &'static str)> = Default::default();
     let regime_name = |r: Regime| match r {
         Regime::Gemv => "gemv",
@@ -979,7 +979,7 @@ pub async fn tune_budgeted(
             };
             for r in [Regime::Gemv, Regime::Gemm] {
                 if regime_name(r) == b.regime {
-                    banned.insert(((crate::ops::registry::OpKind::Linear, r, f), v.name()));
+                    banned.insert(((crate::gpu::registry::OpKind::Linear, r, f), v.name()));
                 }
             }
         }

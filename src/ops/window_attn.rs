@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
 use crate::ops::attention::{record_flash, AttnOpts, AttnVariant, FlashLayout};
 use crate::ops::check;
-use crate::ops::registry::ShapeClass;
+use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",

@@ -521,7 +521,7 @@ fn tuner_times_attention_and_reuses_its_cache() {
 #[test]
 fn model_attention_cases_cover_every_attention_kind() {
     use florence2_wasm::model::config::Florence2Config;
-    use florence2_wasm::ops::registry::{unpack_heads, OpKind};
+    use florence2_wasm::gpu::registry::{unpack_heads, OpKind};
     let cfg: Florence2Config =
         Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
     let cases = tune::model_attention_cases(&cfg, 64, 64, 3);
@@ -534,7 +534,7 @@ fn model_attention_cases_cover_every_attention_kind() {
     assert_eq!(windows.len(), cfg.vision.embed_dim.len());
     let ws = cfg.vision.window_size;
     assert!(windows.iter().all(|c| c.dims[1] == ws * ws));
-    let heads = |c: &&florence2_wasm::ops::registry::ShapeClass| unpack_heads(c.dims[2]);
+    let heads = |c: &&florence2_wasm::gpu::registry::ShapeClass| unpack_heads(c.dims[2]);
     assert_eq!(heads(&windows[0]).0, 16 / 2);
     let attn: Vec<_> = classes
         .iter()

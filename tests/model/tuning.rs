@@ -1,4 +1,4 @@
-//! The on-device tuner (`ops::tune`) and the kernel registry (`ops::registry`): choices are installed,
+//! The on-device tuner (`ops::tune`) and the kernel registry (`gpu::registry`): choices are installed,
 //! cached per adapter, reused without timing, re-timed for another adapter, and a corrupt cache is
 //! ignored with a named warning. Shapes are tiny (the timings themselves are not asserted: speed lives
 //! in `scripts/bench/kernels.rs`).
@@ -12,7 +12,7 @@ use common::Rng;
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
-use florence2_wasm::ops::registry::{row_class, ShapeClass};
+use florence2_wasm::gpu::registry::{row_class, ShapeClass};
 use florence2_wasm::ops::tune::{self, model_linear_shapes, CacheLocation, LinearShape, Tuning};
 
 fn open(opts: GpuOptions) -> Arc<Gpu> {
