@@ -48,11 +48,11 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
+use crate::gpu::tune::{self, CacheLocation, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::model::generate::MAX_BEAMS;
-use crate::ops::tune::{self, CacheLocation, Tuning};
 use crate::pipeline::{
     Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
 };
@@ -650,7 +650,7 @@ async fn open_pipeline(
     if args.tuning != Tuning::Off {
         f.progress("tuning", "", 0, 0, false);
     }
-    let tuning_table = match tune::tune_model(
+    let tuning_table = match crate::model::workloads::tune_model(
         &model,
         settings.processor.height,
         settings.processor.width,

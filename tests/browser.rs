@@ -786,7 +786,8 @@ async fn browser_linear_residual_and_quantized_every_variant() {
 /// tuning of the same shapes times nothing.
 #[wasm_bindgen_test]
 async fn browser_tuner_caches_its_choices() {
-    use florence2_wasm::ops::tune::{tune, CacheLocation, LinearShape, Tuning};
+    use florence2_wasm::gpu::registry::LinearShape;
+    use florence2_wasm::gpu::tune::{tune, CacheLocation, Tuning};
     let g = gpu().await;
     let shapes = [
         LinearShape {

@@ -5,16 +5,16 @@
 //! (a wasm-bindgen-test in its own test target, so `wasm-pack test` gives it the browser; natively this
 //! file compiles to nothing).
 //!
-//! Timing is the tuner's own (`ops::tune::tune_with`, `auto` mode, no cache): candidates recorded,
+//! Timing is the tuner's own (`gpu::tune::tune_with`, `auto` mode, no cache): candidates recorded,
 //! submitted and awaited with `onSubmittedWorkDone`, one warm-up each, interleaved rep by rep, median
 //! of 3, at the shape `auto` times (encoder rows capped at 256, windows at 32: cost per row / window is
 //! flat). Compare within a row; the chosen variant is what the model would run on this adapter.
 #![cfg(target_arch = "wasm32")]
 
+use florence2_wasm::gpu::registry::OpKind;
+use florence2_wasm::gpu::tune::{tune_with, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
 use florence2_wasm::ops::attention::{choose_attention_variant, AttnShape, AttnVariant};
-use florence2_wasm::gpu::registry::OpKind;
-use florence2_wasm::ops::tune::{tune_with, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::ops::window_attn::WindowShape;
 use wasm_bindgen_test::*;
 

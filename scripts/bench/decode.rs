@@ -26,11 +26,11 @@ use std::time::Instant;
 mod util;
 use util::{cpu_secs, endless_options, Rng};
 
+use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
 use florence2_wasm::model::generate;
 use florence2_wasm::model::Florence2Config;
-use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::weights::expected::{expected_tensors, is_matrix_weight};
 use florence2_wasm::weights::{WeightDType, Weights};
 

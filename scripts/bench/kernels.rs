@@ -13,10 +13,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use florence2_wasm::gpu::registry::LinearShape;
+use florence2_wasm::gpu::tune;
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{self, AttnOpts};
+use florence2_wasm::ops::linear_tune::AUTO_MAX_ROWS;
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
-use florence2_wasm::ops::{conv, norm, tune};
+use florence2_wasm::ops::{conv, norm};
 
 struct Cfg {
     full: bool,
@@ -242,7 +245,7 @@ fn main() {
     println!(
         "  static = the choice with tuning off; tuned = the tuner's pick (tuning auto, timed in this run \
          at <= {} rows); best = the fastest measured here; tuned/best = its GFLOP/s over the best's; rematch = the same ratio from 5 alternating rounds of the two (only where they differ)",
-        tune::AUTO_MAX_ROWS
+        AUTO_MAX_ROWS
     );
     let mut header = format!(
         "{:<20} {:>6} {:>5} {:>6} | {:>13} |",
@@ -305,7 +308,7 @@ fn main() {
         let stat16 = run(stat, other);
         // The tuner, as a model load runs it (no cache, so it really times).
         gpu.choices.clear();
-        let shape = tune::LinearShape {
+        let shape = LinearShape {
             m,
             n,
             k,

@@ -64,13 +64,14 @@ use std::time::Instant;
 mod util;
 use util::cpu_secs;
 
+use florence2_wasm::gpu::tune;
 use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::model::florence2::Florence2;
+use florence2_wasm::model::workloads;
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
-use florence2_wasm::ops::tune;
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
 use florence2_wasm::weights::{self, expected_tensors, temporal_cosine_table, WeightDType};
 
@@ -591,11 +592,18 @@ fn run_model(
     };
     gpu.choices.clear();
     let t = Instant::now();
-    let report = pollster::block_on(tune::tune_model(
-        &model,
+    let work = workloads::model_workload(
+        &model.config,
         pcfg.height,
         pcfg.width,
         3,
+        model.shared.dtype(),
+    );
+    let work: Vec<(&dyn tune::TuneCase, f64)> =
+        work.iter().map(|(c, w)| (c.as_ref(), *w)).collect();
+    let report = pollster::block_on(tune::tune_cases(
+        model.gpu(),
+        &work,
         &tune::TuneOptions::new(tuning).with_budget_ms(budget),
         &tune::CacheLocation::None,
     ))

@@ -6,11 +6,11 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use super::registry::Choices;
 use crate::error::{Error, Result};
 use crate::gpu::pipeline::PipelineCache;
 use crate::gpu::profile::Profiler;
 use crate::gpu::tensor::{MemCounter, MemReport};
-use super::registry::Choices;
 
 /// What the caller may tune when opening the device.
 #[derive(Clone, Debug, Default)]

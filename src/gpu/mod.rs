@@ -13,9 +13,10 @@ pub mod preprocess;
 pub mod profile;
 pub mod quant;
 pub mod readback;
-pub mod registry;
 mod recorder;
+pub mod registry;
 mod tensor;
+pub mod tune;
 
 pub use context::{Caps, Gpu, GpuOptions};
 pub use pipeline::{include, Kernel, PipelineCache, Shader, INCLUDES};

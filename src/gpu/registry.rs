@@ -4,13 +4,14 @@
 //! GEMMs, GEMVs for decode). Which is fastest depends on the adapter: a workgroup-memory tile wins on a
 //! discrete GPU, barrier-free register blocks win on CPU adapters. Every launcher with variants asks the
 //! [`Choices`] table of its [`Gpu`](crate::gpu::Gpu) first; the table is filled by the on-device tuner
-//! ([`crate::ops::tune`]) or from its cache, and is empty with tuning off, in which case the launcher
+//! ([`crate::gpu::tune`]) or from its cache, and is empty with tuning off, in which case the launcher
 //! falls back to its static choice (`choose_*_variant`).
 //!
 //! To add a variant (a new kernel, or a kernel for a new weight format): add it to the op's variant enum
 //! (`LinearVariant` in `matmul.rs`, `AttnVariant` in `attention.rs`, `WindowAttnVariant` in
-//! `window_attn.rs`) with its name, its entry in `ALL` and its `supports` rule; the tuner then times it
-//! wherever it `supports` the shape, and a cached choice naming it is honoured.
+//! `window_attn.rs`) with its name, its entry in `ALL` and its `supports` rule; the op's tune case
+//! (`ops/linear_tune.rs`, `AttnShape`, `WindowShape`) then offers it wherever it `supports` the shape,
+//! and a cached choice naming it is honoured.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -192,6 +193,43 @@ impl Choices {
         self.len() == 0
     }
 }
+
+/// A linear layer's call shape: x (M, K) @ w (N, K)^T with weights in `format` (the exact shape a
+/// [`ShapeClass::linear`] buckets). Its tune case (candidates, shrinking, operands) is
+/// `ops/linear_tune.rs`, beside the launcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub format: DType,
+}
+
+impl LinearShape {
+    pub fn class(&self) -> ShapeClass {
+        ShapeClass::linear(self.m, self.n, self.k, self.format)
+    }
+
+    /// Floating-point operations of one call.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    /// Bytes of its weight matrix.
+    pub fn weight_bytes(&self) -> f64 {
+        (self.n * self.format.row_bytes(self.k)) as f64
+    }
+
+    /// The estimated cost of one call used to rank classes: its FLOPs plus [`BYTE_COST`] per weight
+    /// byte (a decode step's GEMVs are bound by reading their weights, not by arithmetic).
+    pub fn cost(&self) -> f64 {
+        self.flops() + BYTE_COST * self.weight_bytes()
+    }
+}
+
+/// FLOPs one weight byte read is worth in [`LinearShape::cost`] (about a GPU's or CPU's arithmetic to
+/// memory bandwidth ratio).
+pub const BYTE_COST: f64 = 16.0;
 
 /// Head dim, heads and the causal / masked flags of an attention class in one dim: 12 bits of head dim,
 /// 12 of heads (values above 4095 saturate: no such model exists, and the class only groups shapes).

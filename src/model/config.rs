@@ -38,6 +38,26 @@ pub struct VisionConfig {
     pub image_feature_source: Vec<String>,
 }
 
+impl VisionConfig {
+    /// Token grid (height, width) after each stage's patch embedding for an input of `h` x `w`
+    /// pixels (a stage too small for its kernel gives one row or column).
+    pub fn stage_grids(&self, h: usize, w: usize) -> Vec<(usize, usize)> {
+        let (mut h, mut w) = (h, w);
+        (0..self.embed_dim.len())
+            .map(|i| {
+                let (k, s, p) = (
+                    self.patch_size[i],
+                    self.patch_stride[i],
+                    self.patch_padding[i],
+                );
+                h = (h + 2 * p).saturating_sub(k) / s.max(1) + 1;
+                w = (w + 2 * p).saturating_sub(k) / s.max(1) + 1;
+                (h, w)
+            })
+            .collect()
+    }
+}
+
 /// BART settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextConfig {
@@ -365,14 +385,11 @@ impl Florence2Config {
 
     /// Token grid (height, width) after the last stage for an input of `h` x `w` pixels.
     pub fn feature_grid(&self, h: usize, w: usize) -> (usize, usize) {
-        let v = &self.vision;
-        let (mut h, mut w) = (h, w);
-        for i in 0..v.embed_dim.len() {
-            let (k, s, p) = (v.patch_size[i], v.patch_stride[i], v.patch_padding[i]);
-            h = (h + 2 * p).saturating_sub(k) / s + 1;
-            w = (w + 2 * p).saturating_sub(k) / s + 1;
-        }
-        (h, w)
+        self.vision
+            .stage_grids(h, w)
+            .last()
+            .copied()
+            .unwrap_or((h, w))
     }
 }
 

@@ -4,6 +4,7 @@ pub mod config;
 pub mod davit;
 pub mod layers;
 pub mod projector;
+pub mod workloads;
 
 pub use config::{Florence2Config, TextConfig, VisionConfig};
 pub mod bart;

@@ -26,6 +26,36 @@ pub enum FeatureSource {
     LastFrame,
 }
 
+impl FeatureSource {
+    /// The source an `image_feature_source` entry names.
+    pub fn from_name(s: &str) -> Option<FeatureSource> {
+        match s {
+            "spatial_avg_pool" => Some(FeatureSource::SpatialAvgPool),
+            "temporal_avg_pool" => Some(FeatureSource::TemporalAvgPool),
+            "last_frame" => Some(FeatureSource::LastFrame),
+            _ => None,
+        }
+    }
+
+    /// Tokens this source contributes for an (h, w) token grid.
+    pub fn tokens(self, grid: (usize, usize)) -> usize {
+        match self {
+            FeatureSource::SpatialAvgPool => 1,
+            FeatureSource::TemporalAvgPool | FeatureSource::LastFrame => grid.0 * grid.1,
+        }
+    }
+}
+
+/// Image tokens the projector of `cfg` produces for an (h, w) token grid (as [`Projector::num_tokens`];
+/// a source it does not know, which `validate` rejects, counts as the grid).
+pub fn image_tokens(cfg: &Florence2Config, grid: (usize, usize)) -> usize {
+    cfg.vision
+        .image_feature_source
+        .iter()
+        .map(|s| FeatureSource::from_name(s).map_or(grid.0 * grid.1, |f| f.tokens(grid)))
+        .sum()
+}
+
 /// `image_position_embed`: learned row / column tables.
 #[derive(Clone, Debug)]
 pub struct ImagePositionEmbed {
@@ -58,13 +88,9 @@ impl Projector {
         let sources = v
             .image_feature_source
             .iter()
-            .map(|s| match s.as_str() {
-                "spatial_avg_pool" => Ok(FeatureSource::SpatialAvgPool),
-                "temporal_avg_pool" => Ok(FeatureSource::TemporalAvgPool),
-                "last_frame" => Ok(FeatureSource::LastFrame),
-                other => Err(Error::Config(format!(
-                    "unknown image_feature_source '{other}'"
-                ))),
+            .map(|s| {
+                FeatureSource::from_name(s)
+                    .ok_or_else(|| Error::Config(format!("unknown image_feature_source '{s}'")))
             })
             .collect::<Result<Vec<_>>>()?;
         if sources.is_empty() {
@@ -89,13 +115,7 @@ impl Projector {
 
     /// Number of image tokens produced for an (h, w) token grid.
     pub fn num_tokens(&self, grid: (usize, usize)) -> usize {
-        self.sources
-            .iter()
-            .map(|s| match s {
-                FeatureSource::SpatialAvgPool => 1,
-                _ => grid.0 * grid.1,
-            })
-            .sum()
+        self.sources.iter().map(|s| s.tokens(grid)).sum()
     }
 
     /// Record the projector on `feats` (B, N = h*w, C_last) from the vision tower. Returns (B, T, D) with

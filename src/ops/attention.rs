@@ -14,9 +14,9 @@
 //! fp32; half the bytes held and read). q, the mask and out stay f32, and so does the arithmetic.
 
 use crate::error::{Error, Result};
+use crate::gpu::registry::ShapeClass;
 use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
-use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "attention",
@@ -567,7 +567,7 @@ fn check_kv_dtype(op: &'static str, k: &Tensor, v: &Tensor) -> Result<()> {
 /// Query rows per batch row timed by the tuner in `auto` (CPU adapters take seconds on a full encoder).
 const AUTO_ATTN_ROWS: usize = 256;
 
-/// An attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): q (B, Tq, H*D), k/v
+/// An attention call shape for the tuner ([`crate::gpu::tune::TuneCase`]): q (B, Tq, H*D), k/v
 /// (Bk, Tk, H*D), all keys valid, with or without the causal rule and an additive mask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttnShape {
@@ -581,7 +581,7 @@ pub struct AttnShape {
     pub masked: bool,
 }
 
-impl crate::ops::tune::TuneCase for AttnShape {
+impl crate::gpu::tune::TuneCase for AttnShape {
     fn class(&self) -> ShapeClass {
         let AttnShape {
             b,
@@ -608,19 +608,19 @@ impl crate::ops::tune::TuneCase for AttnShape {
         4.0 * (self.b * self.tq * self.tk * self.heads * self.d) as f64
     }
 
-    fn auto_shape(&self) -> Option<Box<dyn crate::ops::tune::TuneCase>> {
+    fn auto_shape(&self) -> Option<Box<dyn crate::gpu::tune::TuneCase>> {
         (self.tq > AUTO_ATTN_ROWS).then(|| {
             Box::new(AttnShape {
                 tq: AUTO_ATTN_ROWS,
                 ..*self
-            }) as Box<dyn crate::ops::tune::TuneCase>
+            }) as Box<dyn crate::gpu::tune::TuneCase>
         })
     }
 
     fn prepare(
         &self,
         gpu: &std::sync::Arc<crate::gpu::Gpu>,
-    ) -> Result<crate::ops::tune::CaseRunner> {
+    ) -> Result<crate::gpu::tune::CaseRunner> {
         let s = *self;
         let hd = s.heads * s.d;
         let q = Tensor::zeros(gpu, &[s.b, s.tq, hd], DType::F32, "tune.q")?;
@@ -784,7 +784,7 @@ mod tests {
 
     #[test]
     fn auto_tuning_times_fewer_rows_of_long_attention() {
-        use crate::ops::tune::TuneCase;
+        use crate::gpu::tune::TuneCase;
         let enc = AttnShape {
             b: 1,
             tq: 593,

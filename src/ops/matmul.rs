@@ -2,15 +2,15 @@
 //! residual: [`linear_residual`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
 //! linear and the workgroup-tiled GEMM), `matmul_rb.wgsl` (register-blocked, no subgroups),
 //! `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
-//! Which variant runs is the registry's choice ([`crate::gpu::registry`], filled by [`crate::ops::tune`]).
+//! Which variant runs is the registry's choice ([`crate::gpu::registry`], filled by [`crate::gpu::tune`]).
 //!
 //! Weights larger than one storage binding (the tied 51328x768 LM head on 128 MiB-binding devices) are
 //! bound as row chunks ([`Tensor::row_chunks`]); each chunk is one dispatch writing its own output columns.
 
 use crate::error::{Error, Result};
+use crate::gpu::registry::ShapeClass;
 use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
 use crate::ops::check;
-use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "matmul",

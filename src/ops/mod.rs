@@ -10,12 +10,12 @@ pub mod decode_step;
 pub mod elementwise;
 pub mod embedding;
 pub mod layout;
+pub mod linear_tune;
 pub mod matmul;
 pub mod norm;
 pub mod pos_embed;
 pub mod reduce;
 pub mod softmax;
-pub mod tune;
 pub mod window;
 pub mod window_attn;
 

@@ -7,10 +7,10 @@
 //! register kernel cannot run go through the generic `ops::attention::attention` (see `model::davit`).
 
 use crate::error::{Error, Result};
+use crate::gpu::registry::ShapeClass;
 use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
 use crate::ops::attention::{record_flash, AttnOpts, AttnVariant, FlashLayout};
 use crate::ops::check;
-use crate::gpu::registry::ShapeClass;
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",
@@ -199,7 +199,7 @@ pub fn window_attention_variant(
 /// Windows timed by the tuner in `auto` (stage 0 of a 768 px image has 256; each costs the same).
 const AUTO_WINDOWS: usize = 32;
 
-/// A window-attention call shape for the tuner ([`crate::ops::tune::TuneCase`]): qkv (windows, t, 3c).
+/// A window-attention call shape for the tuner ([`crate::gpu::tune::TuneCase`]): qkv (windows, t, 3c).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowShape {
     pub windows: usize,
@@ -208,7 +208,7 @@ pub struct WindowShape {
     pub heads: usize,
 }
 
-impl crate::ops::tune::TuneCase for WindowShape {
+impl crate::gpu::tune::TuneCase for WindowShape {
     fn class(&self) -> ShapeClass {
         let d = self.c.checked_div(self.heads).unwrap_or(0);
         ShapeClass::window_attention(self.windows, self.t, d, self.heads)
@@ -226,19 +226,19 @@ impl crate::ops::tune::TuneCase for WindowShape {
         4.0 * (self.windows * self.t * self.t * self.c) as f64
     }
 
-    fn auto_shape(&self) -> Option<Box<dyn crate::ops::tune::TuneCase>> {
+    fn auto_shape(&self) -> Option<Box<dyn crate::gpu::tune::TuneCase>> {
         (self.windows > AUTO_WINDOWS).then(|| {
             Box::new(WindowShape {
                 windows: AUTO_WINDOWS,
                 ..*self
-            }) as Box<dyn crate::ops::tune::TuneCase>
+            }) as Box<dyn crate::gpu::tune::TuneCase>
         })
     }
 
     fn prepare(
         &self,
         gpu: &std::sync::Arc<crate::gpu::Gpu>,
-    ) -> Result<crate::ops::tune::CaseRunner> {
+    ) -> Result<crate::gpu::tune::CaseRunner> {
         let s = *self;
         let qkv = Tensor::zeros(
             gpu,

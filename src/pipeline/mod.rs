@@ -56,7 +56,7 @@ pub use output::{TaskOutput, Timings};
 pub use settings::Settings;
 
 use crate::gpu::Gpu;
-use crate::gpu::{DType, MemReport};
+use crate::gpu::MemReport;
 use crate::model::florence2::Florence2;
 use crate::model::generate::GenerateOptions;
 use crate::processor::custom_tasks::CustomTasks;
@@ -106,12 +106,7 @@ impl Pipeline {
     }
 
     fn with_weight_dtype_of_model(self) -> Self {
-        let d = match self.model.shared.dtype() {
-            DType::F16 => WeightDType::Fp16,
-            DType::Q8 => WeightDType::Q8,
-            DType::Q4 => WeightDType::Q4,
-            DType::F32 | DType::U32 => WeightDType::Fp32,
-        };
+        let d = WeightDType::of_matrix_dtype(self.model.shared.dtype());
         self.with_weight_dtype(d)
     }
 

@@ -57,7 +57,16 @@ impl WeightDType {
         }
     }
 
-    /// The GPU element type of a matrix weight with rows of `k` elements.
+    /// The resident dtype whose matrices are stored as `d` (f32 and u32: fp32).
+    pub fn of_matrix_dtype(d: DType) -> WeightDType {
+        match d {
+            DType::F16 => WeightDType::Fp16,
+            DType::Q8 => WeightDType::Q8,
+            DType::Q4 => WeightDType::Q4,
+            DType::F32 | DType::U32 => WeightDType::Fp32,
+        }
+    }
+
     /// The format of the dense convolution weights ([`is_dense_conv_weight`]): f32 for fp32, f16 for
     /// every other resident dtype (the im2col GEMM reads f16; the blocks of q8/q4 are for matrices).
     pub fn conv_dtype(self) -> DType {
@@ -67,6 +76,7 @@ impl WeightDType {
         }
     }
 
+    /// The GPU element type of a matrix weight with rows of `k` elements.
     pub fn matrix_dtype(self, k: usize) -> DType {
         let whole_blocks = k > 0 && k.is_multiple_of(QBLOCK);
         match self {

@@ -20,12 +20,13 @@
 use crate::common;
 
 use common::{assert_close, gpu, Rng};
+use florence2_wasm::gpu::tune::{self, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::model::workloads;
 use florence2_wasm::ops::attention::{
     attention, attention_class, attention_variant, choose_attention_variant, variant_supports,
     AttnOpts, AttnShape, AttnVariant,
 };
-use florence2_wasm::ops::tune::{self, CacheLocation, TuneCase, Tuning};
 
 const VARIANTS: [AttnVariant; 4] = AttnVariant::ALL;
 
@@ -520,11 +521,11 @@ fn tuner_times_attention_and_reuses_its_cache() {
 
 #[test]
 fn model_attention_cases_cover_every_attention_kind() {
-    use florence2_wasm::model::config::Florence2Config;
     use florence2_wasm::gpu::registry::{unpack_heads, OpKind};
+    use florence2_wasm::model::config::Florence2Config;
     let cfg: Florence2Config =
         Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
-    let cases = tune::model_attention_cases(&cfg, 64, 64, 3);
+    let cases = workloads::model_attention_cases(&cfg, 64, 64, 3);
     let classes: Vec<_> = cases.iter().map(|c| c.class()).collect();
     let windows: Vec<_> = classes
         .iter()

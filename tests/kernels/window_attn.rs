@@ -13,9 +13,9 @@
 use crate::common;
 
 use common::{gpu, max_diff, Rng};
+use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops;
-use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::ops::window_attn::{window_attention_variant, WindowAttnVariant};
 
 const U: f64 = f32::EPSILON as f64 / 2.0;

@@ -1,4 +1,4 @@
-//! The on-device tuner (`ops::tune`) and the kernel registry (`gpu::registry`): choices are installed,
+//! The on-device tuner (`gpu::tune`) and the kernel registry (`gpu::registry`): choices are installed,
 //! cached per adapter, reused without timing, re-timed for another adapter, and a corrupt cache is
 //! ignored with a named warning. Shapes are tiny (the timings themselves are not asserted: speed lives
 //! in `scripts/bench/kernels.rs`).
@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::Rng;
+use florence2_wasm::gpu::registry::{row_class, LinearShape, ShapeClass};
+use florence2_wasm::gpu::tune::{self, CacheLocation, Tuning};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::model::workloads::{self, model_linear_shapes};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
-use florence2_wasm::gpu::registry::{row_class, ShapeClass};
-use florence2_wasm::ops::tune::{self, model_linear_shapes, CacheLocation, LinearShape, Tuning};
 
 fn open(opts: GpuOptions) -> Arc<Gpu> {
     pollster::block_on(Gpu::new(opts)).expect("a GPU adapter (lavapipe)")
@@ -330,7 +331,7 @@ impl tune::Clock for StepClock {
 fn tiny4_workload() -> Vec<(LinearShape, f64)> {
     let cfg: Florence2Config =
         Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
-    tune::model_linear_workload(&cfg, 64, 64, 2, DType::F32)
+    workloads::model_linear_workload(&cfg, 64, 64, 2, DType::F32)
 }
 
 fn tune_opts(

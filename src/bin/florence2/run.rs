@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::files;
+use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
-use florence2_wasm::ops::tune::{tune_model, CacheLocation, TuneOptions, Tuning};
+use florence2_wasm::model::workloads::tune_model;
 use florence2_wasm::pipeline::{
     Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
 };

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::ops::tune::{tune_model, CacheLocation, TuneOptions, Tuning};
+use florence2_wasm::model::workloads::tune_model;
 use florence2_wasm::pipeline::Pipeline;
 
 use super::Failure;

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use image::RgbImage;
 
+use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::ops::tune::{tune_model, CacheLocation, RowStatus, TuneOptions, Tuning};
+use florence2_wasm::model::workloads::tune_model;
 use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};

@@ -31,7 +31,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::Semaphore;
 
-use florence2_wasm::ops::tune::Tuning;
+use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::processor::image::ImageLimits;
 use florence2_wasm::weights::WeightDType;
 

@@ -19,7 +19,7 @@ use image::RgbImage;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
-use florence2_wasm::ops::tune::Tuning;
+use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::processor::prompt::TaskPrompt;
 use florence2_wasm::weights::WeightDType;
 
