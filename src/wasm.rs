@@ -48,7 +48,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::gpu::tune::{self, CacheLocation, Tuning};
+use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::config::Florence2Config;
 use crate::model::florence2::Florence2;
@@ -645,35 +645,26 @@ async fn open_pipeline(
             Ok(model)
         })
         .await?;
+    let pipeline = Pipeline::new(model, settings).with_weight_dtype(args.dtype);
     // Kernel tuning for this device at the processor's image size (cached in the Cache API: a later
     // load of the same package on the same adapter times nothing). A failure here only costs speed.
     if args.tuning != Tuning::Off {
         f.progress("tuning", "", 0, 0, false);
     }
-    let tuning_table = match crate::model::workloads::tune_model(
-        &model,
-        settings.processor.height,
-        settings.processor.width,
-        settings.generation.num_beams,
-        &tune::TuneOptions::new(args.tuning),
-        &CacheLocation::Default,
-    )
-    .await
-    {
-        Ok(_) if args.tuning == Tuning::Off => String::new(),
-        Ok(r) => r.table(),
-        Err(e) => {
-            gpu.choices.clear();
-            let _ = gpu.check();
-            log::warn!("kernel tuning failed ({e}); using the static kernel choices");
-            format!("tuning failed: {e}")
-        }
+    let report = pipeline
+        .tune(
+            pipeline.tune_sizes(),
+            &TuneOptions::new(args.tuning),
+            &CacheLocation::Default,
+        )
+        .await;
+    let tuning_table = match (&report.failed, args.tuning) {
+        (Some(e), _) => format!("tuning failed: {e}"),
+        (None, Tuning::Off) => String::new(),
+        (None, _) => report.table(),
     };
     f.progress("ready", "", 0, 0, false);
-    Ok((
-        Pipeline::new(model, settings).with_weight_dtype(args.dtype),
-        tuning_table,
-    ))
+    Ok((pipeline, tuning_table))
 }
 
 /// An `AbortSignal` as the pipeline's cancel check; a cancellation becomes `AbortError`.

@@ -248,22 +248,6 @@ pub fn model_workload(
         .collect()
 }
 
-/// Tune the kernels for the shapes `model` runs on `height` x `width` images with decode steps of up to
-/// `beams` rows, weights in the model's resident format: its linear layers and its attention calls.
-pub async fn tune_model(
-    model: &crate::model::florence2::Florence2,
-    height: usize,
-    width: usize,
-    beams: usize,
-    opts: &crate::gpu::tune::TuneOptions,
-    cache: &crate::gpu::tune::CacheLocation,
-) -> crate::error::Result<crate::gpu::tune::TuneReport> {
-    let format = model.shared.dtype();
-    let work = model_workload(&model.config, height, width, beams.max(1), format);
-    let cases: Vec<(&dyn TuneCase, f64)> = work.iter().map(|(c, w)| (c.as_ref(), *w)).collect();
-    crate::gpu::tune::tune_cases(model.gpu(), &cases, opts, cache).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,7 @@ mod options;
 mod output;
 mod run;
 mod settings;
+mod tune;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -54,6 +55,7 @@ pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{TaskOutput, Timings};
 pub use settings::Settings;
+pub use tune::TuneSizes;
 
 use crate::gpu::Gpu;
 use crate::gpu::MemReport;

@@ -1,13 +1,14 @@
 //! `florence2 tune`: load a model, run the kernel tuner for the shapes it runs at an image size, print the
 //! table (op and shape class, each candidate's time, the chosen one). The choice is cached like a normal
-//! load's (user cache directory), so this also pre-warms later runs.
+//! load's (user cache directory), so this also pre-warms later runs. Like every front end it tunes
+//! through `Pipeline::tune`; a failed run prints the report and its warning and, tuning being this
+//! command's whole job, exits non-zero (`run` and `serve` go on with the static choices).
 
 use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::model::workloads::tune_model;
 use florence2_wasm::pipeline::Pipeline;
 
 use super::Failure;
@@ -47,21 +48,17 @@ pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
 pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
     let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
-    let (h, w) = match a.image_size {
-        Some(n) => (n as usize, n as usize),
-        None => (pipeline.processor().height, pipeline.processor().width),
-    };
-    let beams = a
-        .num_beams
-        .map_or(pipeline.generation().num_beams, usize::from);
-    let report = pollster::block_on(tune_model(
-        pipeline.model(),
-        h,
-        w,
-        beams,
+    let mut sizes = pipeline.tune_sizes();
+    if let Some(n) = a.image_size {
+        (sizes.height, sizes.width) = (n as usize, n as usize);
+    }
+    sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
+    let (h, w, beams) = (sizes.height, sizes.width, sizes.beams);
+    let report = pollster::block_on(pipeline.tune(
+        sizes,
         &TuneOptions::new(a.tuning).with_budget_ms(a.budget_ms),
         &CacheLocation::Default,
-    ))?;
+    ));
     println!("adapter: {}", gpu.describe());
     println!(
         "image {w}x{h}, decode rows 1 and {beams}, tuning {}; cache: {}",
@@ -72,5 +69,9 @@ pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }
-    Ok(())
+    // Tuning is all this command does: a failed run (static choices kept) is a failed command.
+    match report.failed {
+        Some(e) => Err(Failure::Run(format!("kernel tuning failed: {e}"))),
+        None => Ok(()),
+    }
 }

@@ -8,7 +8,6 @@ use image::RgbImage;
 
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::model::workloads::tune_model;
 use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
@@ -77,44 +76,23 @@ impl Engine {
         let load = || -> Result<Engine> {
             let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
             let pipeline = Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?;
-            let report = pollster::block_on(tune_model(
-                pipeline.model(),
-                pipeline.processor().height,
-                pipeline.processor().width,
-                pipeline.generation().num_beams,
+            // A failed tuning only costs speed: the static choices stay and the report says so.
+            let r = pollster::block_on(pipeline.tune(
+                pipeline.tune_sizes(),
                 &TuneOptions::new(tuning),
                 &CacheLocation::Default,
             ));
-            let info = match report {
-                Ok(r) => {
-                    for w in &r.warnings {
-                        eprintln!("florence2 serve: warning: {w}");
-                    }
-                    let count = |s: RowStatus| r.rows.iter().filter(|x| x.status == s).count();
-                    TuningInfo {
-                        mode: tuning.name(),
-                        timed: count(RowStatus::Timed),
-                        cached: count(RowStatus::Cached),
-                        skipped: count(RowStatus::Skipped),
-                        ms: r.elapsed_ms,
-                        cache: r.cache_path.clone(),
-                    }
-                }
-                Err(e) => {
-                    gpu.choices.clear();
-                    let _ = gpu.check();
-                    eprintln!(
-                        "florence2 serve: warning: kernel tuning failed ({e}); using the static kernel choices"
-                    );
-                    TuningInfo {
-                        mode: tuning.name(),
-                        timed: 0,
-                        cached: 0,
-                        skipped: 0,
-                        ms: 0.0,
-                        cache: None,
-                    }
-                }
+            for w in &r.warnings {
+                eprintln!("florence2 serve: warning: {w}");
+            }
+            let count = |s: RowStatus| r.rows.iter().filter(|x| x.status == s).count();
+            let info = TuningInfo {
+                mode: tuning.name(),
+                timed: count(RowStatus::Timed),
+                cached: count(RowStatus::Cached),
+                skipped: count(RowStatus::Skipped),
+                ms: r.elapsed_ms,
+                cache: r.cache_path.clone(),
             };
             if tuning != Tuning::Off {
                 eprintln!(
