@@ -306,9 +306,11 @@ def sys_path_scripts():
 def evaluate_dir(model_dir, seed, n, size, tok, max_new_tokens=96):
     import time
 
+    import transformers
+
     t0 = time.time()
     examples = heldout(seed, n, size, tok)
     preds, gts, sizes, records = collect(examples, torch_answerer(model_dir, max_new_tokens))
     summary = score(preds, gts, sizes)
-    return {"summary": summary, "images": n, "seed": seed, "max_new_tokens": max_new_tokens,
+    return {"summary": summary, "transformers": transformers.__version__, "images": n, "seed": seed, "max_new_tokens": max_new_tokens,
             "eval_wall_s": time.time() - t0, "records": records}

@@ -234,12 +234,17 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="1: with other work on the cores, 2 OpenMP threads spin and run ~8x slower")
     ap.add_argument("--save-every", type=float, default=600, help="seconds between intermediate checkpoints")
     ap.add_argument("--time-steps", type=int, default=0, help="run this many steps, print the timing, stop")
-    ap.add_argument("--eval-only", action="store_true")
+    ap.add_argument("--eval-only", action="store_true", help="evaluate the checkpoint in --out, write the card")
+    ap.add_argument("--card-only", action="store_true", help="rewrite samples/ and README.md from the json files")
     ap.add_argument("--eval-images", type=int, default=100)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     st = Setup()
     out = Path(args.out)
+    if args.card_only:
+        write_samples(out / "samples", st)
+        write_card(out, st)
+        return
     if not args.eval_only:
         res = train(args, st)
         if res is None:
@@ -250,9 +255,104 @@ def main():
     import demo_metrics as dm  # imported late: a long run picks up the newest metric code
 
     metrics = dm.evaluate_dir(out, EVAL_SEED, args.eval_images, IMAGE, st.tok)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    (out / "metrics.json").write_text(json.dumps(metrics) + "\n")
     print(json.dumps(metrics["summary"], indent=1))
+    write_samples(out / "samples", st)
+    write_card(out, st)
 
+
+def write_samples(d, st, n=6):
+    """The first n held-out scenes with text, as PNG, and their targets (samples/targets.json)."""
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    meta = []
+    i = 0
+    while len(meta) < n:
+        scene, img, tg = dd.make_example(EVAL_SEED, i, IMAGE, st.tok)
+        if scene["texts"] and len(scene["shapes"]) >= 2:
+            name = f"heldout_{i:03d}.png"
+            img.save(d / name, optimize=True)
+            meta.append(dict(file=name, index=i, seed=EVAL_SEED,
+                             targets={t: {"text_input": v[0], "target": v[1]} for t, v in tg.items()}))
+        i += 1
+    (d / "targets.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def fmt_shape(cfg):
+    v, t = cfg["vision"], cfg["text"]
+    return (f"DaViT {len(v['depths'])} stages, dims {v['embed_dim']}, depths {v['depths']}, heads {v['num_heads']}, "
+            f"groups {v['num_groups']}, window {v['window_size']}; BART d_model {t['d_model']}, "
+            f"{t['layers']}+{t['layers']} layers, {t['heads']} heads, ffn {t['ffn']}, max positions {t['max_pos']}")
+
+
+def write_card(out, st):
+    summ = json.loads((out / "training_summary.json").read_text())
+    met = json.loads((out / "metrics.json").read_text())
+    m = met["summary"]
+    size = (out / "model.safetensors").stat().st_size
+    rows = [
+        ("OD mAP@0.5", m["od_map50"]), ("OD mAP@0.5:0.95", m["od_map50_95"]),
+        ("grounding recall@0.5", m["grounding_recall50"]), ("OCR character accuracy", m["ocr_char_acc"]),
+        ("OCR_WITH_REGION quad IoU", m["ocr_region_quad_iou"]),
+        ("OCR_WITH_REGION text exact", m["ocr_region_text_exact"]),
+        ("CAPTION exact match", m["caption_em"]), ("CAPTION token F1", m["caption_f1"]),
+        ("DETAILED_CAPTION exact match", m["detailed_caption_em"]),
+        ("DETAILED_CAPTION token F1", m["detailed_caption_f1"]),
+        ("REGION_TO_CATEGORY accuracy", m["region_category_acc"]),
+        ("REGION_TO_DESCRIPTION exact match", m["region_description_em"]),
+        ("REGION_TO_OCR character accuracy", m["region_ocr_char_acc"]),
+    ]
+    table = "\n".join(f"| {k} | {v:.3f} |" for k, v in rows)
+    log = "\n".join(f"| {s} | {lv:.3f} | {ema:.3f} |" for s, lv, ema in summ["log"][:: max(1, len(summ["log"]) // 12)])
+    text = f"""# florence2-shapes: a small Florence-2 trained on synthetic shapes and text
+
+A demo and quality-measurement model for this project (not a general model): Florence-2's architecture and
+tasks at a tiny size, trained from scratch by `scripts/train_demo_model.py` with the reference implementation
+(transformers {met.get("transformers", "5.24")} `Florence2ForConditionalGeneration`, torch CPU). Everything here
+is made by that script: `python3 scripts/train_demo_model.py` reproduces it (same machine type, one thread).
+
+## Data
+`scripts/demo_data.py`, {IMAGE}x{IMAGE} RGB scenes drawn from a seed: 1-4 shapes ({", ".join(dd.SHAPES)}) in
+distinct colours ({", ".join(dd.COLOURS)}), one per 3x3 cell by centre, sizes 10-40% of the side, neighbours
+may overlap; 0-2 words or two-word lines ({len(dd.WORDS)} words, upper or title case) in 4 DejaVu fonts,
+7.5-13% of the side high, a third rotated by up to 25 degrees; busy backgrounds (gradients, stripes, noise,
+lines, specks, sometimes blur). Targets in Florence-2's output format (1000 location bins per axis) for
+{", ".join(f"`{t}`" for t in dd.TASKS)}. Scenes whose target would repeat a token trigram are redrawn (the
+generation default `no_repeat_ngram_size` 3 never blocks an answer).
+- training: seed {TRAIN_SEED}, new scenes every step ({summ["steps"]} steps x {summ["images_per_step"]} images
+  = {summ["steps"] * summ["images_per_step"]} scenes), {summ["tasks_per_image"]} tasks per image per step
+  (weights {json.dumps(TASK_WEIGHTS)}).
+- held-out: seed {EVAL_SEED}, the first {met["images"]} scenes (all their tasks). `samples/`: the first held-out
+  scenes with text and 2+ shapes, with their targets (`samples/targets.json`).
+
+## Model
+{fmt_shape(CFG)}. {st.n_img} image tokens. Vocabulary {st.n_full} (padded to {st.vocab}): our own byte-level
+BPE trained on the task prompts and the dataset's closed vocabulary (every word one token), then the Florence-2
+added tokens in the processor's order and `<image>` = {st.image_token_id}. {summ["params"]} parameters,
+`model.safetensors` {size / 1e6:.1f} MB (f32, HF-native layout). Generation config: Florence-2's defaults
+(3 beams, no_repeat_ngram_size 3, early stopping, forced BOS/EOS).
+
+## Training
+AdamW (betas 0.9/0.98, weight decay 0.01), peak lr {summ["lr"]}, {summ["warmup"]} warm-up steps then cosine to
+5%, gradient clip 1.0, no dropout, fixed seeds, {summ["threads"]} torch thread(s). Wall time
+{summ["wall_s"] / 60:.0f} min on a 2-core machine shared with other work. Final training loss (EMA)
+{summ["train_loss_ema"]:.3f}, held-out loss {summ["heldout_loss"]:.3f} (token cross-entropy, first 24 held-out
+scenes, every task).
+
+| step | loss | EMA |
+|---|---|---|
+{log}
+
+## Held-out metrics (PyTorch reference, fp32, generation config above, max_new_tokens {met["max_new_tokens"]})
+{met["images"]} held-out scenes; metric definitions in `scripts/demo_metrics.py` (OD boxes ranked by their order
+in the answer). Our engine per weight format: `python3 scripts/bench/demo_quality.py`.
+
+| metric | value |
+|---|---|
+{table}
+"""
+    (out / "README.md").write_text(text)
 
 if __name__ == "__main__":
     main()
