@@ -1,7 +1,9 @@
 //! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), WGSL variants by preprocessing
 //! ([`preprocess`]: `#if NAME` / `#else` / `#endif`, `#include NAME`), a pipeline cache keyed by shader,
 //! defines, entry point and override constants ([`PipelineCache`]), a recorder that encodes many dispatches into one
-//! command buffer and submits once ([`Recorder`]), and readback ([`readback`]).
+//! command buffer and submits once ([`Recorder`]), and readback ([`readback`]). Ops with several
+//! kernels look up the variant for a shape class in the device's [`registry`], which the on-device
+//! tuner ([`tune`]) fills.
 //!
 //! Binding convention shared by every WGSL kernel in `shaders/`: `@group(0) @binding(0)` is the
 //! `var<uniform> p: Params`, and storage buffers follow at bindings 1, 2, ... in the order the launcher

@@ -85,9 +85,9 @@ impl Resizable for LinearShape {
     }
 }
 
-/// `shape` shrunk so one call has about `flops` FLOPs: rows first (GEMM, down to [`MIN_ROWS`], never
-/// above [`AUTO_MAX_ROWS`]), then columns (down to [`MIN_COLS`]; for a decode GEMV's timed size not below
-/// [`MIN_GEMV_WEIGHT_BYTES`] of weights when `keep_traffic`). Rows are multiples of 16 and columns of 64
+/// `shape` shrunk so one call has about `flops` FLOPs: rows first (GEMM, down to `MIN_ROWS`, never
+/// above [`AUTO_MAX_ROWS`]), then columns (down to `MIN_COLS`; for a decode GEMV's timed size not below
+/// `MIN_GEMV_WEIGHT_BYTES` of weights when `keep_traffic`). Rows are multiples of 16 and columns of 64
 /// unless the shape's own are smaller.
 pub fn shrink(shape: &LinearShape, flops: f64, keep_traffic: bool) -> LinearShape {
     let LinearShape { m, n, k, format } = *shape;
