@@ -85,6 +85,22 @@ pub enum Error {
     /// `model.safetensors.index.json` is malformed or names a bad shard.
     #[error("bad checkpoint index {file}: {msg}")]
     CheckpointIndex { file: String, msg: String },
+    /// A PyTorch pickle (`data.pkl`, a legacy checkpoint's pickles) is malformed, truncated or exceeds a
+    /// bound of the restricted reader (`weights::pickle`).
+    #[error("bad pickle in {file}: {msg}")]
+    Pickle { file: String, msg: String },
+    /// A pickle names a global outside the reader's allow-list (tensor and storage rebuilding,
+    /// `collections.OrderedDict`): refused before anything could use it; nothing is executed.
+    #[error("{file}: the pickle refers to '{name}', which is not allowed (only tensor rebuilding, storages and OrderedDict are)")]
+    PickleGlobal { file: String, name: String },
+    /// A pickle uses an opcode the restricted reader refuses (class instantiation, extension registry,
+    /// out-of-band buffers).
+    #[error("{file}: the pickle uses {what}, which is not allowed")]
+    PickleRefused { file: String, what: String },
+    /// A PyTorch checkpoint's container (zip archive, legacy stream, storages) is malformed, or a tensor
+    /// cannot be read from it (non-contiguous strides, outside its storage, big-endian data).
+    #[error("bad PyTorch checkpoint {file}: {msg}")]
+    TorchCheckpoint { file: String, msg: String },
     /// A model file could not be read (missing file, I/O error, HTTP error in the browser).
     #[error("cannot read {file}: {msg}")]
     FileRead { file: String, msg: String },
@@ -169,6 +185,10 @@ impl Error {
             | Error::SafetensorsHeader { .. }
             | Error::Truncated { .. }
             | Error::CheckpointIndex { .. }
+            | Error::Pickle { .. }
+            | Error::PickleGlobal { .. }
+            | Error::PickleRefused { .. }
+            | Error::TorchCheckpoint { .. }
             | Error::FileRead { .. } => "Florence2LoadError",
             Error::Prompt(_) => "Florence2PromptError",
             Error::Image(_) => "Florence2ImageError",
@@ -240,6 +260,22 @@ mod tests {
                 file: s(),
                 msg: s(),
             },
+            Error::Pickle {
+                file: s(),
+                msg: s(),
+            },
+            Error::PickleGlobal {
+                file: s(),
+                name: s(),
+            },
+            Error::PickleRefused {
+                file: s(),
+                what: s(),
+            },
+            Error::TorchCheckpoint {
+                file: s(),
+                msg: s(),
+            },
             Error::FileRead {
                 file: s(),
                 msg: s(),
@@ -278,6 +314,10 @@ mod tests {
                 | Error::SafetensorsHeader { .. }
                 | Error::Truncated { .. }
                 | Error::CheckpointIndex { .. }
+                | Error::Pickle { .. }
+                | Error::PickleGlobal { .. }
+                | Error::PickleRefused { .. }
+                | Error::TorchCheckpoint { .. }
                 | Error::FileRead { .. }
                 | Error::Prompt(_)
                 | Error::Image(_)

@@ -112,3 +112,107 @@ for p in ["images/grey.png", "images/scene.jpg", "images/scene.png", "processor/
 # json: a few shapes.
 for t in ['{"a": [1, -2, 3.5e10, true, null, "x\\u00e9"], "b": {"c": {}}}', '[[[]]]', '{"k": 1, "k": 2}', '18446744073709551616']:
     put("json", t)
+
+# pickle: torch-shaped checkpoints written by Python's own pickler (protocol 2, as torch.save) over stand-in
+# modules named like torch's, so the seeds need no torch: zip and legacy containers, a storage shared by
+# two tensors at different offsets, a tensor stored twice (memo), f16/bf16 storages, refused globals.
+def torch_pickles():
+    import collections
+    import io
+    import pickle
+    import sys
+    import types
+    import zipfile
+
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+    for name in ["FloatStorage", "HalfStorage", "BFloat16Storage", "LongStorage"]:
+        setattr(torch, name, type(name, (), {"__module__": "torch", "__qualname__": name}))
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called")
+
+    _rebuild_tensor_v2.__module__ = "torch._utils"
+    _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch._utils")}
+    sys.modules.update({"torch": torch, "torch._utils": utils})
+
+    class Storage:
+        def __init__(self, key, cls, numel, size):
+            self.key, self.cls, self.numel, self.size = key, getattr(torch, cls), numel, size
+
+    class Tensor:
+        def __init__(self, storage, offset, shape, stride=None):
+            if stride is None:
+                stride, s = [], 1
+                for d in reversed(shape):
+                    stride.insert(0, s)
+                    s *= d
+            self.args = (storage, offset, tuple(shape), tuple(stride), False, collections.OrderedDict())
+
+        def __reduce_ex__(self, proto):
+            return (_rebuild_tensor_v2, self.args)
+
+    def dumps(obj, legacy):
+        buf = io.BytesIO()
+        p = pickle.Pickler(buf, protocol=2)
+        def pid(o):
+            if isinstance(o, Storage):
+                t = ("storage", o.cls, o.key, "cpu", o.numel)
+                return t + (None,) if legacy else t
+            return None
+        p.persistent_id = pid
+        p.dump(obj)
+        return buf.getvalue()
+
+    s0, s1, s2 = Storage("0", "FloatStorage", 6, 4), Storage("1", "HalfStorage", 4, 2), Storage("2", "BFloat16Storage", 2, 2)
+    a = Tensor(s0, 0, [2, 3])
+    sd = collections.OrderedDict([("a", a), ("b", Tensor(s0, 3, [3])), ("c", Tensor(s1, 0, [2, 2])),
+                                  ("d", Tensor(s2, 0, [2])), ("tied", a), ("step", 3)])
+    storages = [s0, s1, s2]
+
+    def put_entry(z, name, data):
+        # A fixed timestamp: the seeds are deterministic.
+        z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+
+    def zipped(obj, extra=()):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            put_entry(z, "archive/data.pkl", dumps(obj, False))
+            put_entry(z, "archive/byteorder", "little")
+            for s in storages:
+                put_entry(z, f"archive/data/{s.key}", bytes(range(s.numel * s.size)))
+            for name, data in extra:
+                put_entry(z, name, data)
+            put_entry(z, "archive/version", "3\n")
+        return buf.getvalue()
+
+    def legacy(obj):
+        out = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
+        out += pickle.dumps({"protocol_version": 1001, "little_endian": True,
+                             "type_sizes": {"short": 2, "int": 4, "long": 4}}, protocol=2)
+        out += dumps(obj, True) + pickle.dumps([s.key for s in storages], protocol=2)
+        for s in storages:
+            out += struct.pack("<Q", s.numel) + bytes(range(s.numel * s.size))
+        return out
+
+    out = [zipped(sd), legacy(sd), zipped(dict(sd)), zipped(sd, [("archive/.data/serialization_id", "1234")]),
+           zipped(collections.OrderedDict([("t", Tensor(s0, 0, [3, 2], [1, 3]))]))]
+    for bad in [("os", "system"), ("builtins", "eval")]:
+        raw = dumps(sd, False).replace(b"ctorch._utils\n_rebuild_tensor_v2\n", ("c%s\n%s\n" % bad).encode(), 1)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            put_entry(z, "archive/data.pkl", raw)
+        out.append(buf.getvalue())
+    for k, v in saved.items():
+        if v is None:
+            sys.modules.pop(k, None)
+        else:
+            sys.modules[k] = v
+    return out
+
+
+for f in torch_pickles():
+    put("pickle", b"\x07" + f)
+for p in sorted((FIX / "models").glob("*/pytorch_model*.bin")):
+    put("pickle", b"\x10" + p.read_bytes()[:65535])

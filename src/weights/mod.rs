@@ -14,6 +14,10 @@
 //! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
 //! - [`stream`]: the push-style streaming loader (browser `fetch()` bodies), one [`StreamLoader`] per file.
 //! - [`store`]: [`Weights`] and [`WeightsView`].
+//! - [`pickle`], [`torch`], [`zip`], [`torch_reader`] (and its legacy half), [`torch_load`]: PyTorch checkpoints
+//!   (`pytorch_model.bin`, zip or legacy): a restricted pickle reader that executes nothing and allows
+//!   only the globals that rebuild tensors, the state dict's tensor descriptors, the containers read in
+//!   file order, and the sink that streams storages into the [`Assembler`].
 //! - [`quantized`]: quantized checkpoints on disk (`NAME.qweight` U8 tensors in the engine's q8/q4 row
 //!   layout plus a `quantization` entry in `config.json`): copied straight into GPU buffers when loaded
 //!   in their own format, dequantized (and requantized) row by row into any other resident dtype.
@@ -34,10 +38,18 @@ pub mod expected;
 pub mod header;
 pub mod load;
 pub mod names;
+pub mod pickle;
 pub mod quantized;
 pub mod source;
 pub mod store;
 pub mod stream;
+pub mod torch;
+mod torch_legacy;
+pub mod torch_load;
+pub mod torch_reader;
+#[cfg(test)]
+mod torch_tests;
+pub mod zip;
 
 pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
 pub use expected::{
@@ -54,3 +66,6 @@ pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
 pub use source::{DirFiles, FileSource};
 pub use store::{Weights, WeightsView};
 pub use stream::StreamLoader;
+pub use torch::{StateDict, StorageRef, TorchTensor};
+pub use torch_load::{load_torch_source, TorchStreamLoader};
+pub use torch_reader::{StorageSink, TorchReader};
