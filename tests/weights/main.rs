@@ -8,4 +8,5 @@ mod errors;
 mod fixtures;
 mod header;
 mod load;
+mod pickle;
 mod stream;
