@@ -6,6 +6,7 @@
 //! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `pipeline` (the
 //! whole sequence of a task, for every front end), `wasm` (JS facade).
 
+pub mod cpu;
 pub mod error;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod files;

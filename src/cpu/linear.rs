@@ -1,0 +1,235 @@
+//! `nn.Linear` on the CPU: out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) + residual (M, N), the
+//! definition of [`crate::ops::matmul::linear_residual`] (bias, then exact GELU, then the residual, in
+//! f32), for weights in every resident format ([`Weight`]).
+//!
+//! Two shapes of work:
+//! - M <= [`GEMV_MAX_ROWS`] (a decode step, up to 4 beams): a fused GEMV, threads over N. Each weight
+//!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
+//!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32.
+//! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
+//!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
+//!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per
+//!   call, never a whole f32 copy of the matrix.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::cpu::gemm::{sgemm_nt, MatRef};
+use crate::cpu::{activation, check_len, par, Weight};
+use crate::error::{Error, Result};
+use crate::gpu::quant::{QFormat, QBLOCK};
+use crate::ops::matmul::Act;
+
+/// Largest M the GEMV path takes (as the GPU's decode GEMV).
+pub const GEMV_MAX_ROWS: usize = 4;
+
+/// Bytes of f32 one dequantized weight panel holds.
+pub const PANEL_BYTES: usize = 1 << 20;
+
+/// A Linear's parameters: weight (n, k) and optional bias (n).
+#[derive(Clone, Copy, Debug)]
+pub struct LinearRef<'a> {
+    pub w: Weight<'a>,
+    pub n: usize,
+    pub k: usize,
+    pub bias: Option<&'a [f32]>,
+}
+
+/// out (M, N) = act(x (M, K) @ w^T + bias); M = x.len() / K.
+pub fn linear(l: &LinearRef, x: &[f32], act: Act, out: &mut [f32]) -> Result<()> {
+    linear_residual(l, x, act, None, out)
+}
+
+/// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N).
+pub fn linear_residual(
+    l: &LinearRef,
+    x: &[f32],
+    act: Act,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<()> {
+    const OP: &str = "cpu linear";
+    let (n, k) = (l.n, l.k);
+    l.w.check(OP, n, k)?;
+    if k == 0 || !x.len().is_multiple_of(k) {
+        return Err(Error::shape(
+            OP,
+            format!("x of {} values is not rows of K = {k}", x.len()),
+        ));
+    }
+    let m = x.len() / k;
+    check_len(OP, "out", out, m * n)?;
+    if let Some(b) = l.bias {
+        check_len(OP, "bias", b, n)?;
+    }
+    if let Some(r) = residual {
+        check_len(OP, "residual", r, m * n)?;
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if m <= GEMV_MAX_ROWS {
+        gemv(l, x, m, out);
+    } else {
+        gemm_panels(l, x, m, out)?;
+    }
+    epilogue(out, n, l.bias, act, residual);
+    Ok(())
+}
+
+/// The GEMM path: out = x @ w^T, w as f32 panels.
+fn gemm_panels(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+    let (n, k) = (l.n, l.k);
+    let xm = MatRef::new(x, m, k);
+    if let Weight::F32(w) = l.w {
+        return sgemm_nt(xm, MatRef::new(w, n, k), out, n, 0);
+    }
+    let nc = (PANEL_BYTES / (4 * k)).clamp(16, n.max(16)).min(n);
+    let mut panel = vec![0f32; nc * k];
+    for j0 in (0..n).step_by(nc) {
+        let rows = nc.min(n - j0);
+        let p = &mut panel[..rows * k]; // (rows, K)
+        let task = par::task_len(rows, 4);
+        par::chunks_mut(p, task * k, |t, pc| {
+            for (r, dst) in pc.chunks_exact_mut(k).enumerate() {
+                l.w.row_into(k, j0 + t * task + r, dst);
+            }
+        });
+        sgemm_nt(xm, MatRef::new(p, rows, k), out, n, j0)?;
+    }
+    Ok(())
+}
+
+/// The GEMV path (M <= 4): dots of every weight row with the M x rows, threads over N; the (N, M)
+/// results then transposed into out (M, N).
+fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) {
+    let (n, k) = (l.n, l.k);
+    let mut t = vec![0f32; n * m]; // (N, M)
+    let task = par::task_len(n, 16);
+    par::chunks_mut(&mut t, task * m, |ti, tc| {
+        for (r, dst) in tc.chunks_exact_mut(m).enumerate() {
+            row_dots(&l.w, k, ti * task + r, x, dst);
+        }
+    });
+    for (j, d) in t.chunks_exact(m).enumerate() {
+        for (i, &v) in d.iter().enumerate() {
+            out[i * n + j] = v;
+        }
+    }
+}
+
+/// dst[i] = w[row, :] . x[i, :] for the dst.len() rows of x: the row is walked a 32-weight block at a
+/// time, each block widened / dequantized into registers by a loop specialised per format (q8/q4: the
+/// row's scales widened once), and dotted with every x row in 8 lane-wise partial sums.
+fn row_dots(w: &Weight, k: usize, row: usize, x: &[f32], dst: &mut [f32]) {
+    let mut acc = [[0f32; 8]; GEMV_MAX_ROWS];
+    let blocks = k / QBLOCK;
+    match w {
+        Weight::F32(v) => {
+            let r = &v[row * k..(row + 1) * k];
+            block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
+                blk.copy_from_slice(&r[b * QBLOCK..(b + 1) * QBLOCK])
+            });
+        }
+        Weight::F16(v) => {
+            let r = &v[row * k..(row + 1) * k];
+            block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
+                r[b * QBLOCK..(b + 1) * QBLOCK].convert_to_f32_slice(blk)
+            });
+        }
+        Weight::Quant(fmt, v) => {
+            let rb = fmt.row_bytes(k);
+            let r = &v[row * rb..(row + 1) * rb];
+            let mut scales = vec![0f32; blocks];
+            let sb = &r[fmt.quant_bytes(k)..fmt.quant_bytes(k) + 2 * blocks];
+            for (d, h) in scales.iter_mut().zip(sb.chunks_exact(2)) {
+                *d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
+            }
+            match fmt {
+                QFormat::Q8 => block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
+                    let d = scales[b];
+                    let q = &r[b * QBLOCK..(b + 1) * QBLOCK];
+                    for (o, &v) in blk.iter_mut().zip(q) {
+                        *o = d * f32::from(v as i8);
+                    }
+                }),
+                QFormat::Q4 => block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
+                    let d = scales[b];
+                    let q = &r[b * QBLOCK / 2..(b + 1) * QBLOCK / 2];
+                    for (o, &v) in blk.chunks_exact_mut(2).zip(q) {
+                        o[0] = d * (f32::from(v & 0xF) - 8.0);
+                        o[1] = d * (f32::from(v >> 4) - 8.0);
+                    }
+                }),
+            }
+        }
+    }
+    finish_dots(w, k, row, x, &acc, dst);
+}
+
+/// acc[i] += blk(b) . x[i, 32 b .. 32 b + 32] over the whole blocks, `fill` writing block b's weights.
+#[inline(always)]
+fn block_dots(
+    blocks: usize,
+    x: &[f32],
+    k: usize,
+    acc: &mut [[f32; 8]],
+    mut fill: impl FnMut(usize, &mut [f32; QBLOCK]),
+) {
+    let mut blk = [0f32; QBLOCK];
+    for b in 0..blocks {
+        fill(b, &mut blk);
+        for (i, a) in acc.iter_mut().enumerate() {
+            let xb = &x[i * k + b * QBLOCK..i * k + (b + 1) * QBLOCK];
+            for (wc, xc) in blk.chunks_exact(8).zip(xb.chunks_exact(8)) {
+                for l in 0..8 {
+                    a[l] += wc[l] * xc[l];
+                }
+            }
+        }
+    }
+}
+
+/// dst[i] = the lanes of acc[i] summed, plus the partial block past the whole ones (f32/f16 rows only:
+/// quantized K is whole blocks).
+fn finish_dots(w: &Weight, k: usize, row: usize, x: &[f32], acc: &[[f32; 8]], dst: &mut [f32]) {
+    let t0 = k / QBLOCK * QBLOCK;
+    let tl = k - t0;
+    let mut tail = [0f32; QBLOCK];
+    match w {
+        Weight::F32(v) => tail[..tl].copy_from_slice(&v[row * k + t0..(row + 1) * k]),
+        Weight::F16(v) => v[row * k + t0..(row + 1) * k].convert_to_f32_slice(&mut tail[..tl]),
+        Weight::Quant(..) => {}
+    }
+    for (i, d) in dst.iter_mut().enumerate() {
+        let a = acc[i];
+        let mut s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        for (p, &wv) in tail[..tl].iter().enumerate() {
+            s += wv * x[i * k + t0 + p];
+        }
+        *d = s;
+    }
+}
+
+/// out = act(out + bias) + residual, row by row (the GPU epilogue's order), in parallel.
+fn epilogue(out: &mut [f32], n: usize, bias: Option<&[f32]>, act: Act, residual: Option<&[f32]>) {
+    if bias.is_none() && act == Act::None && residual.is_none() {
+        return;
+    }
+    let rows = par::task_len(out.len() / n, 8);
+    par::chunks_mut(out, rows * n, |t, oc| {
+        for (r, row) in oc.chunks_exact_mut(n).enumerate() {
+            if let Some(b) = bias {
+                row.iter_mut().zip(b).for_each(|(v, &bb)| *v += bb);
+            }
+            if act == Act::Gelu {
+                row.iter_mut().for_each(|v| *v = activation::gelu_f32(*v));
+            }
+            if let Some(res) = residual {
+                let i = t * rows + r;
+                let rr = &res[i * n..(i + 1) * n];
+                row.iter_mut().zip(rr).for_each(|(v, &x)| *v += x);
+            }
+        }
+    });
+}

@@ -1,0 +1,45 @@
+//! CPU kernels: every op the model uses, on host slices, for a backend that runs without a GPU.
+//!
+//! Each kernel computes exactly what its GPU counterpart in [`crate::ops`] defines (same layouts: tokens
+//! are rows, heads interleaved in columns, PyTorch Linear weights (N, K), channels-last images; same
+//! epilogue order; the same erf polynomial), in f32, so the two backends agree to rounding. Shapes are
+//! checked and a mismatch is [`crate::Error::Shape`]; outputs are caller-owned slices, so a backend can
+//! plan its own memory (activation buffers reused across layers, KV caches sized once).
+//!
+//! Threads: natively the kernels split their work over rayon's global pool ([`par`]); on wasm32 they run
+//! on the calling thread (browser threads need cross-origin isolation and a standard library built with
+//! atomics, which the stable toolchain does not ship). The GEMM is the `gemm` crate's (runtime-detected
+//! AVX2/AVX-512 natively, SIMD128 in wasm when the module is built with `+simd128`), chosen by
+//! measurement (`cargo bench --bench cpu`); [`gemm::Backend::Blocked`] is the portable register-blocked
+//! fallback it is compared with.
+
+pub mod activation;
+pub mod attention;
+pub mod channel_attn;
+pub mod conv;
+pub mod elementwise;
+pub mod embedding;
+pub mod gemm;
+pub mod linear;
+pub mod norm;
+pub mod par;
+pub mod reduce;
+pub mod softmax;
+pub mod weight;
+pub mod window;
+
+pub use linear::{linear, linear_residual};
+pub use weight::Weight;
+
+use crate::error::{Error, Result};
+
+/// `what` must hold exactly `len` elements ([`Error::Shape`] for `op` otherwise).
+pub(crate) fn check_len<T>(op: &'static str, what: &str, s: &[T], len: usize) -> Result<()> {
+    if s.len() != len {
+        return Err(Error::shape(
+            op,
+            format!("{what} has {} elements, expected {len}", s.len()),
+        ));
+    }
+    Ok(())
+}
