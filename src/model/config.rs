@@ -207,13 +207,30 @@ impl Florence2Config {
 
     /// Cross-field checks: list lengths agree, channels divide into heads and groups, ids fit the vocab.
     pub fn validate(&self) -> Result<()> {
-        let v = &self.vision;
-        let s = v.embed_dim.len();
+        let s = self.vision.embed_dim.len();
         if s == 0 || s > 8 {
             return Err(cfg_err(format!(
                 "vision_config has {s} stages (1..=8 supported)"
             )));
         }
+        self.validate_vision_lists(s)?;
+        self.validate_vision_stages(s)?;
+        self.validate_vision_tables(s)?;
+        self.validate_text()?;
+        // Every count above is bounded, so the table below is small (at most ~25k names); its element
+        // counts are summed in saturating u64.
+        let params = self.parameter_count();
+        if params > MAX_PARAMETERS {
+            return Err(cfg_err(format!(
+                "the config describes {params} parameters (at most {MAX_PARAMETERS})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every per-stage list has one entry per stage (`s`).
+    fn validate_vision_lists(&self, s: usize) -> Result<()> {
+        let v = &self.vision;
         for (name, len) in [
             ("depths", v.depths.len()),
             ("num_heads", v.num_heads.len()),
@@ -229,6 +246,12 @@ impl Florence2Config {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Each stage's channels split into its heads and groups; patch geometry is sane.
+    fn validate_vision_stages(&self, s: usize) -> Result<()> {
+        let v = &self.vision;
         for i in 0..s {
             let c = v.embed_dim[i];
             if c == 0 || v.num_heads[i] == 0 || !c.is_multiple_of(v.num_heads[i]) {
@@ -250,6 +273,12 @@ impl Florence2Config {
                 return Err(cfg_err(format!("stage {i}: padding too large")));
             }
         }
+        Ok(())
+    }
+
+    /// Scalar vision sizes, the position/temporal tables and the feature sources.
+    fn validate_vision_tables(&self, s: usize) -> Result<()> {
+        let v = &self.vision;
         if v.in_channels == 0 || v.in_channels > 4 {
             return Err(cfg_err("vision_config.in_channels must be 1..=4"));
         }
@@ -301,6 +330,12 @@ impl Florence2Config {
                 v.max_temporal_embeddings
             )));
         }
+        Ok(())
+    }
+
+    /// The text model's sizes and token ids (and the projector's width matching it).
+    fn validate_text(&self) -> Result<()> {
+        let v = &self.vision;
         let t = &self.text;
         if v.projection_dim != t.d_model {
             return Err(cfg_err(format!(
@@ -356,14 +391,6 @@ impl Florence2Config {
             return Err(cfg_err(format!(
                 "activation_function '{}' is not supported (gelu)",
                 t.activation_function
-            )));
-        }
-        // Every count above is bounded, so the table below is small (at most ~25k names); its element
-        // counts are summed in saturating u64.
-        let params = self.parameter_count();
-        if params > MAX_PARAMETERS {
-            return Err(cfg_err(format!(
-                "the config describes {params} parameters (at most {MAX_PARAMETERS})"
             )));
         }
         Ok(())

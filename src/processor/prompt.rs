@@ -311,6 +311,48 @@ impl TaskPrompt {
 
 /// Parse and validate a task prompt (see the module docs for the rules).
 pub fn parse_task_prompt(prompt: &str) -> Result<TaskPrompt> {
+    let (task, marker, input) = split_marker(prompt)?;
+    let kind = task.input_kind();
+    if kind == InputKind::None {
+        if !input.is_empty() {
+            return Err(Error::Prompt(format!(
+                "{marker} takes no input and must be the whole prompt; got trailing {}",
+                echo(input)
+            )));
+        }
+        return Ok(TaskPrompt {
+            task,
+            input: None,
+            region: None,
+        });
+    }
+    check_input(marker, kind, input)?;
+    let region = if kind == InputKind::Region {
+        Some(region_bins(input).ok_or_else(|| {
+            Error::Prompt(format!(
+                "{marker} takes a region as exactly four location tokens \
+                 <loc_x1><loc_y1><loc_x2><loc_y2> with bins 0..=999; got {}",
+                echo(input)
+            ))
+        })?)
+    } else {
+        if input.contains(['<', '>']) {
+            return Err(Error::Prompt(format!(
+                "{marker} input must be plain text without '<' or '>'; got {}",
+                echo(input)
+            )));
+        }
+        None
+    };
+    Ok(TaskPrompt {
+        task,
+        input: Some(input.to_string()),
+        region,
+    })
+}
+
+/// The task, its marker and the trimmed rest of a prompt that starts with a known task marker.
+fn split_marker(prompt: &str) -> Result<(Task, &str, &str)> {
     let trimmed = prompt.trim();
     if !trimmed.starts_with('<') {
         return Err(Error::Prompt(format!(
@@ -334,82 +376,46 @@ pub fn parse_task_prompt(prompt: &str) -> Result<TaskPrompt> {
             Task::valid_markers()
         )));
     };
-    let input = rest.trim();
-    match task.input_kind() {
-        InputKind::None => {
-            if !input.is_empty() {
-                return Err(Error::Prompt(format!(
-                    "{marker} takes no input and must be the whole prompt; got trailing {}",
-                    echo(input)
-                )));
-            }
-            Ok(TaskPrompt {
-                task,
-                input: None,
-                region: None,
-            })
-        }
-        kind => {
-            if input.is_empty() {
-                let what = if kind == InputKind::Region {
-                    "a region <loc_x1><loc_y1><loc_x2><loc_y2>"
-                } else {
-                    "a text input"
-                };
-                return Err(Error::Prompt(format!(
-                    "{marker} needs {what} after the marker, e.g. {marker}{}",
-                    if kind == InputKind::Region {
-                        "<loc_52><loc_100><loc_300><loc_400>"
-                    } else {
-                        "a cat"
-                    }
-                )));
-            }
-            if input.len() > MAX_INPUT_BYTES {
-                return Err(Error::Prompt(format!(
-                    "{marker} input is {} bytes; at most {MAX_INPUT_BYTES} bytes are accepted",
-                    input.len()
-                )));
-            }
-            if let Some(c) = input.chars().find(|c| c.is_control()) {
-                return Err(Error::Prompt(format!(
-                    "{marker} input contains the control character {}; got {}",
-                    c.escape_unicode(),
-                    echo(input)
-                )));
-            }
-            if let Some(c) = input.chars().find(|&c| is_refused_format_char(c)) {
-                return Err(Error::Prompt(format!(
-                    "{marker} input contains the invisible format character {} (bidi controls, \
-                     zero-width and other format characters are refused); got {}",
-                    c.escape_unicode(),
-                    echo(input)
-                )));
-            }
-            let region = if kind == InputKind::Region {
-                Some(region_bins(input).ok_or_else(|| {
-                    Error::Prompt(format!(
-                        "{marker} takes a region as exactly four location tokens \
-                         <loc_x1><loc_y1><loc_x2><loc_y2> with bins 0..=999; got {}",
-                        echo(input)
-                    ))
-                })?)
-            } else {
-                if input.contains(['<', '>']) {
-                    return Err(Error::Prompt(format!(
-                        "{marker} input must be plain text without '<' or '>'; got {}",
-                        echo(input)
-                    )));
-                }
-                None
-            };
-            Ok(TaskPrompt {
-                task,
-                input: Some(input.to_string()),
-                region,
-            })
-        }
+    Ok((task, marker, rest.trim()))
+}
+
+/// An input-taking task's input: present, bounded, without control or invisible format characters.
+fn check_input(marker: &str, kind: InputKind, input: &str) -> Result<()> {
+    if input.is_empty() {
+        let (what, example) = if kind == InputKind::Region {
+            (
+                "a region <loc_x1><loc_y1><loc_x2><loc_y2>",
+                "<loc_52><loc_100><loc_300><loc_400>",
+            )
+        } else {
+            ("a text input", "a cat")
+        };
+        return Err(Error::Prompt(format!(
+            "{marker} needs {what} after the marker, e.g. {marker}{example}"
+        )));
     }
+    if input.len() > MAX_INPUT_BYTES {
+        return Err(Error::Prompt(format!(
+            "{marker} input is {} bytes; at most {MAX_INPUT_BYTES} bytes are accepted",
+            input.len()
+        )));
+    }
+    if let Some(c) = input.chars().find(|c| c.is_control()) {
+        return Err(Error::Prompt(format!(
+            "{marker} input contains the control character {}; got {}",
+            c.escape_unicode(),
+            echo(input)
+        )));
+    }
+    if let Some(c) = input.chars().find(|&c| is_refused_format_char(c)) {
+        return Err(Error::Prompt(format!(
+            "{marker} input contains the invisible format character {} (bidi controls, \
+             zero-width and other format characters are refused); got {}",
+            c.escape_unicode(),
+            echo(input)
+        )));
+    }
+    Ok(())
 }
 
 /// The bins of a region input: exactly `<loc_a><loc_b><loc_c><loc_d>`, each bin canonical decimal (no sign,

@@ -524,7 +524,8 @@ fn model_attention_cases_cover_every_attention_kind() {
     use florence2_wasm::gpu::registry::{unpack_heads, OpKind};
     use florence2_wasm::model::config::Florence2Config;
     let cfg: Florence2Config =
-        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
+        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json"))
+            .unwrap();
     let cases = workloads::model_attention_cases(&cfg, 64, 64, 3);
     let classes: Vec<_> = cases.iter().map(|c| c.class()).collect();
     let windows: Vec<_> = classes

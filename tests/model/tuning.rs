@@ -214,7 +214,8 @@ fn linear_follows_the_registry() {
 #[test]
 fn model_shapes_cover_every_layer_kind() {
     let cfg: Florence2Config =
-        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
+        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json"))
+            .unwrap();
     let s = model_linear_shapes(&cfg, 64, 64, 3, DType::F16);
     let d = cfg.text.d_model;
     let v = cfg.text.vocab_size;
@@ -330,7 +331,8 @@ impl tune::Clock for StepClock {
 
 fn tiny4_workload() -> Vec<(LinearShape, f64)> {
     let cfg: Florence2Config =
-        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json")).unwrap();
+        Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json"))
+            .unwrap();
     workloads::model_linear_workload(&cfg, 64, 64, 2, DType::F32)
 }
 

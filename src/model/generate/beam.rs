@@ -97,6 +97,26 @@ struct Cand {
 }
 
 /// Descending by score, ties by (beam, token) ascending; NaN last.
+/// e. next running beams: the best `nb` candidates after pushing finished ones down by 1e9; returns
+/// (sequences, scores, the cache row each came from).
+fn next_running(
+    cands: &[Cand],
+    hits: &[bool],
+    seqs: &[Vec<u32>],
+    nb: usize,
+) -> (Vec<Vec<u32>>, Vec<f32>, Vec<usize>) {
+    let run_scores: Vec<f32> = cands
+        .iter()
+        .zip(hits)
+        .map(|(c, &h)| c.score + if h { NEG } else { 0.0 })
+        .collect();
+    let next = topk_idx(&run_scores, nb);
+    let running = next.iter().map(|&i| seqs[i].clone()).collect();
+    let scores = next.iter().map(|&i| run_scores[i]).collect();
+    let src = next.iter().map(|&i| cands[i].beam).collect();
+    (running, scores, src)
+}
+
 fn order(a: &Cand, b: &Cand) -> std::cmp::Ordering {
     let key = |c: &Cand| {
         if c.score.is_nan() {
@@ -220,10 +240,35 @@ impl BeamSearch {
                 ),
             ));
         }
-        let k = self.cfg.beams_to_keep();
         let cur_len = self.cur_len();
-        // Processed, accumulated candidates of every beam (the best 2 * num_beams allowed per beam
-        // suffice for the global best `beams_to_keep`).
+        let cands = self.candidates(rules, logprobs);
+        let hits: Vec<bool> = cands
+            .iter()
+            .map(|c| {
+                self.cfg.eos_token_ids.contains(&c.token) || cur_len + 1 >= self.cfg.max_length
+            })
+            .collect();
+        let seqs: Vec<Vec<u32>> = cands
+            .iter()
+            .map(|c| {
+                let mut s = self.running.get(c.beam).cloned().unwrap_or_default();
+                s.push(c.token);
+                s
+            })
+            .collect();
+        let (running, running_scores, src) = next_running(&cands, &hits, &seqs, nb);
+        self.merge_finished(&cands, &hits, &seqs, cur_len);
+        self.running = running;
+        self.running_scores = running_scores;
+        self.src = src;
+        self.update_done(&hits, cur_len + 1);
+        Ok(())
+    }
+
+    /// The best `beams_to_keep` processed, accumulated candidates over every beam (the best
+    /// 2 * num_beams allowed per beam suffice for the global best), padded with -inf fillers.
+    fn candidates(&self, rules: &[NextToken], logprobs: &[Vec<(u32, f32)>]) -> Vec<Cand> {
+        let k = self.cfg.beams_to_keep();
         let mut cands: Vec<Cand> = Vec::new();
         for (b, (rule, row)) in rules.iter().zip(logprobs).enumerate() {
             let base = self.running_scores.get(b).copied().unwrap_or(NEG);
@@ -262,38 +307,14 @@ impl BeamSearch {
                 score: f32::NEG_INFINITY,
             });
         }
-        let hits: Vec<bool> = cands
-            .iter()
-            .map(|c| {
-                self.cfg.eos_token_ids.contains(&c.token) || cur_len + 1 >= self.cfg.max_length
-            })
-            .collect();
-        let seqs: Vec<Vec<u32>> = cands
-            .iter()
-            .map(|c| {
-                let mut s = self.running.get(c.beam).cloned().unwrap_or_default();
-                s.push(c.token);
-                s
-            })
-            .collect();
+        cands
+    }
 
-        // e. next running beams: the best num_beams after pushing finished ones down by 1e9.
-        let run_scores: Vec<f32> = cands
-            .iter()
-            .zip(&hits)
-            .map(|(c, &h)| c.score + if h { NEG } else { 0.0 })
-            .collect();
-        let next = topk_idx(&run_scores, nb);
-        let mut running = Vec::with_capacity(nb);
-        let mut running_scores = Vec::with_capacity(nb);
-        let mut src = Vec::with_capacity(nb);
-        for &i in &next {
-            running.push(seqs[i].clone());
-            running_scores.push(run_scores[i]);
-            src.push(cands[i].beam);
-        }
-
-        // f. finished hypotheses.
+    /// f. finished hypotheses: the best `num_beams` of the kept ones and this step's finished
+    /// candidates (length-normalised by the length before this step; pushed down by 1e9 when they
+    /// cannot count).
+    fn merge_finished(&mut self, cands: &[Cand], hits: &[bool], seqs: &[Vec<u32>], cur_len: usize) {
+        let nb = self.cfg.num_beams;
         let all_full = self.is_finished.iter().all(|&f| f);
         let denom = len_pow(cur_len, self.cfg.length_penalty); // cur_len + 1 - decoder_prompt_len
         let mut m_scores = self.finished_scores.clone();
@@ -319,13 +340,10 @@ impl BeamSearch {
         self.finished = keep.iter().map(|&i| m_seqs[i].clone()).collect();
         self.finished_scores = keep.iter().map(|&i| m_scores[i]).collect();
         self.is_finished = keep.iter().map(|&i| m_fin[i]).collect();
+    }
 
-        self.running = running;
-        self.running_scores = running_scores;
-        self.src = src;
-
-        // g. stopping.
-        let cur_len = cur_len + 1;
+    /// g. stopping, after the step that made the sequences `cur_len` long.
+    fn update_done(&mut self, hits: &[bool], cur_len: usize) {
         let lp = self.cfg.length_penalty;
         let hyp_len = if self.cfg.early_stopping == EarlyStopping::Never && lp > 0.0 {
             self.cfg.max_length.saturating_sub(1)
@@ -348,7 +366,6 @@ impl BeamSearch {
         let open = !(all_finished && self.cfg.early_stopping == EarlyStopping::True);
         let valid = !hits.iter().all(|&h| h);
         self.done = !(self.heuristic_unsatisfied && open && valid);
-        Ok(())
     }
 
     /// The answer: the best finished hypothesis (decoder start token first; only the start token when

@@ -42,15 +42,7 @@ pub async fn greedy_observed(
     opts.check_fed_ids(vocab)?;
     // Positions fed to the decoder: 0 ..= max_length - 2 (the last token is never fed back).
     let mut state = decoder.new_state(gpu, cross, 1, max_length - 1)?;
-    let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;
-    let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
-    let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;
-    // Readback staging, allocated once: nothing is allocated on the GPU per token.
-    let st_ids = staging_buffer(gpu, ids.byte_size());
-    let st_topk = staging_buffer(gpu, tk_ids.byte_size());
-    let mut st_logits: Option<wgpu::Buffer> = None;
-    // The step and the argmax / top-k after it are recorded once and replayed every step.
-    let (mut plan_argmax, mut plan_topk): (Option<Plan>, Option<Plan>) = (None, None);
+    let mut picker = Picker::new(gpu, vocab)?;
     while seq.len() < max_length {
         if cancel() {
             return Err(Error::Cancelled);
@@ -70,44 +62,7 @@ pub async fn greedy_observed(
         let mut rec = Recorder::new(gpu);
         rec.set_phase("decode");
         let logits = decoder.step_planned(&mut rec, pos, &mut state)?; // (1, V)
-        let next = match &rule {
-            NextToken::Forced(t) => {
-                rec.submit()?;
-                *t
-            }
-            NextToken::Banned(b) if b.is_empty() => {
-                rec.replay_cached(&mut plan_argmax, |rec| {
-                    ops::reduce::argmax_rows(rec, &logits, &ids) // (1)
-                })?;
-                let p = rec.read_back_into(&ids, &st_ids)?;
-                rec.submit()?;
-                let got = p.u32s(gpu).await?;
-                *got.first()
-                    .ok_or_else(|| Error::Readback("empty argmax".into()))?
-            }
-            NextToken::Banned(b) if b.len() < TOPK_MAX && vocab >= TOPK_MAX => {
-                // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
-                rec.replay_cached(&mut plan_topk, |rec| {
-                    ops::reduce::topk_rows(rec, &logits, TOPK_MAX, &tk_vals, &tk_ids)
-                    // (1, 16)
-                })?;
-                let p = rec.read_back_into(&tk_ids, &st_topk)?;
-                rec.submit()?;
-                let got = p.u32s(gpu).await?;
-                let cands: Vec<(u32, f32)> = got.iter().map(|&i| (i, 0.0)).collect();
-                pick(&cands, &rule)
-                    .ok_or_else(|| Error::Readback("top-k returned only banned tokens".into()))?
-            }
-            NextToken::Banned(_) => {
-                let st = st_logits.get_or_insert_with(|| staging_buffer(gpu, logits.byte_size()));
-                let p = rec.read_back_into(&logits, st)?;
-                rec.submit()?;
-                let row = p.f32s(gpu).await?;
-                argmax_allowed(row.get(..vocab).unwrap_or(&row), &rule).ok_or_else(|| {
-                    Error::shape("generate", "every token is banned by no_repeat_ngram_size")
-                })?
-            }
-        };
+        let next = picker.next(rec, &logits, &rule).await?;
         seq.push(next);
         on_token(next);
         if opts.eos_token_ids.contains(&next) {
@@ -115,4 +70,88 @@ pub async fn greedy_observed(
         }
     }
     Ok(seq)
+}
+
+/// The next greedy token from a step's logits under the processors' rule, with the device buffers,
+/// readback staging and recorded plans allocated once: nothing is allocated on the GPU per token.
+struct Picker {
+    gpu: Arc<Gpu>,
+    vocab: usize,
+    ids: Tensor,     // (1)
+    tk_vals: Tensor, // (1, TOPK_MAX)
+    tk_ids: Tensor,  // (1, TOPK_MAX)
+    st_ids: wgpu::Buffer,
+    st_topk: wgpu::Buffer,
+    st_logits: Option<wgpu::Buffer>,
+    // The argmax / top-k after the step are recorded once and replayed every step.
+    plan_argmax: Option<Plan>,
+    plan_topk: Option<Plan>,
+}
+
+impl Picker {
+    fn new(gpu: &Arc<Gpu>, vocab: usize) -> Result<Self> {
+        let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;
+        let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
+        let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;
+        Ok(Picker {
+            gpu: gpu.clone(),
+            vocab,
+            st_ids: staging_buffer(gpu, ids.byte_size()),
+            st_topk: staging_buffer(gpu, tk_ids.byte_size()),
+            st_logits: None,
+            ids,
+            tk_vals,
+            tk_ids,
+            plan_argmax: None,
+            plan_topk: None,
+        })
+    }
+
+    /// Finish `rec` (holding the step that wrote `logits`, (1, V)) with what `rule` needs, submit it
+    /// and return the chosen token.
+    async fn next(&mut self, mut rec: Recorder, logits: &Tensor, rule: &NextToken) -> Result<u32> {
+        let gpu = &self.gpu;
+        match rule {
+            NextToken::Forced(t) => {
+                rec.submit()?;
+                Ok(*t)
+            }
+            NextToken::Banned(b) if b.is_empty() => {
+                let ids = &self.ids;
+                rec.replay_cached(&mut self.plan_argmax, |rec| {
+                    ops::reduce::argmax_rows(rec, logits, ids) // (1)
+                })?;
+                let p = rec.read_back_into(&self.ids, &self.st_ids)?;
+                rec.submit()?;
+                let got = p.u32s(gpu).await?;
+                got.first()
+                    .copied()
+                    .ok_or_else(|| Error::Readback("empty argmax".into()))
+            }
+            NextToken::Banned(b) if b.len() < TOPK_MAX && self.vocab >= TOPK_MAX => {
+                // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
+                let (vals, ids) = (&self.tk_vals, &self.tk_ids);
+                rec.replay_cached(&mut self.plan_topk, |rec| {
+                    ops::reduce::topk_rows(rec, logits, TOPK_MAX, vals, ids) // (1, 16)
+                })?;
+                let p = rec.read_back_into(&self.tk_ids, &self.st_topk)?;
+                rec.submit()?;
+                let got = p.u32s(gpu).await?;
+                let cands: Vec<(u32, f32)> = got.iter().map(|&i| (i, 0.0)).collect();
+                pick(&cands, rule)
+                    .ok_or_else(|| Error::Readback("top-k returned only banned tokens".into()))
+            }
+            NextToken::Banned(_) => {
+                let st = self
+                    .st_logits
+                    .get_or_insert_with(|| staging_buffer(gpu, logits.byte_size()));
+                let p = rec.read_back_into(logits, st)?;
+                rec.submit()?;
+                let row = p.f32s(gpu).await?;
+                argmax_allowed(row.get(..self.vocab).unwrap_or(&row), rule).ok_or_else(|| {
+                    Error::shape("generate", "every token is banned by no_repeat_ngram_size")
+                })
+            }
+        }
+    }
 }

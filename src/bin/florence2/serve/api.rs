@@ -145,6 +145,45 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
             type_name(&body)
         )));
     }
+    let opts = parse_options(&body, limits)?;
+    let mut prompt_text: Option<String> = None;
+    let mut images: Vec<(String, &str)> = Vec::new();
+    for (i, msg) in messages_of(&body)?.iter().enumerate() {
+        let (role, text) = parse_message(i, msg, &mut images)?;
+        if role == "user" {
+            prompt_text = Some(text);
+        }
+    }
+    let prompt_text = prompt_text.ok_or_else(|| {
+        ApiError::invalid(
+            "messages",
+            "no user message: the task prompt (e.g. <OD>) is the text of the last user message",
+        )
+    })?;
+    let prompt = parse_task_prompt(&prompt_text)
+        .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
+    let (param, url) = one_image(&images)?;
+    Ok(ChatRequest {
+        prompt,
+        image: image_source(param, url, limits)?,
+        max_tokens: opts.max_tokens,
+        num_beams: opts.num_beams,
+        stream: opts.stream,
+        include_usage: opts.include_usage,
+    })
+}
+
+/// The request's scalar options.
+struct Options {
+    max_tokens: Option<usize>,
+    num_beams: Option<usize>,
+    stream: bool,
+    include_usage: bool,
+}
+
+/// `model`, `n`, `max_(completion_)tokens`, `num_beams`, `stream`, `stream_options`; unsupported
+/// parameters are refused by name.
+fn parse_options(body: &Value, limits: &RequestLimits) -> Result<Options, ApiError> {
     if let Some(m) = body.get("model") {
         if !m.is_string() && !m.is_null() {
             return Err(ApiError::invalid(
@@ -168,14 +207,14 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
     }
     // Bounded by the model's positions: a larger value (1024, the model card's default, on a model with
     // 1024 positions) is clamped, not refused; generation could not go further anyway.
-    let max_tokens = match opt_count(&body, "max_completion_tokens", usize::MAX)? {
+    let max_tokens = match opt_count(body, "max_completion_tokens", usize::MAX)? {
         Some(n) => Some(n),
-        None => opt_count(&body, "max_tokens", usize::MAX)?,
+        None => opt_count(body, "max_tokens", usize::MAX)?,
     }
     .map(|n| n.min(limits.max_new_tokens));
-    let num_beams = opt_count(&body, "num_beams", MAX_BEAMS)?;
+    let num_beams = opt_count(body, "num_beams", MAX_BEAMS)?;
     let stream = opt_bool(body.get("stream"), "stream")?;
-    refuse_unsupported(&body)?;
+    refuse_unsupported(body)?;
     let include_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => opt_bool(o.get("include_usage"), "stream_options.include_usage")?,
@@ -186,145 +225,159 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
             ))
         }
     };
+    Ok(Options {
+        max_tokens,
+        num_beams,
+        stream,
+        include_usage,
+    })
+}
 
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => m,
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid("messages", "messages must not be empty"))
+/// The non-empty `messages` array.
+fn messages_of(body: &Value) -> Result<&Vec<Value>, ApiError> {
+    match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => Ok(m),
+        Some(Value::Array(_)) => Err(ApiError::invalid("messages", "messages must not be empty")),
+        Some(other) => Err(ApiError::invalid(
+            "messages",
+            format!("messages must be an array, got {}", type_name(other)),
+        )),
+        None => Err(ApiError::invalid("messages", "messages is required")),
+    }
+}
+
+/// Message `i`: its role and its text (the text parts concatenated); its image URLs go to `images`
+/// with the parameter that names them.
+fn parse_message<'a>(
+    i: usize,
+    msg: &'a Value,
+    images: &mut Vec<(String, &'a str)>,
+) -> Result<(&'a str, String), ApiError> {
+    let param = format!("messages[{i}]");
+    let Some(obj) = msg.as_object() else {
+        return Err(ApiError::invalid(
+            &param,
+            format!("{param} must be an object, got {}", type_name(msg)),
+        ));
+    };
+    let role = match obj.get("role") {
+        Some(Value::String(r)) => r.as_str(),
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("{param}.role must be a string"),
+            ))
+        }
+    };
+    if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool") {
+        return Err(ApiError::invalid(
+            &format!("{param}.role"),
+            format!(
+                "{param}.role {} is not one of system, developer, user, assistant, tool",
+                excerpt(role)
+            ),
+        ));
+    }
+    let mut text = String::new();
+    match obj.get("content") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => text.push_str(s),
+        Some(Value::Array(parts)) => {
+            for (j, part) in parts.iter().enumerate() {
+                parse_part(&format!("{param}.content[{j}]"), part, &mut text, images)?;
+            }
         }
         Some(other) => {
             return Err(ApiError::invalid(
-                "messages",
-                format!("messages must be an array, got {}", type_name(other)),
+                &format!("{param}.content"),
+                format!(
+                    "{param}.content must be a string or an array of parts, got {}",
+                    type_name(other)
+                ),
             ))
         }
-        None => return Err(ApiError::invalid("messages", "messages is required")),
-    };
+    }
+    Ok((role, text))
+}
 
-    let mut prompt_text: Option<String> = None;
-    let mut images: Vec<(String, &str)> = Vec::new();
-    for (i, msg) in messages.iter().enumerate() {
-        let param = format!("messages[{i}]");
-        let Some(obj) = msg.as_object() else {
-            return Err(ApiError::invalid(
-                &param,
-                format!("{param} must be an object, got {}", type_name(msg)),
-            ));
-        };
-        let role = match obj.get("role") {
-            Some(Value::String(r)) => r.as_str(),
+/// One content part (`pparam` names it): text is appended to `text`, an image URL to `images`.
+fn parse_part<'a>(
+    pparam: &str,
+    part: &'a Value,
+    text: &mut String,
+    images: &mut Vec<(String, &'a str)>,
+) -> Result<(), ApiError> {
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "text" => match part.get("text") {
+            Some(Value::String(s)) => text.push_str(s),
             _ => {
                 return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!("{param}.role must be a string"),
+                    &format!("{pparam}.text"),
+                    format!("{pparam}.text must be a string"),
                 ))
             }
-        };
-        if !matches!(role, "system" | "developer" | "user" | "assistant" | "tool") {
-            return Err(ApiError::invalid(
-                &format!("{param}.role"),
-                format!(
-                    "{param}.role {} is not one of system, developer, user, assistant, tool",
-                    excerpt(role)
-                ),
-            ));
-        }
-        let mut text = String::new();
-        match obj.get("content") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => text.push_str(s),
-            Some(Value::Array(parts)) => {
-                for (j, part) in parts.iter().enumerate() {
-                    let pparam = format!("{param}.content[{j}]");
-                    let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
-                    match kind {
-                        "text" => match part.get("text") {
-                            Some(Value::String(s)) => text.push_str(s),
-                            _ => {
-                                return Err(ApiError::invalid(
-                                    &format!("{pparam}.text"),
-                                    format!("{pparam}.text must be a string"),
-                                ))
-                            }
-                        },
-                        "image_url" => {
-                            let url = match part.get("image_url") {
-                                Some(Value::String(u)) => u.as_str(),
-                                Some(Value::Object(o)) => match o.get("url") {
-                                    Some(Value::String(u)) => u.as_str(),
-                                    _ => {
-                                        return Err(ApiError::invalid(
-                                            &format!("{pparam}.image_url.url"),
-                                            format!("{pparam}.image_url.url must be a string"),
-                                        ))
-                                    }
-                                },
-                                _ => {
-                                    return Err(ApiError::invalid(
-                                        &format!("{pparam}.image_url"),
-                                        format!("{pparam}.image_url must be an object with a url"),
-                                    ))
-                                }
-                            };
-                            images.push((format!("{pparam}.image_url.url"), url));
-                        }
-                        other => {
-                            return Err(ApiError::invalid_code(
-                                &format!("{pparam}.type"),
-                                "unsupported_content",
-                                format!(
-                                    "{pparam}.type {} is not supported (text and image_url are)",
-                                    excerpt(other)
-                                ),
-                            ))
-                        }
+        },
+        "image_url" => {
+            let url = match part.get("image_url") {
+                Some(Value::String(u)) => u.as_str(),
+                Some(Value::Object(o)) => match o.get("url") {
+                    Some(Value::String(u)) => u.as_str(),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            &format!("{pparam}.image_url.url"),
+                            format!("{pparam}.image_url.url must be a string"),
+                        ))
                     }
+                },
+                _ => {
+                    return Err(ApiError::invalid(
+                        &format!("{pparam}.image_url"),
+                        format!("{pparam}.image_url must be an object with a url"),
+                    ))
                 }
-            }
-            Some(other) => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.content"),
-                    format!(
-                        "{param}.content must be a string or an array of parts, got {}",
-                        type_name(other)
-                    ),
-                ))
-            }
+            };
+            images.push((format!("{pparam}.image_url.url"), url));
         }
-        if role == "user" {
-            prompt_text = Some(text);
+        other => {
+            return Err(ApiError::invalid_code(
+                &format!("{pparam}.type"),
+                "unsupported_content",
+                format!(
+                    "{pparam}.type {} is not supported (text and image_url are)",
+                    excerpt(other)
+                ),
+            ))
         }
     }
+    Ok(())
+}
 
-    let prompt_text = prompt_text.ok_or_else(|| {
-        ApiError::invalid(
-            "messages",
-            "no user message: the task prompt (e.g. <OD>) is the text of the last user message",
-        )
-    })?;
-    let prompt = parse_task_prompt(&prompt_text)
-        .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
-
-    let (param, url) = match images.as_slice() {
-        [] => return Err(ApiError::invalid_code(
+/// Exactly one image among all messages.
+fn one_image<'i, 'a>(images: &'i [(String, &'a str)]) -> Result<&'i (String, &'a str), ApiError> {
+    match images {
+        [] => Err(ApiError::invalid_code(
             "messages",
             "image_required",
             "no image: send one content part {\"type\": \"image_url\", \"image_url\": {\"url\": \
                  \"data:image/png;base64,...\"}}",
         )),
-        [one] => one,
-        more => {
-            return Err(ApiError::invalid_code(
-                "messages",
-                "too_many_images",
-                format!(
-                    "{} images were sent; Florence-2 takes exactly one per request",
-                    more.len()
-                ),
-            ))
-        }
-    };
-    let image = match super::remote::remote_scheme(url) {
+        [one] => Ok(one),
+        more => Err(ApiError::invalid_code(
+            "messages",
+            "too_many_images",
+            format!(
+                "{} images were sent; Florence-2 takes exactly one per request",
+                more.len()
+            ),
+        )),
+    }
+}
+
+/// The image URL as a source: a remote URL to fetch later (with `--allow-remote-images`), else a data
+/// URL decoded and checked now.
+fn image_source(param: &str, url: &str, limits: &RequestLimits) -> Result<ImageSource, ApiError> {
+    match super::remote::remote_scheme(url) {
         Some(_) if limits.allow_remote_images => {
             if url.len() > MAX_URL_CHARS {
                 return Err(ApiError::invalid_code(
@@ -336,21 +389,17 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
                     ),
                 ));
             }
-            ImageSource::Remote {
-                param: param.clone(),
+            Ok(ImageSource::Remote {
+                param: param.to_string(),
                 url: url.to_string(),
-            }
+            })
         }
-        _ => ImageSource::Inline(decode_data_url(param, url, limits.max_image_bytes)?),
-    };
-    Ok(ChatRequest {
-        prompt,
-        image,
-        max_tokens,
-        num_beams,
-        stream,
-        include_usage,
-    })
+        _ => Ok(ImageSource::Inline(decode_data_url(
+            param,
+            url,
+            limits.max_image_bytes,
+        )?)),
+    }
 }
 
 /// The longest remote image URL accepted.
