@@ -418,6 +418,14 @@ pub fn image_kind(bytes: &[u8]) -> Option<&'static str> {
 
 /// The bytes of a `data:image/(png|jpeg);base64,...` URL, size-checked before and after decoding.
 fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, ApiError> {
+    let (media, payload) = data_url_parts(param, url)?;
+    let bytes = decode_base64_bounded(param, payload, max_bytes)?;
+    check_image_bytes(param, &media, &bytes)?;
+    Ok(bytes)
+}
+
+/// The media type (lower case, checked) and the base64 payload of a data URL.
+fn data_url_parts<'u>(param: &str, url: &'u str) -> Result<(String, &'u str), ApiError> {
     let scheme_end = url.find(':').unwrap_or(0);
     let scheme = url[..scheme_end].to_ascii_lowercase();
     match scheme.as_str() {
@@ -471,6 +479,15 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
             "the data URL must be base64-encoded (data:image/png;base64,...)",
         ));
     }
+    Ok((media, payload))
+}
+
+/// The base64 `payload` decoded, its size checked against `max_bytes` from its length before decoding.
+fn decode_base64_bounded(
+    param: &str,
+    payload: &str,
+    max_bytes: usize,
+) -> Result<Vec<u8>, ApiError> {
     // Some encoders wrap base64 in lines (MIME style): whitespace is dropped (the copy is bounded by the
     // body limit).
     let unwrapped: String;
@@ -509,8 +526,13 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
             "the image is empty",
         ));
     }
+    Ok(bytes)
+}
+
+/// The bytes are a non-empty PNG or JPEG of the declared media type.
+fn check_image_bytes(param: &str, media: &str, bytes: &[u8]) -> Result<(), ApiError> {
     let declared_png = media == "image/png";
-    let kind = image_kind(&bytes);
+    let kind = image_kind(bytes);
     let is_png = kind == Some("png");
     if kind.is_none() {
         return Err(ApiError::invalid_code(
@@ -529,7 +551,7 @@ fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, 
             ),
         ));
     }
-    Ok(bytes)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -169,6 +169,14 @@ impl Metrics {
     /// `in_flight`: admitted requests not yet answered (running, queued or decoding their image).
     pub fn render(&self, ready: bool, capacity: usize, in_flight: usize) -> String {
         let mut s = String::new();
+        self.render_outcomes(&mut s);
+        self.render_gauges(&mut s, ready, capacity, in_flight);
+        self.render_counters(&mut s);
+        self.render_phases(&mut s);
+        s
+    }
+
+    fn render_outcomes(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "# HELP florence2_requests_total Chat-completion requests by outcome.\n\
@@ -182,6 +190,9 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+    }
+
+    fn render_gauges(&self, s: &mut String, ready: bool, capacity: usize, in_flight: usize) {
         let gauges = [
             (
                 "florence2_queue_depth",
@@ -212,6 +223,9 @@ impl Metrics {
         for (name, help, v) in gauges {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
+    }
+
+    fn render_counters(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "# HELP florence2_generated_tokens_total Tokens generated (decoder start token excluded).\n\
@@ -234,6 +248,9 @@ impl Metrics {
         for (name, help, v) in counters {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
         }
+    }
+
+    fn render_phases(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "# HELP florence2_phase_seconds Request phase latencies.\n\
@@ -260,6 +277,5 @@ impl Metrics {
                 h.count, h.sum, h.count
             );
         }
-        s
     }
 }

@@ -7,7 +7,7 @@
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]]
 //! ```
 //!
-//! One GPU worker thread owns the library `Pipeline` (`engine.rs`, `worker.rs`) (`worker.rs`); HTTP runs on tokio + axum (`routes.rs`); requests
+//! One GPU worker thread owns the library `Pipeline` (`engine.rs`, `worker.rs`); HTTP runs on tokio + axum (`routes.rs`); requests
 //! are validated in `api.rs`; errors have the OpenAI shape (`error.rs`); `/metrics` is Prometheus text
 //! (`metrics.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
 //! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
@@ -218,77 +218,19 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let worker = {
-        let shared = shared.clone();
-        let dir = opts.model.clone();
-        let dtype = opts.dtype;
-        let tuning = opts.tuning;
+        let (shared, dir, dtype, tuning) =
+            (shared.clone(), opts.model.clone(), opts.dtype, opts.tuning);
         std::thread::Builder::new()
             .name("florence2-gpu".into())
             .spawn(move || worker::run(dir, dtype, tuning, shared, jobs_rx, loaded_tx))
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
-
-    let capacity = opts.max_queue.saturating_add(1);
-    let state = Arc::new(AppState {
-        shared: shared.clone(),
-        model_id: opts.model_id.clone(),
-        dtype: opts.dtype,
-        api_key: opts.api_key.clone(),
-        max_body_bytes: opts.max_body_bytes,
-        max_image_bytes: opts.max_image_bytes,
-        image_limits: ImageLimits {
-            max_pixels: opts.max_image_pixels,
-            ..ImageLimits::default()
-        },
-        remote: opts.remote,
-        capacity,
-        admission: Arc::new(Semaphore::new(capacity)),
-        jobs: Mutex::new(Some(jobs_tx)),
-        started: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    });
-
-    println!("florence2 serve: listening on http://{addr}");
-    eprintln!(
-        "florence2 serve: model {} (id {:?}, {} weights) loading; {} request(s) admitted at once; API key {}",
-        opts.model.display(),
-        opts.model_id,
-        opts.dtype.as_str(),
-        capacity,
-        if opts.api_key.is_some() {
-            "required"
-        } else {
-            "not required"
-        }
-    );
+    let state = Arc::new(app_state(&opts, shared.clone(), jobs_tx));
+    announce(addr, &opts, state.capacity);
 
     // Stop on a signal (exit 0) or a failed load (an error).
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let load_failed = async {
-        match loaded_rx.await {
-            Ok(Err(msg)) => msg,
-            Ok(Ok(())) => {
-                eprintln!("florence2 serve: model loaded, ready");
-                std::future::pending().await
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    let mut stopper = {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let reason = tokio::select! {
-                _ = shutdown_signal() => None,
-                msg = load_failed => Some(msg),
-            };
-            shared.closing.store(true, Ordering::Relaxed);
-            let _ = stop_tx.send(true);
-            reason
-        })
-    };
-
+    let mut stopper = spawn_stopper(shared.clone(), loaded_rx, stop_tx);
     let app = routes::router(state.clone());
     let graceful = async move {
         let _ = stop_rx.wait_for(|s| *s).await;
@@ -313,24 +255,8 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
             stopper.await.unwrap_or(None)
         }
     };
-    eprintln!(
-        "florence2 serve: shutting down (finishing in-flight requests for up to {:?})",
-        opts.shutdown_timeout
-    );
-    // Let in-flight requests finish for the grace period, then cancel them (each stops within one decode
-    // step), then give the connections a moment to flush their 503s.
-    if !server_done
-        && tokio::time::timeout(opts.shutdown_timeout, &mut server)
-            .await
-            .is_err()
-    {
-        shared.abort.store(true, Ordering::Relaxed);
-        if tokio::time::timeout(Duration::from_secs(5), &mut server)
-            .await
-            .is_err()
-        {
-            server.abort();
-        }
+    if !server_done {
+        drain(&opts, &shared, server).await;
     }
     shared.abort.store(true, Ordering::Relaxed);
     if let Ok(mut jobs) = state.jobs.lock() {
@@ -345,5 +271,100 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
             Ok(())
         }
         Some(msg) => Err(msg),
+    }
+}
+
+/// The state every route shares; `jobs` feeds the GPU worker.
+fn app_state(
+    opts: &ServeOptions,
+    shared: Arc<Shared>,
+    jobs: std::sync::mpsc::Sender<worker::Job>,
+) -> AppState {
+    let capacity = opts.max_queue.saturating_add(1);
+    AppState {
+        shared,
+        model_id: opts.model_id.clone(),
+        dtype: opts.dtype,
+        api_key: opts.api_key.clone(),
+        max_body_bytes: opts.max_body_bytes,
+        max_image_bytes: opts.max_image_bytes,
+        image_limits: ImageLimits {
+            max_pixels: opts.max_image_pixels,
+            ..ImageLimits::default()
+        },
+        remote: opts.remote,
+        capacity,
+        admission: Arc::new(Semaphore::new(capacity)),
+        jobs: Mutex::new(Some(jobs)),
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    }
+}
+
+/// The bound address on stdout (clients wait for it), the configuration on stderr.
+fn announce(addr: SocketAddr, opts: &ServeOptions, capacity: usize) {
+    println!("florence2 serve: listening on http://{addr}");
+    eprintln!(
+        "florence2 serve: model {} (id {:?}, {} weights) loading; {} request(s) admitted at once; API key {}",
+        opts.model.display(),
+        opts.model_id,
+        opts.dtype.as_str(),
+        capacity,
+        if opts.api_key.is_some() {
+            "required"
+        } else {
+            "not required"
+        }
+    );
+}
+
+/// A task that waits for a shutdown signal (reason `None`) or a failed model load (its message), then
+/// marks the server closing and tells the HTTP server to stop.
+fn spawn_stopper(
+    shared: Arc<Shared>,
+    loaded: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    stop: tokio::sync::watch::Sender<bool>,
+) -> tokio::task::JoinHandle<Option<String>> {
+    let load_failed = async {
+        match loaded.await {
+            Ok(Err(msg)) => msg,
+            Ok(Ok(())) => {
+                eprintln!("florence2 serve: model loaded, ready");
+                std::future::pending().await
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::spawn(async move {
+        let reason = tokio::select! {
+            _ = shutdown_signal() => None,
+            msg = load_failed => Some(msg),
+        };
+        shared.closing.store(true, Ordering::Relaxed);
+        let _ = stop.send(true);
+        reason
+    })
+}
+
+/// Let in-flight requests finish for the grace period, then cancel them (each stops within one decode
+/// step), then give the connections a moment to flush their 503s.
+async fn drain<T>(opts: &ServeOptions, shared: &Shared, mut server: tokio::task::JoinHandle<T>) {
+    eprintln!(
+        "florence2 serve: shutting down (finishing in-flight requests for up to {:?})",
+        opts.shutdown_timeout
+    );
+    if tokio::time::timeout(opts.shutdown_timeout, &mut server)
+        .await
+        .is_err()
+    {
+        shared.abort.store(true, Ordering::Relaxed);
+        if tokio::time::timeout(Duration::from_secs(5), &mut server)
+            .await
+            .is_err()
+        {
+            server.abort();
+        }
     }
 }
