@@ -17,8 +17,12 @@ use crate::weights::store::Weights;
 pub const CONFIG_FILE: &str = "config.json";
 pub const SINGLE_FILE: &str = "model.safetensors";
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// A PyTorch checkpoint (zip or legacy pickle format, [`crate::weights::torch_load`]).
+pub const TORCH_FILE: &str = "pytorch_model.bin";
+pub const TORCH_INDEX_FILE: &str = "pytorch_model.bin.index.json";
 
-/// A parsed, validated `model.safetensors.index.json`.
+/// A parsed, validated `model.safetensors.index.json` (or `pytorch_model.bin.index.json`: the same
+/// format, naming `.bin` shards).
 #[derive(Clone, Debug)]
 pub struct CheckpointIndex {
     /// Tensor name -> shard file name.
@@ -31,9 +35,21 @@ pub struct CheckpointIndex {
 const MAX_SHARDS: usize = 4096;
 
 impl CheckpointIndex {
+    /// Parse `model.safetensors.index.json`.
     pub fn parse(bytes: &[u8]) -> Result<Self> {
+        Self::parse_file(bytes, INDEX_FILE)
+    }
+
+    /// Parse the index `file` (`model.safetensors.index.json`: `.safetensors` shards;
+    /// `pytorch_model.bin.index.json`: `.bin` shards).
+    pub fn parse_file(bytes: &[u8], file: &str) -> Result<Self> {
+        let ext = if file == TORCH_INDEX_FILE {
+            ".bin"
+        } else {
+            ".safetensors"
+        };
         let bad = |msg: String| Error::CheckpointIndex {
-            file: INDEX_FILE.into(),
+            file: file.into(),
             msg,
         };
         let v: serde_json::Value = crate::json::parse_strict_slice(bytes)
@@ -56,8 +72,8 @@ impl CheckpointIndex {
                     "shard name '{shard}' is not a plain relative file name"
                 )));
             }
-            if !shard.ends_with(".safetensors") {
-                return Err(bad(format!("shard '{shard}' is not a .safetensors file")));
+            if !shard.ends_with(ext) {
+                return Err(bad(format!("shard '{shard}' is not a {ext} file")));
             }
             shards.insert(shard.to_owned());
             weight_map.insert(name.clone(), shard.to_owned());
