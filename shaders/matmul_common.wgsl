@@ -1,4 +1,4 @@
-// Shared part of the vec4 linear kernels (`matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv*.wgsl`): the
+// Shared part of the vec4 linear kernels (`matmul_rb.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`): the
 // Params uniform, the bindings and the epilogue. Concatenated in front of each kernel by the launcher.
 //
 // out[m, n_off + j] = act(sum_k x[m, k] * w[j, k] + bias[n_off + j]), w in PyTorch Linear layout (N, K),

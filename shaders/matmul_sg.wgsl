@@ -1,9 +1,10 @@
 // Subgroup linear for K % 8 == 0 (needs wgpu's SUBGROUP feature and subgroups of at least 8 lanes; the
-// launcher checks). Same 8x8 register block per invocation as `matmul_v4.wgsl`, but x is not loaded by
-// every lane: all invocations of a workgroup share the same 8 rows, so lane l of each subgroup loads only
-// row (l mod 8)'s next 8 k-values and the subgroup shares them with `subgroupBroadcast` from constant lanes
-// 0..7. On CPU adapters (lavapipe) a storage load whose address is not a compile-time constant becomes a
-// scalar loop over the lanes, so this cuts x's loads 8-fold; on GPUs it saves cache bandwidth.
+// launcher checks). An 8x8 register block per invocation, as `matmul_rb.wgsl`'s reg8x8, but x is not
+// loaded by every lane: all invocations of a workgroup share the same 8 rows, so lane l of each subgroup
+// loads only row (l mod 8)'s next 8 k-values and the subgroup shares them with `subgroupBroadcast` from
+// constant lanes 0..7. On CPU adapters (lavapipe) a storage load whose address is not a compile-time
+// constant becomes a scalar loop over the lanes, so this cuts x's loads 8-fold; on GPUs it saves cache
+// bandwidth.
 // No barriers, no shared memory. Broadcasts run in uniform control flow: out-of-range lanes are clamped,
 // never returned early. Requires `matmul_common.wgsl` in front.
 //

@@ -659,8 +659,7 @@ async fn browser_quantized_linear_and_embedding() {
             let wq = quant::dequantize_rows(fmt, k, &bytes).unwrap();
             let tw = Tensor::from_f32_quantized(&g, &[n, k], &w, fmt, "w").unwrap();
             let (want, bound) = linear_ref64(&x, &wq, &b, m, n, k);
-            // Vec4 is no tuner candidate any more (superseded by Reg8x8) but still forceable.
-            for v in LinearVariant::ALL.into_iter().chain([LinearVariant::Vec4]) {
+            for v in LinearVariant::ALL {
                 if !v.supports(&g.caps, m, k, format) {
                     continue;
                 }
@@ -681,7 +680,7 @@ async fn browser_quantized_linear_and_embedding() {
     }
     web_sys::console::log_1(&format!("quantized linear runs (variant, format): {ran:?}").into());
     for fmt in ["q8", "q4"] {
-        for v in ["vec4", "reg8x8", "reg16x16", "gemv"] {
+        for v in ["reg8x8", "reg16x16", "gemv"] {
             assert!(ran.contains_key(&(v, fmt)), "{v} {fmt} never ran");
         }
     }

@@ -32,12 +32,9 @@ const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("decode fc1", 1, 768, 3072),
 ];
 
-/// The tuner's candidates plus `Vec4` (no candidate any more, kept forceable: the no-subgroup static
-/// choice before the register-blocked kernels, for the side-by-side ratio).
+/// The tuner's candidates.
 fn variants() -> Vec<LinearVariant> {
-    let mut v = vec![LinearVariant::Vec4];
-    v.extend(LinearVariant::ALL);
-    v
+    LinearVariant::ALL.to_vec()
 }
 
 fn log(s: &str) {

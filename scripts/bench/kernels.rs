@@ -49,12 +49,9 @@ const LINEAR_SHAPES: &[(&str, usize, usize, usize)] = &[
 const BMM_SHAPES: &[(&str, usize, usize, usize, usize)] =
     &[("12 heads q k^T, 577 tok", 12, 577, 64, 577)];
 
-/// The tuner's candidates plus `Vec4` (no candidate any more, kept forceable: the no-subgroup static
-/// choice before the register-blocked kernels, for the side-by-side ratio).
+/// The tuner's candidates.
 fn variants() -> Vec<LinearVariant> {
-    let mut v = vec![LinearVariant::Vec4];
-    v.extend(LinearVariant::ALL);
-    v
+    LinearVariant::ALL.to_vec()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -405,9 +405,9 @@ fn gemm_rate(gpu: &Arc<Gpu>, m: usize, k: usize, n: usize) -> (f64, LinearVarian
     let w = rand_tensor(gpu, &[n, k], 2);
     let b = rand_tensor(gpu, &[n], 3);
     let out = Tensor::zeros(gpu, &[m, n], DType::F32, "out").expect("out");
-    let mut best = (0.0, LinearVariant::Vec4);
+    let mut best = (0.0, LinearVariant::Reg8x8);
     for v in [
-        LinearVariant::Vec4,
+        LinearVariant::Reg8x8,
         LinearVariant::Subgroup,
         LinearVariant::SubgroupC4,
         LinearVariant::SubgroupR16,

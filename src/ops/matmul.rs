@@ -1,7 +1,7 @@
 //! Matrix multiplies: `linear` (PyTorch Linear: x @ w^T + bias, optional exact GELU epilogue, optional
 //! residual: [`linear_residual`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
 //! linear and the workgroup-tiled GEMM), `matmul_rb.wgsl` (register-blocked, no subgroups),
-//! `matmul_v4.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
+//! `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
 //! Which variant runs is the registry's choice ([`crate::gpu::registry`], filled by [`crate::gpu::tune`]).
 //!
 //! Weights larger than one storage binding (the tied 51328x768 LM head on 128 MiB-binding devices) are
@@ -15,14 +15,6 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "matmul",
     source: include_str!("../../shaders/matmul.wgsl"),
-};
-
-pub static SHADER_V4: Shader = Shader {
-    name: "matmul_v4",
-    source: concat!(
-        include_str!("../../shaders/matmul_common.wgsl"),
-        include_str!("../../shaders/matmul_v4.wgsl")
-    ),
 };
 
 pub static SHADER_RB: Shader = Shader {
@@ -68,9 +60,8 @@ pub enum Act {
 pub enum LinearVariant {
     /// `matmul.wgsl`: 4x4 register blocks, scalar loads. Any shape; the fallback for K % 8 != 0.
     Scalar,
-    /// `matmul_v4.wgsl`: 8x8 register blocks, vec4 loads, no subgroups. K % 8 == 0.
-    Vec4,
-    /// `matmul_sg.wgsl`: as `Vec4` but x is loaded once per subgroup and shared by `subgroupBroadcast`.
+    /// `matmul_sg.wgsl`: 8x8 register blocks, x loaded once per subgroup and shared by
+    /// `subgroupBroadcast`.
     /// K % 8 == 0, SUBGROUP feature with subgroups of >= 8 lanes.
     Subgroup,
     /// `matmul_sg.wgsl` `linear_sg_c4`: as `Subgroup` with 8x4 register blocks.
@@ -114,9 +105,6 @@ pub enum LinearVariant {
 
 impl LinearVariant {
     /// Every variant, in the order the tuner tries them (the registry's candidate list for `linear`).
-    /// `Vec4` is not listed: `Reg8x8` runs the same 8x8 block without its dynamically indexed arrays
-    /// and measured 2-3x faster on lavapipe and SwiftShader, so it is no longer a candidate (it stays
-    /// forceable for comparisons).
     pub const ALL: [LinearVariant; 15] = [
         LinearVariant::Scalar,
         LinearVariant::Tiled64,
@@ -139,7 +127,6 @@ impl LinearVariant {
     pub fn name(self) -> &'static str {
         match self {
             LinearVariant::Scalar => "scalar",
-            LinearVariant::Vec4 => "vec4",
             LinearVariant::Subgroup => "subgroup",
             LinearVariant::SubgroupC4 => "subgroup_c4",
             LinearVariant::SubgroupR16 => "subgroup_r16",
@@ -158,10 +145,7 @@ impl LinearVariant {
     }
 
     pub fn from_name(s: &str) -> Option<LinearVariant> {
-        Self::ALL
-            .into_iter()
-            .chain([LinearVariant::Vec4])
-            .find(|v| v.name() == s)
+        Self::ALL.into_iter().find(|v| v.name() == s)
     }
 
     /// Whether this variant can run an (M, K) input with weights in `format` on a device with `caps`
@@ -225,8 +209,7 @@ pub const GEMV_MAX_ROWS: usize = 4;
 /// The variant [`linear`] uses for an (M, K) input on this device, chosen by measurement on lavapipe
 /// (`scripts/bench/kernels.rs`): for decode-sized M the GEMV (with x shared through the subgroup when subgroups
 /// of >= 8 lanes exist and K % 32 == 0); otherwise the 8x4 subgroup kernel where subgroups of >= 8 lanes
-/// exist, else the 8x8 register-blocked kernel (the block of the older `Vec4`, without its dynamically
-/// indexed arrays: 2-3x faster on SwiftShader and on lavapipe, `scripts/bench/`); the scalar kernel
+/// exist, else the 8x8 register-blocked kernel; the scalar kernel
 /// only when K is not a multiple of 8.
 pub fn choose_linear_variant(caps: &Caps, m: usize, k: usize) -> LinearVariant {
     choose_linear_variant_for(caps, m, k, DType::F32)
@@ -291,8 +274,7 @@ struct BmmParams {
     batch: u32,
 }
 
-/// Workgroup sizes of the vec4, subgroup and GEMV kernels (invocations).
-const V4_WG: usize = 64;
+/// Workgroup sizes of the subgroup and GEMV kernels (invocations).
 const SG_WG: usize = 32;
 const SG4_WG: usize = 64;
 const GEMV_WG: usize = 64;
@@ -514,7 +496,6 @@ pub fn linear_variant_residual(
     let overrides_scalar = [("W_F16", f16)];
     let overrides_t64 = [("W_F16", f16), ("RM", 4.0)];
     let overrides_t128 = [("W_F16", f16), ("RM", 8.0)];
-    let overrides_v4 = [("W_F16", f16), ("W_Q", q), ("WG", V4_WG as f64)];
     let overrides_sg = [("W_F16", f16), ("W_Q", q), ("WG", SG_WG as f64)];
     let overrides_sg4 = [("W_F16", f16), ("W_Q", q), ("WG", SG4_WG as f64)];
     let (rb_m, rb_n) = rb_block(variant).unwrap_or((4, 4));
@@ -545,7 +526,6 @@ pub fn linear_variant_residual(
         LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
         LinearVariant::Tiled64 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t64),
         LinearVariant::Tiled128 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t128),
-        LinearVariant::Vec4 => Kernel::new(&SHADER_V4, "linear_v4").with(&overrides_v4),
         LinearVariant::Subgroup => Kernel::new(&SHADER_SG, "linear_sg").with(&overrides_sg),
         LinearVariant::SubgroupC4 => Kernel::new(&SHADER_SG, "linear_sg_c4").with(&overrides_sg4),
         LinearVariant::SubgroupR16 => Kernel::new(&SHADER_SG, "linear_sg_r16").with(&overrides_sg4),
@@ -602,7 +582,6 @@ pub fn linear_variant_residual(
             LinearVariant::Scalar => [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
             LinearVariant::Tiled64 => [ceil_div(chunk.rows, 64), ceil_div(m, 64), 1],
             LinearVariant::Tiled128 => [ceil_div(chunk.rows, 64), ceil_div(m, 128), 1],
-            LinearVariant::Vec4 => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * V4_WG), 1],
             LinearVariant::Subgroup => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * SG_WG), 1],
             LinearVariant::SubgroupC4 => [ceil_div(m, 8), ceil_div(chunk.rows, 4 * SG4_WG), 1],
             LinearVariant::SubgroupR16 => [ceil_div(m, 16), ceil_div(chunk.rows, 4 * SG4_WG), 1],

@@ -37,7 +37,6 @@ pub static SHADERS: &[&Shader] = &[
     &embedding::SHADER,
     &layout::SHADER,
     &matmul::SHADER,
-    &matmul::SHADER_V4,
     &matmul::SHADER_RB,
     &matmul::SHADER_SG,
     &matmul::SHADER_GEMV,

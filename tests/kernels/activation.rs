@@ -60,7 +60,8 @@ fn gelu_linear(g: &Arc<Gpu>, variant: Option<LinearVariant>, k: usize, x: &[f32]
 fn run_time_variants(g: &Gpu) -> Vec<LinearVariant> {
     let mut v = vec![
         LinearVariant::Scalar,
-        LinearVariant::Vec4,
+        LinearVariant::Reg8x8,
+        LinearVariant::Reg16x8,
         LinearVariant::Gemv,
     ];
     if g.caps.subgroups && g.caps.subgroup_min_size >= 8 {

@@ -117,8 +117,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
 /// so new variants are tested as soon as they are listed); `None` is the automatic choice.
 fn variants(g: &Gpu, m: usize, k: usize, format: DType) -> Vec<Option<LinearVariant>> {
     let mut v = vec![None];
-    // `Vec4` is no tuner candidate any more (superseded by `Reg8x8`) but still forceable: tested too.
-    for var in LinearVariant::ALL.into_iter().chain([LinearVariant::Vec4]) {
+    for var in LinearVariant::ALL {
         if var.supports(&g.caps, m, k, format) {
             v.push(Some(var));
         } else if !var.supports(&g.caps, 1, 64, format) {
@@ -562,7 +561,7 @@ fn linear_variant_choice_and_refusals() {
     let w = Tensor::zeros(&g, &[3, 12], DType::F32, "w").unwrap();
     let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
-    for v in [LinearVariant::Vec4, LinearVariant::Gemv] {
+    for v in [LinearVariant::Reg8x8, LinearVariant::Gemv] {
         let err = matmul::linear_variant(&mut rec, v, &x, &w, None, Act::None, &out).unwrap_err();
         assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
     }
