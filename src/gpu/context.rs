@@ -1,7 +1,8 @@
 //! Adapter and device creation. We ask the adapter for its own limits (not WebGPU's conservative
 //! defaults): Florence-2 needs large storage bindings (the 51328x768 shared embedding is 157.7 MB) and
-//! as many invocations per workgroup as the device allows. Optional features (f16 arithmetic, subgroups,
-//! timestamp queries) are requested only when the adapter has them; kernels pick a variant from [`Caps`].
+//! as many invocations per workgroup as the device allows. Optional features (subgroups, timestamp
+//! queries) are requested only when the adapter has them; kernels pick a variant from [`Caps`]. f16
+//! weights need no feature: the kernels unpack them from u32 words (`unpack2x16float`, core WGSL).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -18,8 +19,6 @@ pub struct GpuOptions {
     /// Lower the storage-binding limit below the adapter's (tests use this to exercise split bindings
     /// cheaply). `None` keeps the adapter's limit.
     pub max_storage_binding_size: Option<u64>,
-    /// Never request SHADER_F16 even if available.
-    pub disable_f16: bool,
     /// Never request SUBGROUP even if available.
     pub disable_subgroups: bool,
 }
@@ -27,7 +26,6 @@ pub struct GpuOptions {
 /// The capabilities kernels choose their variant from.
 #[derive(Clone, Debug)]
 pub struct Caps {
-    pub shader_f16: bool,
     pub subgroups: bool,
     pub timestamp_query: bool,
     /// Smallest subgroup size the adapter may run (0 when subgroups are off).
@@ -173,9 +171,6 @@ impl Gpu {
         let afeatures = adapter.features();
 
         let mut features = wgpu::Features::empty();
-        if !opts.disable_f16 && afeatures.contains(wgpu::Features::SHADER_F16) {
-            features |= wgpu::Features::SHADER_F16;
-        }
         if !opts.disable_subgroups && afeatures.contains(wgpu::Features::SUBGROUP) {
             features |= wgpu::Features::SUBGROUP;
         }
@@ -233,7 +228,6 @@ impl Gpu {
             info.name.clone()
         };
         let caps = Caps {
-            shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups,
             timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             subgroup_min_size: if subgroups {
@@ -370,10 +364,9 @@ impl Gpu {
     pub fn describe(&self) -> String {
         let c = &self.caps;
         format!(
-            "{} ({}; f16={} subgroups={} (min {}) max_binding={} MiB max_invocations={})",
+            "{} ({}; subgroups={} (min {}) max_binding={} MiB max_invocations={})",
             c.adapter_name,
             c.backend,
-            c.shader_f16,
             c.subgroups,
             c.subgroup_min_size,
             c.max_storage_binding >> 20,
