@@ -23,6 +23,26 @@
 //! same shapes and rms (resampled Gaussian, Student-t(4), outlier columns), the engine's q4 on a model
 //! carrying them against that model's own f32.
 //! `Q4_BENCH_DIRS=tiny2` limits the fixture dirs.
+//!
+//! Results (on the random-weight fixtures, whose matrices are Gaussian), against the engine's quantizer
+//! (`src/gpu/quant.rs`): relative rms weight error of q4 per 32-weight block, the engine's quantizer
+//! 9.7%; using the 16th level (`d = -m / 8`, `m` the signed weight of largest magnitude, q in [-8, 7]:
+//! same layout and kernels, only the scale changes) 8.6%; a per-block least-squares scale 9.1%; a
+//! 16-level codebook fitted to the data (non-uniform, needs a table lookup in the kernels) 8.2%; affine
+//! min/max (q4_1-like, +0.5 bit per weight) 7.9%. The encoder-output error grows as the square of the
+//! weight error (q4 -> q8 confirms it), so these give expected encoder-output cosines of about
+//! 0.982-0.987 where the engine's gives 0.977-0.980, below issue 10's 0.99 either way: that needs about
+//! 6.5% rms error, where the rate-distortion bound of a Gaussian is 6.25% at 4 bits per weight (4.4% at
+//! the 4.5 bits the format spends with its scales; only vector codes approach it) and the best 16-level
+//! scalar codebook measured 8.2%. Mixed precision: the cheapest mix measured that reaches 0.99 on both
+//! fixtures keeps the DaViT attention, the projector and the whole BART encoder in q8: +35.6 MB at
+//! Florence-2-base's shapes, a 178 MB q4 download against the 0.17 GB target, so no mixed policy is
+//! applied either. Independent draws of q4-sized errors move the encoder-output 1-cos by 0.017..0.041 on
+//! one fixture, more than the differences between these quantizers; and the greedy arg-max agreement
+//! (96% -> 63% / 56% for the 16th level and least-squares scales) swings from 11% to 93% between such
+//! draws on tiny2, whose random decoder has a median top-1 margin of 0.19 logit standard deviations: it
+//! cannot rank quantizers. So the format stays as it is: no alternative meets the target within the q4
+//! budgets.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
