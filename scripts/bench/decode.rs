@@ -11,8 +11,9 @@
 //! with the ratio. A step includes the decoder for every row, the readback and (beam) log-softmax, top-k,
 //! cache reorder and the CPU bookkeeping. Then a breakdown: the decoder step alone for 1 and 3 rows, and
 //! log-softmax + top-16 of 3 vocabulary rows, and the CPU cost of one decoder step (record + submit,
-//! the GPU's execution excluded) recorded at every call (`Decoder::step`) vs replayed from the plan
-//! recorded once per request (`Decoder::step_planned`, what greedy and beam search use), side by side. Under `cargo test` (no `--bench` argument) it only builds.
+//! the GPU's execution excluded) replayed from the plan recorded once per request
+//! (`Decoder::step_planned`, what greedy and beam search use). Under `cargo test` (no `--bench`
+//! argument) it only builds.
 //!
 //! `DECODE_BENCH_DTYPES=fp32,fp16,q8,q4` instead times the greedy step per resident weight dtype side by
 //! side (matrices as the loader stores them for that dtype), each with the static kernel choices and
@@ -182,7 +183,7 @@ fn main() {
     println!("  ratio beam-3 / greedy: {:.2}x", bm / g);
 
     // Where a step's time goes (submit + wait each, medians of 5): the decoder step alone for 1 and 3
-    // rows at position 12 (recorded at this call, and replayed from its plan), and the beam extras (log-softmax + top-16 of 3 rows).
+    // rows at position 12 (replayed from its plan), and the beam extras (log-softmax + top-16 of 3 rows).
     let timed = |f: &mut dyn FnMut(&mut Recorder)| -> f64 {
         let mut v = Vec::new();
         for i in 0..6 {
@@ -200,48 +201,31 @@ fn main() {
     let vocab = cfg.text.vocab_size;
     for b in [1usize, 3] {
         let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
-        let tokens = state.tokens().clone();
-        let step = timed(&mut |rec: &mut Recorder| {
-            dec.step(rec, &tokens, 12, &mut state).unwrap();
-        });
         let planned = timed(&mut |rec: &mut Recorder| {
             dec.step_planned(rec, 12, &mut state).unwrap();
         });
-        println!(
-            "  decoder step alone (submit + GPU), {b} row(s): recorded {step:.2} ms, planned {planned:.2} ms"
-        );
+        println!("  decoder step alone (submit + GPU), {b} row(s): {planned:.2} ms");
     }
-    // CPU cost of a step, recorded at every call (`Decoder::step`: launchers' shape checks, params, bind
-    // groups, passes) vs replayed from the plan recorded once (`Decoder::step_planned`: the step buffer's
+    // CPU cost of a step replayed from the plan recorded once (`Decoder::step_planned`: the step buffer's
     // write + the encode), + submit; the GPU's execution excluded (the wait comes after the clock stops).
-    // Both alternate in one run, median of 20 each after a warm-up (which builds the plan).
-    println!("  CPU per decoder step (record + submit, GPU time excluded), recorded vs planned:");
-    // Modes: the step recorded at this call, the planned step, and (3 rows) the planned step after a
-    // beam reorder of the 12 filled cache rows moving 2 of the 3 beams (what a beam step adds: buffer
-    // copies, recorded per step since the indices change).
-    let modes = ["recorded", "planned ", "planned + reorder [1, 0, 0]"];
+    // Median of 20 after a warm-up (which builds the plan); for 3 rows also after a beam reorder of the
+    // 12 filled cache rows moving 2 of the 3 beams (what a beam step adds: buffer copies, recorded per
+    // step since the indices change), alternating.
+    println!("  CPU per decoder step (record + submit, GPU time excluded):");
+    let modes = ["planned", "planned + reorder [1, 0, 0]"];
     for b in [1usize, 3] {
         let mut state = dec.new_state(&gpu, &cross, b, 32).unwrap();
-        let tokens = state.tokens().clone();
-        let n_modes = if b == 3 { 3 } else { 2 };
-        let (mut rec_ms, mut sub_ms) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
-        let mut dispatches = [0; 3];
-        let bg0 = gpu.bind_groups_created();
+        let n_modes = if b == 3 { 2 } else { 1 };
+        let (mut rec_ms, mut sub_ms) = (vec![Vec::new(); 2], vec![Vec::new(); 2]);
+        let mut dispatches = [0; 2];
         for i in 0..21 {
             for m in 0..n_modes {
                 let t = Instant::now();
                 let mut rec = Recorder::new(&gpu);
-                match m {
-                    0 => {
-                        dec.step(&mut rec, &tokens, 12, &mut state).unwrap();
-                    }
-                    _ => {
-                        if m == 2 {
-                            state.reorder(&mut rec, &[1, 0, 0], 12).unwrap();
-                        }
-                        dec.step_planned(&mut rec, 12, &mut state).unwrap();
-                    }
+                if m == 1 {
+                    state.reorder(&mut rec, &[1, 0, 0], 12).unwrap();
                 }
+                dec.step_planned(&mut rec, 12, &mut state).unwrap();
                 let recorded = t.elapsed().as_secs_f64() * 1e3;
                 dispatches[m] = rec.dispatch_count();
                 rec.submit().unwrap();
@@ -253,11 +237,8 @@ fn main() {
                 }
             }
         }
-        let bind_groups = gpu.bind_groups_created() - bg0;
-        let mut tot = [0.0; 3];
         for m in 0..n_modes {
             let (r, s) = (median(rec_ms[m].clone()), median(sub_ms[m].clone()));
-            tot[m] = r + s;
             println!(
                 "    {b} row(s), {} ({} dispatches): record {r:.3} ms + submit {s:.3} ms = {:.3} ms",
                 modes[m],
@@ -265,13 +246,6 @@ fn main() {
                 r + s
             );
         }
-        println!(
-            "    {b} row(s): planned / recorded = {:.3}; bind groups created in 21 steps per mode: \
-             {bind_groups} (recorded {} per step, planned once: {})",
-            tot[1] / tot[0],
-            dispatches[0],
-            bind_groups - 21 * dispatches[0] as u64
-        );
     }
     let x = Tensor::from_f32(&gpu, &[3, vocab], &Rng(3).fill(3 * vocab, 5.0), "x").unwrap();
     let lp = Tensor::zeros(&gpu, &[3, vocab], DType::F32, "lp").unwrap();

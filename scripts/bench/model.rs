@@ -783,7 +783,6 @@ fn run_model(
         .decoder
         .new_state(gpu, &cross, 1, max_len)
         .expect("state");
-    let tok = state.tokens().clone();
     let out = Tensor::zeros(gpu, &[1], DType::U32, "argmax").expect("argmax");
     let staging = staging_buffer(gpu, out.byte_size());
     let mut last = cfg.text.decoder_start_token_id;
@@ -794,7 +793,7 @@ fn run_model(
         let mut rec = Recorder::new(gpu);
         let logits = model
             .decoder
-            .step(&mut rec, &tok, pos as u32, &mut state)
+            .step_planned(&mut rec, pos as u32, &mut state)
             .expect("step");
         ops::reduce::argmax_rows(&mut rec, &logits, &out).expect("argmax");
         ph.step_dispatches = rec.dispatch_count();
@@ -815,7 +814,6 @@ fn run_model(
         .decoder
         .new_state(gpu, &cross, beams, max_len)
         .expect("beam state");
-    let btok = bstate.tokens().clone();
     let v = cfg.text.vocab_size;
     let lsm = Tensor::zeros(gpu, &[beams, v], DType::F32, "beam.lsm").expect("lsm");
     let tk_vals = Tensor::zeros(gpu, &[beams, 2 * beams], DType::F32, "beam.vals").expect("vals");
@@ -832,7 +830,7 @@ fn run_model(
         }
         let logits = model
             .decoder
-            .step(&mut rec, &btok, pos as u32, &mut bstate)
+            .step_planned(&mut rec, pos as u32, &mut bstate)
             .expect("step");
         ops::softmax::log_softmax_rows(&mut rec, &logits, &lsm).expect("log_softmax");
         ops::reduce::topk_rows(&mut rec, &lsm, 2 * beams, &tk_vals, &tk_ids).expect("topk");

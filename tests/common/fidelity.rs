@@ -70,9 +70,8 @@ pub fn forced_logits(g: &Arc<Gpu>, m: &Florence2, cross_of: &Tensor, ids: &[u32]
     let mut out = Vec::new();
     for (pos, &t) in ids.iter().enumerate().take(ids.len() - 1) {
         state.write_tokens(&[t]).unwrap();
-        let tokens = state.tokens().clone();
         let mut rec = Recorder::new(g);
-        let logits = dec.step(&mut rec, &tokens, pos as u32, &mut state).unwrap();
+        let logits = dec.step_planned(&mut rec, pos as u32, &mut state).unwrap();
         rec.submit().unwrap();
         out.push(readback::to_f32_blocking(g, &logits).unwrap());
     }

@@ -36,10 +36,9 @@ fn run(dec: &Decoder, state: &mut DecoderState, steps: &[Vec<u32>], start_pos: u
     let mut last = Vec::new();
     for (i, toks) in steps.iter().enumerate() {
         state.write_tokens(toks).unwrap();
-        let tokens = state.tokens().clone();
         let mut rec = Recorder::new(&g);
         let logits = dec
-            .step(&mut rec, &tokens, start_pos + i as u32, state)
+            .step_planned(&mut rec, start_pos + i as u32, state)
             .unwrap();
         rec.submit().unwrap();
         last = readback::to_f32_blocking(&g, &logits).unwrap();
@@ -137,9 +136,8 @@ fn step_rejects_positions_past_the_cache() {
     let g = gpu();
     let (dec, cross) = setup();
     let mut s = dec.new_state(&g, &cross, 1, 2).unwrap();
-    let tokens = s.tokens().clone();
     let mut rec = Recorder::new(&g);
-    assert!(dec.step(&mut rec, &tokens, 2, &mut s).is_err());
+    assert!(dec.step_planned(&mut rec, 2, &mut s).is_err());
     assert!(dec
         .new_state(&g, &cross, 1, dec.max_positions() + 1)
         .is_err());

@@ -158,9 +158,8 @@ fn first_step_logits_match_reference() {
         state
             .write_tokens(&[l.cfg.text.decoder_start_token_id])
             .unwrap();
-        let tokens = state.tokens().clone();
         let mut rec = Recorder::new(&l.gpu);
-        let logits = dec.step(&mut rec, &tokens, 0, &mut state).unwrap();
+        let logits = dec.step_planned(&mut rec, 0, &mut state).unwrap();
         rec.submit().unwrap();
         let got = readback::to_f32_blocking(&l.gpu, &logits).unwrap();
         check_rel(&format!("{name} decoder.logits0"), &got, &want);

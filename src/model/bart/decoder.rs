@@ -21,16 +21,15 @@
 //! position-table row, cache row], [`DecoderState::write_step`]): the position embedding is added by
 //! `decode_step::pos_add`, the cache rows are written by `decode_step::kv_write` and self-attention runs
 //! the `DYN_LEN` variant of the same kernel. Each step then writes that 16-byte buffer and encodes the
-//! plan: no launcher, params or bind group per step. [`Decoder::step`] records everything at every call
-//! (the fixed-position path: params uniforms, a copy per cache row); both give bit-identical logits.
+//! plan: no launcher, params or bind group per step.
 
 use std::sync::Arc;
 
+use crate::model::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Plan, Recorder, Tensor};
 use crate::model::bart::encoder::POS_OFFSET;
 use crate::model::bart::{ffn_act, Attention};
-use crate::model::config::TextConfig;
 use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
@@ -93,9 +92,6 @@ pub struct DecoderState {
     /// Per layer (B, max_len, D), f32 or f16 ([`Decoder::kv_dtype`]).
     self_k: Vec<Tensor>,
     self_v: Vec<Tensor>,
-    /// f16 caches only: (B, D) f16 copies of this step's new K and V rows, for the fixed-position path
-    /// (packed by `ops::cast`, then copied into the caches as bytes).
-    kv16: Option<(Tensor, Tensor)>,
     /// One (B, chunk, D) buffer reused by [`DecoderState::reorder`] for every cache and position
     /// chunk in turn (allocated on the first reorder).
     spare: Option<Tensor>,
@@ -110,7 +106,6 @@ pub struct DecoderState {
     a: Tensor,
     t: Tensor,
     f: Tensor,
-    pos_row: Tensor,
     logits: Tensor,
     /// U32 (4): the position of the next planned step, as its kernels read it: [kv_len = pos + 1,
     /// q_offset = pos, position-table row = pos + POS_OFFSET, cache row = pos].
@@ -125,15 +120,6 @@ const STEP_KV_LEN: usize = 0;
 const STEP_Q_OFFSET: usize = 1;
 const STEP_POS_ROW: usize = 2;
 const STEP_CACHE_ROW: usize = 3;
-
-/// Where a recorded step takes its position from.
-#[derive(Clone, Copy)]
-enum StepPos {
-    /// Baked into the params and copy offsets (recorded for this position only).
-    Fixed(u32),
-    /// Read by the kernels from the state's step buffer (a plan for every position).
-    Dynamic,
-}
 
 impl Decoder {
     /// `w` is the decoder's view (`model.language_model.decoder`); `embed_tokens` the shared embedding
@@ -321,10 +307,6 @@ impl Decoder {
             self_k.push(zkv(&[b, max_len, d], &format!("cache.k{i}"))?);
             self_v.push(zkv(&[b, max_len, d], &format!("cache.v{i}"))?);
         }
-        let kv16 = match kvd {
-            DType::F16 => Some((zkv(&[b, d], "dec.k16")?, zkv(&[b, d], "dec.v16")?)),
-            _ => None,
-        };
         Ok(DecoderState {
             gpu: gpu.clone(),
             batch: b,
@@ -332,7 +314,6 @@ impl Decoder {
             cross: cross.clone(),
             self_k,
             self_v,
-            kv16,
             spare: None,
             reorder_chunk: REORDER_CHUNK_ROWS,
             tokens: Tensor::zeros(gpu, &[b], DType::U32, "dec.tokens")?,
@@ -343,30 +324,16 @@ impl Decoder {
             a: z(&[b, d], "dec.attn")?,
             t: z(&[b, d], "dec.tmp")?,
             f: z(&[b, self.ffn], "dec.ffn")?,
-            pos_row: z(&[d], "dec.pos")?,
             logits: z(&[b, self.vocab], "dec.logits")?,
             step: Tensor::zeros(gpu, &[4], DType::U32, "dec.step")?,
             plan: None,
         })
     }
 
-    /// Record one decoder step: `tokens` U32 (B) sit at position `pos` (0 = the decoder start token);
-    /// their K/V are written to cache row `pos`, attention covers rows 0..=pos. Returns the logits
-    /// (B, V) (a buffer owned by `state`, overwritten by the next step). Everything is recorded at every
-    /// call; [`Decoder::step_planned`] replays a step recorded once instead.
-    pub fn step(
-        &self,
-        rec: &mut Recorder,
-        tokens: &Tensor,
-        pos: u32,
-        state: &mut DecoderState,
-    ) -> Result<Tensor> {
-        self.check_step(tokens, pos, state)?;
-        self.record_step(rec, tokens, StepPos::Fixed(pos), state)
-    }
-
-    /// [`Decoder::step`] for the tokens in `state.tokens()` ([`DecoderState::write_tokens`]), from the
-    /// step recorded once per state: the first call records it as a [`Plan`] (pipelines, bind groups,
+    /// One decoder step: the tokens in `state` ([`DecoderState::write_tokens`], U32 (B)) sit at position
+    /// `pos` (0 = the decoder start token); their K/V are written to cache row `pos`, attention covers
+    /// rows 0..=pos. Returns the logits (B, V) (a buffer owned by `state`, overwritten by the next step).
+    /// The step is recorded once per state: the first call records it as a [`Plan`] (pipelines, bind groups,
     /// params, workgroup counts, with the registry's kernel choices of that moment); every call writes the
     /// position to the state's step buffer (one 16-byte `queue.write_buffer`, ordered before `rec`'s
     /// submit) and encodes the plan into `rec`. One planned step per submit: a second step recorded into
@@ -377,11 +344,15 @@ impl Decoder {
         pos: u32,
         state: &mut DecoderState,
     ) -> Result<Tensor> {
-        let tokens = state.tokens.clone();
-        self.check_step(&tokens, pos, state)?;
+        if pos as usize >= state.max_len {
+            return Err(Error::shape(
+                "decoder step",
+                format!("position {pos} is past the cache of {} rows", state.max_len),
+            ));
+        }
         if state.plan.is_none() {
             let mut cap = Recorder::capture(rec.gpu());
-            self.record_step(&mut cap, &tokens, StepPos::Dynamic, state)?;
+            self.record_step(&mut cap, state)?;
             state.plan = Some(cap.into_plan()?);
         }
         state.write_step(pos)?;
@@ -391,79 +362,30 @@ impl Decoder {
         Ok(state.logits.clone())
     }
 
-    fn check_step(&self, tokens: &Tensor, pos: u32, state: &DecoderState) -> Result<()> {
-        const OP: &str = "decoder step";
-        let b = state.batch;
-        let p = pos as usize;
-        if tokens.dtype() != DType::U32 || tokens.shape() != [b] {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "tokens must be U32 ({b}), got {:?} {:?}",
-                    tokens.dtype(),
-                    tokens.shape()
-                ),
-            ));
-        }
-        if p >= state.max_len {
-            return Err(Error::shape(
-                OP,
-                format!("position {p} is past the cache of {} rows", state.max_len),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Record a step (shapes checked by [`Decoder::check_step`]) at a fixed or dynamic position.
-    fn record_step(
-        &self,
-        rec: &mut Recorder,
-        tokens: &Tensor,
-        at: StepPos,
-        state: &DecoderState,
-    ) -> Result<Tensor> {
+    /// Record a step whose kernels read the position from the state's step buffer.
+    fn record_step(&self, rec: &mut Recorder, state: &DecoderState) -> Result<()> {
         let (b, d) = (state.batch, self.d);
         let s = state;
-        let row_bytes = d as u64 * 4;
 
         // Embedding, position, layernorm_embedding.
-        self.embed_tokens.forward(rec, tokens, &s.x)?; // (B, D)
+        self.embed_tokens.forward(rec, &s.tokens, &s.x)?; // (B, D)
         if self.embed_scale != 1.0 {
             ops::elementwise::scale(rec, &s.x, self.embed_scale, &s.x)?; // (B, D)
         }
-        match at {
-            StepPos::Fixed(pos) => {
-                rec.copy_range(
-                    &self.embed_positions.weight,
-                    (pos as usize + POS_OFFSET) as u64 * row_bytes,
-                    &s.pos_row,
-                    0,
-                    row_bytes,
-                )?;
-                ops::elementwise::add_row(rec, &s.x, &s.pos_row, &s.x)?; // (B, D)
-            }
-            StepPos::Dynamic => {
-                let w = &self.embed_positions.weight;
-                ops::decode_step::pos_add(rec, &s.x, w, &s.step, STEP_POS_ROW)?;
-                // (B, D)
-            }
-        }
+        let w = &self.embed_positions.weight;
+        ops::decode_step::pos_add(rec, &s.x, w, &s.step, STEP_POS_ROW)?; // (B, D)
         self.layernorm_embedding.forward(rec, &s.x, &s.x)?; // (B, D)
 
         let scale = ((d / self.heads) as f32).powf(-0.5);
         let q3 = s.q.reshape(&[b, 1, d])?;
         let a3 = s.a.reshape(&[b, 1, d])?;
-        let fixed = match at {
-            StepPos::Fixed(pos) => Some(pos),
-            StepPos::Dynamic => None,
-        };
-        // With a dynamic position, kv_len / q_offset come from the step buffer instead.
+        // kv_len / q_offset come from the step buffer.
         let self_opts = AttnOpts {
             heads: self.heads,
             scale,
             causal: false,
-            kv_len: fixed.map(|p| p + 1),
-            q_offset: fixed.unwrap_or(0),
+            kv_len: None,
+            q_offset: 0,
             mask: None,
         };
         let cross_opts = AttnOpts {
@@ -478,46 +400,28 @@ impl Decoder {
             sa.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
             sa.k_proj.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
             sa.v_proj.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
-            if let Some(pos) = fixed {
-                // The new rows in the caches' dtype (f16: packed first), then one copy per batch row.
-                let (kn, vn) = match &s.kv16 {
-                    Some((k16, v16)) => {
-                        ops::cast::f32_to_f16(rec, &s.kn, k16)?; // (B, D) f16
-                        ops::cast::f32_to_f16(rec, &s.vn, v16)?; // (B, D) f16
-                        (k16, v16)
-                    }
-                    None => (&s.kn, &s.vn),
-                };
-                let kv_row = (d * ck.dtype().size()) as u64;
-                for r in 0..b {
-                    let dst = ((r * s.max_len + pos as usize) as u64) * kv_row;
-                    rec.copy_range(kn, r as u64 * kv_row, ck, dst, kv_row)?;
-                    rec.copy_range(vn, r as u64 * kv_row, cv, dst, kv_row)?;
-                }
-                ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
-            } else {
-                ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
-                let st = &s.step;
-                ops::attention::attention_dyn(rec, &q3, ck, cv, &self_opts, st, &a3)?;
-                // (B, 1, D)
-            }
+            ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
+            ops::attention::attention_dyn(rec, &q3, ck, cv, &self_opts, &s.step, &a3)?; // (B, 1, D)
             sa.out_proj
                 .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
-                                                              // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
+
+            // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
             l.encoder_attn.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
-            ops::attention::attention(rec, &q3, &s.cross.k[i], &s.cross.v[i], &cross_opts, &a3)?; // (B, 1, D)
+            let (xk, xv) = (&s.cross.k[i], &s.cross.v[i]);
+            ops::attention::attention(rec, &q3, xk, xv, &cross_opts, &a3)?; // (B, 1, D)
             l.encoder_attn
                 .out_proj
                 .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
             l.encoder_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
-                                                                 // Feed-forward.
+
+            // Feed-forward.
             l.fc1.forward(rec, &s.x, self.act, &s.f)?; // (B, F)
             l.fc2.forward_residual(rec, &s.f, Act::None, &s.x, &s.t)?; // (B, D) = x + fc2(f)
             l.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
         }
         self.lm_head.forward(rec, &s.x, Act::None, &s.logits)?; // (B, V)
-        Ok(s.logits.clone())
+        Ok(())
     }
 }
 
@@ -543,11 +447,6 @@ impl DecoderState {
 
     pub fn cross(&self) -> &CrossKv {
         &self.cross
-    }
-
-    /// The U32 (B) input-token buffer (pass it to [`Decoder::step`]).
-    pub fn tokens(&self) -> &Tensor {
-        &self.tokens
     }
 
     /// Upload the position of the next [`Decoder::step_planned`] to the step buffer (it does this itself;

@@ -2,7 +2,7 @@
 //!
 //! - [`Encoder`]: learned positions (row = position + 2), `layernorm_embedding`, bidirectional layers over
 //!   `inputs_embeds` = [image features ++ embedded prompt].
-//! - [`Decoder`]: one token per batch row (beam) per [`Decoder::step`], a self-attention KV cache
+//! - [`Decoder`]: one token per batch row (beam) per [`Decoder::step_planned`], a self-attention KV cache
 //!   preallocated once to the maximum length, cross-attention K/V projected once per image
 //!   ([`CrossKv`], shared by every beam: the attention kernel broadcasts Bk = 1), tied LM head.
 
