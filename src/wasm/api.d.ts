@@ -1,0 +1,212 @@
+
+/** A Florence-2 task marker. */
+export type TaskMarker =
+  | "<CAPTION>" | "<DETAILED_CAPTION>" | "<MORE_DETAILED_CAPTION>" | "<OCR>" | "<OCR_WITH_REGION>"
+  | "<OD>" | "<DENSE_REGION_CAPTION>" | "<REGION_PROPOSAL>" | "<CAPTION_TO_PHRASE_GROUNDING>"
+  | "<REFERRING_EXPRESSION_SEGMENTATION>" | "<REGION_TO_SEGMENTATION>" | "<OPEN_VOCABULARY_DETECTION>"
+  | "<REGION_TO_CATEGORY>" | "<REGION_TO_DESCRIPTION>" | "<REGION_TO_OCR>";
+
+/** `[x1, y1, x2, y2]` in original-image pixels. */
+export type Box = [number, number, number, number];
+/** `[x1, y1, x2, y2, x3, y3, x4, y4]` in original-image pixels. */
+export type QuadBox = [number, number, number, number, number, number, number, number];
+/** A flat `[x, y, x, y, ...]` polygon in original-image pixels. */
+export type Polygon = number[];
+
+/** `<OCR_WITH_REGION>`. */
+export interface OcrResult { quad_boxes: QuadBox[]; labels: string[]; }
+/** `<OD>`, `<DENSE_REGION_CAPTION>`, `<REGION_PROPOSAL>`, `<CAPTION_TO_PHRASE_GROUNDING>`. */
+export interface BoxesResult { bboxes: Box[]; labels: string[]; }
+/** `<REFERRING_EXPRESSION_SEGMENTATION>`, `<REGION_TO_SEGMENTATION>`: polygons per instance. */
+export interface PolygonsResult { polygons: Polygon[][]; labels: string[]; }
+/** `<OPEN_VOCABULARY_DETECTION>`: boxes or polygons. */
+export interface BoxesOrPolygonsResult {
+  bboxes: Box[]; bboxes_labels: string[]; polygons: Polygon[][]; polygons_labels: string[];
+}
+
+/** The post-processed answer type of each task. */
+export interface TaskResultTypes {
+  "<CAPTION>": string;
+  "<DETAILED_CAPTION>": string;
+  "<MORE_DETAILED_CAPTION>": string;
+  "<OCR>": string;
+  "<OCR_WITH_REGION>": OcrResult;
+  "<OD>": BoxesResult;
+  "<DENSE_REGION_CAPTION>": BoxesResult;
+  "<REGION_PROPOSAL>": BoxesResult;
+  "<CAPTION_TO_PHRASE_GROUNDING>": BoxesResult;
+  "<REFERRING_EXPRESSION_SEGMENTATION>": PolygonsResult;
+  "<REGION_TO_SEGMENTATION>": PolygonsResult;
+  "<OPEN_VOCABULARY_DETECTION>": BoxesOrPolygonsResult;
+  "<REGION_TO_CATEGORY>": string;
+  "<REGION_TO_DESCRIPTION>": string;
+  "<REGION_TO_OCR>": string;
+}
+
+/** Exactly `post_process_generation`'s value: `{ [task]: answer }`, e.g. `{"<OD>": {bboxes, labels}}`. */
+export type TaskResultOf<T extends TaskMarker> = { [K in T]: TaskResultTypes[K] };
+/** The result of any task (discriminate on the output's `task`). */
+export type TaskResult = { [T in TaskMarker]: TaskResultOf<T> }[TaskMarker];
+
+/** Milliseconds spent per stage of one `runTask` call. */
+export interface TaskTimings {
+  /** Image read/decode + resize + normalise (none on an `EncodedImage`), prompt tokenization. */
+  preprocess: number;
+  /** Recording and submitting the vision tower (none on an `EncodedImage`), projector and encoder (the GPU
+   * runs them asynchronously). */
+  encode: number;
+  /** Decoding (greedy or beam search) until the last token was read back (includes waiting for the
+   * encoder). */
+  decode: number;
+  total: number;
+}
+
+/** What `runTask` resolves to for task `T`. */
+export interface TaskOutputOf<T extends TaskMarker> {
+  task: T;
+  /** A human-readable rendering of `result`. */
+  text: string;
+  result: TaskResultOf<T>;
+  /** The generation decoded with special tokens kept. */
+  generatedText: string;
+  /** Generated ids, decoder start token first (as the reference's `generate`). */
+  tokenIds: number[];
+  timings: TaskTimings;
+  /** GPU memory at the end of the call, with the peak reached during it. */
+  memory: MemoryInfo;
+  /** Per-dispatch GPU times: only with the `profile: true` option. */
+  profile?: RunProfile;
+}
+/** What `runTask` resolves to for a model's own task marker (a fine-tune's `<GENERATE_TAGS>`, ...): the
+ * answer is pure text. Cast a `TaskOutput` to it when `task` is not a built-in marker. */
+export interface CustomTaskOutput {
+  task: string;
+  text: string;
+  result: Record<string, string>;
+  generatedText: string;
+  tokenIds: number[];
+  timings: TaskTimings;
+  /** Per-dispatch GPU times: only with the `profile: true` option. */
+  profile?: RunProfile;
+}
+/** What `runTask` resolves to: a union discriminated by `task`. */
+export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
+
+/** Any image `runTask` accepts: an encoded file (`Blob`/`File`: PNG and JPEG always; WebP, AVIF, GIF
+ * (first frame), BMP, ... when the browser decodes them; EXIF orientation applied), an image URL (fetched),
+ * a decoded image, the current frame of a `<video>`, or a `VideoFrame`. */
+export type ImageInput =
+  | Blob | string | URL | ImageBitmap | ImageData | HTMLImageElement | HTMLCanvasElement | OffscreenCanvas
+  | HTMLVideoElement | VideoFrame;
+
+/** A Hugging Face model id (`"microsoft/Florence-2-base-ft"`, resolved with `revision`, `remoteHost`,
+ * `remotePathTemplate`), a hub page URL (`https://huggingface.co/ORG/NAME[/tree/REV]`), a model directory
+ * URL (`config.json`, `tokenizer.json`, `model.safetensors` or `model.safetensors.index.json` + shards,
+ * optional `preprocessor_config.json`, `generation_config.json`; a relative URL starts with `/` or `.`),
+ * or an object mapping each file name to its URL. */
+export type ModelSource = string | URL | Record<string, string | URL>;
+
+/** A download progress event (shaped like transformers.js's). */
+export interface ProgressEvent {
+  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready";
+  /** The model source (base URL). */
+  name: string;
+  /** The file this event is about (empty for `ready`). */
+  file: string;
+  /** Bytes received so far. */
+  loaded: number;
+  /** Content-Length (0 when unknown). */
+  total: number;
+  /** Percent, 0..100. */
+  progress: number;
+  /** True when the file came from the Cache API instead of the network. */
+  cached: boolean;
+}
+
+export interface LoadLimits {
+  /** Largest accepted `width * height` of an input image (default 50 000 000). */
+  maxImagePixels?: number;
+}
+
+/** Resident format of the matrix weights on the GPU: f32, f16 (half the bytes, f32 arithmetic), or
+ * block-quantized 8-bit / 4-bit (32 weights per block, one f16 scale). Any checkpoint converts into any
+ * of them while it streams in. */
+export type WeightDType = "fp32" | "fp16" | "q8" | "q4";
+
+/** GPU bytes held by the model's tensors, counted by the engine. */
+export interface MemoryInfo {
+  /** The resident weight format. */
+  dtype: WeightDType;
+  /** Weights now resident. */
+  weightsBytes: number;
+  /** Activations, caches and scratch now live (including `EncodedImage`s). */
+  activationsBytes: number;
+  currentBytes: number;
+  /** Highest weights + activations since the model loaded (`model.memory()`) or since the `runTask`
+   * call started (in its result). */
+  peakBytes: number;
+  peakActivationsBytes: number;
+  /** Tensor buffers created so far. */
+  allocations: number;
+}
+
+export interface LoadOptions {
+  /** Resident weight format; default "fp16". Any checkpoint loads into any format; a quantized checkpoint
+   * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
+   * dequantized while it streams into the others. */
+  dtype?: WeightDType;
+  onProgress?: (event: ProgressEvent) => void;
+  /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
+   * model loads without the network. */
+  cache?: boolean;
+  /** Task markers of a fine-tuned model, on top of the 15 built-in ones and those its processor config
+   * declares (`task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`): a list of markers
+   * (the prompt goes to the encoder as written), or `{marker: text}` where the text replaces the marker and
+   * `{input}` in it takes the text after the marker. Their answers are pure text:
+   * `{task, result: {[marker]: string}}` (see `CustomTaskOutput`). */
+  tasks?: string[] | Record<string, string>;
+  /** Git revision of a hub model id: branch, tag or commit (default `"main"`). */
+  revision?: string;
+  /** Hub base URL for model ids (default `"https://huggingface.co/"`): a mirror or a self-hosted copy. */
+  remoteHost?: string;
+  /** Path of a model's files below `remoteHost`, with `{model}` and `{revision}` (default
+   * `"{model}/resolve/{revision}/"`). */
+  remotePathTemplate?: string;
+  signal?: AbortSignal;
+  limits?: LoadLimits;
+  /** Kernel tuning at load: "auto" (default) times the candidate kernels for this model's shapes on this
+   * device once and caches the choice (Cache API, per adapter and package version); "off" keeps the
+   * static choices; "exhaustive" ignores the cache and times every candidate at full size. The result is
+   * in `model.tuningTable`. */
+  tuning?: "auto" | "off" | "exhaustive";
+  /** After the GPU device is lost (`DeviceLostError`), load the model again on the next call (from the
+   * Cache API when `cache` is on, so without a download); default true. With false, calls reject with
+   * `DeviceLostError` until `reload()`. */
+  autoRecover?: boolean;
+}
+
+/** Options of `reload()`. */
+export interface ReloadOptions {
+  onProgress?: (event: ProgressEvent) => void;
+  signal?: AbortSignal;
+}
+
+export interface EncodeImageOptions {
+  signal?: AbortSignal;
+}
+
+export interface RunTaskOptions {
+  /** Default 1024 (also bounded by the model's position table). */
+  maxNewTokens?: number;
+  /** Beam width, 1..64; default: the model's `generation_config.json` (3 for Florence-2); 1 is greedy. */
+  numBeams?: number;
+  signal?: AbortSignal;
+  /** Called once per generated token with its text (empty while a multi-byte character is incomplete)
+   * and its id: as each token is chosen with greedy decoding (`numBeams: 1`), at the end with beam search
+   * (whose tokens are only final then). */
+  onToken?: (text: string, tokenId: number) => void;
+  /** Time every GPU dispatch of this call with timestamp queries: the result gets `profile` (per op,
+   * shape and variant, summed per phase; `available: false` with the reason where the adapter has no
+   * timestamp queries). Off by default (timing adds a little work per dispatch). */
+  profile?: boolean;
+}
