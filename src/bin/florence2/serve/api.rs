@@ -20,6 +20,7 @@ use florence2_wasm::model::generate::MAX_BEAMS;
 use florence2_wasm::processor::prompt::{parse_task_prompt, TaskPrompt};
 
 use super::error::{excerpt, ApiError};
+use super::media::{image_kind, remote_scheme};
 
 /// Limits applied to every request.
 #[derive(Clone, Copy, Debug)]
@@ -377,7 +378,7 @@ fn one_image<'i, 'a>(images: &'i [(String, &'a str)]) -> Result<&'i (String, &'a
 /// The image URL as a source: a remote URL to fetch later (with `--allow-remote-images`), else a data
 /// URL decoded and checked now.
 fn image_source(param: &str, url: &str, limits: &RequestLimits) -> Result<ImageSource, ApiError> {
-    match super::remote::remote_scheme(url) {
+    match remote_scheme(url) {
         Some(_) if limits.allow_remote_images => {
             if url.len() > MAX_URL_CHARS {
                 return Err(ApiError::invalid_code(
@@ -404,17 +405,6 @@ fn image_source(param: &str, url: &str, limits: &RequestLimits) -> Result<ImageS
 
 /// The longest remote image URL accepted.
 const MAX_URL_CHARS: usize = 8192;
-
-/// `Some("png")` or `Some("jpeg")` from the magic bytes; `None` for anything else.
-pub fn image_kind(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("png")
-    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        Some("jpeg")
-    } else {
-        None
-    }
-}
 
 /// The bytes of a `data:image/(png|jpeg);base64,...` URL, size-checked before and after decoding.
 fn decode_data_url(param: &str, url: &str, max_bytes: usize) -> Result<Vec<u8>, ApiError> {

@@ -16,6 +16,7 @@
 mod api;
 mod engine;
 mod error;
+mod media;
 mod metrics;
 mod remote;
 mod routes;

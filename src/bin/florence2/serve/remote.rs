@@ -21,8 +21,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::api::image_kind;
 use super::error::{excerpt, ApiError};
+use super::media::{image_kind, remote_scheme};
 
 /// The limits of a remote image fetch.
 #[derive(Clone, Copy, Debug)]
@@ -33,19 +33,6 @@ pub struct RemoteLimits {
     pub timeout: Duration,
     /// Redirects followed before giving up.
     pub max_redirects: u32,
-}
-
-/// `http` or `https` (lowercased) when `url` starts with one of them and a `://`.
-pub fn remote_scheme(url: &str) -> Option<&'static str> {
-    let (scheme, rest) = url.split_once(':')?;
-    if !rest.starts_with("//") {
-        return None;
-    }
-    match scheme.to_ascii_lowercase().as_str() {
-        "http" => Some("http"),
-        "https" => Some("https"),
-        _ => None,
-    }
 }
 
 /// The target of a `Location` header relative to `base` (an absolute http(s) URL), or a refusal
@@ -216,15 +203,6 @@ pub fn fetch_image(param: &str, url: &str, limits: &RemoteLimits) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schemes() {
-        assert_eq!(remote_scheme("HTTP://a/b"), Some("http"));
-        assert_eq!(remote_scheme("https://a"), Some("https"));
-        assert_eq!(remote_scheme("file:///etc/passwd"), None);
-        assert_eq!(remote_scheme("http:a"), None);
-        assert_eq!(remote_scheme("ftp://a"), None);
-    }
 
     #[test]
     fn redirect_targets_resolve_and_other_schemes_are_refused() {
