@@ -10,8 +10,6 @@ use crate::pipeline::observe::{Callbacks, Stage, TokenStreamer};
 use crate::pipeline::options::TaskOptions;
 use crate::pipeline::output::{finish, TaskOutput, Timings};
 use crate::pipeline::Pipeline;
-use crate::processor::custom_tasks::AnyTaskPrompt;
-use crate::processor::prompt::Task;
 
 impl Pipeline {
     /// Encode an image once: pixels, then DaViT + projector, the projected features kept on the GPU.
@@ -130,11 +128,7 @@ impl Pipeline {
         callbacks.stage(Stage::Postprocess);
         let t = Stopwatch::start();
         let generated_text = self.tokenizer.decode(&token_ids, false)?;
-        let (task, marker) = match &tp {
-            AnyTaskPrompt::Builtin(b) => (b.task(), b.task().marker().to_owned()),
-            // A model's own task: pure text, the answer type `Caption` has.
-            AnyTaskPrompt::Custom { marker, .. } => (Task::Caption, marker.clone()),
-        };
+        let (task, marker) = (tp.answer_task(), tp.marker().to_owned());
         let (result, text) = finish(task, &generated_text, image_size)?;
         let postprocess_ms = t.ms();
         let (preprocess_ms, vision_ms) = if reused {

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::prompt::{parse_task_prompt, Task, TaskPrompt, MAX_INPUT_BYTES};
 
 /// Most custom tasks a model may declare.
@@ -70,15 +69,12 @@ impl AnyTaskPrompt {
         }
     }
 
-    /// `post_process_generation` for this task: the built-in parser, or pure text for a custom task.
-    pub fn post_process(&self, text: &str, image_size: (u32, u32)) -> Result<TaskResult> {
+    /// The task whose answer type the answer is post-processed as: the built-in task, or `Caption`
+    /// (pure text) for a model's own task (the parser looks at the task only for its answer type).
+    pub fn answer_task(&self) -> Task {
         match self {
-            AnyTaskPrompt::Builtin(tp) => post_process_generation(text, tp.task(), image_size),
-            // Pure text is what `Caption` (a pure-text task) gets; the parser does not look at the task
-            // beyond its answer type.
-            AnyTaskPrompt::Custom { .. } => {
-                post_process_generation(text, Task::Caption, image_size)
-            }
+            AnyTaskPrompt::Builtin(tp) => tp.task(),
+            AnyTaskPrompt::Custom { .. } => Task::Caption,
         }
     }
 }
@@ -364,17 +360,6 @@ mod tests {
             e.to_string().contains("this model's own markers: <X>"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn custom_answers_are_pure_text() {
-        let t = CustomTasks::from_processor_config(br#"{"tasks": ["<GENERATE_TAGS>"]}"#).unwrap();
-        let p = t.parse("<GENERATE_TAGS>").unwrap();
-        let r = p
-            .post_process("</s><s> cat, dog<loc_5></s><pad>", (10, 10))
-            .unwrap();
-        // As the reference's pure_text: <s> and </s> removed, stripped; other tokens stay.
-        assert_eq!(r, TaskResult::Text("cat, dog<loc_5><pad>".into()));
     }
 
     #[test]

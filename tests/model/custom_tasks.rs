@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use common::fixtures::fixtures;
 use common::gpu;
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
-use florence2_wasm::postprocess::TaskResult;
+use florence2_wasm::postprocess::{post_process_generation, TaskResult};
+use florence2_wasm::processor::custom_tasks::CustomTasks;
 use florence2_wasm::Error;
 
 /// tiny2 with a processor config that declares two own tasks (a fresh directory under target/).
@@ -149,4 +150,18 @@ fn cli_runs_a_models_own_marker() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown Florence-2 task marker"));
+}
+
+#[test]
+fn custom_answers_are_pure_text() {
+    let t = CustomTasks::from_processor_config(br#"{"tasks": ["<GENERATE_TAGS>"]}"#).unwrap();
+    let p = t.parse("<GENERATE_TAGS>").unwrap();
+    let r = post_process_generation(
+        "</s><s> cat, dog<loc_5></s><pad>",
+        p.answer_task(),
+        (10, 10),
+    )
+    .unwrap();
+    // As the reference's pure_text: <s> and </s> removed, stripped; other tokens stay.
+    assert_eq!(r, TaskResult::Text("cat, dog<loc_5><pad>".into()));
 }
