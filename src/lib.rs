@@ -2,10 +2,12 @@
 //! natively (Vulkan/Metal/DX12) and in the browser (wasm32 + WebGPU).
 //!
 //! Layout: `gpu` (device, tensors, pipelines, recording, readback), `ops` (one typed launcher per WGSL
-//! kernel), `weights` (checkpoint sources and layouts), `model` (DaViT, projector, BART, generation),
-//! `processor` (image, tokenizer, prompts), `postprocess` + `render` (task answers), `pipeline` (the
-//! whole sequence of a task, for every front end), `wasm` (JS facade).
+//! kernel), `config` (config.json and the tensors it implies), `weights` (checkpoint sources and
+//! layouts), `model` (DaViT, projector, BART, generation), `processor` (image, tokenizer, prompts),
+//! `postprocess` + `render` (task answers), `pipeline` (the whole sequence of a task, for every front
+//! end), `wasm` (JS facade).
 
+pub mod config;
 pub mod cpu;
 pub mod error;
 #[cfg(not(target_arch = "wasm32"))]

@@ -50,7 +50,7 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::error::{Error, Result};
 use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
-use crate::model::config::Florence2Config;
+use crate::config::Florence2Config;
 use crate::model::florence2::Florence2;
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{

@@ -13,12 +13,12 @@
 //! Natively this file compiles to nothing.
 #![cfg(target_arch = "wasm32")]
 
-use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::config::tensors::expected_tensors;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 use florence2_wasm::processor::prompt::Task;
 use florence2_wasm::wasm::{JsFlorence2 as Florence2, CACHE_NAME, PIECE_BYTES};
-use florence2_wasm::weights::expected_tensors;
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;

@@ -6,8 +6,8 @@
 //! - a tensor of exactly 4 GiB made the streaming loader compute a zero-byte step and loop forever.
 #![cfg(target_arch = "wasm32")]
 
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::stream::step_len;
 use florence2_wasm::weights::{parse_header, Assembler, LoadOptions, StreamLoader};
 use florence2_wasm::Error;

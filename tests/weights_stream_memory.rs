@@ -9,7 +9,7 @@ mod weights_util;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use weights_util::*;
 

@@ -1,6 +1,6 @@
 //! Decode-step benchmark: beam search (3 beams) vs greedy, time per decoder step, on a decoder with
 //! Florence-2-base's shapes (d_model 768, 6 layers, 12 heads, ffn 3072, vocabulary 51328) and random
-//! weights, built in memory (HF-native names and shapes from `weights::expected::expected_tensors`; no
+//! weights, built in memory (HF-native names and shapes from `config::tensors::expected_tensors`; no
 //! checkpoint file needed), against random cross-attention K/V of a base-sized encoder output (577 image
 //! tokens + a 10-token prompt).
 //!
@@ -27,12 +27,13 @@ use std::time::Instant;
 mod util;
 use util::{cpu_secs, endless_options, Rng};
 
+use florence2_wasm::config::tensors::expected_tensors;
 use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
 use florence2_wasm::model::generate;
 use florence2_wasm::model::Florence2Config;
-use florence2_wasm::weights::expected::{expected_tensors, is_matrix_weight};
+use florence2_wasm::weights::expected::is_matrix_weight;
 use florence2_wasm::weights::{WeightDType, Weights};
 
 fn base_config() -> Florence2Config {

@@ -5,8 +5,9 @@
 //! nothing). What it does:
 //! 1. Makes (once; reused when present) a Florence-2-base-shaped checkpoint with seeded random values in the
 //!    HF-native layout, f32 and f16, under `target/bench-model/base-{f32,f16}/` (`MODEL_BENCH_DIR`
-//!    overrides the root): `model.safetensors` (names and shapes from `weights::expected_tensors` on the
-//!    embedded base config), `config.json`, `preprocessor_config.json` (768x768), `generation_config.json`.
+//!    overrides the root): `model.safetensors` (names and shapes from `config::tensors::expected_tensors`
+//!    on the embedded base config), `config.json`, `preprocessor_config.json` (768x768),
+//!    `generation_config.json`.
 //!    No tokenizer: the model is driven with the `<CAPTION>` prompt ids directly. No torch needed.
 //! 2. Measures the kernel ceiling in the same run: the best `ops::matmul::linear` variant on 2304x512x2048
 //!    (DaViT stage 2 MLP) and 585x768x3072 (encoder FFN), and the GPU copy bandwidth.
@@ -64,16 +65,17 @@ use std::time::Instant;
 mod util;
 use util::cpu_secs;
 
+use florence2_wasm::config::tensors::{davit_mlp_hidden, expected_tensors};
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::tune;
 use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::workloads;
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
-use florence2_wasm::weights::{self, expected_tensors, temporal_cosine_table, WeightDType};
+use florence2_wasm::weights::{self, temporal_cosine_table, WeightDType};
 
 /// Florence-2-base, HF-native (`transformers` 5.24 `config.json` of the base model).
 const BASE_CONFIG: &str = r#"{
@@ -318,7 +320,7 @@ fn vision_flops(cfg: &Florence2Config, grids: &[(usize, usize)]) -> f64 {
         let n = (h * w) as f64;
         let k = v.patch_size[s] as f64;
         f += 2.0 * n * c * c_in as f64 * k * k; // conv embed
-        let hidden = weights::expected::davit_mlp_hidden(v.embed_dim[s], v.mlp_ratio) as f64;
+        let hidden = davit_mlp_hidden(v.embed_dim[s], v.mlp_ratio) as f64;
         let ws = v.window_size;
         let padded = (h.div_ceil(ws) * ws * w.div_ceil(ws) * ws) as f64;
         let groups = v.num_groups[s] as f64;

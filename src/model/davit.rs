@@ -26,14 +26,14 @@
 //! from the CPU straight into the arena ([`DaVit::forward_host`]), and the caller can use the arena's
 //! spare buffers until its submit ([`DaVit::forward_spare`]). Taps copy into fresh tensors.
 
+use crate::config::tensors::davit_mlp_hidden;
+use crate::config::VisionConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
-use crate::model::config::VisionConfig;
 use crate::model::layers::{Conv2d, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
-use crate::weights::expected::davit_mlp_hidden;
 use crate::weights::WeightsView;
 
 /// Optional activation taps: (name, tensor) pairs, read back by the caller after the submit.

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder, Encoder};
-use crate::model::config::Florence2Config;
 use crate::model::davit::{DaVit, PixelSource, VisionOut};
 use crate::model::generate::{self, GenerateOptions, Observer};
 use crate::model::projector::Projector;

@@ -1,12 +1,12 @@
-//! The Florence-2 model: configuration, DaViT vision tower, projector, BART encoder-decoder, generation.
+//! The Florence-2 model (configured by [`crate::config`]): DaViT vision tower, projector, BART
+//! encoder-decoder, generation.
 
-pub mod config;
 pub mod davit;
 pub mod layers;
 pub mod projector;
 pub mod workloads;
 
-pub use config::{Florence2Config, TextConfig, VisionConfig};
+pub use crate::config::{Florence2Config, TextConfig, VisionConfig};
 pub mod bart;
 pub mod florence2;
 pub mod generate;

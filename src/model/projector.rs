@@ -7,9 +7,9 @@
 //!    say [spatial_avg_pool, temporal_avg_pool]: the pooled token comes first, then the N tokens.
 //! 4. `image_projection` (a Linear without bias, (D, C_last)), then `image_proj_norm` (LayerNorm).
 
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
-use crate::model::config::Florence2Config;
 use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::matmul::Act;

@@ -3,16 +3,16 @@
 //! from the model's own geometry (DaViT's stage grids and windows, the projector's token count, BART's
 //! layer counts) and the loader's format rules (`WeightDType::matrix_dtype`, `conv_dtype`).
 
+use crate::config::tensors::davit_mlp_hidden;
+use crate::config::Florence2Config;
 use crate::gpu::registry::LinearShape;
 use crate::gpu::tune::TuneCase;
 use crate::gpu::DType;
-use crate::model::config::Florence2Config;
 use crate::model::projector::image_tokens;
 use crate::ops::attention::AttnShape;
 use crate::ops::conv::gemm_k;
 use crate::ops::window::window_grid;
 use crate::ops::window_attn::WindowShape;
-use crate::weights::expected::davit_mlp_hidden;
 use crate::weights::WeightDType;
 
 /// Decode steps a request is assumed to run when weighing decode shapes against encoding ones.

@@ -1,7 +1,7 @@
 //! The settings a pipeline runs with, read from a model's JSON files.
 
+use crate::config::Florence2Config;
 use crate::error::Result;
-use crate::model::config::Florence2Config;
 use crate::model::generate::GenerateOptions;
 use crate::pipeline::options::DEFAULT_MAX_NEW_TOKENS;
 use crate::processor::custom_tasks::CustomTasks;

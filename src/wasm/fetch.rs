@@ -36,7 +36,7 @@ use web_sys::{
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::config::Florence2Config;
+use crate::config::Florence2Config;
 use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
 use crate::wasm::source::Source;

@@ -7,19 +7,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::config::tensors::{expected_tensors, optional_tensors};
+use crate::config::Florence2Config;
+use crate::config::QuantizationConfig;
 use crate::error::{Error, Result};
 use crate::gpu::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
-use crate::model::config::Florence2Config;
 use crate::ops::layout::permute;
 use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
-    expected_tensors, is_dense_conv_weight, is_matrix_weight, optional_tensors,
-    temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
+    is_dense_conv_weight, is_matrix_weight, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
 };
 use crate::weights::header::{Header, TensorInfo};
 use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
-use crate::weights::quantized::{check_rows, quant_err, QuantizationConfig, QWEIGHT_SUFFIX};
+use crate::weights::quantized::{check_rows, quant_err, QWEIGHT_SUFFIX};
 use crate::weights::store::Weights;
 
 /// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); the dense

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::model::config::Florence2Config;
+use crate::config::Florence2Config;
 use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
 use crate::weights::names::detect_layout;

@@ -7,7 +7,8 @@
 //! - [`source`]: where bytes come from ([`ByteSource`] ranges, [`ModelFiles`] directories; native files,
 //!   memory).
 //! - [`names`]: layout detection and the original -> HF-native naming rules.
-//! - [`expected`]: the table of tensors (name, shape) the config implies; the temporal cosine table.
+//! - [`expected`]: the loader's rules per tensor (which the resident dtype applies to) and the temporal
+//!   cosine table; the table of tensors (name, shape) the config implies is [`crate::config::tensors`].
 //! - [`assemble`]: per-tensor plans (fix-ups: mlx channels-last convs, original transposed
 //!   `image_projection`, permuted on the GPU), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
 //!   head).
@@ -52,10 +53,7 @@ mod torch_tests;
 pub mod zip;
 
 pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
-pub use expected::{
-    expected_tensors, is_dense_conv_weight, is_matrix_weight, optional_tensors,
-    temporal_cosine_table,
-};
+pub use expected::{is_dense_conv_weight, is_matrix_weight, temporal_cosine_table};
 pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
 pub use load::{load_config, load_files, load_weights, CheckpointIndex};
 #[cfg(not(target_arch = "wasm32"))]

@@ -17,11 +17,7 @@ pub enum Layout {
     Original,
 }
 
-/// Canonical name of BART's `final_logits_bias` (original checkpoints only; HF-native conversions drop
-/// it). Shape `(1, vocab)`. The loader keeps it only when it is non-zero (it is all zeros in the released
-/// checkpoints); when [`crate::weights::Weights::has`] says it is there, the model must add it to the
-/// logits.
-pub const FINAL_LOGITS_BIAS: &str = "final_logits_bias";
+pub use crate::config::tensors::FINAL_LOGITS_BIAS;
 
 /// Detect the layout from the tensor names (any name in HF-native form decides HF-native).
 pub fn detect_layout<'a>(names: impl IntoIterator<Item = &'a str>) -> Layout {

@@ -521,8 +521,8 @@ fn tuner_times_attention_and_reuses_its_cache() {
 
 #[test]
 fn model_attention_cases_cover_every_attention_kind() {
+    use florence2_wasm::config::Florence2Config;
     use florence2_wasm::gpu::registry::{unpack_heads, OpKind};
-    use florence2_wasm::model::config::Florence2Config;
     let cfg: Florence2Config =
         Florence2Config::from_json_str(include_str!("../fixtures/models/tiny4/config.json"))
             .unwrap();

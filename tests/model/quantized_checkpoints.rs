@@ -293,7 +293,7 @@ fn load_err(gpu: &Arc<Gpu>, cfg: &serde_json::Value, file: Vec<u8>) -> Error {
     .map(|_| ())
     .expect_err("the ranged loader accepted a broken checkpoint");
     let streamed = (|| {
-        let cfg = florence2_wasm::model::config::Florence2Config::from_json(cfg)?;
+        let cfg = florence2_wasm::config::Florence2Config::from_json(cfg)?;
         let mut asm = Assembler::new(gpu, &cfg, LoadOptions::with_dtype(WeightDType::Fp16));
         let mut s = StreamLoader::new("model.safetensors", None);
         for c in file.chunks(61) {

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use common::Rng;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::registry::{row_class, LinearShape, ShapeClass};
 use florence2_wasm::gpu::tune::{self, CacheLocation, Tuning};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::model::workloads::{self, model_linear_shapes};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 

@@ -152,7 +152,7 @@ fn batch_of_two_images_matches_reference_per_image() {
 ///
 /// Returns (bytes, number of arena buffers).
 fn arena_bound(
-    v: &florence2_wasm::model::config::VisionConfig,
+    v: &florence2_wasm::config::VisionConfig,
     (ih, iw): (usize, usize),
     generic: bool,
     chunk_budget: Option<usize>,

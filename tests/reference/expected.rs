@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::{expected_tensors, temporal_cosine_table};
+use florence2_wasm::config::tensors::expected_tensors;
+use florence2_wasm::config::Florence2Config;
+use florence2_wasm::weights::temporal_cosine_table;
 
 fn reference(file: &str) -> PathBuf {
     crate::reference_file(file)

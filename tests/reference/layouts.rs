@@ -2,9 +2,10 @@
 //! original and mlx-community checkpoints in f32/f16/bf16 loading to the same canonical f32 tensors.
 
 use crate::weights_util::*;
-use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::config::tensors::expected_tensors;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::weights::names::{canonical_name, original_to_canonical};
-use florence2_wasm::weights::{detect_layout, expected_tensors, Layout, FINAL_LOGITS_BIAS};
+use florence2_wasm::weights::{detect_layout, Layout, FINAL_LOGITS_BIAS};
 
 #[test]
 fn rules_reproduce_reference_mapping() {

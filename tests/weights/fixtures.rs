@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use florence2_wasm::config::tensors::expected_tensors;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::readback;
 use florence2_wasm::gpu::Gpu;
-use florence2_wasm::model::config::Florence2Config;
 use florence2_wasm::weights::{
-    expected_tensors, is_dense_conv_weight, is_matrix_weight, load_dir, load_dir_with,
-    temporal_cosine_table, Assembler, LoadOptions, StreamLoader, WeightDType, Weights,
-    FINAL_LOGITS_BIAS,
+    is_dense_conv_weight, is_matrix_weight, load_dir, load_dir_with, temporal_cosine_table,
+    Assembler, LoadOptions, StreamLoader, WeightDType, Weights, FINAL_LOGITS_BIAS,
 };
 use weights_util::*;
 

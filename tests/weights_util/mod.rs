@@ -2,8 +2,8 @@
 //! hand-written safetensors writer (so malformed files can be built too).
 #![allow(dead_code)]
 
-use florence2_wasm::model::config::Florence2Config;
-use florence2_wasm::weights::expected_tensors;
+use florence2_wasm::config::tensors::expected_tensors;
+use florence2_wasm::config::Florence2Config;
 
 #[path = "../common/mod.rs"]
 pub mod common;
@@ -347,7 +347,7 @@ pub fn mem_model(config: &serde_json::Value, files: &[(&str, Vec<u8>)]) -> MemFi
 pub fn load_mem(
     gpu: &Arc<Gpu>,
     files: &MemFiles,
-) -> florence2_wasm::Result<(florence2_wasm::model::config::Florence2Config, Weights)> {
+) -> florence2_wasm::Result<(florence2_wasm::config::Florence2Config, Weights)> {
     pollster::block_on(load_files(
         gpu,
         files,

@@ -6,8 +6,8 @@
 #[path = "common.rs"]
 mod common;
 
-use florence2_wasm::model::config::{Florence2Config, MAX_PARAMETERS};
-use florence2_wasm::weights::expected_tensors;
+use florence2_wasm::config::{Florence2Config, MAX_PARAMETERS};
+use florence2_wasm::config::tensors::expected_tensors;
 use libfuzzer_sys::fuzz_target;
 
 #[global_allocator]

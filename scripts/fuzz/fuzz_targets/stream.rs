@@ -16,7 +16,7 @@ mod common;
 use std::sync::{Arc, OnceLock};
 
 use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::model::config::Florence2Config;
+use florence2_wasm::config::Florence2Config;
 use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use libfuzzer_sys::fuzz_target;
 

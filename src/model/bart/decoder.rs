@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use crate::model::config::TextConfig;
+use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, Plan, Recorder, Tensor};
 use crate::model::bart::encoder::POS_OFFSET;

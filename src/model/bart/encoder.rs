@@ -1,10 +1,10 @@
 //! BART encoder: x = LN_emb(inputs_embeds + pos[2..2+S]); then per layer
 //! x = LN1(x + out_proj(attn(q(x), k(x), v(x)))); x = LN2(x + fc2(gelu(fc1(x)))).
 
+use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
 use crate::model::bart::{ffn_act, Attention};
-use crate::model::config::TextConfig;
 use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;

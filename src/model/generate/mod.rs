@@ -14,8 +14,8 @@ pub mod processors;
 
 use serde_json::Value;
 
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::model::config::Florence2Config;
 
 pub use beam::beam_search;
 pub use greedy::greedy;

@@ -6,10 +6,17 @@
 //!   .max_temporal_embeddings`, `vision_config.image_feature_source`; `vision_config.model_type` is "".
 //!
 //! Every integer is validated before it shapes a buffer: a config comes from the network.
+//!
+//! Below both the loader and the model: [`tensors`] is the table of tensors a config implies (what the
+//! loader checks a checkpoint against), [`quantization`] the entry of a quantized checkpoint.
+
+pub mod quantization;
+pub mod tensors;
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+pub use quantization::QuantizationConfig;
 
 /// DaViT vision tower settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,8 +96,8 @@ pub struct Florence2Config {
     /// Generation defaults found in config.json itself (older checkpoints keep them there).
     pub num_beams: Option<usize>,
     pub no_repeat_ngram_size: Option<usize>,
-    /// The `quantization` entry of a quantized checkpoint (`crate::weights::quantized`).
-    pub quantization: Option<crate::weights::quantized::QuantizationConfig>,
+    /// The `quantization` entry of a quantized checkpoint.
+    pub quantization: Option<QuantizationConfig>,
 }
 
 /// Largest value any size field may take; far above every released model, far below what could
@@ -197,7 +204,7 @@ impl Florence2Config {
             image_token_id: id_opt(v, "image_token_id", "config")?,
             num_beams: uint_opt(v, "num_beams", "config")?,
             no_repeat_ngram_size: uint_opt(v, "no_repeat_ngram_size", "config")?,
-            quantization: crate::weights::quantized::QuantizationConfig::from_config(v)?,
+            quantization: QuantizationConfig::from_config(v)?,
             vision,
             text,
         };
@@ -399,9 +406,9 @@ impl Florence2Config {
     /// Parameters of every tensor the config implies (expected + optional, the temporal table included),
     /// in saturating u64. Call on a validated config (the table's size is bounded by the counts).
     pub fn parameter_count(&self) -> u64 {
-        crate::weights::expected_tensors(self)
+        tensors::expected_tensors(self)
             .iter()
-            .chain(crate::weights::optional_tensors(self).iter())
+            .chain(tensors::optional_tensors(self).iter())
             .map(|(_, shape)| {
                 shape
                     .iter()
