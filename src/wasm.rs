@@ -50,18 +50,14 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::error::{Error, Result};
 use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
-use crate::config::Florence2Config;
-use crate::model::florence2::Florence2;
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    Callbacks, EncodedImage, Pipeline, Settings, Stopwatch, TaskInput, TaskOptions,
+    Callbacks, EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
 };
 use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::ImageLimits;
 use crate::processor::prompt::{parse_task_prompt, Task};
-use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
-use crate::weights::load::CONFIG_FILE;
 use crate::weights::{LoadOptions, WeightDType};
 
 pub use cache::CACHE_NAME;
@@ -71,8 +67,6 @@ use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, o
 pub use source::Source;
 
 pub use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
-/// Cap on the small JSON files (config, preprocessor/generation configs).
-const MAX_JSON_BYTES: u64 = 4 << 20;
 /// Largest safe integer of a JS number.
 const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
 
@@ -400,40 +394,12 @@ async fn open_pipeline(
     support::check_webgpu().await?;
     let gpu = Gpu::new(GpuOptions::default()).await?;
 
-    let cfg = f
-        .read_small(CONFIG_FILE, true, MAX_JSON_BYTES)
-        .await?
-        .unwrap_or_default();
-    let cfg = std::str::from_utf8(&cfg)
-        .map_err(|e| Error::Config(format!("config.json is not UTF-8: {e}")))
-        .and_then(Florence2Config::from_json_str)?;
-    let tok = f
-        .read_small("tokenizer.json", true, MAX_TOKENIZER_JSON_BYTES as u64)
-        .await?
-        .unwrap_or_default();
-    let pre = f
-        .read_small("preprocessor_config.json", false, MAX_JSON_BYTES)
-        .await?;
-    let gen = f
-        .read_small("generation_config.json", false, MAX_JSON_BYTES)
-        .await?;
-    let mut settings = Settings::from_files(&cfg, &tok, pre.as_deref(), gen.as_deref())?;
-    settings.limits = args.limits;
-    settings.tasks = tasks::load_tasks(&f, pre.as_deref(), &args.tasks).await?;
-    drop(tok);
-
-    let model = gpu
-        .scoped(async {
-            let weights = f
-                .load_weights(&gpu, &cfg, &LoadOptions::with_dtype(args.dtype))
-                .await?;
-            let model = Florence2::new(&gpu, cfg, &weights)?;
-            drop(weights);
-            gpu.check()?;
-            Ok(model)
-        })
-        .await?;
-    let pipeline = Pipeline::new(model, settings).with_weight_dtype(args.dtype);
+    let opts = PipelineOptions {
+        weights: LoadOptions::with_dtype(args.dtype),
+        tasks: args.tasks.clone(),
+        limits: args.limits,
+    };
+    let pipeline = Pipeline::load(&gpu, &f, &opts).await?;
     // Kernel tuning for this device at the processor's image size (cached in the Cache API: a later
     // load of the same package on the same adapter times nothing). A failure here only costs speed.
     if args.tuning != Tuning::Off {

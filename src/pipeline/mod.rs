@@ -37,7 +37,6 @@
 mod cancel;
 mod clock;
 mod image;
-#[cfg(not(target_arch = "wasm32"))]
 mod load;
 mod observe;
 mod options;
@@ -51,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
 pub use image::{EncodedImage, Image, TaskInput};
+pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{TaskOutput, Timings};

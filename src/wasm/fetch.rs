@@ -34,21 +34,17 @@ use web_sys::{
     AbortController, AbortSignal, Cache, ReadableStreamDefaultReader, RequestInit, Response,
 };
 
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::config::Florence2Config;
 use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
 use crate::wasm::source::Source;
-use crate::weights::load::{INDEX_FILE, SINGLE_FILE};
-use crate::weights::{
-    detect_layout, Assembler, CheckpointIndex, LoadOptions, StreamLoader, Weights,
-};
+use crate::weights::load::load_weights;
+use crate::weights::{Assembler, LoadOptions, ModelSource, StreamLoader, Weights};
 
 /// Bytes copied from a JS chunk into wasm memory at a time (a `fetch` chunk larger than this is split).
 pub const PIECE_BYTES: usize = 1 << 20;
-/// Cap on the index file.
-const MAX_INDEX_BYTES: u64 = 4 << 20;
 
 #[wasm_bindgen]
 extern "C" {
@@ -531,12 +527,7 @@ impl Fetcher {
 
     /// A small file read whole (`max` bytes at most). `Ok(None)` when optional and absent. A cached copy
     /// that fails its checks is deleted and the file fetched again.
-    pub async fn read_small(
-        &self,
-        file: &str,
-        required: bool,
-        max: u64,
-    ) -> Result<Option<Vec<u8>>> {
+    async fn read_whole(&self, file: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
         loop {
             let Some(body) = self.open(file, required).await? else {
                 return Ok(None);
@@ -585,7 +576,7 @@ impl Fetcher {
 
     /// Stream one safetensors file into `asm`. `expect_names`: tensors an index places in it. Returns the
     /// byte count and whether it came from the cache.
-    pub async fn stream_safetensors(
+    async fn stream_safetensors(
         &self,
         file: &str,
         asm: &mut Assembler,
@@ -617,21 +608,36 @@ impl Fetcher {
         self.progress("done", file, n, n, cached);
         Ok((n, cached))
     }
+}
 
-    /// The checkpoint's weights on the GPU: `model.safetensors.index.json` + its shards when the source
-    /// has an index, else `model.safetensors`. When a cached file turns out damaged midway (its tensors
-    /// partly uploaded), the entry is deleted and the checkpoint read again, the damaged file from the
-    /// network.
-    pub async fn load_weights(
+impl ModelSource for Fetcher {
+    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
+        self.read_whole(name, required, max).await
+    }
+
+    async fn load_file(
+        &self,
+        name: &str,
+        asm: &mut Assembler,
+        expect_names: &[&str],
+    ) -> Result<bool> {
+        let names = expect_names.iter().map(|n| (*n).to_owned()).collect();
+        self.stream_safetensors(name, asm, names).await?;
+        Ok(true)
+    }
+
+    /// [`load_weights`]; when a cached file turns out damaged midway (its tensors partly uploaded), the
+    /// entry is deleted and the checkpoint read again, the damaged file from the network.
+    async fn load_weights(
         &self,
         gpu: &Arc<Gpu>,
         cfg: &Florence2Config,
-        opts: &LoadOptions,
+        opts: LoadOptions,
     ) -> Result<Weights> {
         let mut retried = false;
         loop {
             let before = self.refetch.borrow().len();
-            let res = self.load_weights_once(gpu, cfg, opts).await;
+            let res = load_weights(gpu, self, cfg, opts.clone()).await;
             match res {
                 Err(e)
                     if !retried
@@ -646,29 +652,5 @@ impl Fetcher {
                 r => return r,
             }
         }
-    }
-
-    async fn load_weights_once(
-        &self,
-        gpu: &Arc<Gpu>,
-        cfg: &Florence2Config,
-        opts: &LoadOptions,
-    ) -> Result<Weights> {
-        let mut asm = Assembler::new(gpu, cfg, opts.clone());
-        match self.read_small(INDEX_FILE, false, MAX_INDEX_BYTES).await? {
-            Some(idx) => {
-                let index = CheckpointIndex::parse(&idx)?;
-                asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
-                for shard in &index.shards {
-                    let names = index.names_in(shard).map(str::to_owned).collect();
-                    self.stream_safetensors(shard, &mut asm, names).await?;
-                }
-            }
-            None => {
-                self.stream_safetensors(SINGLE_FILE, &mut asm, Vec::new())
-                    .await?;
-            }
-        }
-        asm.finish()
     }
 }

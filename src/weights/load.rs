@@ -1,17 +1,18 @@
-//! The ranged loader: config.json, then `model.safetensors` or the shards named by
-//! `model.safetensors.index.json`, each read through a [`ByteSource`] in bounded ranges (header first,
-//! then only the tensors the model needs, `chunk_bytes` at a time).
+//! The checkpoint loader: config.json, then `model.safetensors` or the shards named by
+//! `model.safetensors.index.json` ([`load_checkpoint`], over any [`ModelSource`]); and the ranged reader
+//! of one file ([`load_source`]): a [`ByteSource`] read in bounded ranges (header first, then only the
+//! tensors the model needs, `chunk_bytes` at a time).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::config::Florence2Config;
 use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
 use crate::weights::names::detect_layout;
-use crate::weights::source::{check_relative_name, ByteSource, ModelFiles};
+use crate::weights::source::{check_relative_name, ByteSource, ModelSource};
 use crate::weights::store::Weights;
 
 pub const CONFIG_FILE: &str = "config.json";
@@ -20,6 +21,9 @@ pub const INDEX_FILE: &str = "model.safetensors.index.json";
 /// A PyTorch checkpoint (zip or legacy pickle format, [`crate::weights::torch_load`]).
 pub const TORCH_FILE: &str = "pytorch_model.bin";
 pub const TORCH_INDEX_FILE: &str = "pytorch_model.bin.index.json";
+/// Cap on the small JSON files (config, index, preprocessor/generation/processor configs), the same
+/// natively and in the browser (the largest real one, a shard index, is ~100 KB).
+pub const MAX_JSON_BYTES: u64 = 4 << 20;
 
 /// A parsed, validated `model.safetensors.index.json` (or `pytorch_model.bin.index.json`: the same
 /// format, naming `.bin` shards).
@@ -180,65 +184,66 @@ pub async fn load_source<S: ByteSource>(
     Ok(())
 }
 
-/// Parse config.json from a model directory.
-pub async fn load_config<F: ModelFiles>(files: &F) -> Result<Florence2Config> {
-    let cfg = files
-        .read_small(CONFIG_FILE)
+/// Parse config.json from a model source.
+pub async fn load_config<S: ModelSource + ?Sized>(src: &S) -> Result<Florence2Config> {
+    let cfg = src
+        .read_small(CONFIG_FILE, true, MAX_JSON_BYTES)
         .await?
-        .ok_or_else(|| Error::FileRead {
-            file: CONFIG_FILE.into(),
-            msg: "not found".into(),
-        })?;
+        .unwrap_or_default();
     let text = std::str::from_utf8(&cfg)
         .map_err(|e| Error::Config(format!("config.json is not UTF-8: {e}")))?;
     Florence2Config::from_json_str(text)
 }
 
-/// Load config and weights from a model directory (any [`ModelFiles`]): `model.safetensors.index.json`
-/// and its shards if the index exists, else `model.safetensors`.
-pub async fn load_files<F: ModelFiles>(
+/// Load config and weights from a model source: `model.safetensors.index.json` and its shards if the
+/// index exists, else `model.safetensors`.
+pub async fn load_files<S: ModelSource + ?Sized>(
     gpu: &Arc<Gpu>,
-    files: &F,
+    src: &S,
     opts: LoadOptions,
 ) -> Result<(Florence2Config, Weights)> {
-    let cfg = load_config(files).await?;
-    let weights = load_weights(gpu, files, &cfg, opts).await?;
+    let cfg = load_config(src).await?;
+    let weights = src.load_weights(gpu, &cfg, opts).await?;
     Ok((cfg, weights))
 }
 
-/// Load the weights for a known config.
-pub async fn load_weights<F: ModelFiles>(
+/// Load the weights for a known config (see [`load_checkpoint`]).
+pub async fn load_weights<S: ModelSource + ?Sized>(
     gpu: &Arc<Gpu>,
-    files: &F,
+    src: &S,
     cfg: &Florence2Config,
     opts: LoadOptions,
 ) -> Result<Weights> {
     let mut asm = Assembler::new(gpu, cfg, opts);
-    if let Some(idx) = files.read_small(INDEX_FILE).await? {
+    load_checkpoint(src, &mut asm).await?;
+    asm.finish()
+}
+
+/// Every weights file of a checkpoint into `asm`, the one place that knows which files make a
+/// checkpoint: `model.safetensors.index.json` and the shards it names when the index exists, else
+/// `model.safetensors`.
+pub async fn load_checkpoint<S: ModelSource + ?Sized>(src: &S, asm: &mut Assembler) -> Result<()> {
+    if let Some(idx) = src.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {
         let index = CheckpointIndex::parse(&idx)?;
         asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
         for shard in &index.shards {
-            let mut src = files
-                .open(shard)
-                .await?
-                .ok_or_else(|| Error::CheckpointIndex {
+            let names: Vec<&str> = index.names_in(shard).collect();
+            if !src.load_file(shard, asm, &names).await? {
+                return Err(Error::CheckpointIndex {
                     file: INDEX_FILE.into(),
                     msg: format!("shard '{shard}' does not exist"),
-                })?;
-            let names: Vec<&str> = index.names_in(shard).collect();
-            load_source(&mut asm, &mut src, &names).await?;
+                });
+            }
         }
-    } else {
-        let mut src = files
-            .open(SINGLE_FILE)
-            .await?
-            .ok_or_else(|| Error::FileRead {
-                file: SINGLE_FILE.into(),
-                msg: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
-            })?;
-        load_source(&mut asm, &mut src, &[]).await?;
+        return Ok(());
     }
-    asm.finish()
+    if !src.load_file(SINGLE_FILE, asm, &[]).await? {
+        return Err(Error::FileRead {
+            file: SINGLE_FILE.into(),
+            msg: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
+        });
+    }
+    Ok(())
 }
 
 /// Native: load `dir/config.json` and its checkpoint onto the GPU with f32 weights (the reference

@@ -1,18 +1,20 @@
 //! Checkpoint loading: safetensors files (f32/f16/bf16, single or sharded) in any of the three Florence-2
 //! layouts (HF-native, original Microsoft, mlx-community) become GPU tensors under their canonical
 //! HF-native names: matrix weights in the resident dtype chosen by [`LoadOptions::dtype`] (fp32, fp16,
-//! q8, q4; default fp16), everything else f32.
+//! q8, q4; default fp16), everything else f32. What to expect comes from the config
+//! ([`crate::config::tensors`]).
 //!
 //! - [`header`]: our own validated, incremental safetensors header parser.
-//! - [`source`]: where bytes come from ([`ByteSource`] ranges, [`ModelFiles`] directories; native files,
-//!   memory).
+//! - [`source`]: where bytes come from ([`ModelSource`]: small files whole, weights files into an
+//!   [`Assembler`]; any [`ModelFiles`] of [`ByteSource`] ranges is one: native files, memory).
 //! - [`names`]: layout detection and the original -> HF-native naming rules.
 //! - [`expected`]: the loader's rules per tensor (which the resident dtype applies to) and the temporal
-//!   cosine table; the table of tensors (name, shape) the config implies is [`crate::config::tensors`].
+//!   cosine table.
 //! - [`assemble`]: per-tensor plans (fix-ups: mlx channels-last convs, original transposed
-//!   `image_projection`, permuted on the GPU), chunked f32 conversion into GPU buffers, final checks (missing tensors, tied LM
-//!   head).
-//! - [`load`]: the ranged loader (`load_dir` natively, `load_files` for any [`ModelFiles`]).
+//!   `image_projection`, permuted on the GPU), chunked f32 conversion into GPU buffers, final checks
+//!   (missing tensors, tied LM head).
+//! - [`load`]: which files make a checkpoint ([`load::load_checkpoint`], for every source) and the
+//!   ranged reader of one file (`load_dir` natively, `load_files` for any [`ModelSource`]).
 //! - [`stream`]: the push-style streaming loader (browser `fetch()` bodies), one [`StreamLoader`] per file.
 //! - [`store`]: [`Weights`] and [`WeightsView`].
 //! - [`pickle`], [`torch`], [`zip`], [`torch_reader`] (and its legacy half), [`torch_load`]: PyTorch checkpoints
@@ -27,11 +29,10 @@
 //! `final_logits_bias` `(1, V)` (original checkpoints only; HF-native conversions drop it; the loader keeps
 //! it only when non-zero, and then the model must add it to the logits).
 //!
-//! Browser streaming recipe (no whole file in memory): parse `config.json` ([`load_config`] or
-//! `Florence2Config::from_json_str`), parse `model.safetensors.index.json` if any
-//! ([`CheckpointIndex::parse`]), make an [`Assembler`] (`set_layout(detect_layout(index names))` for
-//! shards), then per file a [`StreamLoader`] (`expect_names(index.names_in(shard))`) fed with the
-//! `fetch()` body's chunks, `finish` it, and `Assembler::finish` gives the [`Weights`].
+//! Browser streaming (no whole file in memory): the browser's source loads each file by feeding a
+//! [`StreamLoader`] (`expect_names(index.names_in(shard))`) with the `fetch()` body's chunks and
+//! `finish`ing it; [`load::load_checkpoint`] sets the layout from the index names for shards, and
+//! `Assembler::finish` gives the [`Weights`].
 
 pub mod assemble;
 pub mod convert;
@@ -59,7 +60,7 @@ pub use load::{load_config, load_files, load_weights, CheckpointIndex};
 #[cfg(not(target_arch = "wasm32"))]
 pub use load::{load_dir, load_dir_with};
 pub use names::{detect_layout, Layout, FINAL_LOGITS_BIAS};
-pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
+pub use source::{ByteSource, MemFiles, MemSource, ModelFiles, ModelSource};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::{DirFiles, FileSource};
 pub use store::{Weights, WeightsView};

@@ -1,8 +1,11 @@
-//! Where checkpoint bytes come from. Model code never touches files: a loader asks a [`ModelFiles`] for
-//! small JSON files whole and for each safetensors file as a [`ByteSource`] that serves byte ranges.
-//! Natively that is [`DirFiles`] / [`FileSource`] (positioned reads, never the whole file); tests use
-//! [`MemFiles`] / [`MemSource`]; the browser plugs in HTTP range or streamed fetch (or, for a strictly
-//! sequential stream, feeds the push-style [`crate::weights::StreamLoader`] instead).
+//! Where a model's bytes come from. Model code never touches files: the one loader
+//! ([`crate::weights::load::load_checkpoint`], under `Pipeline::load`) asks a [`ModelSource`] for small
+//! JSON files whole and to load each weights file into an [`Assembler`].
+//!
+//! Any [`ModelFiles`] is a [`ModelSource`]: it serves each safetensors file as a [`ByteSource`] of byte
+//! ranges, read by the ranged loader. Natively that is [`DirFiles`] / [`FileSource`] (positioned reads,
+//! never the whole file); tests use [`MemFiles`] / [`MemSource`]. The browser's `Fetcher` is a
+//! [`ModelSource`] of its own that streams each `fetch()` body into a [`crate::weights::StreamLoader`].
 //!
 //! The futures carry no `Send` bound: wasm is single-threaded and the native implementations resolve
 //! immediately (`pollster::block_on` drives them).
@@ -10,7 +13,13 @@
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use crate::config::Florence2Config;
 use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::weights::assemble::{Assembler, LoadOptions};
+use crate::weights::store::Weights;
 
 /// A random-access byte source (one file).
 #[allow(clippy::len_without_is_empty)]
@@ -24,18 +33,73 @@ pub trait ByteSource {
     async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>>;
 }
 
+/// Where a model's files come from: what the one loader reads through.
+#[allow(async_fn_in_trait)]
+pub trait ModelSource {
+    /// A small file read whole, at most `max` bytes (more is an error). `Ok(None)` when the file is
+    /// absent and not `required`; an absent required file is an error.
+    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>>;
+    /// Load the safetensors file `name` into `asm`; `expect_names`: tensors an index places in it (each
+    /// must be there). `Ok(false)` when the file is absent.
+    async fn load_file(
+        &self,
+        name: &str,
+        asm: &mut Assembler,
+        expect_names: &[&str],
+    ) -> Result<bool>;
+    /// The checkpoint's weights on the GPU: [`crate::weights::load_weights`] (a source may try it
+    /// again, e.g. after it dropped a damaged cached copy of a file).
+    async fn load_weights(
+        &self,
+        gpu: &Arc<Gpu>,
+        cfg: &Florence2Config,
+        opts: LoadOptions,
+    ) -> Result<Weights> {
+        crate::weights::load::load_weights(gpu, self, cfg, opts).await
+    }
+}
+
 /// A model directory: small files read whole, safetensors files opened as [`ByteSource`]s.
 #[allow(async_fn_in_trait)]
 pub trait ModelFiles {
     type Source: ByteSource;
-    /// The whole file, or `None` if it does not exist.
-    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// The whole file (at most `max` bytes: more is an error), or `None` if it does not exist.
+    async fn read_small(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>>;
     /// Open a (possibly large) file for ranged reads, or `None` if it does not exist.
     async fn open(&self, name: &str) -> Result<Option<Self::Source>>;
 }
 
-/// Largest "small" file we read whole (config, index, tokenizer files).
-pub const MAX_SMALL_FILE: u64 = 64 << 20;
+impl<F: ModelFiles> ModelSource for F {
+    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
+        match ModelFiles::read_small(self, name, max).await? {
+            None if required => Err(Error::FileRead {
+                file: name.to_owned(),
+                msg: "not found".into(),
+            }),
+            r => Ok(r),
+        }
+    }
+
+    async fn load_file(
+        &self,
+        name: &str,
+        asm: &mut Assembler,
+        expect_names: &[&str],
+    ) -> Result<bool> {
+        let Some(mut src) = self.open(name).await? else {
+            return Ok(false);
+        };
+        crate::weights::load::load_source(asm, &mut src, expect_names).await?;
+        Ok(true)
+    }
+}
+
+fn too_large(name: &str, max: u64) -> Error {
+    Error::FileRead {
+        file: name.to_owned(),
+        msg: format!("larger than the {max}-byte limit"),
+    }
+}
 
 /// A shard or file name as it appears in an index: relative, made of `/`-separated components of ASCII
 /// letters, digits, `.`, `_` and `-` only, none of them `.` or `..` (so it can neither climb out of the
@@ -113,8 +177,11 @@ impl MemFiles {
 
 impl ModelFiles for MemFiles {
     type Source = MemSource;
-    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.files.get(name).map(|d| d.to_vec()))
+    async fn read_small(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        match self.files.get(name) {
+            Some(d) if d.len() as u64 > max => Err(too_large(name, max)),
+            d => Ok(d.map(|d| d.to_vec())),
+        }
     }
     async fn open(&self, name: &str) -> Result<Option<MemSource>> {
         Ok(self
@@ -223,10 +290,10 @@ impl DirFiles {
 #[cfg(not(target_arch = "wasm32"))]
 impl ModelFiles for DirFiles {
     type Source = FileSource;
-    async fn read_small(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        // Regular files only, at most MAX_SMALL_FILE bytes (a `config.json` linked to /dev/zero reports
-        // length 0 and would never end).
-        crate::files::read_capped_opt(&self.path(name)?, MAX_SMALL_FILE)
+    async fn read_small(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        // Regular files only, at most `max` bytes (a `config.json` linked to /dev/zero reports length 0
+        // and would never end).
+        crate::files::read_capped_opt(&self.path(name)?, max)
     }
     async fn open(&self, name: &str) -> Result<Option<FileSource>> {
         let p = self.path(name)?;
