@@ -53,7 +53,7 @@ pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
-pub use output::{TaskOutput, Timings};
+pub use output::{StopReason, TaskOutput, Timings, Usage};
 pub use settings::Settings;
 pub use tune::TuneSizes;
 

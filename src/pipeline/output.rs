@@ -3,6 +3,7 @@
 use crate::error::Result;
 use crate::gpu::MemReport;
 use crate::postprocess::{post_process_generation, TaskResult};
+use crate::processor::custom_tasks::AnyTaskPrompt;
 use crate::processor::prompt::Task;
 use crate::render::render;
 
@@ -28,6 +29,45 @@ impl Timings {
     }
 }
 
+/// Why generation ended. (A cancelled task returns [`crate::Error::Cancelled`] instead of an answer.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// On an end-of-sequence token.
+    Eos,
+    /// At the new-token limit.
+    MaxTokens,
+}
+
+/// Token counts of one task, and how its generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt token ids (the tokenized task prompt).
+    pub prompt_tokens: usize,
+    /// The encoder's sequence length: image feature tokens + prompt tokens.
+    pub encoder_tokens: usize,
+    /// Ids generated after the decoder start token.
+    pub generated_tokens: usize,
+    pub stop: StopReason,
+}
+
+impl Usage {
+    /// From the prompt ids, the image's feature tokens, the generated ids (start token first) and the
+    /// end-of-sequence ids: generation stopped on EOS when it generated anything and its last id is one.
+    pub(crate) fn of(prompt: &[u32], image_tokens: usize, ids: &[u32], eos: &[u32]) -> Usage {
+        let on_eos = ids.len() > 1 && ids.last().is_some_and(|t| eos.contains(t));
+        Usage {
+            prompt_tokens: prompt.len(),
+            encoder_tokens: image_tokens + prompt.len(),
+            generated_tokens: ids.len().saturating_sub(1),
+            stop: if on_eos {
+                StopReason::Eos
+            } else {
+                StopReason::MaxTokens
+            },
+        }
+    }
+}
+
 /// The answer to one task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskOutput {
@@ -36,6 +76,8 @@ pub struct TaskOutput {
     pub task: Task,
     /// The marker the answer is keyed by: `task.marker()`, or the model's own marker.
     pub marker: String,
+    /// The parsed prompt: the task marker and its text input.
+    pub prompt: AnyTaskPrompt,
     /// Exactly `post_process_generation`'s value for the task.
     pub result: TaskResult,
     /// A human-readable rendering of `result`.
@@ -44,6 +86,8 @@ pub struct TaskOutput {
     pub generated_text: String,
     /// Generated ids, decoder start token first (as the reference's `generate` returns them).
     pub token_ids: Vec<u32>,
+    /// Token counts and the stop reason.
+    pub usage: Usage,
     /// (width, height) of the original image (the coordinates' frame).
     pub image_size: (u32, u32),
     /// Whether the task ran on an image encoded before (DaViT and the projector skipped).

@@ -8,8 +8,9 @@ use crate::pipeline::clock::Stopwatch;
 use crate::pipeline::image::{EncodedImage, Image, TaskInput};
 use crate::pipeline::observe::{Callbacks, Stage, TokenStreamer};
 use crate::pipeline::options::TaskOptions;
-use crate::pipeline::output::{finish, TaskOutput, Timings};
+use crate::pipeline::output::{finish, TaskOutput, Timings, Usage};
 use crate::pipeline::Pipeline;
+use crate::processor::custom_tasks::AnyTaskPrompt;
 
 impl Pipeline {
     /// Encode an image once: pixels, then DaViT + projector, the projected features kept on the GPU.
@@ -66,9 +67,22 @@ impl Pipeline {
         cancel: &dyn Cancel,
         callbacks: &Callbacks<'_>,
     ) -> Result<TaskOutput> {
-        // Everything that can be refused without the GPU, first.
         // A built-in task, or one of the model's own markers (see `Settings::tasks`).
         let tp = self.tasks.parse(prompt)?;
+        self.run_prompt(input, tp, options, cancel, callbacks).await
+    }
+
+    /// [`Pipeline::run_task`] for a prompt parsed before (a front end that validates requests before
+    /// they reach the model).
+    pub async fn run_prompt(
+        &self,
+        input: TaskInput<'_>,
+        tp: AnyTaskPrompt,
+        options: &TaskOptions,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TaskOutput> {
+        // Everything that can be refused without the GPU, first.
         let gen = options.resolve(&self.generation)?;
         check(cancel)?;
 
@@ -92,6 +106,7 @@ impl Pipeline {
         };
         let (image_size, image_preprocess_ms, image_vision_ms) =
             (image.image_size, image.preprocess_ms, image.vision_ms);
+        let image_tokens = image.tokens();
         check(cancel)?;
         let gpu = self.model.gpu();
         gpu.check()?;
@@ -136,13 +151,16 @@ impl Pipeline {
         } else {
             (image_preprocess_ms + tokenize_ms, image_vision_ms)
         };
+        let usage = Usage::of(&ids, image_tokens, &token_ids, &gen.eos_token_ids);
         Ok(TaskOutput {
             task,
             marker,
+            prompt: tp,
             result,
             text,
             generated_text,
             token_ids,
+            usage,
             image_size,
             reused_image: reused,
             timings: Timings {

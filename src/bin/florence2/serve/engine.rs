@@ -10,6 +10,7 @@ use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::{Gpu, GpuOptions};
 use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
 use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
 use florence2_wasm::render::render;
 use florence2_wasm::weights::{LoadOptions, WeightDType};
@@ -37,26 +38,17 @@ pub struct TuningInfo {
     pub cache: Option<String>,
 }
 
-/// One answer: the pipeline's output plus what the usage block and the metrics need.
+/// One answer: the pipeline's output (with its token counts and stop reason) plus the timings the
+/// metrics need and what was streamed.
 #[derive(Clone, Debug)]
 pub struct Answer {
     pub out: TaskOutput,
-    /// Encoder sequence length: image features + prompt tokens.
-    pub encoder_tokens: usize,
-    /// Whether generation ended on an end-of-sequence token (else it hit `max_tokens`).
-    pub stopped: bool,
     /// Preprocess + vision + encoder, seconds.
     pub encode_s: f64,
     /// Decoding, seconds.
     pub generate_s: f64,
     /// What `on_text` already delivered: a prefix of `out.text`.
     pub streamed: String,
-}
-
-impl Answer {
-    pub fn completion_tokens(&self) -> usize {
-        self.out.token_ids.len().saturating_sub(1)
-    }
 }
 
 pub struct Engine {
@@ -140,34 +132,25 @@ impl Engine {
         };
         let on_token = |piece: &str, _id: u32| streamer.push(piece);
         let encoded = p.encode_image(Image::Rgb(image))?;
-        let prompt_tokens = p.tokenizer().encode_prompt(&prompt.encoder_text())?.len();
         let options = TaskOptions {
             max_new_tokens: max_tokens,
             num_beams,
             ..TaskOptions::default()
         };
-        let text = format!("{}{}", prompt.task().marker(), prompt.input().unwrap_or(""));
-        let out = p.run_task_blocking(
+        let out = pollster::block_on(p.run_prompt(
             TaskInput::Encoded(&encoded),
-            &text,
+            AnyTaskPrompt::Builtin(prompt.clone()),
             &options,
             &cancel,
             &Callbacks {
                 on_token: streamer.on_text.map(|_| &on_token as &dyn Fn(&str, u32)),
                 ..Callbacks::default()
             },
-        )?;
-        let stopped = out.token_ids.len() > 1
-            && out
-                .token_ids
-                .last()
-                .is_some_and(|t| p.generation().eos_token_ids.contains(t));
+        ))?;
         let t = &out.timings;
         let encode_ms =
             encoded.preprocess_ms() + encoded.vision_ms() + t.preprocess_ms + t.encoder_ms;
         Ok(Answer {
-            encoder_tokens: encoded.tokens() + prompt_tokens,
-            stopped,
             encode_s: encode_ms / 1e3,
             generate_s: t.decode_ms / 1e3,
             streamed: streamer.emitted.into_inner(),

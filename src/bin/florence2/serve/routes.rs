@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Semaphore;
 
+use florence2_wasm::pipeline::StopReason;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 
 use super::api::{parse_chat_request, ChatRequest, ImageSource, RequestLimits};
@@ -387,19 +388,19 @@ struct Meta {
 }
 
 fn finish_reason(a: &Answer) -> &'static str {
-    if a.stopped {
-        "stop"
-    } else {
-        "length"
+    match a.out.usage.stop {
+        StopReason::Eos => "stop",
+        StopReason::MaxTokens => "length",
     }
 }
 
+/// The usage block: the encoder's whole input (image features + prompt) counts as the prompt.
 fn usage(a: &Answer) -> Value {
-    let c = a.completion_tokens();
+    let u = &a.out.usage;
     json!({
-        "prompt_tokens": a.encoder_tokens,
-        "completion_tokens": c,
-        "total_tokens": a.encoder_tokens + c,
+        "prompt_tokens": u.encoder_tokens,
+        "completion_tokens": u.generated_tokens,
+        "total_tokens": u.encoder_tokens + u.generated_tokens,
     })
 }
 

@@ -204,7 +204,7 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
         Ok(answer) => {
             m.observe(Phase::Encode, answer.encode_s);
             m.observe(Phase::Generate, answer.generate_s);
-            m.add_tokens(answer.completion_tokens() as u64);
+            m.add_tokens(answer.out.usage.generated_tokens as u64);
             m.count(Outcome::Ok);
             Ok(answer)
         }
