@@ -16,7 +16,7 @@
 // the inner loops unroll and the register arrays need no dynamic indexing. The grid is folded by
 // `grid_1d`: invocation g = (wid.x + wid.y * nwg.x) * WG + lid.
 //
-// Bounds (this shader is compiled without naga's run-time checks, `TRUSTED_SHADERS` in src/gpu/pipeline.rs;
+// Bounds (this shader is compiled without naga's run-time checks, `TRUSTED_SHADERS` in src/gpu/kernel.rs;
 // the index clamps kept Mesa from unrolling: encoder-shaped call 0.66 s -> 0.48 s). Every access is in
 // bounds for any input `ops::attention::attention_variant` accepts, because it checks q/out (B, Tq, H*D),
 // k/v (Bk, Tk, H*D) with Bk in {1, B}, H*D = heads * D, D % 4 == 0, D4 = D/4 <= MAXD4, 1 <= QPI <= MAXQ,

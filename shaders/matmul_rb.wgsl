@@ -12,7 +12,7 @@
 // SwiftShader 16x16 and 16x8 measured fastest, `scripts/bench/browser_kernels.rs`). The accumulators are plain vec4
 // locals (c<r> for row r, columns 0..3; d, e, f for columns 4..15), never an array indexed in a loop, so
 // they stay in registers; the rows and columns beyond RM / RN sit behind `if`s on the override constants,
-// which the compilers fold away at pipeline creation (the loop body is fully unrolled for each block).
+// which the compilers fold away at kernel creation (the loop body is fully unrolled for each block).
 // The 4x4 part of one step is `a * B` with B a mat4x4 whose columns are 4 weight quads: component c of
 // a vec4 times mat4x4 is dot(a, B[c]).
 //
@@ -21,7 +21,7 @@
 // invocations of a workgroup read the same x addresses (uniform loads).
 //
 // Bounds (this module is compiled WITHOUT run-time bounds checks, `TRUSTED_SHADERS` in
-// src/gpu/pipeline.rs): the launcher (`ops::matmul::linear_variant`) guarantees M >= 1, K >= 8,
+// src/gpu/kernel.rs): the launcher (`ops::matmul::linear_variant`) guarantees M >= 1, K >= 8,
 // K % 8 == 0 (K % 32 == 0 for q8/q4), 1 <= n_rows, n_off + n_rows <= N, x bound whole with M*K f32, w
 // bound with n_rows whole rows of its format, out (M, N) whole, bias (N) whenever flags & 1 and the
 // residual (M, N) whenever flags & 4. With kq = K/4:
@@ -52,7 +52,7 @@ fn store_row(v: vec4<f32>, m: u32, j0: u32) {
 }
 
 // Store one output row's RN columns (row m, chunk columns j0..j0+RN) from its 1, 2 or 4 accumulators.
-// RN is an override constant, so the branches fold away when the pipeline is built.
+// RN is an override constant, so the branches fold away when the kernel is built.
 fn store_cols(c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, m: u32, j0: u32) {
     store_row(c, m, j0);
     if (RN >= 8u) {

@@ -8,7 +8,7 @@
 // No barriers, no shared memory. Broadcasts run in uniform control flow: out-of-range lanes are clamped,
 // never returned early. Requires `matmul_common.wgsl` in front.
 //
-// This module is compiled WITHOUT run-time bounds checks (`TRUSTED_SHADERS` in src/gpu/pipeline.rs), so
+// This module is compiled WITHOUT run-time bounds checks (`TRUSTED_SHADERS` in src/gpu/kernel.rs), so
 // every access below must be provably in bounds. The launcher (`ops::matmul::linear_variant`) guarantees:
 // M >= 1, K >= 8 and K % 8 == 0 (K % 32 == 0 for `linear_gemv_sg`), 1 <= n_rows, n_off + n_rows <= N,
 // x bound whole with M*K f32, w bound with n_rows*K f32 (n_rows*K/8 vec4<u32> for f16), out (M, N) whole,

@@ -1,7 +1,7 @@
 //! florence2-wasm: Microsoft's Florence-2 vision-language model on WebGPU (wgpu + WGSL compute shaders),
 //! natively (Vulkan/Metal/DX12) and in the browser (wasm32 + WebGPU).
 //!
-//! Layout: `gpu` (device, tensors, pipelines, recording, readback), `ops` (one typed launcher per WGSL
+//! Layout: `gpu` (device, tensors, kernels, recording, readback), `ops` (one typed launcher per WGSL
 //! kernel), `config` (config.json and the tensors it implies), `weights` (checkpoint sources and
 //! layouts), `model` (DaViT, projector, BART, generation), `processor` (image, tokenizer, prompts),
 //! `postprocess` + `render` (task answers), `pipeline` (the whole sequence of a task, for every front

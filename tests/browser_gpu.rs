@@ -593,7 +593,7 @@ async fn soak_200_mixed_calls() {
         *outcomes.entry((kind, label)).or_default() += 1;
     };
 
-    // Warm-up: one call of each kind, in order (pipelines compiled, uniform pages pooled, allocator and
+    // Warm-up: one call of each kind, in order (kernels compiled, uniform pages pooled, allocator and
     // tokenizer caches grown).
     for kind in Kind::ALL {
         let (p, _keep) = start(&m, kind, max_buffer);

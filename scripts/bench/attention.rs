@@ -43,7 +43,7 @@ fn main() {
 }
 
 /// Median ms per call of each runnable closure, `calls` calls per submit, interleaved rep by rep after a
-/// warm-up (pipeline compilation). `None` marks a variant that cannot run the shape.
+/// warm-up (kernel compilation). `None` marks a variant that cannot run the shape.
 fn time_all(g: &std::sync::Arc<Gpu>, runs: &[Run], reps: usize, calls: usize) -> Vec<Option<f64>> {
     let mut ts: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     for rep in 0..=reps {

@@ -4,7 +4,7 @@
 //! gives it the browser; natively this file compiles to nothing).
 //!
 //! Timing: each sample records one call into a fresh recorder, submits it and awaits
-//! `onSubmittedWorkDone` (submit + wait, as the model pays it); one warm-up per variant (pipeline
+//! `onSubmittedWorkDone` (submit + wait, as the model pays it); one warm-up per variant (kernel
 //! compilation) is excluded; variants are interleaved sample by sample so a noisy neighbour hits all
 //! alike; the median of `REPS` is reported. Rows are capped at 256 (the large-M GEMMs behave alike per
 //! row beyond that on a CPU adapter) and the scalar kernel only runs the decode shapes, so the run takes

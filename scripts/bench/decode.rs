@@ -6,7 +6,7 @@
 //!
 //! `cargo bench --bench decode` (`DECODE_BENCH_STEPS=N` steps per run, default 24). Both modes run the
 //! same number of decoder steps (no EOS can occur: its id is outside the vocabulary; no forced tokens;
-//! no-repeat-n-gram 3 as the model card), in the same process, one warm-up run each (pipeline compilation,
+//! no-repeat-n-gram 3 as the model card), in the same process, one warm-up run each (kernel compilation,
 //! staging buffers) excluded, then alternating timed runs; the median per-step time of each is reported,
 //! with the ratio. A step includes the decoder for every row, the readback and (beam) log-softmax, top-k,
 //! cache reorder and the CPU bookkeeping. Then a breakdown: the decoder step alone for 1 and 3 rows, and
@@ -322,7 +322,7 @@ fn per_dtype(gpu: &Arc<Gpu>, cfg: &Florence2Config, list: &str, steps: usize) {
         )
     };
     let modes = ["old (gemv_subgroup)", "new (static choice)"];
-    // Warm-up: every (mode, dtype) once (pipelines, plans).
+    // Warm-up: every (mode, dtype) once (kernels, plans).
     for old in [true, false] {
         set_old(old);
         for i in 0..models.len() {

@@ -10,7 +10,7 @@
 //! contains one of them; `GEMV_BENCH_ONLY=<substring>` only the shapes whose label contains it, e.g.
 //! `none` for the ceilings alone; `GEMV_BENCH_ROWS=1,3`; `GEMV_BENCH_FORMATS=f32,f16,q8,q4`;
 //! `GEMV_BENCH_SPIN=S` keeps running the first cell of each shape for S seconds, for a profiler). Each
-//! cell (format, variant): one warm-up call (pipeline compilation), then 7 samples alternating over all
+//! cell (format, variant): one warm-up call (kernel compilation), then 7 samples alternating over all
 //! cells of a (shape, M), each sample a batch of calls of >= 2 ms GPU time, timed twice: GPU timestamps
 //! (the GB/s column) and the CPU time of lavapipe's threads (the ratio column: the work done, which
 //! other load on this shared 2-core machine inflates far less than wall or GPU time); medians per call.

@@ -4,7 +4,7 @@
 //! `cargo bench --bench kernels` (default: ~2-3 minutes on 2 cores with lavapipe; the slow scalar kernel
 //! only on the decode shapes). `KERNELS_BENCH_FULL=1` runs every variant on every shape with more repeats.
 //! Timing: each sample records the op into a fresh `Recorder`, submits and waits for the queue to go idle
-//! (submit + wait, as the model pays it); one warm-up sample (pipeline compilation) is excluded; the median
+//! (submit + wait, as the model pays it); one warm-up sample (kernel compilation) is excluded; the median
 //! of the samples is reported. `KERNELS_BENCH_ONLY=<substring>` runs only the linear shapes whose label
 //! contains it. `KERNELS_BENCH_F16=1` runs the linear table with f16-storage weights (the `static f16`
 //! column then repeats the static choice in f32). `KERNELS_BENCH_VARIANTS=<substring>` times only the

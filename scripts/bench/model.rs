@@ -12,7 +12,7 @@
 //! 2. Measures the kernel ceiling in the same run: the best `ops::matmul::linear` variant on 2304x512x2048
 //!    (DaViT stage 2 MLP) and 585x768x3072 (encoder FFN), and the GPU copy bandwidth.
 //! 3. Per checkpoint dtype: `weights::load_dir` (time, RSS), then one cold end-to-end pass (first dtype
-//!    only: `encode` + greedy, pipeline compilation included), then a warm pass phase by phase, one
+//!    only: `encode` + greedy, kernel compilation included), then a warm pass phase by phase, one
 //!    submit per phase, each waited for: preprocess (CPU), vision (DaViT), projector, encoder (prompt
 //!    embedding + 6 layers), cross K/V, each decode step (embedding .. LM head + argmax + 4-byte
 //!    readback), and beam-shaped steps (3 rows, top-6 readback, cache reorder). Then (first dtype) the
@@ -498,7 +498,7 @@ fn wait(gpu: &Gpu) {
 /// Image-encoding reuse, same run: a first `<CAPTION>` task from the image (preprocess, DaViT +
 /// projector, encoder, greedy decode: what `Pipeline::run_task` does on an image) against later tasks on
 /// the kept image features (encoder + decode: what it does on an `EncodedImage`), each waited for, all
-/// with compiled pipelines. Prints the median later/first ratio (issue 12's target: <= 25%).
+/// with compiled kernels. Prints the median later/first ratio (issue 12's target: <= 25%).
 fn encoding_reuse(
     gpu: &Arc<Gpu>,
     model: &Florence2,
@@ -525,7 +525,7 @@ fn encoding_reuse(
         (t.elapsed().as_secs_f64(), features, ids)
     };
     if !warm {
-        first(); // compile the pipelines
+        first(); // compile the kernels
     }
     let (first_s, features, ids) = first();
     let mut later = Vec::new();
@@ -650,7 +650,7 @@ fn run_model(
                 .expect("generate");
             t.elapsed().as_secs_f64()
         };
-        // One untimed pass of each compiles every pipeline both use.
+        // One untimed pass of each compiles every kernel both use.
         gpu.choices.clear();
         pass();
         for (c, v) in &tuned {
@@ -695,7 +695,7 @@ fn run_model(
             .expect("generate");
         ph.cold_total_s = t.elapsed().as_secs_f64();
         println!(
-            "  cold pass (pipelines compiled on the way): {:.2} s, {} ids",
+            "  cold pass (kernels compiled on the way): {:.2} s, {} ids",
             ph.cold_total_s,
             ids.len()
         );
@@ -1371,7 +1371,7 @@ fn main() {
         for &resident in &residents {
             println!("\n== {dt} checkpoint, resident {resident} ==");
             let breakdown = results.is_empty() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
-            // Pipelines are cached per device: only the first run's pass is cold.
+            // Kernels are cached per device: only the first run's pass is cold.
             let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
             let ph = run_model(
                 &gpu,
@@ -1455,7 +1455,7 @@ fn main() {
         );
         if ph.cold_total_s > 0.0 {
             println!(
-                "cold end-to-end (incl. pipeline compilation): {:.2} s",
+                "cold end-to-end (incl. kernel compilation): {:.2} s",
                 ph.cold_total_s
             );
         }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::registry::Choices;
 use crate::error::{Error, Result};
-use crate::gpu::pipeline::PipelineCache;
+use crate::gpu::kernel::KernelCache;
 use crate::gpu::profile::Profiler;
 use crate::gpu::tensor::{MemCounter, MemReport};
 
@@ -49,13 +49,13 @@ pub struct Caps {
     pub adapter_key: String,
 }
 
-/// The device, its queue, the pipeline cache, and the error slots that turn wgpu's asynchronous errors
+/// The device, its queue, the kernel cache, and the error slots that turn wgpu's asynchronous errors
 /// into `Result`s instead of panics.
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub caps: Caps,
-    pub pipelines: PipelineCache,
+    pub kernels: KernelCache,
     /// First uncaptured wgpu error since the last [`Gpu::check`].
     pub(crate) error: Arc<Mutex<Option<Fault>>>,
     /// Set once the device is lost; every later operation fails with [`Error::DeviceLost`].
@@ -265,7 +265,7 @@ impl Gpu {
             device,
             queue,
             caps,
-            pipelines: PipelineCache::default(),
+            kernels: KernelCache::default(),
             error,
             lost,
             uniform_pool: Mutex::new(Vec::new()),

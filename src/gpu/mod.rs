@@ -1,6 +1,6 @@
 //! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), WGSL variants by preprocessing
-//! ([`preprocess`]: `#if NAME` / `#else` / `#endif`, `#include NAME`), a pipeline cache keyed by shader,
-//! defines, entry point and override constants ([`PipelineCache`]), a recorder that encodes many dispatches into one
+//! ([`preprocess`]: `#if NAME` / `#else` / `#endif`, `#include NAME`), a kernel cache keyed by shader,
+//! defines, entry point and override constants ([`KernelCache`]), a recorder that encodes many dispatches into one
 //! command buffer and submits once ([`Recorder`]), and readback ([`readback`]). Ops with several
 //! kernels look up the variant for a shape class in the device's [`registry`], which the on-device
 //! tuner ([`tune`]) fills.
@@ -10,7 +10,7 @@
 //! passes them to [`Recorder::dispatch`].
 
 mod context;
-mod pipeline;
+mod kernel;
 pub mod preprocess;
 pub mod profile;
 pub mod quant;
@@ -21,7 +21,7 @@ mod tensor;
 pub mod tune;
 
 pub use context::{Caps, Gpu, GpuOptions};
-pub use pipeline::{include, Kernel, PipelineCache, Shader, INCLUDES};
+pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
 pub use quant::QFormat;
 pub use recorder::{staging_buffer, Pending, Plan, Recorder};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};

@@ -25,7 +25,7 @@ pub struct ProfileEntry {
     pub phase: String,
     /// Kernel: `shader:entry`.
     pub op: String,
-    /// Override constants of the pipeline (e.g. `W_F16=1 RM=8`), empty when none.
+    /// Override constants of the kernel (e.g. `W_F16=1 RM=8`), empty when none.
     pub variant: String,
     /// The launcher's shape note (e.g. `M=577 N=768 K=768 f16`), else `grid=[x, y, z]`.
     pub shape: String,

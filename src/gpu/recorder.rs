@@ -8,7 +8,7 @@
 //! this one has submitted.
 //!
 //! Recorded once, replayed many times: a recorder made by [`Recorder::capture`] runs the same launchers
-//! but keeps what they build (pipelines, bind groups, params uniforms written once, workgroup counts,
+//! but keeps what they build (kernels, bind groups, params uniforms written once, workgroup counts,
 //! buffer copies) as a [`Plan`] instead of encoding it. [`Recorder::replay`] then encodes a plan into an
 //! ordinary recorder: per op only `set_pipeline` / `set_bind_group` / `dispatch_workgroups` (wgpu has no
 //! reusable compute command buffers, so this cheap encode is all that is left per use). Whatever changes
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use futures_channel::oneshot;
 
 use crate::error::{Error, Result};
-use crate::gpu::pipeline::Kernel;
+use crate::gpu::kernel::Kernel;
 use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
 use crate::gpu::{Gpu, Tensor};
 use std::sync::atomic::Ordering;
@@ -260,7 +260,7 @@ impl Recorder {
         self.replay(plan)
     }
 
-    /// Encode a recorded plan: no pipeline lookup, no params, no bind group, only the passes (timed
+    /// Encode a recorded plan: no kernel lookup, no params, no bind group, only the passes (timed
     /// like [`Recorder::dispatch`]'s when the profiler is on). A capturing recorder appends the plan's
     /// ops to its own.
     pub fn replay(&mut self, plan: &Plan) -> Result<()> {
@@ -475,7 +475,7 @@ impl Recorder {
         if grid.contains(&0) {
             return Ok(());
         }
-        let pipe = self.gpu.pipelines.get(&self.gpu, kernel)?;
+        let pipe = self.gpu.kernels.get(&self.gpu, kernel)?;
         let (page, off) = self.push_params(bytemuck::bytes_of(params))?;
         let mut entries = Vec::with_capacity(bindings.len() + 1);
         entries.push(wgpu::BindGroupEntry {

@@ -513,7 +513,7 @@ pub fn linear_variant_residual(
         ("WG", GEMV_WG as f64),
         ("MR", m as f64),
     ];
-    // From the whole weight's N: every row chunk runs the same pipeline.
+    // From the whole weight's N: every row chunk runs the same kernel.
     let blk_wg = gemv_blk_wg(n);
     let overrides_blk = [
         ("W_F16", f16),

@@ -396,7 +396,7 @@ fn fresh_gpu() -> std::sync::Arc<Gpu> {
 #[test]
 fn attention_follows_the_registry() {
     let g = fresh_gpu();
-    // 20 rows: flash runs one block of 20 rows x 2 invocations, flash_split 16 x 4 (another pipeline).
+    // 20 rows: flash runs one block of 20 rows x 2 invocations, flash_split 16 x 4 (another kernel).
     let c = Case::new(2, 20, 30, 2, 16);
     let hd = c.heads * c.d;
     let mut rng = Rng::new(30);
@@ -420,15 +420,15 @@ fn attention_follows_the_registry() {
     };
     let class = attention_class(c.b * c.tq, c.tk, c.d, c.heads, false, false);
     assert_eq!(class.describe(), "attention M<=64 Tk<=32 D=16 H=2");
-    // Each choice builds its own pipeline the first time it is chosen, and gives the reference result.
+    // Each choice builds its own kernel the first time it is chosen, and gives the reference result.
     for choice in ["flash", "tiled", "rows", "flash_split"] {
         g.choices
             .set(class, AttnVariant::from_name(choice).unwrap().name());
-        let before = g.pipelines.len();
+        let before = g.kernels.len();
         let mut rec = Recorder::new(&g);
         attention(&mut rec, &tq_, &tk_, &tv_, &opts, &out).unwrap();
         rec.submit().unwrap();
-        assert_eq!(g.pipelines.len(), before + 1, "{choice} pipeline built");
+        assert_eq!(g.kernels.len(), before + 1, "{choice} kernel built");
         let got = readback::to_f32_blocking(&g, &out).unwrap();
         assert_close(&format!("registry {choice}"), &got, &want, TOL);
     }

@@ -1,5 +1,5 @@
 //! Every variant of every shader compiles: for each shader in `ops::SHADERS` and each subset of the names
-//! its `#if`s test, the preprocessed WGSL builds a compute pipeline for each of its entry points (with the
+//! its `#if`s test, the preprocessed WGSL builds a kernel for each of its entry points (with the
 //! override constants' defaults) on the test device. The kernel tests only reach the variants their
 //! launchers choose on this adapter; this test reaches the rest (e.g. the GPU-side variants lavapipe never
 //! picks). `scripts/check_wgsl.mjs` runs the same variants through Tint, the browser's compiler.
@@ -64,14 +64,14 @@ fn every_variant_of_every_shader_compiles() {
                 Box::leak(defines.iter().map(|d| leak(d)).collect::<Vec<_>>().into());
             for entry in entries {
                 let k = Kernel::new(shader, leak(&entry)).defines(defines);
-                if let Err(e) = g.pipelines.get(&g, &k) {
+                if let Err(e) = g.kernels.get(&g, &k) {
                     panic!("{} {defines:?} {entry}: {e}", shader.name);
                 }
                 built += 1;
             }
         }
     }
-    eprintln!("{built} pipelines built");
+    eprintln!("{built} kernels built");
     assert!(built >= SHADERS.len());
 }
 
@@ -79,7 +79,7 @@ fn every_variant_of_every_shader_compiles() {
 fn a_variant_the_shader_does_not_have_is_a_named_error() {
     let g = common::gpu();
     let k = Kernel::new(&florence2_wasm::ops::softmax::SHADER, "softmax").defines(&["NO_SUCH"]);
-    match g.pipelines.get(&g, &k) {
+    match g.kernels.get(&g, &k) {
         Err(florence2_wasm::Error::Shader(m)) => assert!(m.contains("NO_SUCH"), "{m}"),
         other => panic!("expected Error::Shader, got {:?}", other.map(|_| ())),
     }

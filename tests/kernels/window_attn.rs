@@ -119,12 +119,12 @@ fn window_attention_follows_the_registry() {
     for choice in ["flash", "rows"] {
         g.choices
             .set(class, WindowAttnVariant::from_name(choice).unwrap().name());
-        let before = g.pipelines.len();
+        let before = g.kernels.len();
         let to = Tensor::zeros(&g, &[nw, t, c], DType::F32, "out").unwrap();
         let mut rec = Recorder::new(&g);
         ops::window_attn::window_attention(&mut rec, &tq, heads, 0.3, &to).unwrap();
         rec.submit().unwrap();
-        assert_eq!(g.pipelines.len(), before + 1, "{choice} pipeline built");
+        assert_eq!(g.kernels.len(), before + 1, "{choice} kernel built");
         outs.push(readback::to_f32_blocking(&g, &to).unwrap());
     }
     // Same attention in two summation orders: equal within a few f32 roundings of outputs <= 1.

@@ -18,7 +18,7 @@ pub(super) struct Outcome {
     pub(super) untried: Vec<&'static str>,
 }
 
-/// Warm-up (compiles each pipeline; in the browser compiled asynchronously, so timing would include
+/// Warm-up (compiles each kernel; in the browser compiled asynchronously, so timing would include
 /// it) of `order` in turn; past `deadline` the rest stays untried (at least two are always tried, so
 /// every load progresses). Returns (ran, untried, failed).
 pub(super) async fn warm_all(

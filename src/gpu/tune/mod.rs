@@ -29,7 +29,7 @@
 //! ([`AUTO_BUDGET_MS`] by default, on every adapter: on CPU adapters a base model does not fit in one
 //! load). Classes left over keep the static choice for this load; every finished class is cached at
 //! once, so the next load continues where this one stopped and, once all are cached, times nothing.
-//! Compiling a candidate's pipeline is often the largest cost on a CPU adapter (seconds for an
+//! Compiling a candidate's kernel is often the largest cost on a CPU adapter (seconds for an
 //! unrolled kernel on lavapipe) and cannot be interrupted: a compile starts only while an average one
 //! still fits before the deadline, and a class cut short this way caches its best so far together with
 //! its untried candidates, which a later load times against it (at least two candidates per class and

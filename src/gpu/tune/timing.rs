@@ -111,7 +111,7 @@ impl SampleTimer {
         }
     }
 
-    /// One untimed call (its first compiles the pipeline); false when the candidate fails (it is then
+    /// One untimed call (its first compiles the kernel); false when the candidate fails (it is then
     /// left out).
     pub(super) async fn warm(&mut self, bench: &Bench, v: &'static str) -> bool {
         let t0 = self.clock.now_ms();

@@ -333,7 +333,7 @@ impl Decoder {
     /// One decoder step: the tokens in `state` ([`DecoderState::write_tokens`], U32 (B)) sit at position
     /// `pos` (0 = the decoder start token); their K/V are written to cache row `pos`, attention covers
     /// rows 0..=pos. Returns the logits (B, V) (a buffer owned by `state`, overwritten by the next step).
-    /// The step is recorded once per state: the first call records it as a [`Plan`] (pipelines, bind groups,
+    /// The step is recorded once per state: the first call records it as a [`Plan`] (kernels, bind groups,
     /// params, workgroup counts, with the registry's kernel choices of that moment); every call writes the
     /// position to the state's step buffer (one 16-byte `queue.write_buffer`, ordered before `rec`'s
     /// submit) and encodes the plan into `rec`. One planned step per submit: a second step recorded into

@@ -129,7 +129,7 @@ impl Picker {
                     .ok_or_else(|| Error::Readback("empty argmax".into()))
             }
             NextToken::Banned(b) if b.len() < TOPK_MAX && self.vocab >= TOPK_MAX => {
-                // The best allowed token is among the top bans + 1; a fixed k keeps one pipeline.
+                // The best allowed token is among the top bans + 1; a fixed k keeps one kernel.
                 let (vals, ids) = (&self.tk_vals, &self.tk_ids);
                 rec.replay_cached(&mut self.plan_topk, |rec| {
                     ops::reduce::topk_rows(rec, logits, TOPK_MAX, vals, ids) // (1, 16)

@@ -1,9 +1,11 @@
-//! Compute pipelines, created once and cached. A pipeline is identified by its shader (one WGSL file per
-//! op family, `include_str!`-ed by the op's launcher), the preprocessor defines that select the shader's
-//! variant (`#if NAME` blocks, see [`crate::gpu::preprocess`]), the entry point, and the values of its
-//! `override` constants: WGSL overrides are specialisation constants, folded in when the driver compiles
-//! the pipeline, so static sizes (tile shapes, head_dim, window size) cost nothing at run time and let the
-//! compiler unroll. Sizes that change per step (sequence length, KV-cache fill) go in the `Params` uniform.
+//! Kernels: compiled compute programs (wgpu compute pipelines), built once and cached. "Kernel" names the
+//! GPU program so that "pipeline" keeps one meaning in this crate, the task [`crate::pipeline::Pipeline`].
+//! A kernel is identified by its shader (one WGSL file per op family, `include_str!`-ed by the op's
+//! launcher), the preprocessor defines that select the shader's variant (`#if NAME` blocks, see
+//! [`crate::gpu::preprocess`]), the entry point, and the values of its `override` constants: WGSL
+//! overrides are specialisation constants, folded in when the driver compiles the kernel, so static sizes
+//! (tile shapes, head_dim, window size) cost nothing at run time and let the compiler unroll. Sizes that
+//! change per step (sequence length, KV-cache fill) go in the `Params` uniform.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -64,7 +66,7 @@ pub fn include(name: &str) -> Option<&'static str> {
     INCLUDES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
-/// One pipeline: a shader variant, an entry point and its override constants.
+/// One kernel: a shader variant, an entry point and its override constants.
 #[derive(Clone, Copy, Debug)]
 pub struct Kernel<'a> {
     pub shader: &'static Shader,
@@ -104,7 +106,7 @@ impl<'a> Kernel<'a> {
         format!("{}[{}]", self.shader.name, d.join(","))
     }
 
-    /// `shader[DEF,...]:entry:NAME=value...`: the pipeline's key.
+    /// `shader[DEF,...]:entry:NAME=value...`: the kernel's key.
     fn key(&self) -> String {
         let mut k = format!("{}:{}", self.module_key(), self.entry);
         let mut o: Vec<_> = self.overrides.to_vec();
@@ -116,46 +118,41 @@ impl<'a> Kernel<'a> {
     }
 }
 
-/// A compiled pipeline and its (auto-derived) bind group layout.
+/// A compiled kernel: wgpu's compute pipeline and its (auto-derived) bind group layout.
 #[derive(Clone, Debug)]
-pub struct CachedPipeline {
+pub struct CompiledKernel {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
 }
 
 #[derive(Default)]
-pub struct PipelineCache {
+pub struct KernelCache {
     /// Keyed by [`Kernel::module_key`] (shader and defines).
     modules: Mutex<HashMap<String, wgpu::ShaderModule>>,
-    pipelines: Mutex<HashMap<String, Arc<CachedPipeline>>>,
+    compiled: Mutex<HashMap<String, Arc<CompiledKernel>>>,
 }
 
-impl PipelineCache {
+impl KernelCache {
     pub fn len(&self) -> usize {
-        self.pipelines.lock().map(|p| p.len()).unwrap_or(0)
+        self.compiled.lock().map(|p| p.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Get or build the pipeline for `kernel`. Compilation errors come back as [`Error::Gpu`] with the
+    /// Get or build `kernel`. Compilation errors come back as [`Error::Gpu`] with the
     /// shader's name, never as a panic.
-    pub fn get(&self, gpu: &Gpu, kernel: &Kernel) -> Result<Arc<CachedPipeline>> {
+    pub fn get(&self, gpu: &Gpu, kernel: &Kernel) -> Result<Arc<CompiledKernel>> {
         let key = kernel.key();
-        if let Some(p) = self
-            .pipelines
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
+        if let Some(p) = self.compiled.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
         }
         let module_key = kernel.module_key();
         let cached_module = self
             .modules
             .lock()
-            .map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?
+            .map_err(|_| Error::Gpu("kernel cache poisoned".into()))?
             .get(&module_key)
             .cloned();
         // Preprocess outside the error scope: a directive error comes back as `Error::Shader`.
@@ -209,10 +206,10 @@ impl PipelineCache {
             if let Ok(mut m) = self.modules.lock() {
                 m.remove(&module_key);
             }
-            return Err(Error::Gpu(format!("building pipeline {key}: {err}")));
+            return Err(Error::Gpu(format!("building kernel {key}: {err}")));
         }
-        let cached = Arc::new(CachedPipeline { pipeline, layout });
-        if let Ok(mut m) = self.pipelines.lock() {
+        let cached = Arc::new(CompiledKernel { pipeline, layout });
+        if let Ok(mut m) = self.compiled.lock() {
             m.insert(key, cached.clone());
         }
         Ok(cached)
