@@ -23,30 +23,16 @@
 // tree-reduced, and the output columns are split across invocation groups (each group a strided subset
 // of keys) and summed. ~15 barriers per call instead of ~4 per key tile.
 //
-// Sizes: D (head dim), QB, KT are override constants chosen by the launcher so that QB*D <= 1024,
-// KT*D <= 768 and QB*KT <= 256 (15.2 KiB of workgroup memory in all). Per-call sizes are uniforms.
+// Sizes: D (head dim), QB, KT are override constants chosen by the launcher so that QB*D <= Q_CAP,
+// KT*D <= KV_CAP and QB*KT <= S_CAP (15.2 KiB of workgroup memory in all). WG, the workgroup-memory
+// capacities (Q_CAP, KV_CAP, S_CAP, QB_MAX) and DEC_MAXK come from the launcher (src/ops/attention.rs,
+// SHADER's consts). Per-call sizes are uniforms.
 
-override WG: u32 = 64;
 override D: u32 = 64;   // head dim
-override QB: u32 = 16;  // query rows per workgroup (<= 16)
+override QB: u32 = 16;  // query rows per workgroup (<= QB_MAX)
 override KT: u32 = 16;  // keys per tile
 
-struct Params {
-    batch: u32,     // B
-    tq: u32,        // query rows per batch row
-    tk: u32,        // key rows per K/V batch row (allocated)
-    heads: u32,     // H
-    bk: u32,        // K/V batch rows: B or 1
-    kv_len: u32,    // valid key rows (<= tk)
-    q_offset: u32,  // absolute position of query row 0 (causal)
-    causal: u32,    // 0 / 1
-    has_mask: u32,  // 0 / 1
-    n_qblocks: u32, // ceil(tq / QB)
-    scale: f32,     // multiplies q
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
+#include attn_params
 @group(0) @binding(1) var<storage, read> q: array<f32>;          // (B, Tq, H*D)
 #if KV_F16
 // Packed f16 K/V (two halves per u32, element i in word i / 2), read as f32: see include/attn_kv4.wgsl.
@@ -73,14 +59,14 @@ fn v_at(i: u32) -> f32 {
 
 #include attn_len
 
-var<workgroup> qs: array<f32, 1024>;   // (QB, D) scaled queries
-var<workgroup> acc: array<f32, 1024>;  // (QB, D) unnormalised output
-var<workgroup> ks: array<f32, 768>;    // (KT, D) key tile
-var<workgroup> vs: array<f32, 768>;    // (KT, D) value tile
-var<workgroup> ss: array<f32, 256>;    // (QB, KT) scores, then probabilities
-var<workgroup> m_run: array<f32, 16>;  // (QB) running max
-var<workgroup> l_run: array<f32, 16>;  // (QB) running sum
-var<workgroup> alpha: array<f32, 16>;  // (QB) rescale factor of this tile
+var<workgroup> qs: array<f32, Q_CAP>;      // (QB, D) scaled queries
+var<workgroup> acc: array<f32, Q_CAP>;     // (QB, D) unnormalised output
+var<workgroup> ks: array<f32, KV_CAP>;     // (KT, D) key tile
+var<workgroup> vs: array<f32, KV_CAP>;     // (KT, D) value tile
+var<workgroup> ss: array<f32, S_CAP>;      // (QB, KT) scores, then probabilities
+var<workgroup> m_run: array<f32, QB_MAX>;  // (QB) running max
+var<workgroup> l_run: array<f32, QB_MAX>;  // (QB) running sum
+var<workgroup> alpha: array<f32, QB_MAX>;  // (QB) rescale factor of this tile
 
 @compute @workgroup_size(WG)
 fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -209,8 +195,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
 
 // ---- decode: one query row per batch row --------------------------------------------------------------
 
-const DEC_MAXK: u32 = 2048;
-var<workgroup> dscore: array<f32, 2048>; // (kv_len) scores, then probabilities
+var<workgroup> dscore: array<f32, DEC_MAXK>; // (kv_len) scores, then probabilities
 var<workgroup> red: array<f32, 256>;     // (WG) reduction scratch
 var<workgroup> part: array<f32, 256>;    // (G, D) partial outputs, G = WG / D groups of keys
 

@@ -29,37 +29,18 @@
 // Sizes: D4 = D / 4 (<= MAXD4), QB, S, KT are override constants chosen by the launcher
 // (`ops::attention`): QB * S = WG <= 64, KT * D4 <= KV4, KT / S <= MAXKPL and a multiple of S, and
 // (WG / 2) * D4 <= 2 * KV4 for the merge (it reuses the K/V tile memory). Workgroup memory: 2 * KV4 vec4
-// + 2 * 64 f32 = 14.5 KiB, under WebGPU's guaranteed 16 KiB.
+// + 2 * MAX_WG f32 = 14.5 KiB, under WebGPU's guaranteed 16 KiB. From the launcher
+// (src/ops/attention.rs, FLASH_SHADER's consts): MAX_WG, the largest workgroup; MAXD4, head dim / 4 at
+// most (head dim <= 64); MAXKPL, keys per invocation per tile; KV4, the vec4 capacity of each of the K
+// and V tiles.
 
-override WG: u32 = 64;
+override WG: u32 = MAX_WG;
 override D4: u32 = 16;  // head dim / 4
 override QB: u32 = 64;  // query rows per workgroup
 override S: u32 = 1;    // invocations per query row (key split)
 override KT: u32 = 28;  // keys per tile
-const MAXD4: u32 = 16u;   // head dim <= 64
-const MAXKPL: u32 = 64u;  // keys per invocation per tile
-const KV4: u32 = 448u;    // vec4 capacity of each of the K and V tiles
 
-struct Params {
-    batch: u32,      // B
-    tq: u32,         // query rows per batch row
-    tk: u32,         // key rows per K/V batch row (allocated)
-    heads: u32,      // H
-    bk: u32,         // K/V batch rows: B or 1
-    kv_len: u32,     // valid key rows (<= tk)
-    q_offset: u32,   // absolute position of query row 0 (causal)
-    causal: u32,     // 0 / 1
-    has_mask: u32,   // 0 / 1
-    n_qblocks: u32,  // ceil(tq / QB)
-    scale: f32,      // multiplies q
-    q_stride: u32,   // vec4s per q row (H*D/4, or 3C/4 for the fused qkv)
-    kv_stride: u32,  // vec4s per k/v row
-    k_off: u32,      // vec4 column offset of k in its row (0, or C/4)
-    v_off: u32,      // vec4 column offset of v in its row (0, or 2C/4)
-    out_stride: u32, // vec4s per out row (H*D/4)
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
+#include attn_params
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // (B, Tq, q_stride)
 // k, v (bindings 2, 3): (Bk, Tk, kv_stride) groups of four channels, f32 or packed f16 (KV_F16), read
 // through k4 / v4.
@@ -69,10 +50,10 @@ struct Params {
 #include attn_len
 #include attn_kv4
 
-var<workgroup> ks: array<vec4<f32>, 448>;  // (KT, D4) key tile; merge scratch for partial outputs
-var<workgroup> vs: array<vec4<f32>, 448>;  // (KT, D4) value tile; merge scratch, continued
-var<workgroup> mm: array<f32, 64>;         // (WG) merge scratch: partial running max
-var<workgroup> ll: array<f32, 64>;         // (WG) merge scratch: partial running sum
+var<workgroup> ks: array<vec4<f32>, KV4>;  // (KT, D4) key tile; merge scratch for partial outputs
+var<workgroup> vs: array<vec4<f32>, KV4>;  // (KT, D4) value tile; merge scratch, continued
+var<workgroup> mm: array<f32, MAX_WG>;     // (WG) merge scratch: partial running max
+var<workgroup> ll: array<f32, MAX_WG>;     // (WG) merge scratch: partial running sum
 
 @compute @workgroup_size(WG)
 fn attention_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -107,8 +88,8 @@ fn attention_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
             lim = min(lim, q_offset() + qrow + 1u);
         }
     }
-    var qr: array<vec4<f32>, 16>;  // (MAXD4) scaled query
-    var o: array<vec4<f32>, 16>;   // (MAXD4) unnormalised output
+    var qr: array<vec4<f32>, MAXD4>;  // (MAXD4) scaled query
+    var o: array<vec4<f32>, MAXD4>;   // (MAXD4) unnormalised output
     let qbase = (b * p.tq + qrow) * p.q_stride + hoff;
     for (var e = 0u; e < D4; e++) {
         qr[e] = q[qbase + e] * p.scale;
@@ -136,7 +117,7 @@ fn attention_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
         workgroupBarrier();
 
         // Scores of this invocation's keys j = s + c * S of the tile, and their max.
-        var sc: array<f32, 64>;  // (MAXKPL)
+        var sc: array<f32, MAXKPL>;
         var smax = NEG;
         for (var c = 0u; c < KT / S; c++) {
             let j = s + c * S;

@@ -31,28 +31,13 @@
 // - private arrays: r < QPI <= MAXQ = 4 and e < D4 <= MAXD4 = 20, so r*MAXD4 + e < 80; s, m, l, lim, row,
 //   corr, pj are indexed by r < 4.
 
-override WG: u32 = 64;
+// From the launcher (src/ops/attention.rs, ROWS_SHADER's consts): MAX_WG, the largest workgroup; MAXD4,
+// head_dim / 4 at most (head_dim <= 80); MAXQ, the most query rows per invocation.
+override WG: u32 = MAX_WG;
 override D4: u32 = 16;   // head_dim / 4
-override QPI: u32 = 4;   // query rows per invocation (1..=4)
-const MAXD4: u32 = 20u;  // head_dim <= 80
-const MAXQ: u32 = 4u;
+override QPI: u32 = MAXQ; // query rows per invocation (1..=MAXQ)
 
-struct Params {
-    batch: u32,     // B
-    tq: u32,        // query rows per batch row
-    tk: u32,        // key rows per K/V batch row (allocated)
-    heads: u32,     // H
-    bk: u32,        // K/V batch rows: B or 1
-    kv_len: u32,    // valid key rows (<= tk)
-    q_offset: u32,  // absolute position of query row 0 (causal)
-    causal: u32,    // 0 / 1
-    has_mask: u32,  // 0 / 1
-    n_qgroups: u32, // ceil(tq / QPI)
-    scale: f32,     // multiplies q
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
+#include attn_params
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;          // (B, Tq, H*D/4)
 // k, v (bindings 2, 3): (Bk, Tk, H*D/4) groups of four channels, f32 or packed f16 (KV_F16), read
 // through k4 / v4.
@@ -66,23 +51,23 @@ struct Params {
 fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let g = (wid.x + wid.y * nwg.x) * WG + lid;
-    if (g >= p.batch * p.heads * p.n_qgroups) {
+    if (g >= p.batch * p.heads * p.n_qblocks) {
         return;
     }
-    let qg = g % p.n_qgroups;
-    let bh = g / p.n_qgroups;
+    let qg = g % p.n_qblocks;
+    let bh = g / p.n_qblocks;
     let h = bh % p.heads;
     let b = bh / p.heads;
     let hd4 = p.heads * D4;
     let kb = select(b, 0u, p.bk == 1u);
     let hoff = h * D4;
 
-    var qr: array<vec4<f32>, 80>;  // (MAXQ, MAXD4) scaled queries
-    var o: array<vec4<f32>, 80>;   // (MAXQ, MAXD4) unnormalised outputs
-    var m: array<f32, 4>;
-    var l: array<f32, 4>;
-    var lim: array<u32, 4>;        // keys visible to each row: j < lim[r]
-    var row: array<u32, 4>;        // clamped query row
+    var qr: array<vec4<f32>, MAXQ * MAXD4>;  // (MAXQ, MAXD4) scaled queries
+    var o: array<vec4<f32>, MAXQ * MAXD4>;   // (MAXQ, MAXD4) unnormalised outputs
+    var m: array<f32, MAXQ>;
+    var l: array<f32, MAXQ>;
+    var lim: array<u32, MAXQ>;        // keys visible to each row: j < lim[r]
+    var row: array<u32, MAXQ>;        // clamped query row
     var kend = 0u;
     for (var r = 0u; r < QPI; r++) {
         let i = min(qg * QPI + r, p.tq - 1u);
@@ -104,7 +89,7 @@ fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 
     for (var j = 0u; j < kend; j++) {
         let kbase = (kb * p.tk + j) * hd4 + hoff;
-        var s: array<f32, 4>;
+        var s: array<f32, MAXQ>;
         for (var r = 0u; r < QPI; r++) {
             s[r] = 0.0;
         }
@@ -114,8 +99,8 @@ fn attention_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                 s[r] += dot(qr[r * MAXD4 + e], kv);
             }
         }
-        var corr: array<f32, 4>;
-        var pj: array<f32, 4>;
+        var corr: array<f32, MAXQ>;
+        var pj: array<f32, MAXQ>;
         for (var r = 0u; r < QPI; r++) {
             var sr = s[r];
             if (p.has_mask != 0u) {

@@ -8,7 +8,7 @@
 //
 // One invocation per output word, grid folded by `grid_1d`.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/cast.rs, SHADER's consts).
 
 struct Params {
     n: u32,      // input elements

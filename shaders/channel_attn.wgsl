@@ -21,7 +21,8 @@
 // once is what pays; `attn_apply4` produces 4 channels per invocation from d/4 vec4 loads of v and d
 // vec4 loads of attn_t (1.25 d loads per 4 outputs instead of 8 d).
 
-override WG: u32 = 256;
+// From the launcher (src/ops/channel_attn.rs, SHADER's consts): WG, the workgroup size of the 1-D
+// entries; TILE, the (i, j) tile edge of a Gram workgroup (TILE / 4 x TILE / 4 invocations of 4x4).
 
 struct Params {
     n: u32,        // tokens N
@@ -30,7 +31,7 @@ struct Params {
     g: u32,        // groups
     chunk: u32,    // tokens per split
     nsplit: u32,   // number of splits
-    tiles_j: u32,  // 32-wide tiles along j
+    tiles_j: u32,  // TILE-wide tiles along j
     total: u32,    // rows (softmax_rows) or output elements (attn_apply)
     scale: f32,    // N^-0.5
     qk_stride: u32, // floats per token row of the q/k source: 3C (qkv) or 2C (separate qk)
@@ -44,15 +45,15 @@ struct Params {
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;            // (B, N, qk_stride)
 @group(0) @binding(2) var<storage, read_write> part: array<f32>;     // (B, nsplit, g, d, d)
 
-@compute @workgroup_size(8, 8)
+@compute @workgroup_size(TILE / 4u, TILE / 4u)
 fn gram_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let ti = wid.x / p.tiles_j;
     let tj = wid.x % p.tiles_j;
     let b = wid.y / p.g;
     let gi = wid.y % p.g;
     let sp = wid.z;
-    let i0 = ti * 32u + l.y * 4u;
-    let j0 = tj * 32u + l.x * 4u;
+    let i0 = ti * TILE + l.y * 4u;
+    let j0 = tj * TILE + l.x * 4u;
     let dm = p.d - 1u;
     let qc = vec4<u32>(min(i0, dm), min(i0 + 1u, dm), min(i0 + 2u, dm), min(i0 + 3u, dm)) + gi * p.d;
     let kc = vec4<u32>(min(j0, dm), min(j0 + 1u, dm), min(j0 + 2u, dm), min(j0 + 3u, dm)) + (p.c + gi * p.d);
@@ -92,15 +93,15 @@ fn gram_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
 // ---- 1b. gram_partial4 (C % 4 == 0, d % 4 == 0) -----------------------------------------------------
 @group(0) @binding(1) var<storage, read> qkv4: array<vec4<f32>>;     // (B, N, qk_stride/4)
 
-@compute @workgroup_size(8, 8)
+@compute @workgroup_size(TILE / 4u, TILE / 4u)
 fn gram_partial4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {
     let ti = wid.x / p.tiles_j;
     let tj = wid.x % p.tiles_j;
     let b = wid.y / p.g;
     let gi = wid.y % p.g;
     let sp = wid.z;
-    let i0 = ti * 32u + l.y * 4u;
-    let j0 = tj * 32u + l.x * 4u;
+    let i0 = ti * TILE + l.y * 4u;
+    let j0 = tj * TILE + l.x * 4u;
     let qc = (gi * p.d + min(i0, p.d - 4u)) / 4u;
     let kc = (p.c + gi * p.d + min(j0, p.d - 4u)) / 4u;
     let c34 = p.qk_stride / 4u;

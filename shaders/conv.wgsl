@@ -22,7 +22,7 @@
 // 4 channels of one pixel per invocation (9 x + 9 w + 1 bias vec4 loads per 4 outputs instead of 76
 // scalar loads); `dp.c` is then C/4 and `dp.n` the element count / 4.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/conv.rs, SHADER's consts).
 
 struct Im2colParams {
     h: u32,       // input height

@@ -16,7 +16,7 @@
 // outside the table or the cache writes nothing (the host validates the position before writing the step
 // buffer).
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/decode_step.rs, SHADER's consts).
 
 struct Params {
     b: u32,       // batch rows B

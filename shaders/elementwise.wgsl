@@ -17,7 +17,7 @@
 // dimensions. Entry points use different variables at the same binding numbers (bindings are per entry
 // point), so each entry's storage buffers are numbered 1.. in the order its launcher passes them.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/elementwise.rs, SHADER's consts).
 
 struct Params {
     n: u32,      // element count

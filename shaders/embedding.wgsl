@@ -11,7 +11,7 @@
 // One invocation per output element (t, c), grid folded by `grid_1d`. Variant VEC4 (C % 4 == 0, chosen by
 // the launcher; src/gpu/preprocess.rs): one invocation per 4 columns, 16-byte accesses.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/embedding.rs, SHADER's consts).
 
 struct Params {
     n: u32,         // T * C

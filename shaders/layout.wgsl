@@ -10,7 +10,7 @@
 // hold vec4<f32>, a quarter of the invocations and 16-byte accesses (several times faster on lavapipe,
 // where every dynamically addressed load is a loop over the lanes). `p.n` and `p.a` stay in elements.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/layout.rs, SHADER's consts).
 
 struct Params {
     n: u32,          // output elements (split_qkv: R * C)

@@ -8,25 +8,13 @@
 // per word and widened with `unpack2x16float` (core WGSL; no shader-f16 needed). The element index inside
 // the chunk is relative to the binding's start, which the host keeps 4-byte (even-element) aligned.
 //
-// Each invocation computes a TMxTN register block of outputs; a 16x16 workgroup covers (16*TM)x(16*TN)
-// outputs. Accumulation is f32, in k order per output.
+// Each invocation computes a TMxTN register block of outputs; an EDGE x EDGE workgroup covers
+// (EDGE*TM)x(EDGE*TN) outputs. Accumulation is f32, in k order per output. TM, TN, EDGE and the tiled
+// kernel's TILED_WG, TN_T and MAX_RM come from the launcher (src/ops/matmul.rs, SHADER's consts).
 
 override W_F16: bool = false;
-const TM: u32 = 4u; // output rows per invocation
-const TN: u32 = 4u; // output columns per invocation
 
-struct Params {
-    m: u32,       // rows of x / out
-    n: u32,       // total columns of out (row stride of out)
-    k: u32,       // reduction length
-    n_off: u32,   // first output column of this weight chunk
-    n_rows: u32,  // weight rows (output columns) in this chunk
-    flags: u32,   // bit 0: add bias; bit 1: exact GELU; bit 2: add the residual
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
+#include linear_params
 @group(0) @binding(1) var<storage, read> x: array<f32>;          // (M, K)
 @group(0) @binding(2) var<storage, read> w: array<u32>;          // (n_rows, K) chunk, f32 bits or packed f16
 @group(0) @binding(3) var<storage, read> bias: array<f32>;       // (N) (unused unless flags & 1)
@@ -43,22 +31,22 @@ fn w_at(e: u32) -> f32 {
 
 #include linear_epilogue
 
-@compute @workgroup_size(16, 16)
+@compute @workgroup_size(EDGE, EDGE)
 fn linear(@builtin(global_invocation_id) gid: vec3<u32>) {
     let j0 = gid.x * TN; // local weight row (chunk column)
     let m0 = gid.y * TM;
     if (j0 >= p.n_rows || m0 >= p.m) {
         return;
     }
-    var acc: array<array<f32, 4>, 4>;
+    var acc: array<array<f32, TN>, TM>;
     for (var i = 0u; i < TM; i++) {
         for (var j = 0u; j < TN; j++) {
             acc[i][j] = 0.0;
         }
     }
     // Clamp row/column indices so every load is in bounds; results of clamped lanes are not stored.
-    var xr: array<u32, 4>;
-    var wr: array<u32, 4>;
+    var xr: array<u32, TM>;
+    var wr: array<u32, TN>;
     for (var i = 0u; i < TM; i++) {
         xr[i] = min(m0 + i, p.m - 1u) * p.k;
     }
@@ -66,8 +54,8 @@ fn linear(@builtin(global_invocation_id) gid: vec3<u32>) {
         wr[j] = min(j0 + j, p.n_rows - 1u) * p.k;
     }
     for (var kk = 0u; kk < p.k; kk++) {
-        var a: array<f32, 4>;
-        var b: array<f32, 4>;
+        var a: array<f32, TM>;
+        var b: array<f32, TN>;
         for (var i = 0u; i < TM; i++) {
             a[i] = x[xr[i] + kk];
         }
@@ -110,15 +98,17 @@ fn linear(@builtin(global_invocation_id) gid: vec3<u32>) {
 // computes. Loads past M, N or K read zero, so any shape works, including K = 147 (the 7x7x3 conv
 // stem after im2col) and ragged M / N edges; results outside the matrix are not stored.
 
-override RM: u32 = 4u; // output rows per invocation (4 or 8)
+override RM: u32 = 4u; // output rows per invocation (4 or MAX_RM)
 const TK: u32 = 16u;   // K slice held in workgroup memory
-const TN_T: u32 = 64u; // output columns per workgroup (16 invocations x 4)
-const MAX_RM: u32 = 8u;
+// TN_T output columns per workgroup: COL_GROUPS invocations across of 4 columns each, TILED_WG /
+// COL_GROUPS down of RM rows each.
+const COL_GROUPS: u32 = TN_T / 4u;
+const ROW_GROUPS: u32 = TILED_WG / COL_GROUPS;
 
 // Slices stored k-major so an invocation's 4 consecutive rows (columns) are one vec4:
 // xs[kk * (TM / 4) + r / 4][r % 4] = x[m0 + r, k0 + kk], ws likewise for w rows.
-var<workgroup> xs: array<vec4<f32>, 512>; // TK * (16 * MAX_RM) / 4
-var<workgroup> ws: array<vec4<f32>, 256>; // TK * TN_T / 4
+var<workgroup> xs: array<vec4<f32>, TK * (ROW_GROUPS * MAX_RM) / 4u>;
+var<workgroup> ws: array<vec4<f32>, TK * TN_T / 4u>;
 
 // Element `idx` of a (rows x TK) slice as (row, kk): consecutive invocations take consecutive k of one
 // row, so global reads are contiguous.
@@ -136,11 +126,11 @@ fn wt_at(row: u32, kk: u32) -> f32 {
     return 0.0;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(TILED_WG)
 fn linear_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let tm = 16u * RM;
-    let tx = lid % 16u; // column group: columns 4 tx .. 4 tx + 4
-    let ty = lid / 16u; // row group: rows RM ty .. RM ty + RM
+    let tm = ROW_GROUPS * RM;
+    let tx = lid % COL_GROUPS; // column group: columns 4 tx .. 4 tx + 4
+    let ty = lid / COL_GROUPS; // row group: rows RM ty .. RM ty + RM
     // Grid x walks N, so consecutive workgroups share the same x rows (cache-friendly for both).
     let n0 = wid.x * TN_T;
     let m0 = wid.y * tm;
@@ -148,23 +138,23 @@ fn linear_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     var xr: array<f32, 8>;
     var wr: array<f32, 4>;
     for (var i = 0u; i < RM; i++) {
-        let e = i * 256u + lid;
+        let e = i * TILED_WG + lid;
         xr[i] = x_at(m0 + e / TK, e % TK);
     }
     for (var i = 0u; i < 4u; i++) {
-        let e = i * 256u + lid;
+        let e = i * TILED_WG + lid;
         wr[i] = wt_at(n0 + e / TK, e % TK);
     }
     var acc: array<vec4<f32>, 8>;
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         workgroupBarrier(); // everyone is done reading the previous slice
         for (var i = 0u; i < RM; i++) {
-            let e = i * 256u + lid;
+            let e = i * TILED_WG + lid;
             let r = e / TK;
             xs[(e % TK) * (tm / 4u) + r / 4u][r % 4u] = xr[i];
         }
         for (var i = 0u; i < 4u; i++) {
-            let e = i * 256u + lid;
+            let e = i * TILED_WG + lid;
             let r = e / TK;
             ws[(e % TK) * (TN_T / 4u) + r / 4u][r % 4u] = wr[i];
         }
@@ -173,11 +163,11 @@ fn linear_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
         let k1 = k0 + TK;
         if (k1 < p.k) {
             for (var i = 0u; i < RM; i++) {
-                let e = i * 256u + lid;
+                let e = i * TILED_WG + lid;
                 xr[i] = x_at(m0 + e / TK, k1 + e % TK);
             }
             for (var i = 0u; i < 4u; i++) {
-                let e = i * 256u + lid;
+                let e = i * TILED_WG + lid;
                 wr[i] = wt_at(n0 + e / TK, k1 + e % TK);
             }
         }
@@ -188,7 +178,7 @@ fn linear_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             acc[1] = fma(vec4<f32>(a0.y), b, acc[1]);
             acc[2] = fma(vec4<f32>(a0.z), b, acc[2]);
             acc[3] = fma(vec4<f32>(a0.w), b, acc[3]);
-            if (RM == 8u) {
+            if (RM == MAX_RM) {
                 let a1 = xs[kk * (tm / 4u) + ty * 2u + 1u];
                 acc[4] = fma(vec4<f32>(a1.x), b, acc[4]);
                 acc[5] = fma(vec4<f32>(a1.y), b, acc[5]);

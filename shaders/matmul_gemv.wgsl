@@ -1,11 +1,15 @@
+#include matmul_common
 // Matrix-vector linear for decode (M <= 4 rows: one token per beam), K % 8 == 0, portable. One output
 // column per invocation: a single fma chain over K reading the weight row w[j, :] as vec4 (the (N, K)
 // checkpoint layout is already the right one: each lane streams its own contiguous row). The MR rows of x
 // are the same for every lane (they stay in cache). Memory-bound: the weights are read exactly once.
-// Requires `matmul_common.wgsl` in front.
+// Params, bindings, weight loads and the epilogue: `#include matmul_common`.
 
-override WG: u32 = 64u;
-override MR: u32 = 1u; // rows of x handled (1..4), = M
+// From the launcher (src/ops/matmul.rs, SHADER_GEMV's consts): GEMV_WG, the workgroup size of
+// `linear_gemv` and `linear_gemv_wg`; MAX_MR, the most rows of x; RW, the output columns per workgroup of
+// `linear_gemv_wg`.
+override WG: u32 = GEMV_WG;
+override MR: u32 = 1u; // rows of x handled (1..MAX_MR), = M
 
 @compute @workgroup_size(WG)
 fn linear_gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -38,10 +42,9 @@ fn linear_gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 // workgroup of WG lanes computes RW = 4 consecutive output columns for all MR rows of x, splitting K:
 // lane l takes k-octets l, l + WG, l + 2 WG, ..., so at each step the lanes read one contiguous run of
 // a weight row (coalesced), and the WG partial sums are reduced in workgroup memory (log2 WG steps).
-// WG must be a power of two <= 64.
+// WG must be a power of two <= GEMV_WG.
 
-const RW: u32 = 4u; // output columns per workgroup
-var<workgroup> part: array<vec4<f32>, 256>; // [r * WG + lane], components over the RW columns
+var<workgroup> part: array<vec4<f32>, MAX_MR * GEMV_WG>; // [r * WG + lane], components over the RW columns
 
 @compute @workgroup_size(WG)
 fn linear_gemv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

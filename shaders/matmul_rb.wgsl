@@ -1,6 +1,7 @@
+#include matmul_common
 // Register-blocked linear without subgroups and without workgroup memory (K % 8 == 0): the fast GEMM for
 // adapters that expose no subgroups (SwiftShader, Chromium's CPU WebGPU) and a barrier-free candidate for
-// GPUs. Requires `matmul_common.wgsl` in front (Params, bindings, `w_load8`, the epilogue).
+// GPUs. Params, bindings, `w_load8` and the epilogue: `#include matmul_common`.
 //
 // Each invocation computes an RM x RN block of outputs (override constants; the tuner's variants reg4x4,
 // reg8x8, reg16x8, reg16x16; 16x4 measured below 16x8 on both CPU adapters and was dropped). Per 8-wide step along K it loads RM rows of x as two vec4 each and
@@ -33,7 +34,7 @@
 // - out / bias / res: touched only for m < M and j < n_rows, at m*N + n_off + j < M*N and
 //   bias[n_off + j] with n_off + j < N.
 
-override WG: u32 = 64u;
+override WG: u32 = RB_MAX_WG; // a power of two <= RB_MAX_WG (from the launcher, src/ops/matmul.rs: rb_wg)
 override RM: u32 = 4u; // output rows per invocation: 4, 8 or 16
 override RN: u32 = 4u; // output columns per invocation: 4, 8 or 16
 

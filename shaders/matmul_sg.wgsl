@@ -1,3 +1,4 @@
+#include matmul_common
 // Subgroup linear for K % 8 == 0 (needs wgpu's SUBGROUP feature and subgroups of at least 8 lanes; the
 // launcher checks). An 8x8 register block per invocation, as `matmul_rb.wgsl`'s reg8x8, but x is not
 // loaded by every lane: all invocations of a workgroup share the same 8 rows, so lane l of each subgroup
@@ -6,7 +7,7 @@
 // constant becomes a scalar loop over the lanes, so this cuts x's loads 8-fold; on GPUs it saves cache
 // bandwidth.
 // No barriers, no shared memory. Broadcasts run in uniform control flow: out-of-range lanes are clamped,
-// never returned early. Requires `matmul_common.wgsl` in front.
+// never returned early. Params, bindings, weight loads and the epilogue: `#include matmul_common`.
 //
 // This module is compiled WITHOUT run-time bounds checks (`TRUSTED_SHADERS` in src/gpu/kernel.rs), so
 // every access below must be provably in bounds. The launcher (`ops::matmul::linear_variant`) guarantees:
@@ -27,7 +28,10 @@
 // - function-scope arrays: every index is a loop counter bounded by the array length (8, 16 or 4; xv and
 //   acc of the GEMV are length 4 and indexed by r < MR <= 4).
 
-override WG: u32 = 32u;
+// From the launcher (src/ops/matmul.rs, SHADER_SG's consts): SG_WG, the default workgroup size, and each
+// kernel's output block per invocation, rows x columns: SG_M x SG_N (`linear_sg`), C4_M x C4_N
+// (`linear_sg_c4`), R16_M x R16_N (`linear_sg_r16`).
+override WG: u32 = SG_WG;
 
 // acc[2 r + h] += broadcast(av, r) . b_c for the 8 columns c; av is this lane's row (l mod 8) k-quad.
 fn fma_block_sg(acc: ptr<function, array<vec4<f32>, 16>>, av: vec4<f32>, b: array<vec4<f32>, 8>) {
@@ -60,8 +64,8 @@ fn fma_block_sg(acc: ptr<function, array<vec4<f32>, 16>>, av: vec4<f32>, b: arra
 @compute @workgroup_size(WG)
 fn linear_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
              @builtin(subgroup_invocation_id) sl: u32) {
-    let m0 = wid.x * 8u;
-    let j0 = (wid.y * WG + lid) * 8u;
+    let m0 = wid.x * SG_M;
+    let j0 = (wid.y * WG + lid) * SG_N;
     let kq = p.k / 4u;
     // This lane's share of x: row m0 + (sl mod 8), clamped (rows past the end are never stored).
     let xb = min(m0 + (sl & 7u), p.m - 1u) * kq;
@@ -110,8 +114,8 @@ fn fma_block_sg4(acc: ptr<function, array<vec4<f32>, 8>>, av: vec4<f32>, b: arra
 @compute @workgroup_size(WG)
 fn linear_sg_c4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
                 @builtin(subgroup_invocation_id) sl: u32) {
-    let m0 = wid.x * 8u;
-    let j0 = (wid.y * WG + lid) * 4u;
+    let m0 = wid.x * C4_M;
+    let j0 = (wid.y * WG + lid) * C4_N;
     let xb = min(m0 + (sl & 7u), p.m - 1u) * (p.k / 4u);
     var wb: array<u32, 4>;
     for (var i = 0u; i < 4u; i++) {
@@ -198,8 +202,8 @@ fn linear_gemv_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 @compute @workgroup_size(WG)
 fn linear_sg_r16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
                  @builtin(subgroup_invocation_id) sl: u32) {
-    let m0 = wid.x * 16u;
-    let j0 = (wid.y * WG + lid) * 4u;
+    let m0 = wid.x * R16_M;
+    let j0 = (wid.y * WG + lid) * R16_N;
     let kq = p.k / 4u;
     let xb0 = min(m0 + (sl & 7u), p.m - 1u) * kq;
     let xb1 = min(m0 + 8u + (sl & 7u), p.m - 1u) * kq;

@@ -23,7 +23,7 @@
 //   16 bytes (~4x fewer load loops on lavapipe). The arithmetic is the same as the scalar variant's, which
 //   also sums in vec4 lanes.
 
-override WG: u32 = 256; // power of two: the workgroup size
+override WG: u32 = MAX_WG; // power of two <= MAX_WG (from the launcher: src/ops/norm.rs): the workgroup size
 
 struct Params {
     rows: u32, // R

@@ -6,7 +6,7 @@
 // single frame. The additions happen in the reference's order.
 // One invocation per output element; the grid is folded by `grid_1d` (flat workgroup = wid.x + wid.y*nwg.x).
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/pos_embed.rs, SHADER's consts).
 
 struct Params {
     n: u32,      // B*h*w*C output elements

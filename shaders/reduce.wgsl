@@ -20,7 +20,7 @@
 // mean_rows: one invocation per output (b, c), summing the N rows in order (reads of neighbouring c are
 // contiguous across the workgroup).
 
-override WG: u32 = 256; // power of two, <= 256 (the size of the shared arrays)
+override WG: u32 = MAX_WG; // power of two <= MAX_WG (the size of the shared arrays; from the launcher, src/ops/reduce.rs)
 
 struct Params {
     rows: u32, // argmax/topk: R;  mean: B
@@ -36,11 +36,11 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> ids: array<u32>;   // topk: (R, k)
 @group(0) @binding(2) var<storage, read_write> mean: array<f32>;  // mean: (B, C)
 
-const MAXK: u32 = 16u;
+// MAXK: the most values topk keeps per invocation (MAX_TOPK in the launcher).
 const NONE: u32 = 0xffffffffu; // index of the sentinel, ranked below every real element (key 0)
 
-var<workgroup> sk: array<u32, 256>;
-var<workgroup> si: array<u32, 256>;
+var<workgroup> sk: array<u32, MAX_WG>;
+var<workgroup> si: array<u32, MAX_WG>;
 
 fn order_key(v: f32) -> u32 {
     var b = bitcast<u32>(v);
@@ -110,8 +110,8 @@ fn topk_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     }
     let base = row * p.v;
     let kk = min(p.k, MAXK);
-    var lk: array<u32, 16>;
-    var li: array<u32, 16>;
+    var lk: array<u32, MAXK>;
+    var li: array<u32, MAXK>;
     for (var t = 0u; t < MAXK; t++) {
         lk[t] = 0u;
         li[t] = NONE;

@@ -16,7 +16,7 @@
 // Masking: use a large negative finite value (f32::MIN or -1e30), not -inf: WGSL implementations may
 // assume no infinities. A row whose entries are all equal gives the uniform distribution.
 
-override WG: u32 = 256; // power of two: the workgroup size
+override WG: u32 = MAX_WG; // power of two <= MAX_WG (from the launcher: src/ops/softmax.rs): the workgroup size
 
 struct Params {
     rows: u32, // R

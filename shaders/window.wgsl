@@ -13,7 +13,7 @@
 // is then C/4 and `p.n` the output element count / 4. On CPU adapters a vec4 load costs about what a
 // scalar one does.
 
-override WG: u32 = 256;
+// WG, the workgroup size: from the launcher (src/ops/window.rs, SHADER's consts).
 
 struct Params {
     n: u32,    // output elements

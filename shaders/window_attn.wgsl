@@ -10,10 +10,10 @@
 // inner loops unroll and the register arrays stay in registers. q is pre-scaled by `scale`.
 // One invocation per (window, head, group of 4 query rows); the grid is folded by `grid_1d`.
 
-override WG: u32 = 64;
-override D4: u32 = 8;           // head_dim / 4
-const MAXD4: u32 = 8u;           // head_dim <= 32 (every released Florence-2)
-const QPI: u32 = 4u;
+// From the launcher (src/ops/window_attn.rs, SHADER's consts): WG, the workgroup size; MAXD4, head_dim / 4
+// at most (head_dim <= 32: every released Florence-2); QPI = 4, the query rows per invocation (the s.x ..
+// s.w lanes below).
+override D4: u32 = MAXD4;       // head_dim / 4
 
 struct Params {
     total: u32,   // nW * heads * nqg invocations
@@ -44,8 +44,8 @@ fn window_attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     let row3 = 3u * p.c4;
     let base = win * p.t;
     let hoff = h * D4;
-    var q: array<vec4<f32>, 32>;   // QPI * MAXD4
-    var o: array<vec4<f32>, 32>;
+    var q: array<vec4<f32>, QPI * MAXD4>;
+    var o: array<vec4<f32>, QPI * MAXD4>;
     var m = vec4<f32>(-3.0e38);
     var l = vec4<f32>(0.0);
     for (var r = 0u; r < QPI; r++) {

@@ -153,9 +153,11 @@ fn main() {
 
     // Ceiling: a shader that only reads (XOR of vec4<u32> words), 64 MiB, both access patterns.
     {
+        const WG: u32 = 64;
         static READ: Shader = Shader {
             name: "bench_read",
             source: include_str!("gemv_read.wgsl"),
+            consts: &[("WG", WG)],
         };
         let words = 4 << 20; // vec4<u32> words: 64 MiB
         let src = Tensor::zeros(&gpu, &[words * 4], DType::U32, "read.src").expect("src");
@@ -179,7 +181,7 @@ fn main() {
                     &k,
                     &params,
                     &[src.binding(&gpu).expect("b"), dst.binding(&gpu).expect("b")],
-                    [total.div_ceil(64) as u32, 1, 1],
+                    [(total as u32).div_ceil(WG), 1, 1],
                 )
                 .expect("dispatch");
             };

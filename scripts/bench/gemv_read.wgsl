@@ -17,7 +17,8 @@ struct Params {
 override CONTIG: bool = true;
 override CHUNK: bool = false; // each 8-lane SIMD chunk sweeps its own run, lanes on consecutive words
 
-@compute @workgroup_size(64)
+// WG, the workgroup size: from the bench (READ's consts in scripts/bench/gemv.rs).
+@compute @workgroup_size(WG)
 fn read_words(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = gid.x;
@@ -28,7 +29,7 @@ fn read_words(@builtin(global_invocation_id) gid: vec3<u32>,
     for (var t = 0u; t < p.per; t++) {
         var idx = i * p.per + t;
         if (CONTIG) {
-            idx = (wid.x * p.per + t) * 64u + lid;
+            idx = (wid.x * p.per + t) * WG + lid;
         }
         if (CHUNK) {
             idx = (i / 8u) * p.per * 8u + t * 8u + i % 8u;

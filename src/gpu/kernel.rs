@@ -20,17 +20,25 @@ use crate::gpu::Gpu;
 /// for all inputs their launcher accepts may be listed here.
 const TRUSTED_SHADERS: &[&str] = &["matmul_sg", "matmul_rb", "attention_rows"];
 
-/// A WGSL source file, possibly with preprocessing directives (`#if`, `#include`).
+/// A WGSL source file, possibly with preprocessing directives (`#if`, `#include`), and the sizes it
+/// shares with its launcher.
 #[derive(Debug)]
 pub struct Shader {
     pub name: &'static str,
     pub source: &'static str,
+    /// Sizes the shader and its launcher both depend on (workgroup sizes, tile sizes, workgroup-memory
+    /// capacities), written once, in the launcher's Rust constants: every variant gets them as WGSL
+    /// `const NAME: u32` declarations ([`preprocess::consts`]), so the shader reads what the launcher
+    /// computes its grid and checks with.
+    pub consts: &'static [(&'static str, u32)],
 }
 
 impl Shader {
-    /// The WGSL of the variant with `defines` defined.
+    /// The WGSL of the variant with `defines` defined, followed by the shader's [`Shader::consts`].
     pub fn variant(&self, defines: &[&str]) -> Result<String> {
-        preprocess::preprocess(self.name, self.source, defines, &include)
+        let mut wgsl = preprocess::preprocess(self.name, self.source, defines, &include)?;
+        wgsl.push_str(&preprocess::consts(self.consts));
+        Ok(wgsl)
     }
 
     /// The names this shader's `#if`s test; every subset of them is a variant.
@@ -42,18 +50,30 @@ impl Shader {
 /// Shared WGSL snippets for `#include NAME`: `shaders/include/NAME.wgsl`.
 pub static INCLUDES: &[(&str, &str)] = &[
     (
+        "attn_kv4",
+        include_str!("../../shaders/include/attn_kv4.wgsl"),
+    ),
+    (
         "attn_len",
         include_str!("../../shaders/include/attn_len.wgsl"),
     ),
     (
-        "attn_kv4",
-        include_str!("../../shaders/include/attn_kv4.wgsl"),
+        "attn_params",
+        include_str!("../../shaders/include/attn_params.wgsl"),
     ),
     ("gelu", include_str!("../../shaders/include/gelu.wgsl")),
     ("lanes", include_str!("../../shaders/include/lanes.wgsl")),
     (
         "linear_epilogue",
         include_str!("../../shaders/include/linear_epilogue.wgsl"),
+    ),
+    (
+        "linear_params",
+        include_str!("../../shaders/include/linear_params.wgsl"),
+    ),
+    (
+        "matmul_common",
+        include_str!("../../shaders/include/matmul_common.wgsl"),
     ),
     (
         "row_reduce",

@@ -16,9 +16,11 @@
 //!                   with the same defines; inside a dropped branch it is not read
 //! ```
 //! Blocks nest. `NAME` is an identifier (`[A-Za-z_][A-Za-z0-9_]*`, by convention upper case). Defines
-//! are plain flags: a variant is the set of names that are defined. There are no values and no text
-//! substitution: numbers that Rust and WGSL must agree on are `override` constants that the launcher
-//! sets (see [`crate::gpu::Kernel::with`]), so they live in one place, the Rust call.
+//! are plain flags: a variant is the set of names that are defined. There is no text substitution.
+//! Numbers that Rust and WGSL must agree on are written once, in Rust: fixed ones (workgroup sizes, tile
+//! sizes, workgroup-memory capacities) are the shader's [`crate::gpu::Shader::consts`], appended to every
+//! variant as WGSL `const` declarations by [`consts`] (module-scope declarations may follow their use);
+//! per-launch ones are `override` constants that the launcher sets ([`crate::gpu::Kernel::with`]).
 //!
 //! Anything else after `#` (`#ifdef`, `#define`, `#elif`, a typo) is an error, as are an `#else` or
 //! `#endif` without an `#if`, a second `#else`, an `#if` left open at the end of a file, an unknown
@@ -229,6 +231,20 @@ pub fn preprocess(
     Ok(w.out)
 }
 
+/// The WGSL declarations of a shader's shared sizes: one `const NAME: u32 = VALUEu;` line each, after a
+/// comment saying where they come from. Appended after the source, so line numbers stay the source's.
+pub fn consts(consts: &[(&str, u32)]) -> String {
+    if consts.is_empty() {
+        return String::new();
+    }
+    let mut out =
+        String::from("\n// Sizes shared with the launcher (its Rust constants: Shader::consts).\n");
+    for (name, value) in consts {
+        out.push_str(&format!("const {name}: u32 = {value}u;\n"));
+    }
+    out
+}
+
 /// Every name an `#if` of `source` tests (snippets included whether or not their `#include` line is in a
 /// kept branch, since some variant keeps it), sorted. Its subsets are the shader's variants.
 pub fn flags(shader: &str, source: &str, resolve: Resolve<'_>) -> Result<Vec<String>> {
@@ -434,5 +450,13 @@ mod tests {
         assert_eq!(v.len(), 4);
         assert!(v.contains(&vec![]) && v.contains(&vec!["A", "B"]));
         assert_eq!(variants(&[]), vec![Vec::<&str>::new()]);
+    }
+
+    #[test]
+    fn consts_are_u32_declarations_after_the_source() {
+        assert_eq!(consts(&[]), "");
+        let c = consts(&[("WG", 256), ("TILE", 32)]);
+        let decls: Vec<&str> = c.lines().filter(|l| l.starts_with("const")).collect();
+        assert_eq!(decls, ["const WG: u32 = 256u;", "const TILE: u32 = 32u;"]);
     }
 }

@@ -21,23 +21,49 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "attention",
     source: include_str!("../../shaders/attention.wgsl"),
+    consts: &[
+        ("WG", WG),
+        ("Q_CAP", Q_CAP as u32),
+        ("KV_CAP", KV_CAP as u32),
+        ("S_CAP", S_CAP as u32),
+        ("QB_MAX", QB_MAX as u32),
+        ("DEC_MAXK", DEC_MAXK as u32),
+    ],
 };
 
 pub static ROWS_SHADER: Shader = Shader {
     name: "attention_rows",
     source: include_str!("../../shaders/attention_rows.wgsl"),
+    consts: &[
+        ("MAX_WG", ROWS_WG),
+        ("MAXD4", (ROWS_MAX_HEAD_DIM / 4) as u32),
+        ("MAXQ", ROWS_QPI as u32),
+    ],
 };
 
 pub static FLASH_SHADER: Shader = Shader {
     name: "attention_flash",
     source: include_str!("../../shaders/attention_flash.wgsl"),
+    consts: &[
+        ("MAX_WG", FLASH_MAX_WG as u32),
+        ("MAXD4", (FLASH_MAX_HEAD_DIM / 4) as u32),
+        ("MAXKPL", FLASH_MAXKPL as u32),
+        ("KV4", FLASH_KV4 as u32),
+    ],
 };
 
+/// Workgroup size of the tiled kernel.
 const WG: u32 = 64;
-/// Largest head dim of the register kernel (MAXD4 * 4 in `attention_rows.wgsl`).
+/// Largest head dim of the register kernel.
 pub const ROWS_MAX_HEAD_DIM: usize = 80;
-/// Query rows per invocation of the register kernel (MAXQ in the shader).
+/// Most query rows per invocation of the register kernel.
 const ROWS_QPI: usize = 4;
+/// Workgroup size of the register kernel, and (below [`ROWS_FEW`] invocations) its small one.
+const ROWS_WG: u32 = 64;
+const ROWS_WG_SMALL: u32 = 8;
+/// Invocation count under which the register kernel runs small workgroups (decode), so that they still
+/// spread over every CPU thread.
+const ROWS_FEW: usize = 512;
 
 /// Which kernel runs an [`attention`] call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,12 +170,12 @@ const KT_MAX: usize = 64;
 /// Workgroup memory of the tiled kernel (its `attention_decode` entry: 8 KiB scores + 2 KiB scratch + q).
 const TILED_WG_BYTES: u32 = 16 * 1024;
 
-/// Flash kernel (`attention_flash.wgsl`): largest head dim (MAXD4 * 4), vec4 capacity of each of the K
-/// and V tiles (KV4), keys per invocation per tile (MAXKPL), largest workgroup, workgroup memory.
+/// Flash kernel (`attention_flash.wgsl`): largest head dim, vec4 capacity of each of the K and V tiles,
+/// keys per invocation per tile, largest workgroup, workgroup memory.
 pub const FLASH_MAX_HEAD_DIM: usize = 64;
 const FLASH_KV4: usize = 448;
 const FLASH_MAXKPL: usize = 64;
-const FLASH_MAX_WG: usize = 64;
+pub(crate) const FLASH_MAX_WG: usize = 64;
 /// Most query rows per workgroup of `flash_split`.
 const FLASH_SPLIT_ROWS: usize = 16;
 const FLASH_WG_BYTES: u32 = (2 * FLASH_KV4 * 16 + 2 * FLASH_MAX_WG * 4) as u32;
@@ -184,10 +210,10 @@ impl Default for AttnOpts<'_> {
     }
 }
 
-/// Mirrors `Params` in `shaders/attention.wgsl`.
+/// Mirrors `Params` in `shaders/include/attn_params.wgsl`: the uniform of every attention kernel.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
+struct AttnParams {
     batch: u32,
     tq: u32,
     tk: u32,
@@ -199,7 +225,36 @@ struct Params {
     has_mask: u32,
     n_qblocks: u32,
     scale: f32,
-    _pad: u32,
+    q_stride: u32,
+    kv_stride: u32,
+    k_off: u32,
+    v_off: u32,
+    out_stride: u32,
+}
+
+impl AttnParams {
+    /// The uniform of a call over `l`'s rows with `opts`' rule, in `n_qblocks` blocks of query rows.
+    fn new(l: &AttnLayout, opts: &AttnOpts, n_qblocks: usize) -> Result<Self> {
+        let u = |name: &str, x: usize| check::u32_of("attention", name, x);
+        Ok(AttnParams {
+            batch: u("batch", l.batch)?,
+            tq: u("Tq", l.tq)?,
+            tk: u("Tk", l.tk)?,
+            heads: u("heads", l.heads)?,
+            bk: u("Bk", l.bk)?,
+            kv_len: u("kv_len", l.kv_len)?,
+            q_offset: opts.q_offset,
+            causal: opts.causal as u32,
+            has_mask: opts.mask.is_some() as u32,
+            n_qblocks: u("q blocks", n_qblocks)?,
+            scale: opts.scale,
+            q_stride: u("q stride", l.q_stride / 4)?,
+            kv_stride: u("kv stride", l.kv_stride / 4)?,
+            k_off: u("k offset", l.k_off / 4)?,
+            v_off: u("v offset", l.v_off / 4)?,
+            out_stride: u("out stride", l.heads * l.d / 4)?,
+        })
+    }
 }
 
 /// Tile sizes (QB query rows, KT keys) for head dim `d` and `tq` query rows, within the shader's
@@ -375,7 +430,6 @@ fn attention_impl(
             format!("kv_len {kv_len} exceeds the {tk} key rows"),
         ));
     }
-    let gpu = rec.gpu().clone();
     let mask = match opts.mask {
         Some(m) => {
             if m.dtype() != DType::F32 || m.shape() != [tq, tk] {
@@ -395,67 +449,53 @@ fn attention_impl(
     if b == 0 || tq == 0 {
         return Ok(());
     }
-    if matches!(variant, AttnVariant::Flash | AttnVariant::FlashSplit) {
-        let layout = FlashLayout {
-            max_rows: match variant {
-                AttnVariant::FlashSplit => FLASH_SPLIT_ROWS,
-                _ => FLASH_MAX_WG,
-            },
-            batch: b,
-            bk,
-            tq,
-            tk,
-            heads,
-            d,
-            kv_len,
-            q_stride: hd,
-            kv_stride: hd,
-            k_off: 0,
-            v_off: 0,
-        };
-        return record_flash(rec, &layout, opts, [q, k, v, mask], dyn_len, out);
+    let layout = AttnLayout {
+        batch: b,
+        bk,
+        tq,
+        tk,
+        heads,
+        d,
+        kv_len,
+        q_stride: hd,
+        kv_stride: hd,
+        k_off: 0,
+        v_off: 0,
+    };
+    let tensors = [q, k, v, mask];
+    match variant {
+        AttnVariant::Tiled => record_tiled(rec, &layout, opts, tensors, dyn_len, out),
+        AttnVariant::Rows => record_rows(rec, &layout, opts, tensors, dyn_len, out),
+        AttnVariant::Flash => record_flash(rec, &layout, FLASH_MAX_WG, opts, tensors, dyn_len, out),
+        AttnVariant::FlashSplit => {
+            record_flash(rec, &layout, FLASH_SPLIT_ROWS, opts, tensors, dyn_len, out)
+        }
     }
-    if variant == AttnVariant::Rows {
-        return record_rows(
-            rec,
-            q,
-            k,
-            v,
-            opts,
-            mask,
-            (b, tq, tk, bk, heads, d, kv_len),
-            dyn_len,
-            out,
-        );
-    }
+}
+
+/// The tiled kernel: one workgroup per (batch row, head, block of QB query rows); a decode step (one
+/// query row, at most [`DEC_MAXK`] keys) takes its `attention_decode` entry.
+fn record_tiled(
+    rec: &mut Recorder,
+    l: &AttnLayout,
+    opts: &AttnOpts,
+    [q, k, v, mask]: [&Tensor; 4],
+    dyn_len: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "attention";
+    let gpu = rec.gpu().clone();
     // Decode: one query row; all visible keys' scores fit the decode kernel's workgroup buffer.
-    let decode = tq == 1 && kv_len <= DEC_MAXK;
-    let (qb, kt) = if decode { (1, 1) } else { tiles(d, tq) };
-    let n_qblocks = tq.div_ceil(qb);
-    let groups = b
-        .checked_mul(heads)
+    let decode = l.tq == 1 && l.kv_len <= DEC_MAXK;
+    let (qb, kt) = if decode { (1, 1) } else { tiles(l.d, l.tq) };
+    let n_qblocks = l.tq.div_ceil(qb);
+    let groups = l
+        .batch
+        .checked_mul(l.heads)
         .and_then(|x| x.checked_mul(n_qblocks))
         .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
-    let params = Params {
-        batch: check::u32_of(OP, "batch", b)?,
-        tq: check::u32_of(OP, "Tq", tq)?,
-        tk: check::u32_of(OP, "Tk", tk)?,
-        heads: check::u32_of(OP, "heads", heads)?,
-        bk: check::u32_of(OP, "Bk", bk)?,
-        kv_len: kv_len as u32,
-        q_offset: opts.q_offset,
-        causal: opts.causal as u32,
-        has_mask: opts.mask.is_some() as u32,
-        n_qblocks: n_qblocks as u32,
-        scale: opts.scale,
-        _pad: 0,
-    };
-    let overrides = [
-        ("WG", WG as f64),
-        ("D", d as f64),
-        ("QB", qb as f64),
-        ("KT", kt as f64),
-    ];
+    let params = AttnParams::new(l, opts, n_qblocks)?;
+    let overrides = [("D", l.d as f64), ("QB", qb as f64), ("KT", kt as f64)];
     let entry = if decode {
         "attention_decode"
     } else {
@@ -475,46 +515,33 @@ fn attention_impl(
 /// The register kernel: one invocation per (batch row, head, group of up to 4 query rows). Its shader runs
 /// without run-time bounds checks: the shape checks of [`attention_variant`] (and `variant_supports`:
 /// D % 4 == 0, D <= 80) are what its header's bounds proof relies on; keep them in step.
-#[allow(clippy::too_many_arguments)]
 fn record_rows(
     rec: &mut Recorder,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    l: &AttnLayout,
     opts: &AttnOpts,
-    mask: &Tensor,
-    (b, tq, tk, bk, heads, d, kv_len): (usize, usize, usize, usize, usize, usize, usize),
+    [q, k, v, mask]: [&Tensor; 4],
     dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "attention";
     let gpu = rec.gpu().clone();
-    let qpi = ROWS_QPI.min(tq);
-    let n_qgroups = tq.div_ceil(qpi);
-    let total = b
-        .checked_mul(heads)
+    let qpi = ROWS_QPI.min(l.tq);
+    let n_qgroups = l.tq.div_ceil(qpi);
+    let total = l
+        .batch
+        .checked_mul(l.heads)
         .and_then(|x| x.checked_mul(n_qgroups))
         .ok_or_else(|| Error::shape(OP, "invocation count overflows"))?;
     let total32 = check::u32_of(OP, "invocations", total)?;
-    // Few invocations (decode): small workgroups so that they still spread over every CPU thread.
-    let wg: u32 = if total < 512 { 8 } else { WG };
-    let params = Params {
-        batch: check::u32_of(OP, "batch", b)?,
-        tq: check::u32_of(OP, "Tq", tq)?,
-        tk: check::u32_of(OP, "Tk", tk)?,
-        heads: check::u32_of(OP, "heads", heads)?,
-        bk: check::u32_of(OP, "Bk", bk)?,
-        kv_len: kv_len as u32,
-        q_offset: opts.q_offset,
-        causal: opts.causal as u32,
-        has_mask: opts.mask.is_some() as u32,
-        n_qblocks: n_qgroups as u32,
-        scale: opts.scale,
-        _pad: 0,
+    let wg = if total < ROWS_FEW {
+        ROWS_WG_SMALL
+    } else {
+        ROWS_WG
     };
+    let params = AttnParams::new(l, opts, n_qgroups)?;
     let overrides = [
         ("WG", wg as f64),
-        ("D4", (d / 4) as f64),
+        ("D4", (l.d / 4) as f64),
         ("QPI", qpi as f64),
     ];
     let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
@@ -647,34 +674,11 @@ impl crate::gpu::tune::TuneCase for AttnShape {
     }
 }
 
-/// Mirrors `Params` in `shaders/attention_flash.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct FlashParams {
-    batch: u32,
-    tq: u32,
-    tk: u32,
-    heads: u32,
-    bk: u32,
-    kv_len: u32,
-    q_offset: u32,
-    causal: u32,
-    has_mask: u32,
-    n_qblocks: u32,
-    scale: f32,
-    q_stride: u32,
-    kv_stride: u32,
-    k_off: u32,
-    v_off: u32,
-    out_stride: u32,
-}
-
-/// Where the flash kernel finds its rows, in f32 elements (all multiples of 4): q rows of `q_stride`,
-/// k/v rows of `kv_stride` with k and v at column offsets `k_off` / `v_off` (0 for separate tensors; C and
-/// 2C when q, k and v are one fused qkv tensor), out rows of H*D.
-pub(crate) struct FlashLayout {
-    /// Most query rows per workgroup (64 = `flash`, 16 = `flash_split`).
-    pub max_rows: usize,
+/// The geometry of one attention call, and where the kernel finds its rows, in f32 elements: q rows of
+/// `q_stride`, k/v rows of `kv_stride` with k and v at column offsets `k_off` / `v_off` (0 for separate
+/// tensors; C and 2C when q, k and v are one fused qkv tensor, which only the flash kernel reads: all
+/// multiples of 4 there), out rows of H*D.
+pub(crate) struct AttnLayout {
     pub batch: usize,
     pub bk: usize,
     pub tq: usize,
@@ -706,11 +710,13 @@ pub(crate) fn flash_tiles(d: usize, tq: usize, max_rows: usize) -> (usize, usize
     (qb, s, kt)
 }
 
-/// Record the flash kernel over `[q, k, v, mask]` (the mask binding is a placeholder unless `opts.mask`).
-/// Callers have checked the shapes against `l` (the shader runs with naga's bounds checks).
+/// Record the flash kernel over `[q, k, v, mask]` (the mask binding is a placeholder unless `opts.mask`),
+/// at most `max_rows` query rows per workgroup ([`FLASH_MAX_WG`]: `flash`, [`FLASH_SPLIT_ROWS`]:
+/// `flash_split`). Callers have checked the shapes against `l` (the shader runs with naga's bounds checks).
 pub(crate) fn record_flash(
     rec: &mut Recorder,
-    l: &FlashLayout,
+    l: &AttnLayout,
+    max_rows: usize,
     opts: &AttnOpts,
     [q, k, v, mask]: [&Tensor; 4],
     dyn_len: Option<&Tensor>,
@@ -718,7 +724,7 @@ pub(crate) fn record_flash(
 ) -> Result<()> {
     const OP: &str = "attention";
     let gpu = rec.gpu().clone();
-    let (qb, s, kt) = flash_tiles(l.d, l.tq, l.max_rows);
+    let (qb, s, kt) = flash_tiles(l.d, l.tq, max_rows);
     let n_qblocks = l.tq.div_ceil(qb);
     let groups = l
         .batch
@@ -726,24 +732,7 @@ pub(crate) fn record_flash(
         .and_then(|x| x.checked_mul(n_qblocks))
         .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
     let u = |name: &str, x: usize| check::u32_of(OP, name, x);
-    let params = FlashParams {
-        batch: u("batch", l.batch)?,
-        tq: u("Tq", l.tq)?,
-        tk: u("Tk", l.tk)?,
-        heads: u("heads", l.heads)?,
-        bk: u("Bk", l.bk)?,
-        kv_len: u("kv_len", l.kv_len)?,
-        q_offset: opts.q_offset,
-        causal: opts.causal as u32,
-        has_mask: opts.mask.is_some() as u32,
-        n_qblocks: u("q blocks", n_qblocks)?,
-        scale: opts.scale,
-        q_stride: u("q stride", l.q_stride / 4)?,
-        kv_stride: u("kv stride", l.kv_stride / 4)?,
-        k_off: u("k offset", l.k_off / 4)?,
-        v_off: u("v offset", l.v_off / 4)?,
-        out_stride: u("out stride", l.heads * l.d / 4)?,
-    };
+    let params = AttnParams::new(l, opts, n_qblocks)?;
     // Element indices are u32 in the shader.
     for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
         check::u32_of(OP, name, t.numel())?;

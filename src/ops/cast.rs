@@ -9,6 +9,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "cast",
     source: include_str!("../../shaders/cast.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -43,7 +44,7 @@ pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     }
     let gpu = rec.gpu().clone();
     rec.dispatch(
-        &Kernel::new(&SHADER, "f32_to_f16").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "f32_to_f16"),
         &params,
         &[x.binding(&gpu)?, out.binding(&gpu)?],
         grid_1d(ceil_div(words, WG as usize)),

@@ -8,6 +8,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "channel_attn",
     source: include_str!("../../shaders/channel_attn.wgsl"),
+    consts: &[("WG", WG), ("TILE", TILE as u32)],
 };
 
 const WG: u32 = 256;
@@ -164,7 +165,7 @@ impl ChannelLogits {
         params.v_stride = v_stride as u32;
         params.v_off = v_off as u32;
         rec.dispatch(
-            &Kernel::new(&SHADER, entry).with(&[("WG", WG as f64)]),
+            &Kernel::new(&SHADER, entry),
             &params,
             &[
                 v.binding(&gpu)?,
@@ -278,7 +279,7 @@ fn logits_impl(
     let rows = b * groups * d;
     params.total = rows as u32;
     rec.dispatch(
-        &Kernel::new(&SHADER, "softmax_rows").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "softmax_rows"),
         &params,
         &[
             part.binding(&gpu)?,

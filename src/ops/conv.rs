@@ -9,6 +9,7 @@ use crate::ops::matmul::{linear, Act};
 pub static SHADER: Shader = Shader {
     name: "conv",
     source: include_str!("../../shaders/conv.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -180,7 +181,7 @@ fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
         kp: check::u32_of(OP, "padded K", kp)?,
     };
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
-    let overrides = [("WG", WG as f64), ("W_F16", f16)];
+    let overrides = [("W_F16", f16)];
     rec.dispatch(
         &Kernel::new(&SHADER, "pad_weight").with(&overrides),
         &params,
@@ -369,7 +370,7 @@ fn conv2d_impl(
         }
     };
     let in_place = chunk_rows == rows || (chunk_rows * cout * 4).is_multiple_of(OUT_ALIGN);
-    let kernel = Kernel::new(&SHADER, "im2col").with(&[("WG", WG as f64)]);
+    let kernel = Kernel::new(&SHADER, "im2col");
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
                                             // One scratch reused by every chunk, the shorter tail through a prefix view of it (dispatches
                                             // run in recording order, so the next im2col only overwrites it after the previous linear has
@@ -537,9 +538,7 @@ pub fn dwconv3x3_residual_taps(
     };
     let defines: &[&str] = if lanes == 4 { &["VEC4"] } else { &[] };
     rec.dispatch(
-        &Kernel::new(&SHADER, "dwconv3x3_residual")
-            .defines(defines)
-            .with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "dwconv3x3_residual").defines(defines),
         &params,
         &[
             x.binding(&gpu)?,

@@ -9,6 +9,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "decode_step",
     source: include_str!("../../shaders/decode_step.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -67,7 +68,7 @@ pub fn pos_add(
     check::u32_of(OP, "table elements", table.numel())?;
     let gpu = rec.gpu().clone();
     rec.dispatch(
-        &Kernel::new(&SHADER, "pos_add").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "pos_add"),
         &params,
         &[step.binding(&gpu)?, table.binding(&gpu)?, x.binding(&gpu)?],
         grid_1d(ceil_div(n, WG as usize)),
@@ -129,9 +130,7 @@ pub fn kv_write(
         false => (&["KV_WRITE"], b * d),
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, "kv_write")
-            .with(&[("WG", WG as f64)])
-            .defines(defines),
+        &Kernel::new(&SHADER, "kv_write").defines(defines),
         &params,
         &[
             step.binding(&gpu)?,

@@ -11,6 +11,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "elementwise",
     source: include_str!("../../shaders/elementwise.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -51,9 +52,7 @@ fn launch(
         .map(|t| t.binding(&gpu))
         .collect::<Result<Vec<_>>>()?;
     rec.dispatch(
-        &Kernel::new(&SHADER, entry)
-            .defines(defines)
-            .with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry).defines(defines),
         &params,
         &bindings,
         grid_1d(ceil_div(items, WG as usize)),

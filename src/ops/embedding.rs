@@ -7,6 +7,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "embedding",
     source: include_str!("../../shaders/embedding.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -70,11 +71,7 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     // element.
     let vec4 = fmt == 0 && c.is_multiple_of(4);
     let items = if vec4 { n as usize / 4 } else { n as usize };
-    let overrides = [
-        ("WG", WG as f64),
-        ("W_FMT", fmt as f64),
-        ("ROW_WORDS", row_words as f64),
-    ];
+    let overrides = [("W_FMT", fmt as f64), ("ROW_WORDS", row_words as f64)];
     let kernel = if fmt != 0 {
         Kernel::new(&SHADER, "embedding_packed").with(&overrides)
     } else {

@@ -8,6 +8,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "layout",
     source: include_str!("../../shaders/layout.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -51,9 +52,7 @@ fn launch(
         .map(|t| t.binding(&gpu))
         .collect::<Result<Vec<_>>>()?;
     rec.dispatch(
-        &Kernel::new(&SHADER, entry)
-            .defines(if vec4 { &["VEC4"] } else { &[] })
-            .with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
         &params,
         &bindings,
         grid_1d(ceil_div(items, WG as usize)),

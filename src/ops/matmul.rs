@@ -15,35 +15,54 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "matmul",
     source: include_str!("../../shaders/matmul.wgsl"),
+    consts: &[
+        ("EDGE", EDGE as u32),
+        ("TM", SCALAR_BLOCK.0 as u32),
+        ("TN", SCALAR_BLOCK.1 as u32),
+        ("TILED_WG", TILED_WG as u32),
+        ("TN_T", TILED_COLS as u32),
+        ("MAX_RM", TILED_MAX_RM as u32),
+    ],
 };
 
 pub static SHADER_RB: Shader = Shader {
     name: "matmul_rb",
-    source: concat!(
-        include_str!("../../shaders/matmul_common.wgsl"),
-        include_str!("../../shaders/matmul_rb.wgsl")
-    ),
+    source: include_str!("../../shaders/matmul_rb.wgsl"),
+    consts: &[("RB_MAX_WG", RB_MAX_WG as u32)],
 };
 
 pub static SHADER_SG: Shader = Shader {
     name: "matmul_sg",
-    source: concat!(
-        include_str!("../../shaders/matmul_common.wgsl"),
-        include_str!("../../shaders/matmul_sg.wgsl")
-    ),
+    source: include_str!("../../shaders/matmul_sg.wgsl"),
+    consts: &[
+        ("SG_WG", SG_WG as u32),
+        ("SG_M", SG_BLOCK.0 as u32),
+        ("SG_N", SG_BLOCK.1 as u32),
+        ("C4_M", SG_C4_BLOCK.0 as u32),
+        ("C4_N", SG_C4_BLOCK.1 as u32),
+        ("R16_M", SG_R16_BLOCK.0 as u32),
+        ("R16_N", SG_R16_BLOCK.1 as u32),
+    ],
 };
 
 pub static SHADER_GEMV: Shader = Shader {
     name: "matmul_gemv",
-    source: concat!(
-        include_str!("../../shaders/matmul_common.wgsl"),
-        include_str!("../../shaders/matmul_gemv.wgsl")
-    ),
+    source: include_str!("../../shaders/matmul_gemv.wgsl"),
+    consts: &[
+        ("GEMV_WG", GEMV_WG as u32),
+        ("MAX_MR", GEMV_MAX_ROWS as u32),
+        ("RW", GEMV_WG_COLS as u32),
+    ],
 };
 
 pub static SHADER_BATCHED: Shader = Shader {
     name: "matmul_batched",
     source: include_str!("../../shaders/matmul_batched.wgsl"),
+    consts: &[
+        ("EDGE", EDGE as u32),
+        ("TM", SCALAR_BLOCK.0 as u32),
+        ("TN", SCALAR_BLOCK.1 as u32),
+    ],
 };
 
 /// Epilogue applied after the bias.
@@ -250,7 +269,7 @@ pub fn choose_linear_variant_for(caps: &Caps, m: usize, k: usize, format: DType)
     }
 }
 
-/// Mirrors `Params` in `shaders/matmul.wgsl` and `shaders/matmul_common.wgsl`.
+/// Mirrors `Params` in `shaders/include/linear_params.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct LinearParams {
@@ -278,8 +297,28 @@ struct BmmParams {
 const SG_WG: usize = 32;
 const SG4_WG: usize = 64;
 const GEMV_WG: usize = 64;
-/// Output columns per workgroup of `linear_gemv_wg` (`RW` in `matmul_gemv.wgsl`).
+/// Output columns per workgroup of `linear_gemv_wg`.
 const GEMV_WG_COLS: usize = 4;
+/// Output block (rows, columns) one invocation computes: `linear` and `bmm` (SCALAR_BLOCK, on a workgroup
+/// of EDGE x EDGE invocations), `linear_sg`, `linear_sg_c4`, `linear_sg_r16`. The shaders'
+/// register arrays are written for these shapes.
+const SCALAR_BLOCK: (usize, usize) = (4, 4);
+const EDGE: usize = 16;
+const SG_BLOCK: (usize, usize) = (8, 8);
+const SG_C4_BLOCK: (usize, usize) = (8, 4);
+const SG_R16_BLOCK: (usize, usize) = (16, 4);
+/// `linear_tiled`: workgroup size, output columns per workgroup (TILED_COLS / 4 invocations across, the
+/// rest down), and its rows per invocation (RM) for `Tiled64` and `Tiled128`.
+const TILED_WG: usize = 256;
+const TILED_COLS: usize = 64;
+const TILED_MIN_RM: usize = 4;
+const TILED_MAX_RM: usize = 8;
+/// Output rows per workgroup of `linear_tiled` with `rm` rows per invocation.
+const fn tiled_rows(rm: usize) -> usize {
+    TILED_WG / (TILED_COLS / 4) * rm
+}
+/// Largest workgroup of `linear_rb` ([`rb_wg`]).
+const RB_MAX_WG: usize = 64;
 
 /// The consecutive weight rows each lane of `linear_gemv_blk` computes (`RL`): 8 rows per lane make
 /// each lane's weight stream 8 rows long (3.4 KiB at q4, K = 768) instead of one short row, which the
@@ -299,8 +338,11 @@ fn gemv_blk_wg(rows: usize) -> usize {
     }
 }
 
-/// Outputs per workgroup edge of the portable kernels (16 invocations x 4 outputs each).
-const BLOCK: usize = 64;
+/// Grid of the register-blocked kernels whose workgroups of `wg` invocations share `block.0` rows of x
+/// (grid x) and take consecutive `block.1`-column groups of the `rows` weight rows (grid y).
+fn block_grid(m: usize, rows: usize, block: (usize, usize), wg: usize) -> [u32; 3] {
+    [ceil_div(m, block.0), ceil_div(rows, block.1 * wg), 1]
+}
 
 /// Rows and columns of the output block one invocation of `linear_rb` computes (`RM`, `RN` in
 /// `matmul_rb.wgsl`), for the register-blocked variants.
@@ -318,7 +360,7 @@ fn rb_block(v: LinearVariant) -> Option<(usize, usize)> {
 /// narrow outputs so that few lanes idle (N = 128 at RN = 16 fills 8 lanes): the smallest power of two
 /// covering N / RN, clamped to [16, 64].
 fn rb_wg(n: usize, rn: usize) -> usize {
-    n.div_ceil(rn).next_power_of_two().clamp(16, 64)
+    n.div_ceil(rn).next_power_of_two().clamp(16, RB_MAX_WG)
 }
 
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
@@ -494,8 +536,8 @@ pub fn linear_variant_residual(
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
     let q = wq.map_or(0.0, |q| q.bits() as f64);
     let overrides_scalar = [("W_F16", f16)];
-    let overrides_t64 = [("W_F16", f16), ("RM", 4.0)];
-    let overrides_t128 = [("W_F16", f16), ("RM", 8.0)];
+    let overrides_t64 = [("W_F16", f16), ("RM", TILED_MIN_RM as f64)];
+    let overrides_t128 = [("W_F16", f16), ("RM", TILED_MAX_RM as f64)];
     let overrides_sg = [("W_F16", f16), ("W_Q", q), ("WG", SG_WG as f64)];
     let overrides_sg4 = [("W_F16", f16), ("W_Q", q), ("WG", SG4_WG as f64)];
     let (rb_m, rb_n) = rb_block(variant).unwrap_or((4, 4));
@@ -579,12 +621,24 @@ pub fn linear_variant_residual(
             _pad1: 0,
         };
         let grid = match variant {
-            LinearVariant::Scalar => [ceil_div(chunk.rows, BLOCK), ceil_div(m, BLOCK), 1],
-            LinearVariant::Tiled64 => [ceil_div(chunk.rows, 64), ceil_div(m, 64), 1],
-            LinearVariant::Tiled128 => [ceil_div(chunk.rows, 64), ceil_div(m, 128), 1],
-            LinearVariant::Subgroup => [ceil_div(m, 8), ceil_div(chunk.rows, 8 * SG_WG), 1],
-            LinearVariant::SubgroupC4 => [ceil_div(m, 8), ceil_div(chunk.rows, 4 * SG4_WG), 1],
-            LinearVariant::SubgroupR16 => [ceil_div(m, 16), ceil_div(chunk.rows, 4 * SG4_WG), 1],
+            LinearVariant::Scalar => [
+                ceil_div(chunk.rows, EDGE * SCALAR_BLOCK.1),
+                ceil_div(m, EDGE * SCALAR_BLOCK.0),
+                1,
+            ],
+            LinearVariant::Tiled64 => [
+                ceil_div(chunk.rows, TILED_COLS),
+                ceil_div(m, tiled_rows(TILED_MIN_RM)),
+                1,
+            ],
+            LinearVariant::Tiled128 => [
+                ceil_div(chunk.rows, TILED_COLS),
+                ceil_div(m, tiled_rows(TILED_MAX_RM)),
+                1,
+            ],
+            LinearVariant::Subgroup => block_grid(m, chunk.rows, SG_BLOCK, SG_WG),
+            LinearVariant::SubgroupC4 => block_grid(m, chunk.rows, SG_C4_BLOCK, SG4_WG),
+            LinearVariant::SubgroupR16 => block_grid(m, chunk.rows, SG_R16_BLOCK, SG4_WG),
             LinearVariant::Gemv | LinearVariant::GemvSubgroup => {
                 grid_1d(ceil_div(chunk.rows, GEMV_WG))
             }
@@ -664,8 +718,8 @@ pub fn matmul(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Resul
         &params,
         &[a.binding(&gpu)?, b.binding(&gpu)?, out.binding(&gpu)?],
         [
-            ceil_div(n, BLOCK),
-            ceil_div(m, BLOCK),
+            ceil_div(n, EDGE * SCALAR_BLOCK.1),
+            ceil_div(m, EDGE * SCALAR_BLOCK.0),
             check::u32_of(OP, "batch", bt)?,
         ],
     )

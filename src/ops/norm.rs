@@ -7,7 +7,13 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "norm",
     source: include_str!("../../shaders/norm.wgsl"),
+    consts: &[("MAX_WG", MAX_WG)],
 };
+
+/// Largest workgroup of `layer_norm` (a power of two; the shader's default WG).
+const MAX_WG: u32 = 256;
+/// Workgroup size of `layer_norm_rowwise` (one invocation per row).
+const ROWWISE_WG: u32 = 64;
 
 /// Mirrors `Params` in `shaders/norm.wgsl`.
 #[repr(C)]
@@ -82,9 +88,9 @@ pub fn layer_norm_with(
         RowStrategy::Invocation => true,
     };
     let (wg, grid) = if rowwise {
-        (64, grid_1d(ceil_div(rows, 64)))
+        (ROWWISE_WG, grid_1d(ceil_div(rows, ROWWISE_WG as usize)))
     } else {
-        (check::pow2_wg(c, 32, 256), grid_1d(params.rows))
+        (check::pow2_wg(c, 32, MAX_WG), grid_1d(params.rows))
     };
     let inplace = check::same_buffer(x, out);
     let vec4 = rowwise && c.is_multiple_of(4);

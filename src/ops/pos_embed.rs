@@ -7,6 +7,7 @@ use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
 pub static SHADER: Shader = Shader {
     name: "pos_embed",
     source: include_str!("../../shaders/pos_embed.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -110,7 +111,7 @@ pub fn pos2d_temporal_add(
         _pad2: 0,
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, "pos2d_temporal_add").with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, "pos2d_temporal_add"),
         &params,
         &[
             feats.binding(&gpu)?,

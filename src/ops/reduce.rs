@@ -13,10 +13,14 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "reduce",
     source: include_str!("../../shaders/reduce.wgsl"),
+    consts: &[("MAX_WG", MAX_WG), ("MAXK", MAX_TOPK as u32)],
 };
 
 /// Largest k supported by `topk_rows`.
 pub const MAX_TOPK: usize = 16;
+
+/// Largest workgroup (a power of two): the size of the shader's workgroup arrays; `mean_rows` runs with it.
+const MAX_WG: u32 = 256;
 
 /// Mirrors `Params` in `shaders/reduce.wgsl`.
 #[repr(C)]
@@ -56,7 +60,7 @@ pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         k: 1,
         _pad: 0,
     };
-    let wg = check::pow2_wg(v, 32, 256);
+    let wg = check::pow2_wg(v, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     rec.dispatch(
         &Kernel::new(&SHADER, "argmax_rows").with(&[("WG", wg as f64)]),
@@ -95,7 +99,7 @@ pub fn topk_rows(
         k: k as u32,
         _pad: 0,
     };
-    let wg = check::pow2_wg(v, 32, 256);
+    let wg = check::pow2_wg(v, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     rec.dispatch(
         &Kernel::new(&SHADER, "topk_rows").with(&[("WG", wg as f64)]),
@@ -126,9 +130,9 @@ pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     };
     let gpu = rec.gpu().clone();
     rec.dispatch(
-        &Kernel::new(&SHADER, "mean_rows").with(&[("WG", 256.0)]),
+        &Kernel::new(&SHADER, "mean_rows").with(&[("WG", MAX_WG as f64)]),
         &params,
         &[x.binding(&gpu)?, out.binding(&gpu)?],
-        grid_1d(ceil_div(b * c, 256)),
+        grid_1d(ceil_div(b * c, MAX_WG as usize)),
     )
 }

@@ -7,7 +7,11 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "softmax",
     source: include_str!("../../shaders/softmax.wgsl"),
+    consts: &[("MAX_WG", MAX_WG)],
 };
+
+/// Largest workgroup (a power of two; the shader's default WG).
+const MAX_WG: u32 = 256;
 
 /// Mirrors `Params` in `shaders/softmax.wgsl`.
 #[repr(C)]
@@ -34,7 +38,7 @@ fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Res
         _pad0: 0,
         _pad1: 0,
     };
-    let wg = check::pow2_wg(c, 32, 256);
+    let wg = check::pow2_wg(c, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     let inplace = check::same_buffer(x, out);
     let log = op == "log_softmax_rows";

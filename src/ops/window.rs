@@ -8,6 +8,7 @@ use crate::ops::check;
 pub static SHADER: Shader = Shader {
     name: "window",
     source: include_str!("../../shaders/window.wgsl"),
+    consts: &[("WG", WG)],
 };
 
 const WG: u32 = 256;
@@ -71,9 +72,7 @@ fn launch(
         _pad0: 0,
     };
     rec.dispatch(
-        &Kernel::new(&SHADER, entry)
-            .defines(if vec4 { &["VEC4"] } else { &[] })
-            .with(&[("WG", WG as f64)]),
+        &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
         &params,
         &[src.binding(&gpu)?, dst.binding(&gpu)?],
         grid_1d(ceil_div(n, WG as usize)),

@@ -9,17 +9,23 @@
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
 use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
-use crate::ops::attention::{record_flash, AttnOpts, AttnVariant, FlashLayout};
+use crate::ops::attention::{record_flash, AttnLayout, AttnOpts, AttnVariant, FLASH_MAX_WG};
 use crate::ops::check;
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",
     source: include_str!("../../shaders/window_attn.wgsl"),
+    consts: &[
+        ("WG", WG),
+        ("QPI", QPI as u32),
+        ("MAXD4", (MAX_HEAD_DIM / 4) as u32),
+    ],
 };
 
 const WG: u32 = 64;
+/// Query rows per invocation (the shader's four score lanes).
 const QPI: usize = 4;
-/// Largest head_dim the fused kernel keeps in registers (MAXD4 * 4 in the shader).
+/// Largest head_dim the fused kernel keeps in registers (the shader's MAXD4 * 4).
 pub const MAX_HEAD_DIM: usize = 32;
 
 /// Mirrors `Params` in `shaders/window_attn.wgsl`.
@@ -151,8 +157,7 @@ pub fn window_attention_variant(
     }
     if variant == WindowAttnVariant::Flash {
         // q, k, v are column ranges of the fused rows: B = Bk = nW windows of T tokens.
-        let layout = FlashLayout {
-            max_rows: 64,
+        let layout = AttnLayout {
             batch: nw,
             bk: nw,
             tq: t,
@@ -170,7 +175,15 @@ pub fn window_attention_variant(
             scale,
             ..AttnOpts::default()
         };
-        return record_flash(rec, &layout, &opts, [qkv, qkv, qkv, qkv], None, out);
+        return record_flash(
+            rec,
+            &layout,
+            FLASH_MAX_WG,
+            &opts,
+            [qkv, qkv, qkv, qkv],
+            None,
+            out,
+        );
     }
     let nqg = t.div_ceil(QPI);
     let total = nw * heads * nqg;
@@ -189,7 +202,7 @@ pub fn window_attention_variant(
     };
     let d4 = (c / heads / 4) as f64;
     rec.dispatch(
-        &Kernel::new(&SHADER, "window_attention").with(&[("WG", WG as f64), ("D4", d4)]),
+        &Kernel::new(&SHADER, "window_attention").with(&[("D4", d4)]),
         &params,
         &[qkv.binding(&gpu)?, out.binding(&gpu)?],
         grid_1d(ceil_div(total, WG as usize)),

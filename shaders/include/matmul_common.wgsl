@@ -1,5 +1,6 @@
-// Shared part of the vec4 linear kernels (`matmul_rb.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`): the
-// Params uniform, the bindings and the epilogue. Concatenated in front of each kernel by the launcher.
+// Shared part of the vec4 linear kernels (`matmul_rb.wgsl`, `matmul_sg.wgsl`, `matmul_gemv.wgsl`;
+// `#include matmul_common` at the top of each): the Params uniform, the bindings, the weight loads and
+// the epilogue.
 //
 // out[m, n_off + j] = act(sum_k x[m, k] * w[j, k] + bias[n_off + j]), w in PyTorch Linear layout (N, K),
 // possibly only a row chunk of it bound (see `matmul.wgsl`). These kernels need K % 8 == 0: x is read as
@@ -14,18 +15,7 @@
 override W_F16: bool = false;
 override W_Q: u32 = 0u; // 0: f32/f16 (W_F16); 8: q8 blocks; 4: q4 blocks
 
-struct Params {
-    m: u32,       // rows of x / out
-    n: u32,       // total columns of out (row stride of out)
-    k: u32,       // reduction length, a multiple of 8
-    n_off: u32,   // first output column of this weight chunk
-    n_rows: u32,  // weight rows (output columns) in this chunk
-    flags: u32,   // bit 0: add bias; bit 1: exact GELU; bit 2: add the residual
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
+#include linear_params
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;    // (M, K/4)
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;    // (n_rows, K/4) f32 bits or (n_rows, K/8) f16
 @group(0) @binding(3) var<storage, read> bias: array<f32>;       // (N) (unused unless flags & 1)
