@@ -242,6 +242,30 @@ def sample_scene(rs, size):
     return dict(size=(w, h), shapes=shapes, texts=texts)
 
 
+def label_maps(scene, n):
+    """(2, n, n) int64: shape class (0 none, 1.. SHAPES, len(SHAPES) + 1 text) and colour (0 none, 1.. COLOURS)
+    at the centres of an n x n grid, topmost object first (shapes in drawing order, then text)."""
+    w, h = scene["size"]
+    cls = Image.new("L", (w, h), 0)
+    col = Image.new("L", (w, h), 0)
+    dc, dk = ImageDraw.Draw(cls), ImageDraw.Draw(col)
+    names = list(COLOURS)
+    for s in scene["shapes"]:
+        for d, v in ((dc, SHAPES.index(s["kind"]) + 1), (dk, names.index(s["colour"]) + 1)):
+            if s["poly"] is None:
+                d.ellipse(list(s["box"]), fill=v)
+            else:
+                d.polygon(s["poly"], fill=v)
+    for t in scene["texts"]:
+        q = [(t["quad"][i], t["quad"][i + 1]) for i in range(0, 8, 2)]
+        dc.polygon(q, fill=len(SHAPES) + 1)
+        dk.polygon(q, fill=0)
+    idx = ((np.arange(n) + 0.5) * (h / n)).astype(int)
+    a = np.asarray(cls)[idx][:, idx]
+    b = np.asarray(col)[idx][:, idx]
+    return np.stack([a, b]).astype(np.int64)
+
+
 def render(scene, rs):
     w, h = scene["size"]
     im = background(rs, w, h)

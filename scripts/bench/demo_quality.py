@@ -7,7 +7,7 @@ PyTorch reference's row on the same images (from the model's metrics.json, writt
 scripts/train_demo_model.py) and each format's token-id agreement with that reference.
 
     python3 scripts/bench/demo_quality.py [--bin target/debug/florence2] [--model www/models/florence2-shapes]
-        [--dtypes fp32,fp16,q8,q4] [--images 20] [--max-new-tokens 96] [--json OUT]
+        [--dtypes fp32,fp16,q8,q4] [--images 20] [--max-new-tokens 96] [--json OUT] [--markdown OUT]
 
 Needs numpy, pillow, tokenizers (not torch).
 """
@@ -123,6 +123,16 @@ def agreement(records, ref):
     return (ids / total, post / total) if total else (0.0, 0.0)
 
 
+def table(rows):
+    cells = [f"{'':14s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
+    lines = ["| " + " | ".join(cells) + " |", "|" + "|".join("-" * (len(c) + 2) for c in cells) + "|"]
+    for name, sc, agr, _ in rows:
+        vals = [f"{name:14s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
+        vals += [f"{'':9s}", f"{'':10s}"] if agr is None else [f"{agr[0]:9.3f}", f"{agr[1]:10.3f}"]
+        lines.append("| " + " | ".join(vals) + " |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=str(ROOT / "target" / "debug" / "florence2"))
@@ -133,6 +143,7 @@ def main():
     ap.add_argument("--size", type=int, default=192, help="image size (train_demo_model.IMAGE)")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--json", help="write every answer and the table here")
+    ap.add_argument("--markdown", help="write the table here (the model card includes engine_quality.md)")
     args = ap.parse_args()
     tok = Tokenizer.from_file(str(Path(args.model) / "tokenizer.json"))
     examples = dm.heldout(args.seed, args.images, args.size, tok)
@@ -155,14 +166,14 @@ def main():
         out["formats"][dtype] = {"scores": sc, "ids_equal_to_pytorch": agr and agr[0],
                                  "post_processed_equal_to_pytorch": agr and agr[1], "records": records}
         print(f"{dtype}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    cells = [f"{'':14s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
+    lines = table(rows)
     print(f"held-out images: {args.images} (seed {args.seed}), max_new_tokens {args.max_new_tokens}")
-    print("| " + " | ".join(cells) + " |")
-    print("|" + "|".join("-" * (len(c) + 2) for c in cells) + "|")
-    for name, sc, agr, _ in rows:
-        vals = [f"{name:14s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
-        vals += [f"{'':9s}", f"{'':10s}"] if agr is None else [f"{agr[0]:9.3f}", f"{agr[1]:10.3f}"]
-        print("| " + " | ".join(vals) + " |")
+    print("\n".join(lines))
+    if args.markdown:
+        Path(args.markdown).write_text(
+            f"{args.images} held-out scenes (seed {args.seed}), max_new_tokens {args.max_new_tokens}, "
+            f"`{Path(args.bin).name} run` per image; `ids = ref` / `post = ref`: share of answers whose token ids /"
+            f" post-processed results equal the PyTorch reference's.\n\n" + "\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
