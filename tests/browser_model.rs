@@ -165,6 +165,29 @@ fn model(dir: &str) -> Files {
                 "model-00003-of-00003.safetensors"
             ]
         ),
+        "tiny2-pt" => model_files!(
+            "tiny2-pt",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "pytorch_model.bin"
+            ]
+        ),
+        "tiny2-orig-pt-sharded" => model_files!(
+            "tiny2-orig-pt-sharded",
+            [
+                "config.json",
+                "tokenizer.json",
+                "preprocessor_config.json",
+                "generation_config.json",
+                "pytorch_model.bin.index.json",
+                "pytorch_model-00001-of-00003.bin",
+                "pytorch_model-00002-of-00003.bin",
+                "pytorch_model-00003-of-00003.bin"
+            ]
+        ),
         _ => panic!("no fixture {dir}"),
     }
 }
@@ -383,6 +406,29 @@ async fn run_task_matches_cli_f16_sharded() {
         let out = run_case(&m, case).await;
         check_output(&out, case);
     }
+}
+
+/// PyTorch checkpoints streamed over fetch through the restricted pickle reader: tiny2-pt (one zip
+/// `pytorch_model.bin`, blob: URLs) answers as tiny2 (its safetensors twin, the same weights); the
+/// original-layout zip shards of tiny2-orig-pt-sharded (`pytorch_model.bin.index.json`, on the fake
+/// network, after the safetensors probes) load and answer.
+#[wasm_bindgen_test]
+async fn pytorch_checkpoints_match_their_safetensors_twins() {
+    let m = load(blob_source(model("tiny2-pt")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    for case in expected().iter().filter(|c| c["model"] == "tiny2") {
+        check_output(&run_case(&m, case).await, case);
+    }
+    m.dispose();
+    let base = fake_source("tiny2-orig-pt-sharded", model("tiny2-orig-pt-sharded"));
+    let m = load(base.into(), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let case = expected_for("tiny2", "scene.png", "<CAPTION>", None);
+    let out = run_case(&m, &case).await;
+    assert!(get(&out, "text").is_string(), "{}", to_json(&out));
+    m.dispose();
 }
 
 /// Quantized checkpoints (scripts/convert_checkpoint.py --dtype q8|q4: `.qweight` rows streamed straight

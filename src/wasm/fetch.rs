@@ -1,16 +1,17 @@
-//! Model files over `fetch()`: small JSON files read whole (with a size cap), safetensors files streamed
-//! from `response.body` chunk by chunk into a [`StreamLoader`] (so the whole file is never in wasm or JS
-//! memory), optional Cache API storage ([`crate::wasm::cache`]), abort signals, and transformers.js-shaped
+//! Model files over `fetch()`: small JSON files read whole (with a size cap), weights files streamed
+//! from `response.body` chunk by chunk into a [`StreamLoader`] (safetensors) or a [`TorchStreamLoader`]
+//! (PyTorch `.bin`: zip or legacy pickle format), so the whole file is never in wasm or JS memory;
+//! optional Cache API storage ([`crate::wasm::cache`]), abort signals, and transformers.js-shaped
 //! progress events.
 //!
 //! Events per file: `initiate` once the file is known to exist (an absent optional file has none),
 //! `download` when its body starts, `progress` per chunk, `done`; the loader sends `ready` at the end.
 //!
-//! Missing files, whatever the server does with them: an optional or probed file (index, generation and
-//! preprocessor configs) is absent when the server answers 404/410, or answers with an HTML page (by
-//! `Content-Type: text/html`, or by its first bytes: a single-page-app server such as Vite's dev server
-//! answers every unknown path with `200` + `index.html`). A required file that comes back as HTML fails
-//! with an error that says so.
+//! Missing files, whatever the server does with them: an optional or probed file (indexes, single
+//! weights files, generation and preprocessor configs) is absent when the server answers 404/410, or
+//! answers with an HTML page (by `Content-Type: text/html`, or by its first bytes: a single-page-app
+//! server such as Vite's dev server answers every unknown path with `200` + `index.html`). A required
+//! file that comes back as HTML fails with an error that says so.
 //!
 //! Cache (on by default): a file is looked up in the package's bucket first; a hit whose meta record
 //! says the file is complete never touches the network (events say `cached: true`), a negative record
@@ -41,7 +42,10 @@ use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
 use crate::wasm::source::Source;
 use crate::weights::load::load_weights;
-use crate::weights::{Assembler, LoadOptions, ModelSource, StreamLoader, Weights};
+use crate::weights::torch_load::is_torch_file;
+use crate::weights::{
+    Assembler, LoadOptions, ModelSource, StreamLoader, TorchStreamLoader, Weights,
+};
 
 /// Bytes copied from a JS chunk into wasm memory at a time (a `fetch` chunk larger than this is split).
 pub const PIECE_BYTES: usize = 1 << 20;
@@ -574,22 +578,22 @@ impl Fetcher {
         }
     }
 
-    /// Stream one safetensors file into `asm`. `expect_names`: tensors an index places in it. Returns the
-    /// byte count and whether it came from the cache.
-    async fn stream_safetensors(
+    /// Stream one weights file into `asm`: safetensors, or a PyTorch checkpoint when its name ends in
+    /// `.bin`. `expect_names`: tensors an index places in it. Returns the byte count and whether it
+    /// came from the cache; `None` when the file is absent and not `required` (a 404, or an HTML page
+    /// where the file should be).
+    async fn stream_weights(
         &self,
         file: &str,
         asm: &mut Assembler,
         expect_names: Vec<String>,
-    ) -> Result<(u64, bool)> {
-        let Some(body) = self.open(file, true).await? else {
-            return Err(Error::FileRead {
-                file: file.to_owned(),
-                msg: "not found".into(),
-            });
+        required: bool,
+    ) -> Result<Option<(u64, bool)>> {
+        let Some(body) = self.open(file, required).await? else {
+            return Ok(None);
         };
         self.progress("initiate", file, 0, 0, body.cached);
-        let mut loader = StreamLoader::new(file, body.total).expect_names(expect_names);
+        let mut loader = Pushed::new(file, body.total, expect_names);
         let res = {
             let mut feed = |b: &[u8]| loader.feed(asm, b);
             self.pump(file, &body, None, true, &mut feed).await
@@ -599,14 +603,48 @@ impl Fetcher {
             Ok(Pumped::Html) => {
                 let url = body.url.clone();
                 self.discard(body).await;
-                return Err(html_error(file, &url, "by its content"));
+                if required {
+                    return Err(html_error(file, &url, "by its content"));
+                }
+                self.record_absent(&url).await;
+                return Ok(None);
             }
             Ok(Pumped::Done(n)) => loader.finish(asm).map(|()| n),
             Err(e) => Err(e),
         };
         let n = self.settle(file, body, res).await?;
         self.progress("done", file, n, n, cached);
-        Ok((n, cached))
+        Ok(Some((n, cached)))
+    }
+}
+
+/// The push-style loader of one weights file, by its kind.
+enum Pushed {
+    Safetensors(StreamLoader),
+    Torch(TorchStreamLoader),
+}
+
+impl Pushed {
+    fn new(file: &str, total: Option<u64>, expect_names: Vec<String>) -> Self {
+        if is_torch_file(file) {
+            Pushed::Torch(TorchStreamLoader::new(file, total).expect_names(expect_names))
+        } else {
+            Pushed::Safetensors(StreamLoader::new(file, total).expect_names(expect_names))
+        }
+    }
+
+    fn feed(&mut self, asm: &mut Assembler, bytes: &[u8]) -> Result<()> {
+        match self {
+            Pushed::Safetensors(l) => l.feed(asm, bytes),
+            Pushed::Torch(l) => l.feed(asm, bytes),
+        }
+    }
+
+    fn finish(self, asm: &mut Assembler) -> Result<()> {
+        match self {
+            Pushed::Safetensors(l) => l.finish(asm),
+            Pushed::Torch(l) => l.finish(asm),
+        }
     }
 }
 
@@ -621,9 +659,13 @@ impl ModelSource for Fetcher {
         asm: &mut Assembler,
         expect_names: &[&str],
     ) -> Result<bool> {
+        // A file an index names must exist; the single-file names are probes.
+        let required = !expect_names.is_empty();
         let names = expect_names.iter().map(|n| (*n).to_owned()).collect();
-        self.stream_safetensors(name, asm, names).await?;
-        Ok(true)
+        Ok(self
+            .stream_weights(name, asm, names, required)
+            .await?
+            .is_some())
     }
 
     /// [`load_weights`]; when a cached file turns out damaged midway (its tensors partly uploaded), the

@@ -1,5 +1,6 @@
 //! The checkpoint loader: config.json, then `model.safetensors` or the shards named by
-//! `model.safetensors.index.json` ([`load_checkpoint`], over any [`ModelSource`]); and the ranged reader
+//! `model.safetensors.index.json`, else a PyTorch `pytorch_model.bin` or its shards
+//! ([`load_checkpoint`], over any [`ModelSource`]); and the ranged reader
 //! of one file ([`load_source`]): a [`ByteSource`] read in bounded ranges (header first, then only the
 //! tensors the model needs, `chunk_bytes` at a time).
 
@@ -220,30 +221,47 @@ pub async fn load_weights<S: ModelSource + ?Sized>(
 }
 
 /// Every weights file of a checkpoint into `asm`, the one place that knows which files make a
-/// checkpoint: `model.safetensors.index.json` and the shards it names when the index exists, else
-/// `model.safetensors`.
+/// checkpoint, tried in this order: `model.safetensors.index.json` and the shards it names,
+/// `model.safetensors`, `pytorch_model.bin.index.json` and its `.bin` shards, `pytorch_model.bin` (a
+/// PyTorch checkpoint, read by the restricted pickle reader: [`crate::weights::torch_load`]).
 pub async fn load_checkpoint<S: ModelSource + ?Sized>(src: &S, asm: &mut Assembler) -> Result<()> {
-    if let Some(idx) = src.read_small(INDEX_FILE, false, MAX_JSON_BYTES).await? {
-        let index = CheckpointIndex::parse(&idx)?;
-        asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
-        for shard in &index.shards {
-            let names: Vec<&str> = index.names_in(shard).collect();
-            if !src.load_file(shard, asm, &names).await? {
-                return Err(Error::CheckpointIndex {
-                    file: INDEX_FILE.into(),
-                    msg: format!("shard '{shard}' does not exist"),
-                });
-            }
-        }
+    if load_indexed(src, asm, INDEX_FILE).await? || src.load_file(SINGLE_FILE, asm, &[]).await? {
         return Ok(());
     }
-    if !src.load_file(SINGLE_FILE, asm, &[]).await? {
-        return Err(Error::FileRead {
-            file: SINGLE_FILE.into(),
-            msg: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
-        });
+    if load_indexed(src, asm, TORCH_INDEX_FILE).await?
+        || src.load_file(TORCH_FILE, asm, &[]).await?
+    {
+        return Ok(());
     }
-    Ok(())
+    Err(Error::FileRead {
+        file: SINGLE_FILE.into(),
+        msg: format!(
+            "none of {SINGLE_FILE}, {INDEX_FILE}, {TORCH_FILE}, {TORCH_INDEX_FILE} exists"
+        ),
+    })
+}
+
+/// The shards an index `file` names, if the index exists (`Ok(false)` when it does not).
+async fn load_indexed<S: ModelSource + ?Sized>(
+    src: &S,
+    asm: &mut Assembler,
+    file: &str,
+) -> Result<bool> {
+    let Some(idx) = src.read_small(file, false, MAX_JSON_BYTES).await? else {
+        return Ok(false);
+    };
+    let index = CheckpointIndex::parse_file(&idx, file)?;
+    asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
+    for shard in &index.shards {
+        let names: Vec<&str> = index.names_in(shard).collect();
+        if !src.load_file(shard, asm, &names).await? {
+            return Err(Error::CheckpointIndex {
+                file: file.into(),
+                msg: format!("shard '{shard}' does not exist"),
+            });
+        }
+    }
+    Ok(true)
 }
 
 /// Native: load `dir/config.json` and its checkpoint onto the GPU with f32 weights (the reference

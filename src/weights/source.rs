@@ -39,8 +39,9 @@ pub trait ModelSource {
     /// A small file read whole, at most `max` bytes (more is an error). `Ok(None)` when the file is
     /// absent and not `required`; an absent required file is an error.
     async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>>;
-    /// Load the safetensors file `name` into `asm`; `expect_names`: tensors an index places in it (each
-    /// must be there). `Ok(false)` when the file is absent.
+    /// Load the weights file `name` (safetensors, or a PyTorch checkpoint when it ends in `.bin`) into
+    /// `asm`; `expect_names`: tensors an index places in it (each must be there). `Ok(false)` when the
+    /// file is absent.
     async fn load_file(
         &self,
         name: &str,
@@ -89,7 +90,11 @@ impl<F: ModelFiles> ModelSource for F {
         let Some(mut src) = self.open(name).await? else {
             return Ok(false);
         };
-        crate::weights::load::load_source(asm, &mut src, expect_names).await?;
+        if crate::weights::torch_load::is_torch_file(name) {
+            crate::weights::torch_load::load_torch_source(asm, &mut src, expect_names).await?;
+        } else {
+            crate::weights::load::load_source(asm, &mut src, expect_names).await?;
+        }
         Ok(true)
     }
 }

@@ -10,6 +10,12 @@ use crate::weights::source::ByteSource;
 use crate::weights::torch::StateDict;
 use crate::weights::torch_reader::{StorageSink, TorchReader};
 
+/// A weights file name that is a PyTorch checkpoint (`pytorch_model.bin`, its `-0000N-of-0000M.bin`
+/// shards): anything ending in `.bin`.
+pub fn is_torch_file(name: &str) -> bool {
+    name.ends_with(".bin")
+}
+
 /// A planned tensor inside its storage.
 struct Slot {
     /// Byte range inside the storage.

@@ -206,3 +206,21 @@ fn damaged_checkpoints_are_named_errors() {
         }
     }
 }
+
+/// `florence2 run --model DIR` on a directory holding only a PyTorch checkpoint (found after
+/// `model.safetensors` and its index: `pytorch_model.bin`, else `pytorch_model.bin.index.json`): the
+/// twin's reference greedy ids and text.
+#[test]
+fn cli_runs_pickle_checkpoints_with_the_twins_greedy_answers() {
+    use common::fixtures::{cases, cli_run, ids_of};
+    for (pt, st) in TWINS {
+        for case in cases(st).iter().take(2) {
+            let r = &case["results"]["greedy"];
+            let j = cli_run(pt, case, &["--num-beams", "1"]);
+            let what = format!("{pt} {} {}", case["image"], case["prompt"]);
+            assert_eq!(ids_of(&j["token_ids"]), ids_of(&r["token_ids"]), "{what}");
+            assert_eq!(j["generated_text"], r["text"], "{what}");
+            eprintln!("{what}: the twin's greedy answer");
+        }
+    }
+}
