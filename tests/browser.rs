@@ -124,7 +124,15 @@ async fn browser_conv2d_and_dwconv() {
     let o8 = Tensor::zeros(&g, &[1, ho, wo, cout], DType::F32, "o8").unwrap();
     let o3 = Tensor::zeros(&g, &[1, h, w, cin], DType::F32, "o3").unwrap();
     let mut rec = Recorder::new(&g);
-    ops::conv::conv2d(&mut rec, &tx, &tw, &tb, s, p, &to).unwrap();
+    ops::conv::conv2d(
+        &mut rec,
+        &tx,
+        ops::conv::Conv2dWeight::Checkpoint(&tw),
+        &tb,
+        ops::conv::Conv2dArgs::new(s, p),
+        &to,
+    )
+    .unwrap();
     ops::conv::dwconv3x3_residual(&mut rec, &to, &t8, &tb, &o8).unwrap();
     ops::conv::dwconv3x3_residual(&mut rec, &tx, &t3, &tb3, &o3).unwrap();
     rec.submit().unwrap();
@@ -300,7 +308,7 @@ fn attention_ref(
 // from a buffer, as the planned decode step does), with f32 and f16 K/V.
 #[wasm_bindgen_test]
 async fn browser_attention_every_variant() {
-    use ops::attention::{attention_dyn_variant, attention_variant, AttnOpts, AttnVariant};
+    use ops::attention::{attention, AttnOpts, AttnVariant};
     use ops::window_attn::{window_attention_variant, WindowAttnVariant};
     let g = gpu().await;
     // (B, Bk, Tq, Tk, H, D, causal, kv_len, q_offset, mask)
@@ -378,6 +386,7 @@ async fn browser_attention_every_variant() {
                 kv_len: kv_len.map(|l| l as u32),
                 q_offset: q_offset as u32,
                 mask: tm.as_ref(),
+                ..Default::default()
             };
             // The DYN_LEN variants only where a cache fill is given (their options carry none).
             let dyn_runs: &[bool] = if kv_len.is_some() {
@@ -399,10 +408,32 @@ async fn browser_attention_every_variant() {
                         q_offset: 0,
                         ..opts
                     };
-                    attention_dyn_variant(&mut rec, var, &tq_, &tk_, &tv_, &o, &dyn_len, &to)
-                        .unwrap();
+                    attention(
+                        &mut rec,
+                        &tq_,
+                        &tk_,
+                        &tv_,
+                        &AttnOpts {
+                            dyn_len: Some(&dyn_len),
+                            variant: Some(var),
+                            ..o
+                        },
+                        &to,
+                    )
+                    .unwrap();
                 } else {
-                    attention_variant(&mut rec, var, &tq_, &tk_, &tv_, &opts, &to).unwrap();
+                    attention(
+                        &mut rec,
+                        &tq_,
+                        &tk_,
+                        &tv_,
+                        &AttnOpts {
+                            variant: Some(var),
+                            ..opts
+                        },
+                        &to,
+                    )
+                    .unwrap();
                 }
                 rec.submit().unwrap();
                 let got = run_vec(&g, &to).await;
@@ -568,7 +599,7 @@ fn linear_ref64(
 /// on shapes with ragged tile edges, f32 and packed-f16 weights, against the f64 reference.
 #[wasm_bindgen_test]
 async fn browser_linear_every_variant() {
-    use ops::matmul::{linear_variant, Act, LinearVariant};
+    use ops::matmul::{linear, LinearArgs, LinearVariant};
     let g = gpu().await;
     let mut ran = 0;
     // (37, 300, 152): partial row blocks of every register-blocked kernel, two 256-column workgroups with
@@ -602,7 +633,14 @@ async fn browser_linear_every_variant() {
                 }
                 let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
                 let mut rec = Recorder::new(&g);
-                linear_variant(&mut rec, v, &tx, &tw, Some(&tb), Act::None, &to).unwrap();
+                linear(
+                    &mut rec,
+                    &tx,
+                    &tw,
+                    LinearArgs::default().bias(Some(&tb)).variant(v),
+                    &to,
+                )
+                .unwrap();
                 rec.submit().unwrap();
                 let got = run_vec(&g, &to).await;
                 for (i, ((gv, wv), bd)) in got.iter().zip(&want).zip(&bound).enumerate() {
@@ -630,7 +668,7 @@ async fn browser_linear_every_variant() {
 #[wasm_bindgen_test]
 async fn browser_quantized_linear_and_embedding() {
     use florence2_wasm::gpu::quant::{self, QFormat};
-    use ops::matmul::{linear_variant, Act, LinearVariant};
+    use ops::matmul::{linear, LinearArgs, LinearVariant};
     let g = gpu().await;
     let mut ran = std::collections::BTreeMap::new();
     for &(m, n, k) in &[
@@ -665,7 +703,14 @@ async fn browser_quantized_linear_and_embedding() {
                 }
                 let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
                 let mut rec = Recorder::new(&g);
-                linear_variant(&mut rec, v, &tx, &tw, Some(&tb), Act::None, &to).unwrap();
+                linear(
+                    &mut rec,
+                    &tx,
+                    &tw,
+                    LinearArgs::default().bias(Some(&tb)).variant(v),
+                    &to,
+                )
+                .unwrap();
                 rec.submit().unwrap();
                 let got = run_vec(&g, &to).await;
                 for (i, ((gv, wv), bd)) in got.iter().zip(&want).zip(&bound).enumerate() {
@@ -729,7 +774,7 @@ async fn browser_quantized_linear_and_embedding() {
 #[wasm_bindgen_test]
 async fn browser_linear_residual_and_quantized_every_variant() {
     use florence2_wasm::gpu::quant;
-    use ops::matmul::{linear_variant_residual, Act, LinearVariant};
+    use ops::matmul::{linear, LinearArgs, LinearVariant};
     let g = gpu().await;
     let (m, n, k) = (21, 70, 96);
     let mut ran = 0;
@@ -758,8 +803,17 @@ async fn browser_linear_residual_and_quantized_every_variant() {
             }
             let to = Tensor::zeros(&g, &[m, n], DType::F32, "o").unwrap();
             let mut rec = Recorder::new(&g);
-            linear_variant_residual(&mut rec, v, &tx, &tw, Some(&tb), Act::None, Some(&tr), &to)
-                .unwrap();
+            linear(
+                &mut rec,
+                &tx,
+                &tw,
+                LinearArgs::default()
+                    .bias(Some(&tb))
+                    .residual(Some(&tr))
+                    .variant(v),
+                &to,
+            )
+            .unwrap();
             rec.submit().unwrap();
             let got = run_vec(&g, &to).await;
             for i in 0..m * n {

@@ -15,9 +15,7 @@ use std::time::Instant;
 
 use common::Rng;
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::ops::attention::{
-    attention_variant, choose_attention_variant, AttnOpts, AttnVariant,
-};
+use florence2_wasm::ops::attention::{attention, choose_attention_variant, AttnOpts, AttnVariant};
 use florence2_wasm::ops::window_attn::{self, window_attention_variant, WindowAttnVariant};
 
 /// One variant's call on one shape, or `None` where the variant cannot run the shape.
@@ -190,8 +188,20 @@ fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
                         kv_len,
                         q_offset,
                         mask: None,
+                        ..Default::default()
                     };
-                    attention_variant(rec, var, &q, &k, &v, &opts, &out).expect("attention");
+                    attention(
+                        rec,
+                        &q,
+                        &k,
+                        &v,
+                        &AttnOpts {
+                            variant: Some(var),
+                            ..opts
+                        },
+                        &out,
+                    )
+                    .expect("attention");
                 });
                 Some(f)
             })

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
-use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+use florence2_wasm::ops::matmul::{self, LinearVariant};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -89,7 +89,14 @@ async fn browser_kernels_bench() {
             let out = Tensor::zeros(&g, &[m, n], DType::F32, "out").unwrap();
             let run = |v: LinearVariant| {
                 let mut rec = Recorder::new(&g);
-                matmul::linear_variant(&mut rec, v, &x, &w, Some(&b), Act::None, &out).unwrap();
+                matmul::linear(
+                    &mut rec,
+                    &x,
+                    &w,
+                    matmul::LinearArgs::default().bias(Some(&b)).variant(v),
+                    &out,
+                )
+                .unwrap();
                 rec.submit().unwrap();
             };
             let vs: Vec<LinearVariant> = variants()

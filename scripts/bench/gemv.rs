@@ -24,7 +24,7 @@ mod util;
 use util::{cpu_secs, Rng};
 
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Kernel, QFormat, Recorder, Shader, Tensor};
-use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+use florence2_wasm::ops::matmul::{self, LinearVariant};
 
 /// (label, K, N) of the decode linears of Florence-2-base (d_model 768, ffn 3072, vocabulary 51328).
 const SHAPES: &[(&str, usize, usize)] = &[
@@ -240,8 +240,14 @@ fn main() {
                 }
             }
             let call = |(wi, v): (usize, LinearVariant), rec: &mut Recorder| {
-                matmul::linear_variant(rec, v, &x, &ws[wi].1, Some(&bias), Act::None, &out)
-                    .expect("linear");
+                matmul::linear(
+                    rec,
+                    &x,
+                    &ws[wi].1,
+                    matmul::LinearArgs::default().bias(Some(&bias)).variant(v),
+                    &out,
+                )
+                .expect("linear");
             };
             // Warm-up (compile) and batch size per cell: >= 2 ms of GPU time per sample.
             let batch: Vec<usize> = cells

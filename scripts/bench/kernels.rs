@@ -18,7 +18,7 @@ use florence2_wasm::gpu::tune;
 use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{self, AttnOpts};
 use florence2_wasm::ops::linear_tune::AUTO_MAX_ROWS;
-use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+use florence2_wasm::ops::matmul::{self, LinearVariant};
 use florence2_wasm::ops::{conv, norm};
 
 struct Cfg {
@@ -168,7 +168,16 @@ fn gpu_linear(
     let out = Tensor::zeros(gpu, &[m, n], DType::F32, "out").unwrap();
     time_it(cfg, || {
         let mut rec = Recorder::new(gpu);
-        matmul::linear_variant(&mut rec, variant, &x, &w, Some(&b), Act::None, &out).unwrap();
+        matmul::linear(
+            &mut rec,
+            &x,
+            &w,
+            matmul::LinearArgs::default()
+                .bias(Some(&b))
+                .variant(variant),
+            &out,
+        )
+        .unwrap();
         rec.submit().unwrap();
         gpu.wait_idle().unwrap();
     })
@@ -450,6 +459,7 @@ fn other_ops(cfg: &Cfg, gpu: &Arc<Gpu>, cores: f64) {
                 kv_len: None,
                 q_offset: 0,
                 mask: None,
+                ..Default::default()
             };
             let t = time_op(cfg, gpu, |rec| {
                 attention::attention(rec, &q, &k, &v, &opts, &out).unwrap()
@@ -493,7 +503,15 @@ fn other_ops(cfg: &Cfg, gpu: &Arc<Gpu>, cores: f64) {
             let bias = rand_tensor(gpu, 3, &[cout]);
             let out = zeros(gpu, &[1, ho, ho, cout]);
             let t = time_op(cfg, gpu, |rec| {
-                conv::conv2d(rec, &x, &w, &bias, s, p, &out).unwrap()
+                conv::conv2d(
+                    rec,
+                    &x,
+                    conv::Conv2dWeight::Checkpoint(&w),
+                    &bias,
+                    conv::Conv2dArgs::new(s, p),
+                    &out,
+                )
+                .unwrap()
             });
             let flops = 2.0 * (ho * ho * cout * cin * k * k) as f64 / 1e9;
             print_op(label, t, flops, "GFLOP/s", cores);

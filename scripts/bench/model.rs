@@ -416,12 +416,27 @@ fn gemm_rate(gpu: &Arc<Gpu>, m: usize, k: usize, n: usize) -> (f64, LinearVarian
     ] {
         // Variants the device cannot run fail at record time: skip them.
         let mut probe = Recorder::new(gpu);
-        if ops::matmul::linear_variant(&mut probe, v, &x, &w, Some(&b), Act::None, &out).is_err() {
+        if ops::matmul::linear(
+            &mut probe,
+            &x,
+            &w,
+            ops::matmul::LinearArgs::default().bias(Some(&b)).variant(v),
+            &out,
+        )
+        .is_err()
+        {
             continue;
         }
         drop(probe);
         let t = time_submit(gpu, 3, |rec| {
-            ops::matmul::linear_variant(rec, v, &x, &w, Some(&b), Act::None, &out).expect("linear")
+            ops::matmul::linear(
+                rec,
+                &x,
+                &w,
+                ops::matmul::LinearArgs::default().bias(Some(&b)).variant(v),
+                &out,
+            )
+            .expect("linear")
         });
         let rate = 2.0 * (m * k * n) as f64 / t / 1e9;
         println!(

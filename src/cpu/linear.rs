@@ -1,6 +1,6 @@
 //! `nn.Linear` on the CPU: out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) + residual (M, N), the
-//! definition of [`crate::ops::matmul::linear_residual`] (bias, then exact GELU, then the residual, in
-//! f32), for weights in every resident format ([`Weight`]).
+//! definition of [`crate::ops::matmul::linear`] with a residual (bias, then exact GELU, then the
+//! residual, in f32), for weights in every resident format ([`Weight`]).
 //!
 //! Two shapes of work:
 //! - M <= [`GEMV_MAX_ROWS`] (a decode step, up to 4 beams): a fused GEMV, threads over N. Each weight

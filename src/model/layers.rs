@@ -83,7 +83,15 @@ impl Linear {
 
     /// out (R, out_features) = act(x (R, in_features) @ weight^T + bias).
     pub fn forward(&self, rec: &mut Recorder, x: &Tensor, act: Act, out: &Tensor) -> Result<()> {
-        ops::matmul::linear(rec, x, &self.weight, self.bias.as_ref(), act, out)
+        ops::matmul::linear(
+            rec,
+            x,
+            &self.weight,
+            ops::matmul::LinearArgs::default()
+                .bias(self.bias.as_ref())
+                .act(act),
+            out,
+        )
     }
 
     /// out (R, out_features) = residual + act(x @ weight^T + bias): the Linear and the residual add
@@ -96,13 +104,14 @@ impl Linear {
         residual: &Tensor,
         out: &Tensor,
     ) -> Result<()> {
-        ops::matmul::linear_residual(
+        ops::matmul::linear(
             rec,
             x,
             &self.weight,
-            self.bias.as_ref(),
-            act,
-            Some(residual),
+            ops::matmul::LinearArgs::default()
+                .bias(self.bias.as_ref())
+                .act(act)
+                .residual(Some(residual)),
             out,
         )
     }
@@ -223,20 +232,7 @@ impl Conv2d {
                 format!("groups = {}: only dense convs (groups = 1)", self.groups),
             ));
         }
-        if self.prepared {
-            let k = (self.in_per_group, self.kernel, self.kernel);
-            let sp = (self.stride, self.padding);
-            return ops::conv::conv2d_prepared(rec, x, &self.weight, k, &self.bias, sp, out, None);
-        }
-        ops::conv::conv2d(
-            rec,
-            x,
-            &self.weight,
-            &self.bias,
-            self.stride,
-            self.padding,
-            out,
-        )
+        self.conv(rec, x, out, None)
     }
 
     /// [`Conv2d::forward`] with its im2col scratch viewed in `scratch` (an arena buffer) when it is big
@@ -254,30 +250,26 @@ impl Conv2d {
                 format!("groups = {}: only dense convs (groups = 1)", self.groups),
             ));
         }
-        if self.prepared {
-            let k = (self.in_per_group, self.kernel, self.kernel);
-            let sp = (self.stride, self.padding);
-            return ops::conv::conv2d_prepared(
-                rec,
-                x,
+        self.conv(rec, x, out, Some(scratch))
+    }
+
+    /// The dense conv, its weight as loaded (prepared or not), its im2col scratch in `scratch` if any.
+    fn conv(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        out: &Tensor,
+        scratch: Option<&Tensor>,
+    ) -> Result<()> {
+        let w = match self.prepared {
+            true => ops::conv::Conv2dWeight::Prepared(
                 &self.weight,
-                k,
-                &self.bias,
-                sp,
-                out,
-                Some(scratch),
-            );
-        }
-        ops::conv::conv2d_with_scratch(
-            rec,
-            x,
-            &self.weight,
-            &self.bias,
-            self.stride,
-            self.padding,
-            out,
-            scratch,
-        )
+                (self.in_per_group, self.kernel, self.kernel),
+            ),
+            false => ops::conv::Conv2dWeight::Checkpoint(&self.weight),
+        };
+        let args = ops::conv::Conv2dArgs::new(self.stride, self.padding).scratch(scratch);
+        ops::conv::conv2d(rec, x, w, &self.bias, args, out)
     }
 
     /// out (B, H, W, C) = x + conv(x) + bias with the residual fused, for a depthwise 3x3 conv with

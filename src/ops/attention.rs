@@ -195,6 +195,15 @@ pub struct AttnOpts<'a> {
     pub q_offset: u32,
     /// Additive mask (Tq, Tk), shared by every batch row and head.
     pub mask: Option<&'a Tensor>,
+    /// When set, the kernel reads the key count and the query position at run time from this U32 buffer
+    /// (at least 2 elements: [kv_len, q_offset]) instead of `kv_len` / `q_offset`: a recorded decode
+    /// step ([`crate::gpu::Plan`]) replays the same bind group at every position and only rewrites it.
+    /// The shader clamps kv_len to Tk. Same kernels (their `DYN_LEN` variant), same arithmetic.
+    pub dyn_len: Option<&'a Tensor>,
+    /// The kernel; `None`: the registry's choice for the call's [`attention_class`] when the tuner made
+    /// one (and it supports the head dim), else [`choose_attention_variant`]. A forced variant that does
+    /// not support the head dim ([`variant_supports`]) is an `Error::Shape`.
+    pub variant: Option<AttnVariant>,
 }
 
 impl Default for AttnOpts<'_> {
@@ -206,6 +215,8 @@ impl Default for AttnOpts<'_> {
             kv_len: None,
             q_offset: 0,
             mask: None,
+            dyn_len: None,
+            variant: None,
         }
     }
 }
@@ -266,9 +277,7 @@ fn tiles(d: usize, tq: usize) -> (usize, usize) {
 }
 
 /// out = softmax(scale * q k^T + mask) v per head. q (B, Tq, H*D), k/v (Bk, Tk, H*D) with Bk = B or 1,
-/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill and mask. The kernel is the registry's
-/// choice for the call's [`attention_class`] when the tuner made one (and the variant supports the call),
-/// else [`choose_attention_variant`].
+/// out (B, Tq, H*D). See [`AttnOpts`] for the causal rule, KV fill, mask, run-time lengths and kernel.
 pub fn attention(
     rec: &mut Recorder,
     q: &Tensor,
@@ -277,8 +286,26 @@ pub fn attention(
     opts: &AttnOpts,
     out: &Tensor,
 ) -> Result<()> {
-    let variant = chosen_variant(rec.gpu(), q, k, opts);
-    attention_variant(rec, variant, q, k, v, opts, out)
+    let variant = match opts.variant {
+        Some(v) => v,
+        None => chosen_variant(rec.gpu(), q, k, opts),
+    };
+    check_operands(q, k, v, opts, out)?;
+    let layout = layout_of(q, k, opts, variant)?;
+    let mask = mask_of(q, opts, layout.tq, layout.tk)?;
+    if layout.batch == 0 || layout.tq == 0 {
+        return Ok(());
+    }
+    let tensors = [q, k, v, mask];
+    let dyn_len = opts.dyn_len;
+    match variant {
+        AttnVariant::Tiled => record_tiled(rec, &layout, opts, tensors, dyn_len, out),
+        AttnVariant::Rows => record_rows(rec, &layout, opts, tensors, dyn_len, out),
+        AttnVariant::Flash => record_flash(rec, &layout, FLASH_MAX_WG, opts, tensors, dyn_len, out),
+        AttnVariant::FlashSplit => {
+            record_flash(rec, &layout, FLASH_SPLIT_ROWS, opts, tensors, dyn_len, out)
+        }
+    }
 }
 
 /// The registry's choice for the call's [`attention_class`] when the tuner made one and it supports the
@@ -306,65 +333,11 @@ fn chosen_variant(gpu: &crate::gpu::Gpu, q: &Tensor, k: &Tensor, opts: &AttnOpts
         .unwrap_or_else(|| choose_attention_variant(&gpu.caps, d))
 }
 
-/// [`attention`] whose key count and query position are read by the kernel, at run time, from `dyn_len`
-/// (U32, at least 2 elements: [kv_len, q_offset]) instead of `opts.kv_len` / `opts.q_offset`: a recorded
-/// decode step ([`crate::gpu::Plan`]) replays the same bind group at every position and only rewrites
-/// `dyn_len`. The shader clamps kv_len to Tk. Same kernels (their `DYN_LEN` variant), same arithmetic.
-pub fn attention_dyn(
-    rec: &mut Recorder,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    opts: &AttnOpts,
-    dyn_len: &Tensor,
-    out: &Tensor,
-) -> Result<()> {
-    let variant = chosen_variant(rec.gpu(), q, k, opts);
-    attention_impl(rec, variant, q, k, v, opts, Some(dyn_len), out)
-}
+const OP: &str = "attention";
 
-/// [`attention_dyn`] with a given kernel (tests run every variant).
-#[allow(clippy::too_many_arguments)]
-pub fn attention_dyn_variant(
-    rec: &mut Recorder,
-    variant: AttnVariant,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    opts: &AttnOpts,
-    dyn_len: &Tensor,
-    out: &Tensor,
-) -> Result<()> {
-    attention_impl(rec, variant, q, k, v, opts, Some(dyn_len), out)
-}
-
-/// [`attention`] with a given kernel (tests and benchmarks run every variant). Errors with
-/// `Error::Shape` when `variant` does not support the head dim ([`variant_supports`]).
-pub fn attention_variant(
-    rec: &mut Recorder,
-    variant: AttnVariant,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    opts: &AttnOpts,
-    out: &Tensor,
-) -> Result<()> {
-    attention_impl(rec, variant, q, k, v, opts, None, out)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_impl(
-    rec: &mut Recorder,
-    variant: AttnVariant,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    opts: &AttnOpts,
-    dyn_len: Option<&Tensor>,
-    out: &Tensor,
-) -> Result<()> {
-    const OP: &str = "attention";
-    if let Some(t) = dyn_len {
+/// Dtypes and ranks of an attention call; k and v alike, their batch 1 or q's, out like q.
+fn check_operands(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts, out: &Tensor) -> Result<()> {
+    if let Some(t) = opts.dyn_len {
         check::dtype(OP, "dyn_len", t, DType::U32)?;
         if t.numel() < 2 {
             return Err(Error::shape(
@@ -380,8 +353,7 @@ fn attention_impl(
     for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
         check::rank(OP, name, t, 3)?;
     }
-    let (b, tq, hd) = (q.dim(0), q.dim(1), q.dim(2));
-    let (bk, tk) = (k.dim(0), k.dim(1));
+    let (b, hd, bk) = (q.dim(0), q.dim(2), k.dim(0));
     if k.shape() != v.shape() || k.dim(2) != hd {
         return Err(Error::shape(
             OP,
@@ -405,6 +377,14 @@ fn attention_impl(
             format!("out {:?} must match q {:?}", out.shape(), q.shape()),
         ));
     }
+    Ok(())
+}
+
+/// The geometry of a checked call (packed rows) for `variant`: heads dividing the width, a head dim
+/// the variant supports, kv_len within Tk.
+fn layout_of(q: &Tensor, k: &Tensor, opts: &AttnOpts, variant: AttnVariant) -> Result<AttnLayout> {
+    let (b, tq, hd) = (q.dim(0), q.dim(1), q.dim(2));
+    let (bk, tk) = (k.dim(0), k.dim(1));
     let heads = opts.heads;
     if heads == 0 || hd == 0 || !hd.is_multiple_of(heads) {
         return Err(Error::shape(
@@ -420,7 +400,7 @@ fn attention_impl(
         ));
     }
     // With `dyn_len` the key count is only known per step: up to Tk.
-    let kv_len = match dyn_len {
+    let kv_len = match opts.dyn_len {
         Some(_) => tk,
         None => opts.kv_len.map(|l| l as usize).unwrap_or(tk),
     };
@@ -430,26 +410,7 @@ fn attention_impl(
             format!("kv_len {kv_len} exceeds the {tk} key rows"),
         ));
     }
-    let mask = match opts.mask {
-        Some(m) => {
-            if m.dtype() != DType::F32 || m.shape() != [tq, tk] {
-                return Err(Error::shape(
-                    OP,
-                    format!(
-                        "mask must be f32 ({tq}, {tk}), got {:?} {:?}",
-                        m.dtype(),
-                        m.shape()
-                    ),
-                ));
-            }
-            m
-        }
-        None => q, // placeholder binding, never read
-    };
-    if b == 0 || tq == 0 {
-        return Ok(());
-    }
-    let layout = AttnLayout {
+    Ok(AttnLayout {
         batch: b,
         bk,
         tq,
@@ -461,15 +422,22 @@ fn attention_impl(
         kv_stride: hd,
         k_off: 0,
         v_off: 0,
-    };
-    let tensors = [q, k, v, mask];
-    match variant {
-        AttnVariant::Tiled => record_tiled(rec, &layout, opts, tensors, dyn_len, out),
-        AttnVariant::Rows => record_rows(rec, &layout, opts, tensors, dyn_len, out),
-        AttnVariant::Flash => record_flash(rec, &layout, FLASH_MAX_WG, opts, tensors, dyn_len, out),
-        AttnVariant::FlashSplit => {
-            record_flash(rec, &layout, FLASH_SPLIT_ROWS, opts, tensors, dyn_len, out)
-        }
+    })
+}
+
+/// The mask binding: `opts.mask`, f32 (Tq, Tk), or q as a placeholder the kernel never reads.
+fn mask_of<'t>(q: &'t Tensor, opts: &AttnOpts<'t>, tq: usize, tk: usize) -> Result<&'t Tensor> {
+    match opts.mask {
+        Some(m) if m.dtype() != DType::F32 || m.shape() != [tq, tk] => Err(Error::shape(
+            OP,
+            format!(
+                "mask must be f32 ({tq}, {tk}), got {:?} {:?}",
+                m.dtype(),
+                m.shape()
+            ),
+        )),
+        Some(m) => Ok(m),
+        None => Ok(q),
     }
 }
 
@@ -483,7 +451,6 @@ fn record_tiled(
     dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
-    const OP: &str = "attention";
     let gpu = rec.gpu().clone();
     // Decode: one query row; all visible keys' scores fit the decode kernel's workgroup buffer.
     let decode = l.tq == 1 && l.kv_len <= DEC_MAXK;
@@ -513,7 +480,7 @@ fn record_tiled(
 }
 
 /// The register kernel: one invocation per (batch row, head, group of up to 4 query rows). Its shader runs
-/// without run-time bounds checks: the shape checks of [`attention_variant`] (and `variant_supports`:
+/// without run-time bounds checks: the shape checks of [`attention`] (and `variant_supports`:
 /// D % 4 == 0, D <= 80) are what its header's bounds proof relies on; keep them in step.
 fn record_rows(
     rec: &mut Recorder,
@@ -523,7 +490,6 @@ fn record_rows(
     dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
-    const OP: &str = "attention";
     let gpu = rec.gpu().clone();
     let qpi = ROWS_QPI.min(l.tq);
     let n_qgroups = l.tq.div_ceil(qpi);
@@ -569,7 +535,7 @@ fn attn_bindings<'a>(
         .collect()
 }
 
-/// The shader variant: kv_len / q_offset read from a buffer ([`attention_dyn`]: `DYN_LEN`), K/V packed
+/// The shader variant: kv_len / q_offset read from a buffer ([`AttnOpts::dyn_len`]: `DYN_LEN`), K/V packed
 /// f16 (`KV_F16`, when `k` is [`DType::F16`]; v has k's dtype, checked by [`check_kv_dtype`]).
 fn variant_defines(dyn_len: Option<&Tensor>, k: &Tensor) -> &'static [&'static str] {
     match (dyn_len.is_some(), k.dtype() == DType::F16) {
@@ -668,8 +634,10 @@ impl crate::gpu::tune::TuneCase for AttnShape {
                 kv_len: None,
                 q_offset: s.tk.saturating_sub(s.tq) as u32,
                 mask: mask.as_ref(),
+                dyn_len: None,
+                variant: Some(variant),
             };
-            attention_variant(rec, variant, &q, &k, &v, &opts, &out)
+            attention(rec, &q, &k, &v, &opts, &out)
         }))
     }
 }
@@ -722,7 +690,6 @@ pub(crate) fn record_flash(
     dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
-    const OP: &str = "attention";
     let gpu = rec.gpu().clone();
     let (qb, s, kt) = flash_tiles(l.d, l.tq, max_rows);
     let n_qblocks = l.tq.div_ceil(qb);

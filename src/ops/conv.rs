@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, MemKind, Recorder, Shader, Tensor};
 use crate::ops::check;
-use crate::ops::matmul::{linear, Act};
+use crate::ops::matmul::{linear, LinearArgs};
 
 pub static SHADER: Shader = Shader {
     name: "conv",
@@ -14,9 +14,9 @@ pub static SHADER: Shader = Shader {
 
 const WG: u32 = 256;
 
-/// Largest im2col scratch chunk, in bytes. Bigger chunks only save dispatches; keeping the chunk well
+/// Largest im2col scratch chunk, in bytes (the default [`Conv2dArgs::chunk_bytes`]). Bigger chunks only save dispatches; keeping the chunk well
 /// under the 128 MiB binding limit common to lavapipe and browsers bounds the transient memory.
-const IM2COL_CHUNK_BYTES: u64 = 64 << 20;
+pub const IM2COL_CHUNK_BYTES: u64 = 64 << 20;
 
 /// Mirrors `Im2colParams` in `shaders/conv.wgsl`.
 #[repr(C)]
@@ -72,65 +72,92 @@ pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usi
     (n + 2 * pad).checked_sub(k).map(|r| r / stride + 1)
 }
 
+/// A dense convolution's weight: as in the checkpoint, or in the GEMM's layout, prepared once.
+#[derive(Clone, Copy, Debug)]
+pub enum Conv2dWeight<'a> {
+    /// (Cout, Cin, kh, kw): padded on every call when its K needs it (a Cout x K copy).
+    Checkpoint(&'a Tensor),
+    /// (Cout, K padded) from [`prepare_conv2d_weight`], and the kernel's (Cin, kh, kw).
+    Prepared(&'a Tensor, (usize, usize, usize)),
+}
+
+impl<'a> From<&'a Tensor> for Conv2dWeight<'a> {
+    fn from(w: &'a Tensor) -> Self {
+        Conv2dWeight::Checkpoint(w)
+    }
+}
+
+/// The options of one [`conv2d`] call. `Conv2dArgs::new(stride, pad)` allocates its im2col scratch
+/// and runs chunks of up to [`IM2COL_CHUNK_BYTES`].
+#[derive(Clone, Copy, Debug)]
+pub struct Conv2dArgs<'a> {
+    /// Stride in both directions.
+    pub stride: usize,
+    /// Zero padding on every side.
+    pub pad: usize,
+    /// The im2col scratch is viewed in this buffer (a dead buffer of an activation arena) when it is big
+    /// enough, instead of a fresh allocation, and the rows run in chunks whose scratch fits in it (at most
+    /// [`im2col_scratch_bytes`]). Output rows are independent, so every value is the same.
+    pub scratch: Option<&'a Tensor>,
+    /// Largest im2col chunk in bytes (tests use a tiny one to exercise the chunked path on small shapes).
+    pub chunk_bytes: u64,
+}
+
+impl<'a> Conv2dArgs<'a> {
+    pub fn new(stride: usize, pad: usize) -> Self {
+        Conv2dArgs {
+            stride,
+            pad,
+            scratch: None,
+            chunk_bytes: IM2COL_CHUNK_BYTES,
+        }
+    }
+
+    pub fn scratch(self, scratch: Option<&'a Tensor>) -> Self {
+        Conv2dArgs { scratch, ..self }
+    }
+
+    pub fn chunk_bytes(self, chunk_bytes: u64) -> Self {
+        Conv2dArgs {
+            chunk_bytes,
+            ..self
+        }
+    }
+}
+
 /// Dense 2-D convolution: out (B, Ho, Wo, Cout) = conv(x (B, H, W, Cin), w (Cout, Cin, kh, kw)) + bias
-/// (Cout), zero padding `pad` on every side, `stride` in both directions (PyTorch `nn.Conv2d` semantics,
-/// channels-last activations, PyTorch weight layout). `w` may be F32 or F16.
+/// (Cout), zero padding `args.pad` on every side, `args.stride` in both directions (PyTorch `nn.Conv2d`
+/// semantics, channels-last activations, PyTorch weight layout). `w` may be F32 or F16, as in the
+/// checkpoint or prepared by [`prepare_conv2d_weight`] ([`Conv2dWeight`]; same values).
 ///
 /// Runs as im2col into a scratch (rows, Cin*kh*kw) matrix followed by `linear`, whose weight is exactly
-/// `w` viewed as (Cout, Cin*kh*kw), K padded to [`gemm_k`] when it is not a multiple of [`K_STEP`] (the
-/// weight then padded on the GPU by `pad_weight`, a Cout x K copy per call). Large inputs are processed
-/// in row chunks so the scratch never exceeds [`IM2COL_CHUNK_BYTES`] (nor the device's binding limit);
-/// each chunk's GEMM writes its rows of `out` in place when their byte offset can be bound (chunks
-/// rounded to such rows when they allow it), through a chunk-sized copy otherwise.
+/// `w` viewed as (Cout, Cin*kh*kw), K padded to [`gemm_k`] when it is not a multiple of [`K_STEP`] (a
+/// checkpoint weight then padded on the GPU by `pad_weight`, a Cout x K copy per call). Large inputs are
+/// processed in row chunks so the scratch never exceeds `args.chunk_bytes` (nor the device's binding
+/// limit, nor `args.scratch`); each chunk's GEMM writes its rows of `out` in place when their byte offset
+/// can be bound (chunks rounded to such rows when they allow it), through a chunk-sized copy otherwise.
 pub fn conv2d(
     rec: &mut Recorder,
     x: &Tensor,
-    w: &Tensor,
+    w: Conv2dWeight,
     bias: &Tensor,
-    stride: usize,
-    pad: usize,
+    args: Conv2dArgs,
     out: &Tensor,
 ) -> Result<()> {
-    conv2d_chunked(rec, x, w, bias, stride, pad, out, IM2COL_CHUNK_BYTES)
+    let g = check_conv2d(x, w, bias, &args, out)?;
+    if g.rows == 0 {
+        return Ok(());
+    }
+    check::u32_of(OP, "input elements", x.numel())?;
+    check::u32_of(OP, "output rows", g.rows)?;
+    let (w2, kp) = gemm_weight(rec, w, &g)?;
+    let budget = args
+        .scratch
+        .map_or(args.chunk_bytes, |t| args.chunk_bytes.min(t.capacity()));
+    record_conv2d(rec, x, &w2, kp, bias, &args, &g, budget, out)
 }
 
-/// [`conv2d`] with the im2col scratch taken from `scratch` (a buffer of an activation arena, viewed
-/// as the scratch matrix) instead of a fresh allocation: the rows run in chunks whose scratch fits in
-/// it (at most [`im2col_scratch_bytes`]). Output rows are independent, so every value is the same as
-/// [`conv2d`]'s.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_with_scratch(
-    rec: &mut Recorder,
-    x: &Tensor,
-    w: &Tensor,
-    bias: &Tensor,
-    stride: usize,
-    pad: usize,
-    out: &Tensor,
-    scratch: &Tensor,
-) -> Result<()> {
-    conv2d_impl(
-        rec,
-        x,
-        DenseWeight::Checkpoint(w),
-        bias,
-        (stride, pad),
-        out,
-        IM2COL_CHUNK_BYTES.min(scratch.capacity()),
-        Some(scratch),
-    )
-}
-
-/// A dense convolution's weight: as in the checkpoint, or in the GEMM's layout, prepared once.
-#[derive(Clone, Copy, Debug)]
-enum DenseWeight<'a> {
-    /// (Cout, Cin, kh, kw): padded on every call when its K needs it.
-    Checkpoint(&'a Tensor),
-    /// (Cout, K padded) from [`prepare_conv2d_weight`], and the kernel's (Cin, kh, kw).
-    Gemm(&'a Tensor, (usize, usize, usize)),
-}
-
-/// The weight (Cout, Cin, kh, kw) of a dense convolution in the layout [`conv2d_prepared`] reads:
+/// The weight (Cout, Cin, kh, kw) of a dense convolution in the layout [`Conv2dWeight::Prepared`] is:
 /// (Cout, K) for the im2col GEMM, with K padded as [`gemm_k`] pads it (then a new f32 tensor, counted
 /// as weights, recorded into `rec`; otherwise a reshape of `w`, no copy). Done once at load, it spares
 /// every forward the padding copy.
@@ -162,7 +189,6 @@ pub fn prepare_conv2d_weight(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
 
 /// Record `wp` (Cout, Kp) = `w` (Cout, Cin, kh, kw) as rows of K = Cin*kh*kw, zero-padded to Kp.
 fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
-    const OP: &str = "conv2d";
     let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
     let kp = wp.dim(1);
     let gpu = rec.gpu().clone();
@@ -190,34 +216,9 @@ fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
     )
 }
 
-/// [`conv2d_with_scratch`] (or [`conv2d`] when `scratch` is None) with the weight prepared by
-/// [`prepare_conv2d_weight`]: `w2` (Cout, K padded) for a kernel of `cin` x `kh` x `kw`. Same values.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_prepared(
-    rec: &mut Recorder,
-    x: &Tensor,
-    w2: &Tensor,
-    (cin, kh, kw): (usize, usize, usize),
-    bias: &Tensor,
-    (stride, pad): (usize, usize),
-    out: &Tensor,
-    scratch: Option<&Tensor>,
-) -> Result<()> {
-    conv2d_impl(
-        rec,
-        x,
-        DenseWeight::Gemm(w2, (cin, kh, kw)),
-        bias,
-        (stride, pad),
-        out,
-        scratch.map_or(IM2COL_CHUNK_BYTES, |t| IM2COL_CHUNK_BYTES.min(t.capacity())),
-        scratch,
-    )
-}
-
 /// Bytes of the im2col scratch [`conv2d`] uses for `rows` output pixels of `k` = Cin*kh*kw columns
 /// and a weight of `w_dtype` (one chunk of rows, K padded as [`gemm_k`] pads it; the size an arena
-/// must give [`conv2d_with_scratch`]).
+/// must give [`conv2d`] as [`Conv2dArgs::scratch`]).
 pub fn im2col_scratch_bytes(
     max_storage_binding: u64,
     rows: usize,
@@ -231,49 +232,36 @@ pub fn im2col_scratch_bytes(
     chunk_rows as u64 * row_bytes
 }
 
-/// [`conv2d`] with an explicit im2col scratch budget in bytes (tests use a tiny one to exercise the
-/// chunked path on small shapes).
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_chunked(
-    rec: &mut Recorder,
-    x: &Tensor,
-    w: &Tensor,
-    bias: &Tensor,
-    stride: usize,
-    pad: usize,
-    out: &Tensor,
-    scratch_bytes: u64,
-) -> Result<()> {
-    conv2d_impl(
-        rec,
-        x,
-        DenseWeight::Checkpoint(w),
-        bias,
-        (stride, pad),
-        out,
-        scratch_bytes,
-        None,
-    )
+const OP: &str = "conv2d";
+
+/// The sizes of a checked [`conv2d`] call.
+struct ConvGeom {
+    h: usize,
+    w: usize,
+    cin: usize,
+    cout: usize,
+    kh: usize,
+    kw: usize,
+    ho: usize,
+    wo: usize,
+    /// Output pixels B * Ho * Wo: the GEMM's rows.
+    rows: usize,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn conv2d_impl(
-    rec: &mut Recorder,
+/// Dtypes and shapes of a conv2d call, and its output size.
+fn check_conv2d(
     x: &Tensor,
-    w: DenseWeight,
+    w: Conv2dWeight,
     bias: &Tensor,
-    (stride, pad): (usize, usize),
+    args: &Conv2dArgs,
     out: &Tensor,
-    scratch_bytes: u64,
-    scratch: Option<&Tensor>,
-) -> Result<()> {
-    const OP: &str = "conv2d";
+) -> Result<ConvGeom> {
     check::f32(OP, "x", x)?;
     check::f32(OP, "bias", bias)?;
     check::f32(OP, "out", out)?;
     let (wt, w_rank) = match w {
-        DenseWeight::Checkpoint(t) => (t, 4),
-        DenseWeight::Gemm(t, _) => (t, 2),
+        Conv2dWeight::Checkpoint(t) => (t, 4),
+        Conv2dWeight::Prepared(t, _) => (t, 2),
     };
     if x.rank() != 4 || wt.rank() != w_rank || out.rank() != 4 {
         return Err(Error::shape(
@@ -288,8 +276,8 @@ fn conv2d_impl(
     }
     let (b, h, wd, cin) = (x.dim(0), x.dim(1), x.dim(2), x.dim(3));
     let (cout, wcin, kh, kw) = match w {
-        DenseWeight::Checkpoint(t) => (t.dim(0), t.dim(1), t.dim(2), t.dim(3)),
-        DenseWeight::Gemm(t, (c, kh, kw)) => (t.dim(0), c, kh, kw),
+        Conv2dWeight::Checkpoint(t) => (t.dim(0), t.dim(1), t.dim(2), t.dim(3)),
+        Conv2dWeight::Prepared(t, (c, kh, kw)) => (t.dim(0), c, kh, kw),
     };
     if wcin != cin || cout == 0 || kh == 0 || kw == 0 {
         return Err(Error::shape(
@@ -303,19 +291,17 @@ fn conv2d_impl(
             format!("bias {:?} must be ({cout})", bias.shape()),
         ));
     }
-    let (ho, wo) = match (
+    let (stride, pad) = (args.stride, args.pad);
+    let (Some(ho), Some(wo)) = (
         conv_out_len(h, kh, stride, pad),
         conv_out_len(wd, kw, stride, pad),
-    ) {
-        (Some(ho), Some(wo)) => (ho, wo),
-        _ => {
-            return Err(Error::shape(
-                OP,
-                format!(
+    ) else {
+        return Err(Error::shape(
+            OP,
+            format!(
                 "input {h}x{wd} with kernel {kh}x{kw}, stride {stride}, pad {pad} gives no output"
             ),
-            ))
-        }
+        ));
     };
     if out.shape() != [b, ho, wo, cout] {
         return Err(Error::shape(
@@ -323,26 +309,37 @@ fn conv2d_impl(
             format!("out {:?} must be {:?}", out.shape(), [b, ho, wo, cout]),
         ));
     }
-    let k = cin * kh * kw;
+    let (h, w) = (h, wd);
     let rows = b * ho * wo;
-    if rows == 0 {
-        return Ok(());
-    }
-    check::u32_of(OP, "input elements", x.numel())?;
-    check::u32_of(OP, "output rows", rows)?;
-    let gpu = rec.gpu().clone();
-    let (w2, kp) = match w {
-        DenseWeight::Checkpoint(t) => {
+    Ok(ConvGeom {
+        h,
+        w,
+        cin,
+        cout,
+        kh,
+        kw,
+        ho,
+        wo,
+        rows,
+    })
+}
+
+/// The GEMM's weight (Cout, Kp) and Kp: a checkpoint weight reshaped, or padded into a new tensor when
+/// its K needs it; a prepared weight as it is (its K checked).
+fn gemm_weight(rec: &mut Recorder, w: Conv2dWeight, g: &ConvGeom) -> Result<(Tensor, usize)> {
+    let k = g.cin * g.kh * g.kw;
+    match w {
+        Conv2dWeight::Checkpoint(t) => {
             let (kp, _) = gemm_k(k, t.dtype());
             if kp == k {
-                (t.reshape(&[cout, k])?, k) // (Cout, Cin*kh*kw): a Linear weight
-            } else {
-                let wp = Tensor::zeros(&gpu, &[cout, kp], DType::F32, "conv2d.w_padded")?;
-                pad_weight(rec, t, &wp)?;
-                (wp, kp) // (Cout, Kp)
+                return Ok((t.reshape(&[g.cout, k])?, k)); // (Cout, Cin*kh*kw): a Linear weight
             }
+            let gpu = rec.gpu().clone();
+            let wp = Tensor::zeros(&gpu, &[g.cout, kp], DType::F32, "conv2d.w_padded")?;
+            pad_weight(rec, t, &wp)?;
+            Ok((wp, kp)) // (Cout, Kp)
         }
-        DenseWeight::Gemm(t, _) => {
+        Conv2dWeight::Prepared(t, _) => {
             let (kp, _) = gemm_k(k, t.dtype());
             if t.dim(1) != kp {
                 return Err(Error::shape(
@@ -353,48 +350,63 @@ fn conv2d_impl(
                     ),
                 ));
             }
-            (t.clone(), kp)
+            Ok((t.clone(), kp))
         }
-    };
-    let budget = scratch_bytes.min(gpu.caps.max_storage_binding);
-    let row_bytes = (kp * 4) as u64;
-    let chunk_rows = {
-        let fit = ((budget / row_bytes) as usize).clamp(1, rows);
-        // Rounded down to whole groups of rows whose output byte offset is storage-aligned (when a
-        // group fits), so each chunk's GEMM writes its rows of `out` in place.
-        let group = OUT_ALIGN / gcd(cout * 4, OUT_ALIGN);
-        if fit < rows && fit >= group {
-            fit / group * group
-        } else {
-            fit
-        }
-    };
-    let in_place = chunk_rows == rows || (chunk_rows * cout * 4).is_multiple_of(OUT_ALIGN);
+    }
+}
+
+/// Rows per im2col chunk within `budget` bytes of scratch: rounded down to whole groups of rows whose
+/// output byte offset is storage-aligned (when a group fits), so each chunk's GEMM writes its rows of
+/// `out` in place.
+fn chunk_rows(budget: u64, kp: usize, rows: usize, cout: usize) -> usize {
+    let fit = ((budget / (kp * 4) as u64) as usize).clamp(1, rows);
+    let group = OUT_ALIGN / gcd(cout * 4, OUT_ALIGN);
+    if fit < rows && fit >= group {
+        fit / group * group
+    } else {
+        fit
+    }
+}
+
+/// Record a checked conv2d: per chunk of output rows, im2col into the scratch, then the GEMM into
+/// `out`'s rows (or a staging copy when they cannot be bound in place).
+#[allow(clippy::too_many_arguments)]
+fn record_conv2d(
+    rec: &mut Recorder,
+    x: &Tensor,
+    w2: &Tensor,
+    kp: usize,
+    bias: &Tensor,
+    args: &Conv2dArgs,
+    g: &ConvGeom,
+    budget: u64,
+    out: &Tensor,
+) -> Result<()> {
+    let gpu = rec.gpu().clone();
+    let (rows, cout) = (g.rows, g.cout);
+    let chunk = chunk_rows(budget.min(gpu.caps.max_storage_binding), kp, rows, cout);
+    let in_place = chunk == rows || (chunk * cout * 4).is_multiple_of(OUT_ALIGN);
     let kernel = Kernel::new(&SHADER, "im2col");
     let out2 = out.reshape(&[rows, cout])?; // (B*Ho*Wo, Cout)
-                                            // One scratch reused by every chunk, the shorter tail through a prefix view of it (dispatches
-                                            // run in recording order, so the next im2col only overwrites it after the previous linear has
-                                            // read it).
-    let full = match scratch {
-        Some(t) if t.capacity() >= (chunk_rows * kp * 4) as u64 => {
-            t.view(&[chunk_rows, kp], DType::F32)?
-        }
-        _ => Tensor::zeros(&gpu, &[chunk_rows, kp], DType::F32, "conv2d.im2col")?,
+                                            // One scratch reused by every chunk, the shorter tail through a prefix view of it (dispatches run in
+                                            // recording order, so the next im2col only overwrites it after the previous linear has read it).
+    let full = match args.scratch {
+        Some(t) if t.capacity() >= (chunk * kp * 4) as u64 => t.view(&[chunk, kp], DType::F32)?,
+        _ => Tensor::zeros(&gpu, &[chunk, kp], DType::F32, "conv2d.im2col")?,
     };
     // Chunk outputs that cannot be bound at their offset in `out` go through a copy.
-    let staged = if in_place {
-        None
-    } else {
-        Some(Tensor::zeros(
+    let staged = match in_place {
+        true => None,
+        false => Some(Tensor::zeros(
             &gpu,
-            &[chunk_rows, cout],
+            &[chunk, cout],
             DType::F32,
             "conv2d.chunk_out",
-        )?)
+        )?),
     };
     let mut r0 = 0;
     while r0 < rows {
-        let n = chunk_rows.min(rows - r0);
+        let n = chunk.min(rows - r0);
         let off = (r0 * cout * 4) as u64;
         let cols = full.view(&[n, kp], DType::F32)?;
         let dst = match &staged {
@@ -402,33 +414,38 @@ fn conv2d_impl(
             None => out2.view_at(out2.offset() + off, &[n, cout], DType::F32)?,
             Some(t) => t.view(&[n, cout], DType::F32)?,
         };
-        let params = Im2colParams {
-            h: h as u32,
-            w: wd as u32,
-            cin: cin as u32,
-            ho: ho as u32,
-            wo: wo as u32,
-            kh: kh as u32,
-            kw: kw as u32,
-            stride: stride as u32,
-            pad: pad as u32,
-            row0: r0 as u32,
-            rows: n as u32,
-            kp: kp as u32,
-        };
+        let params = im2col_params(g, args, r0, n, kp);
         rec.dispatch(
             &kernel,
             &params,
             &[x.binding(&gpu)?, cols.binding(&gpu)?],
             grid_1d(ceil_div(n * kp, WG as usize)),
         )?;
-        linear(rec, &cols, &w2, Some(bias), Act::None, &dst)?;
+        linear(rec, &cols, w2, LinearArgs::default().bias(Some(bias)), &dst)?;
         if staged.is_some() {
             rec.copy_range(&dst, 0, out, off, (n * cout * 4) as u64)?;
         }
         r0 += n;
     }
     Ok(())
+}
+
+/// The im2col uniform of `n` output rows from `r0` into a (n, kp) scratch.
+fn im2col_params(g: &ConvGeom, args: &Conv2dArgs, r0: usize, n: usize, kp: usize) -> Im2colParams {
+    Im2colParams {
+        h: g.h as u32,
+        w: g.w as u32,
+        cin: g.cin as u32,
+        ho: g.ho as u32,
+        wo: g.wo as u32,
+        kh: g.kh as u32,
+        kw: g.kw as u32,
+        stride: args.stride as u32,
+        pad: args.pad as u32,
+        row0: r0 as u32,
+        rows: n as u32,
+        kp: kp as u32,
+    }
 }
 
 /// Largest storage offset alignment WebGPU (and Vulkan) allows: a byte offset that is a multiple of

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::gpu::registry::{LinearShape, ShapeClass, EXACT_ROWS};
 use crate::gpu::tune::{CaseRunner, Resizable, TuneCase};
 use crate::gpu::{Caps, DType, Gpu, Recorder, Tensor};
-use crate::ops::matmul::{choose_linear_variant_for, linear_variant, Act, LinearVariant};
+use crate::ops::matmul::{choose_linear_variant_for, linear, LinearArgs, LinearVariant};
 
 /// In `auto`, shapes are never timed at more rows than this (the per-row cost of a GEMM is flat once
 /// the grid fills the device); `exhaustive` times the full shape.
@@ -58,7 +58,13 @@ impl TuneCase for LinearShape {
         Ok(Box::new(move |rec: &mut Recorder, name: &'static str| {
             let v = LinearVariant::from_name(name)
                 .ok_or_else(|| Error::shape("linear", format!("no variant {name:?}")))?;
-            linear_variant(rec, v, &x, &w, Some(&b), Act::None, &out)
+            linear(
+                rec,
+                &x,
+                &w,
+                LinearArgs::default().bias(Some(&b)).variant(v),
+                &out,
+            )
         }))
     }
 

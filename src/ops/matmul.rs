@@ -1,5 +1,5 @@
 //! Matrix multiplies: `linear` (PyTorch Linear: x @ w^T + bias, optional exact GELU epilogue, optional
-//! residual: [`linear_residual`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
+//! residual, optional forced kernel: [`LinearArgs`]) and batched `matmul`. Shaders: `shaders/matmul.wgsl` (portable scalar
 //! linear and the workgroup-tiled GEMM), `matmul_rb.wgsl` (register-blocked, no subgroups),
 //! `matmul_sg.wgsl`, `matmul_gemv.wgsl`, `shaders/matmul_batched.wgsl`.
 //! Which variant runs is the registry's choice ([`crate::gpu::registry`], filled by [`crate::gpu::tune`]).
@@ -66,15 +66,16 @@ pub static SHADER_BATCHED: Shader = Shader {
 };
 
 /// Epilogue applied after the bias.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Act {
+    #[default]
     None,
     /// Exact (erf-based) GELU, as PyTorch's `nn.GELU()` / `F.gelu` default.
     Gelu,
 }
 
-/// Which kernel runs a [`linear`]. [`linear`] picks one with [`choose_linear_variant`];
-/// [`linear_variant`] forces one (tests and the benchmark compare them).
+/// Which kernel runs a [`linear`]: the registry's choice or [`choose_linear_variant_for`], unless
+/// [`LinearArgs::variant`] forces one (tests, benchmarks and the tuner compare them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LinearVariant {
     /// `matmul.wgsl`: 4x4 register blocks, scalar loads. Any shape; the fallback for K % 8 != 0.
@@ -168,7 +169,7 @@ impl LinearVariant {
     }
 
     /// Whether this variant can run an (M, K) input with weights in `format` on a device with `caps`
-    /// (the same rules [`linear_variant`] enforces).
+    /// (the same rules [`linear`] enforces on a forced variant).
     pub fn supports(self, caps: &Caps, m: usize, k: usize, format: DType) -> bool {
         let sg_ok = !self.needs_subgroups() || (caps.subgroups && caps.subgroup_min_size >= 8);
         // Block-quantized weights are read 8 at a time by `w_load8` (the vec4, subgroup and GEMV
@@ -363,86 +364,103 @@ fn rb_wg(n: usize, rn: usize) -> usize {
     n.div_ceil(rn).next_power_of_two().clamp(16, RB_MAX_WG)
 }
 
-/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)). `w` is f32, F16 (packed pairs) or block-quantized
-/// Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in registers); it may exceed the device's
-/// storage-binding limit, in which case it is processed in row chunks. The kernel is the tuned choice
-/// for this shape class ([`crate::gpu::registry`]) when there is one, else [`choose_linear_variant_for`].
+/// The options of one [`linear`] call: what it adds to x @ w^T and which kernel runs it.
+/// `LinearArgs::default()` is the plain product on the registry's kernel; the builder methods set one
+/// field each (`LinearArgs::default().bias(b).act(Act::Gelu)`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LinearArgs<'a> {
+    /// Bias (N), added first.
+    pub bias: Option<&'a Tensor>,
+    /// Applied after the bias.
+    pub act: Act,
+    /// Residual (M, N), added last in the kernel's epilogue (a transformer block's `x + sublayer(x)`,
+    /// saving a separate elementwise pass: one dispatch, one read and one write of (M, N); the same f32
+    /// addition). It must not be `out` (one dispatch cannot read and write a buffer through two bindings).
+    pub residual: Option<&'a Tensor>,
+    /// The kernel; `None`: the registry's choice for the call's shape class, else
+    /// [`choose_linear_variant_for`]. A forced variant fails with [`Error::Shape`] if it cannot run the
+    /// shape (K % 8 != 0 for the vec4 kernels, M > [`GEMV_MAX_ROWS`] for the GEMV) and with
+    /// [`Error::Limit`] if the device lacks what it needs (subgroups of >= 8 lanes).
+    pub variant: Option<LinearVariant>,
+}
+
+impl<'a> LinearArgs<'a> {
+    pub fn bias(self, bias: Option<&'a Tensor>) -> Self {
+        LinearArgs { bias, ..self }
+    }
+
+    pub fn act(self, act: Act) -> Self {
+        LinearArgs { act, ..self }
+    }
+
+    pub fn residual(self, residual: Option<&'a Tensor>) -> Self {
+        LinearArgs { residual, ..self }
+    }
+
+    pub fn variant(self, variant: LinearVariant) -> Self {
+        LinearArgs {
+            variant: Some(variant),
+            ..self
+        }
+    }
+}
+
+/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) (+ residual (M, N)), as `args` says. `w` is f32,
+/// F16 (packed pairs) or block-quantized Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in
+/// registers); it may exceed the device's storage-binding limit, in which case it is processed in row
+/// chunks.
 pub fn linear(
     rec: &mut Recorder,
     x: &Tensor,
     w: &Tensor,
-    bias: Option<&Tensor>,
-    act: Act,
+    args: LinearArgs,
     out: &Tensor,
 ) -> Result<()> {
-    linear_residual(rec, x, w, bias, act, None, out)
+    let variant = match args.variant {
+        Some(v) => v,
+        None => chosen_variant(rec, x, w),
+    };
+    let Some((m, n, k)) = check_linear(rec.gpu(), variant, x, w, &args, out)? else {
+        return Ok(());
+    };
+    record_linear(rec, variant, x, w, &args, out, (m, n, k))
 }
 
-/// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) + residual (M, N): [`linear`] with the residual
-/// add of a transformer block (`x + sublayer(x)`) done in the kernel's epilogue, saving a separate
-/// elementwise pass (one dispatch, one read and one write of (M, N)). The sum is the same f32 addition
-/// the separate pass does. `residual` must not be `out` (a buffer cannot be read and written by one
-/// dispatch through two bindings).
-pub fn linear_residual(
-    rec: &mut Recorder,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    act: Act,
-    residual: Option<&Tensor>,
-    out: &Tensor,
-) -> Result<()> {
+/// The registry's choice for the call's shape class when the tuner made one that runs it, else
+/// [`choose_linear_variant_for`]. Shapes are checked later.
+fn chosen_variant(rec: &Recorder, x: &Tensor, w: &Tensor) -> LinearVariant {
     let (m, k) = (x.dim(0), x.dim(-1));
     let caps = &rec.gpu().caps;
     let class = ShapeClass::linear(m, w.dim(0), k, w.dtype());
-    let variant = rec
-        .gpu()
+    rec.gpu()
         .choices
         .get(&class)
         .and_then(LinearVariant::from_name)
         .filter(|v| v.supports(caps, m, k, w.dtype()))
-        .unwrap_or_else(|| choose_linear_variant_for(caps, m, k, w.dtype()));
-    linear_variant_residual(rec, variant, x, w, bias, act, residual, out)
+        .unwrap_or_else(|| choose_linear_variant_for(caps, m, k, w.dtype()))
 }
 
-/// [`linear`] with a forced kernel variant. Fails with [`Error::Shape`] if the variant cannot run this
-/// shape (K % 8 != 0 for the vec4 kernels, M > [`GEMV_MAX_ROWS`] for the GEMV) and [`Error::Limit`] if
-/// the device lacks what it needs (subgroups of >= 8 lanes).
-pub fn linear_variant(
-    rec: &mut Recorder,
+const OP: &str = "linear";
+
+/// Dtypes and shapes of a linear call on `variant`: `Some((M, N, K))`, or `None` when there is nothing
+/// to compute.
+fn check_linear(
+    gpu: &crate::gpu::Gpu,
     variant: LinearVariant,
     x: &Tensor,
     w: &Tensor,
-    bias: Option<&Tensor>,
-    act: Act,
+    args: &LinearArgs,
     out: &Tensor,
-) -> Result<()> {
-    linear_variant_residual(rec, variant, x, w, bias, act, None, out)
-}
-
-/// [`linear_residual`] with a forced kernel variant (the errors of [`linear_variant`]).
-#[allow(clippy::too_many_arguments)]
-pub fn linear_variant_residual(
-    rec: &mut Recorder,
-    variant: LinearVariant,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    act: Act,
-    residual: Option<&Tensor>,
-    out: &Tensor,
-) -> Result<()> {
-    const OP: &str = "linear";
+) -> Result<Option<(usize, usize, usize)>> {
     check::f32(OP, "x", x)?;
     check::f32(OP, "out", out)?;
-    let wq = w.dtype().qformat();
-    if !matches!(w.dtype(), DType::F32 | DType::F16) && wq.is_none() {
+    if !matches!(w.dtype(), DType::F32 | DType::F16) && w.dtype().qformat().is_none() {
         return Err(Error::shape(
             OP,
             format!("w must be f32, f16, q8 or q4, got {:?}", w.dtype()),
         ));
     }
-    if wq.is_some() && !variant.reads_quantized() {
+    if w.dtype().qformat().is_some() && !variant.reads_quantized() {
         return Err(Error::shape(
             OP,
             format!(
@@ -462,8 +480,7 @@ pub fn linear_variant_residual(
             ),
         ));
     }
-    let (m, k) = (x.dim(0), x.dim(1));
-    let n = w.dim(0);
+    let (m, k, n) = (x.dim(0), x.dim(1), w.dim(0));
     if w.dim(1) != k || out.dim(0) != m || out.dim(1) != n {
         return Err(Error::shape(
             OP,
@@ -475,7 +492,23 @@ pub fn linear_variant_residual(
             ),
         ));
     }
-    if let Some(b) = bias {
+    check_epilogue(args, n, out)?;
+    if m == 0 || n == 0 {
+        return Ok(None);
+    }
+    if k == 0 {
+        return Err(Error::shape(OP, "K = 0"));
+    }
+    if let Some(q) = w.dtype().qformat() {
+        q.check_k("linear weight", k)?;
+    }
+    check_variant(gpu, variant, m, k)?;
+    Ok(Some((m, n, k)))
+}
+
+/// The bias is f32 (N) and the residual f32 with out's shape, in another buffer.
+fn check_epilogue(args: &LinearArgs, n: usize, out: &Tensor) -> Result<()> {
+    if let Some(b) = args.bias {
         check::f32(OP, "bias", b)?;
         if b.shape() != [n] {
             return Err(Error::shape(
@@ -484,7 +517,7 @@ pub fn linear_variant_residual(
             ));
         }
     }
-    if let Some(r) = residual {
+    if let Some(r) = args.residual {
         check::f32(OP, "residual", r)?;
         if r.shape() != out.shape() {
             return Err(Error::shape(
@@ -498,15 +531,12 @@ pub fn linear_variant_residual(
         }
         check::distinct(OP, ("residual", r), ("out", out))?;
     }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if k == 0 {
-        return Err(Error::shape(OP, "K = 0"));
-    }
-    if let Some(q) = wq {
-        q.check_k("linear weight", k)?;
-    }
+    Ok(())
+}
+
+/// Whether `variant` runs an (M, K) input on this device (the rules of [`LinearVariant::supports`],
+/// as errors).
+fn check_variant(gpu: &crate::gpu::Gpu, variant: LinearVariant, m: usize, k: usize) -> Result<()> {
     if !k.is_multiple_of(variant.k_multiple()) {
         return Err(Error::shape(
             OP,
@@ -522,7 +552,6 @@ pub fn linear_variant_residual(
             format!("GEMV kernel handles M <= {GEMV_MAX_ROWS}, M = {m}"),
         ));
     }
-    let gpu = rec.gpu().clone();
     if variant.needs_subgroups() && !(gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8) {
         return Err(Error::Limit {
             what: "subgroup linear kernel: subgroup size".into(),
@@ -530,85 +559,131 @@ pub fn linear_variant_residual(
             max: gpu.caps.subgroup_min_size as u64,
         });
     }
-    let flags = u32::from(bias.is_some())
-        | (u32::from(act == Act::Gelu) << 1)
-        | (u32::from(residual.is_some()) << 2);
-    let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
-    let q = wq.map_or(0.0, |q| q.bits() as f64);
-    let overrides_scalar = [("W_F16", f16)];
-    let overrides_t64 = [("W_F16", f16), ("RM", TILED_MIN_RM as f64)];
-    let overrides_t128 = [("W_F16", f16), ("RM", TILED_MAX_RM as f64)];
-    let overrides_sg = [("W_F16", f16), ("W_Q", q), ("WG", SG_WG as f64)];
-    let overrides_sg4 = [("W_F16", f16), ("W_Q", q), ("WG", SG4_WG as f64)];
-    let (rb_m, rb_n) = rb_block(variant).unwrap_or((4, 4));
-    let rb_wg = rb_wg(n, rb_n);
-    let overrides_rb = [
-        ("W_F16", f16),
-        ("W_Q", q),
-        ("WG", rb_wg as f64),
-        ("RM", rb_m as f64),
-        ("RN", rb_n as f64),
-    ];
-    let overrides_gemv = [
-        ("W_F16", f16),
-        ("W_Q", q),
-        ("WG", GEMV_WG as f64),
-        ("MR", m as f64),
-    ];
-    // From the whole weight's N: every row chunk runs the same kernel.
-    let blk_wg = gemv_blk_wg(n);
-    let overrides_blk = [
-        ("W_F16", f16),
-        ("W_Q", q),
-        ("WG", blk_wg as f64),
-        ("MR", m as f64),
-        ("RL", GEMV_BLK_ROWS as f64),
-    ];
-    let kernel = match variant {
-        LinearVariant::Scalar => Kernel::new(&SHADER, "linear").with(&overrides_scalar),
-        LinearVariant::Tiled64 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t64),
-        LinearVariant::Tiled128 => Kernel::new(&SHADER, "linear_tiled").with(&overrides_t128),
-        LinearVariant::Subgroup => Kernel::new(&SHADER_SG, "linear_sg").with(&overrides_sg),
-        LinearVariant::SubgroupC4 => Kernel::new(&SHADER_SG, "linear_sg_c4").with(&overrides_sg4),
-        LinearVariant::SubgroupR16 => Kernel::new(&SHADER_SG, "linear_sg_r16").with(&overrides_sg4),
-        LinearVariant::Gemv => Kernel::new(&SHADER_GEMV, "linear_gemv").with(&overrides_gemv),
-        LinearVariant::GemvSubgroup => {
-            Kernel::new(&SHADER_SG, "linear_gemv_sg").with(&overrides_gemv)
-        }
-        LinearVariant::GemvWorkgroup => {
-            Kernel::new(&SHADER_GEMV, "linear_gemv_wg").with(&overrides_gemv)
-        }
-        LinearVariant::GemvBlock => {
-            Kernel::new(&SHADER_GEMV, "linear_gemv_blk").with(&overrides_blk)
-        }
-        LinearVariant::GemvBlockSubgroup => Kernel::new(&SHADER_GEMV, "linear_gemv_blk")
-            .defines(&["SG"])
-            .with(&overrides_blk),
+    Ok(())
+}
 
-        LinearVariant::Reg4x4
-        | LinearVariant::Reg8x8
-        | LinearVariant::Reg16x8
-        | LinearVariant::Reg16x16 => Kernel::new(&SHADER_RB, "linear_rb").with(&overrides_rb),
+/// How a linear variant is launched: its shader, entry point, defines and override constants.
+struct Launch {
+    shader: &'static Shader,
+    entry: &'static str,
+    defines: &'static [&'static str],
+    overrides: Vec<(&'static str, f64)>,
+}
+
+/// The launch table: `variant`'s kernel for weights in `w_dtype`, M rows and N output columns.
+fn launch(variant: LinearVariant, w_dtype: DType, m: usize, n: usize) -> Launch {
+    use LinearVariant as V;
+    let f16 = if w_dtype == DType::F16 { 1.0 } else { 0.0 };
+    let q = w_dtype.qformat().map_or(0.0, |q| q.bits() as f64);
+    let (shader, entry): (&'static Shader, &'static str) = match variant {
+        V::Scalar => (&SHADER, "linear"),
+        V::Tiled64 | V::Tiled128 => (&SHADER, "linear_tiled"),
+        V::Subgroup => (&SHADER_SG, "linear_sg"),
+        V::SubgroupC4 => (&SHADER_SG, "linear_sg_c4"),
+        V::SubgroupR16 => (&SHADER_SG, "linear_sg_r16"),
+        V::Gemv => (&SHADER_GEMV, "linear_gemv"),
+        V::GemvSubgroup => (&SHADER_SG, "linear_gemv_sg"),
+        V::GemvWorkgroup => (&SHADER_GEMV, "linear_gemv_wg"),
+        V::GemvBlock | V::GemvBlockSubgroup => (&SHADER_GEMV, "linear_gemv_blk"),
+        V::Reg4x4 | V::Reg8x8 | V::Reg16x8 | V::Reg16x16 => (&SHADER_RB, "linear_rb"),
     };
+    let mut overrides = vec![("W_F16", f16)];
+    if variant.reads_quantized() {
+        overrides.push(("W_Q", q));
+    }
+    let wg = |n: usize| ("WG", n as f64);
+    overrides.extend(match variant {
+        V::Scalar => vec![],
+        V::Tiled64 => vec![("RM", TILED_MIN_RM as f64)],
+        V::Tiled128 => vec![("RM", TILED_MAX_RM as f64)],
+        V::Subgroup => vec![wg(SG_WG)],
+        V::SubgroupC4 | V::SubgroupR16 => vec![wg(SG4_WG)],
+        V::Gemv | V::GemvSubgroup | V::GemvWorkgroup => vec![wg(GEMV_WG), ("MR", m as f64)],
+        // From the whole weight's N: every row chunk runs the same kernel.
+        V::GemvBlock | V::GemvBlockSubgroup => vec![
+            wg(gemv_blk_wg(n)),
+            ("MR", m as f64),
+            ("RL", GEMV_BLK_ROWS as f64),
+        ],
+        V::Reg4x4 | V::Reg8x8 | V::Reg16x8 | V::Reg16x16 => {
+            let (rm, rn) = rb_block(variant).unwrap_or((4, 4));
+            vec![wg(rb_wg(n, rn)), ("RM", rm as f64), ("RN", rn as f64)]
+        }
+    });
+    let defines: &'static [&'static str] = match variant {
+        V::GemvBlockSubgroup => &["SG"],
+        _ => &[],
+    };
+    Launch {
+        shader,
+        entry,
+        defines,
+        overrides,
+    }
+}
+
+/// The grid of `variant` over `rows` weight rows (one chunk) of a weight with N rows, for M rows of x.
+fn grid(variant: LinearVariant, m: usize, rows: usize, n: usize) -> [u32; 3] {
+    use LinearVariant as V;
+    match variant {
+        V::Scalar => [
+            ceil_div(rows, EDGE * SCALAR_BLOCK.1),
+            ceil_div(m, EDGE * SCALAR_BLOCK.0),
+            1,
+        ],
+        V::Tiled64 => [
+            ceil_div(rows, TILED_COLS),
+            ceil_div(m, tiled_rows(TILED_MIN_RM)),
+            1,
+        ],
+        V::Tiled128 => [
+            ceil_div(rows, TILED_COLS),
+            ceil_div(m, tiled_rows(TILED_MAX_RM)),
+            1,
+        ],
+        V::Subgroup => block_grid(m, rows, SG_BLOCK, SG_WG),
+        V::SubgroupC4 => block_grid(m, rows, SG_C4_BLOCK, SG4_WG),
+        V::SubgroupR16 => block_grid(m, rows, SG_R16_BLOCK, SG4_WG),
+        V::Gemv | V::GemvSubgroup => grid_1d(ceil_div(rows, GEMV_WG)),
+        V::GemvBlock | V::GemvBlockSubgroup => {
+            grid_1d(ceil_div(rows, gemv_blk_wg(n) * GEMV_BLK_ROWS))
+        }
+        V::GemvWorkgroup => grid_1d(ceil_div(rows, GEMV_WG_COLS)),
+        V::Reg4x4 | V::Reg8x8 | V::Reg16x8 | V::Reg16x16 => {
+            let (rm, rn) = rb_block(variant).unwrap_or((4, 4));
+            [ceil_div(rows, rn * rb_wg(n, rn)), ceil_div(m, rm), 1]
+        }
+    }
+}
+
+/// Record a checked linear call: one dispatch per row chunk of `w`.
+fn record_linear(
+    rec: &mut Recorder,
+    variant: LinearVariant,
+    x: &Tensor,
+    w: &Tensor,
+    args: &LinearArgs,
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+) -> Result<()> {
+    let gpu = rec.gpu().clone();
+    let l = launch(variant, w.dtype(), m, n);
+    let kernel = Kernel::new(l.shader, l.entry)
+        .defines(l.defines)
+        .with(&l.overrides);
+    let flags = u32::from(args.bias.is_some())
+        | (u32::from(args.act == Act::Gelu) << 1)
+        | (u32::from(args.residual.is_some()) << 2);
+    let note = rec.profiling().then(|| {
+        let dtype = format!("{:?}", w.dtype()).to_lowercase();
+        format!("M={m} N={n} K={k} {dtype} {}", variant.name())
+    });
     let x_b = x.binding(&gpu)?;
     let out_b = out.binding(&gpu)?;
-    let note = rec.profiling().then(|| {
-        format!(
-            "M={m} N={n} K={k} {} {}",
-            format!("{:?}", w.dtype()).to_lowercase(),
-            variant.name()
-        )
-    });
-    // Without a bias the shader never reads binding 3; bind x (read-only) as a placeholder.
-    let bias_b = match bias {
-        Some(b) => b.binding(&gpu)?,
-        None => x.binding(&gpu)?,
-    };
-    // Likewise the residual (binding 5) without flags & 4.
-    let res_b = match residual {
-        Some(r) => r.binding(&gpu)?,
-        None => x.binding(&gpu)?,
-    };
+    // Without a bias the shader never reads binding 3, nor binding 5 without a residual (flags & 4):
+    // x (read-only) binds there as a placeholder.
+    let bias_b = args.bias.unwrap_or(x).binding(&gpu)?;
+    let res_b = args.residual.unwrap_or(x).binding(&gpu)?;
     for chunk in w.row_chunks(&gpu, k)? {
         let params = LinearParams {
             m: check::u32_of(OP, "M", m)?,
@@ -620,52 +695,17 @@ pub fn linear_variant_residual(
             _pad0: 0,
             _pad1: 0,
         };
-        let grid = match variant {
-            LinearVariant::Scalar => [
-                ceil_div(chunk.rows, EDGE * SCALAR_BLOCK.1),
-                ceil_div(m, EDGE * SCALAR_BLOCK.0),
-                1,
-            ],
-            LinearVariant::Tiled64 => [
-                ceil_div(chunk.rows, TILED_COLS),
-                ceil_div(m, tiled_rows(TILED_MIN_RM)),
-                1,
-            ],
-            LinearVariant::Tiled128 => [
-                ceil_div(chunk.rows, TILED_COLS),
-                ceil_div(m, tiled_rows(TILED_MAX_RM)),
-                1,
-            ],
-            LinearVariant::Subgroup => block_grid(m, chunk.rows, SG_BLOCK, SG_WG),
-            LinearVariant::SubgroupC4 => block_grid(m, chunk.rows, SG_C4_BLOCK, SG4_WG),
-            LinearVariant::SubgroupR16 => block_grid(m, chunk.rows, SG_R16_BLOCK, SG4_WG),
-            LinearVariant::Gemv | LinearVariant::GemvSubgroup => {
-                grid_1d(ceil_div(chunk.rows, GEMV_WG))
-            }
-            LinearVariant::GemvBlock | LinearVariant::GemvBlockSubgroup => {
-                grid_1d(ceil_div(chunk.rows, blk_wg * GEMV_BLK_ROWS))
-            }
-            LinearVariant::GemvWorkgroup => grid_1d(ceil_div(chunk.rows, GEMV_WG_COLS)),
-            LinearVariant::Reg4x4
-            | LinearVariant::Reg8x8
-            | LinearVariant::Reg16x8
-            | LinearVariant::Reg16x16 => [ceil_div(chunk.rows, rb_n * rb_wg), ceil_div(m, rb_m), 1],
-        };
         if let Some(n) = &note {
             rec.note_shape(n.clone());
         }
-        rec.dispatch(
-            &kernel,
-            &params,
-            &[
-                x_b.clone(),
-                w.binding_range(chunk.byte_offset, chunk.byte_size),
-                bias_b.clone(),
-                out_b.clone(),
-                res_b.clone(),
-            ],
-            grid,
-        )?;
+        let bindings = [
+            x_b.clone(),
+            w.binding_range(chunk.byte_offset, chunk.byte_size),
+            bias_b.clone(),
+            out_b.clone(),
+            res_b.clone(),
+        ];
+        rec.dispatch(&kernel, &params, &bindings, grid(variant, m, chunk.rows, n))?;
     }
     Ok(())
 }

@@ -32,7 +32,16 @@ fn q4_linear_gemv_and_gemm() {
             zf32(&g, &[m, n]),
         );
         let gpu_out = run_f32(&g, &to, |r| {
-            ops::matmul::linear(r, &tx, &tw, Some(&tb), Act::Gelu, &to).unwrap()
+            ops::matmul::linear(
+                r,
+                &tx,
+                &tw,
+                ops::matmul::LinearArgs::default()
+                    .bias(Some(&tb))
+                    .act(Act::Gelu),
+                &to,
+            )
+            .unwrap()
         });
         let twice: Vec<f64> = bound.iter().map(|b| 2.0 * b).collect();
         check_bounds(
@@ -66,6 +75,7 @@ fn causal_attention_over_f16_kv() {
         kv_len: Some(15),
         q_offset: 9,
         mask: None,
+        ..Default::default()
     };
     let gpu_out = run_f32(&g, &to, |r| {
         ops::attention::attention(r, &tq, &tk, &tv, &opts, &to).unwrap()
@@ -129,7 +139,15 @@ fn channel_attention_stem_conv_and_layer_norm() {
     );
     let to = zf32(&g, &[1, ho, wo, cout]);
     let gpu_out = run_f32(&g, &to, |r| {
-        ops::conv::conv2d(r, &tx, &tw, &tb, 4, 3, &to).unwrap()
+        ops::conv::conv2d(
+            r,
+            &tx,
+            ops::conv::Conv2dWeight::Checkpoint(&tw),
+            &tb,
+            ops::conv::Conv2dArgs::new(4, 3),
+            &to,
+        )
+        .unwrap()
     });
     let twice: Vec<f64> = bound.iter().map(|b| 2.0 * b + 4.0 * U).collect();
     check_bounds("stem conv2d: CPU vs GPU", &cpu_out, &gpu_out, &twice);

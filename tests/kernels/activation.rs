@@ -49,8 +49,22 @@ fn gelu_linear(g: &Arc<Gpu>, variant: Option<LinearVariant>, k: usize, x: &[f32]
         let tx = tf32(g, &[xs.len(), k], &input);
         let to = zf32(g, &[xs.len(), 1]);
         got.extend(run_f32(g, &to, |r| match variant {
-            None => matmul::linear(r, &tx, &tw, None, Act::Gelu, &to).unwrap(),
-            Some(v) => matmul::linear_variant(r, v, &tx, &tw, None, Act::Gelu, &to).unwrap(),
+            None => matmul::linear(
+                r,
+                &tx,
+                &tw,
+                matmul::LinearArgs::default().act(Act::Gelu),
+                &to,
+            )
+            .unwrap(),
+            Some(v) => matmul::linear(
+                r,
+                &tx,
+                &tw,
+                matmul::LinearArgs::default().act(Act::Gelu).variant(v),
+                &to,
+            )
+            .unwrap(),
         }));
     }
     got

@@ -24,8 +24,8 @@ use florence2_wasm::gpu::tune::{self, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::workloads;
 use florence2_wasm::ops::attention::{
-    attention, attention_class, attention_variant, choose_attention_variant, variant_supports,
-    AttnOpts, AttnShape, AttnVariant,
+    attention, attention_class, choose_attention_variant, variant_supports, AttnOpts, AttnShape,
+    AttnVariant,
 };
 
 const VARIANTS: [AttnVariant; 4] = AttnVariant::ALL;
@@ -146,6 +146,7 @@ fn run(name: &str, c: &Case, seed: u64) {
         kv_len: c.kv_len.map(|l| l as u32),
         q_offset: c.q_offset as u32,
         mask: tm.as_ref(),
+        ..Default::default()
     };
     let mut ran = 0;
     for kv in [DType::F32, DType::F16] {
@@ -195,7 +196,18 @@ fn run_variants(
             Tensor::from_f32(g, &[c.b, c.tq, hd], &vec![f32::NAN; c.b * c.tq * hd], "out").unwrap();
         let mut rec = Recorder::new(g);
         match variant {
-            Some(var) => attention_variant(&mut rec, var, tq_, tk_, tv_, opts, &to).unwrap(),
+            Some(var) => attention(
+                &mut rec,
+                tq_,
+                tk_,
+                tv_,
+                &AttnOpts {
+                    variant: Some(var),
+                    ..*opts
+                },
+                &to,
+            )
+            .unwrap(),
             None => attention(&mut rec, tq_, tk_, tv_, opts, &to).unwrap(),
         }
         rec.submit().unwrap();
@@ -355,8 +367,30 @@ fn variant_choice_and_refusals() {
         ..Default::default()
     };
     let mut rec = Recorder::new(&g);
-    assert!(attention_variant(&mut rec, AttnVariant::Rows, &q, &q, &q, &opts, &out).is_err());
-    attention_variant(&mut rec, AttnVariant::Tiled, &q, &q, &q, &opts, &out).unwrap();
+    assert!(attention(
+        &mut rec,
+        &q,
+        &q,
+        &q,
+        &AttnOpts {
+            variant: Some(AttnVariant::Rows),
+            ..opts
+        },
+        &out
+    )
+    .is_err());
+    attention(
+        &mut rec,
+        &q,
+        &q,
+        &q,
+        &AttnOpts {
+            variant: Some(AttnVariant::Tiled),
+            ..opts
+        },
+        &out,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -467,7 +501,18 @@ fn attention_follows_the_registry() {
         ..Default::default()
     };
     let mut rec = Recorder::new(&g);
-    assert!(attention_variant(&mut rec, AttnVariant::Flash, &z, &z, &z, &o, &z).is_err());
+    assert!(attention(
+        &mut rec,
+        &z,
+        &z,
+        &z,
+        &AttnOpts {
+            variant: Some(AttnVariant::Flash),
+            ..o
+        },
+        &z
+    )
+    .is_err());
 }
 
 #[test]

@@ -109,8 +109,24 @@ fn run_conv(
     let to = Tensor::zeros(&g, &[b, ho, wo, cout], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
     match scratch {
-        None => ops::conv::conv2d(&mut rec, &tx, &tw, &tb, stride, pad, &to).unwrap(),
-        Some(s) => ops::conv::conv2d_chunked(&mut rec, &tx, &tw, &tb, stride, pad, &to, s).unwrap(),
+        None => ops::conv::conv2d(
+            &mut rec,
+            &tx,
+            ops::conv::Conv2dWeight::Checkpoint(&tw),
+            &tb,
+            ops::conv::Conv2dArgs::new(stride, pad),
+            &to,
+        )
+        .unwrap(),
+        Some(s) => ops::conv::conv2d(
+            &mut rec,
+            &tx,
+            ops::conv::Conv2dWeight::Checkpoint(&tw),
+            &tb,
+            ops::conv::Conv2dArgs::new(stride, pad).chunk_bytes(s),
+            &to,
+        )
+        .unwrap(),
     }
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(&g, &to).unwrap();
@@ -189,21 +205,45 @@ fn conv2d_rejects_bad_shapes() {
     let b = Tensor::zeros(&g, &[4], DType::F32, "b").unwrap();
     let o = Tensor::zeros(&g, &[1, 4, 4, 4], DType::F32, "o").unwrap();
     let mut rec = Recorder::new(&g);
-    let e = ops::conv::conv2d(&mut rec, &x, &w, &b, 2, 1, &o).unwrap_err();
+    let e = ops::conv::conv2d(
+        &mut rec,
+        &x,
+        ops::conv::Conv2dWeight::Checkpoint(&w),
+        &b,
+        ops::conv::Conv2dArgs::new(2, 1),
+        &o,
+    )
+    .unwrap_err();
     assert!(
         matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
         "{e}"
     );
     let w = Tensor::zeros(&g, &[4, 3, 3, 3], DType::F32, "w").unwrap();
     let o_bad = Tensor::zeros(&g, &[1, 5, 4, 4], DType::F32, "o").unwrap();
-    let e = ops::conv::conv2d(&mut rec, &x, &w, &b, 2, 1, &o_bad).unwrap_err();
+    let e = ops::conv::conv2d(
+        &mut rec,
+        &x,
+        ops::conv::Conv2dWeight::Checkpoint(&w),
+        &b,
+        ops::conv::Conv2dArgs::new(2, 1),
+        &o_bad,
+    )
+    .unwrap_err();
     assert!(
         matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
         "{e}"
     );
     // A kernel larger than the padded input gives no output.
     let big = Tensor::zeros(&g, &[4, 3, 11, 11], DType::F32, "w").unwrap();
-    let e = ops::conv::conv2d(&mut rec, &x, &big, &b, 1, 1, &o).unwrap_err();
+    let e = ops::conv::conv2d(
+        &mut rec,
+        &x,
+        ops::conv::Conv2dWeight::Checkpoint(&big),
+        &b,
+        ops::conv::Conv2dArgs::new(1, 1),
+        &o,
+    )
+    .unwrap_err();
     assert!(
         matches!(e, florence2_wasm::Error::Shape { op: "conv2d", .. }),
         "{e}"

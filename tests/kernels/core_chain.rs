@@ -52,7 +52,14 @@ fn embedding_positions_norm_gelu_scale_bias_log_softmax_in_one_submit() {
         ops::embedding::embedding(r, &tids, &tt, &x).unwrap();
         ops::elementwise::add_rows_at(r, &x, &tp, start, &x).unwrap();
         ops::norm::layer_norm(r, &x, &tg, &tb, 1e-5, &y).unwrap();
-        ops::matmul::linear(r, &y, &teye, None, ops::matmul::Act::Gelu, &x).unwrap();
+        ops::matmul::linear(
+            r,
+            &y,
+            &teye,
+            ops::matmul::LinearArgs::default().act(ops::matmul::Act::Gelu),
+            &x,
+        )
+        .unwrap();
         ops::elementwise::scale(r, &x, 3.0, &x).unwrap();
         ops::elementwise::add_row(r, &x, &tbias, &x).unwrap();
         ops::softmax::log_softmax_rows(r, &x, &y).unwrap();

@@ -179,8 +179,22 @@ fn run_linear_variant(
     let mut rec = Recorder::new(g);
     let b = with_bias.then_some(&tb);
     match variant {
-        None => matmul::linear(&mut rec, &tx, &tw, b, act, &to).unwrap(),
-        Some(v) => matmul::linear_variant(&mut rec, v, &tx, &tw, b, act, &to).unwrap(),
+        None => matmul::linear(
+            &mut rec,
+            &tx,
+            &tw,
+            matmul::LinearArgs::default().bias(b).act(act),
+            &to,
+        )
+        .unwrap(),
+        Some(v) => matmul::linear(
+            &mut rec,
+            &tx,
+            &tw,
+            matmul::LinearArgs::default().bias(b).act(act).variant(v),
+            &to,
+        )
+        .unwrap(),
     }
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(g, &to).unwrap();
@@ -299,13 +313,11 @@ fn linear_quantized_refusals() {
     let w = Tensor::zeros(&g, &[3, 64], DType::Q4, "w").unwrap();
     let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
-    let err = matmul::linear_variant(
+    let err = matmul::linear(
         &mut rec,
-        LinearVariant::Scalar,
         &x,
         &w,
-        None,
-        Act::None,
+        matmul::LinearArgs::default().variant(LinearVariant::Scalar),
         &out,
     )
     .unwrap_err();
@@ -411,13 +423,29 @@ fn run_residual(
     let to = Tensor::zeros(g, &[m, n], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(g);
     match variant {
-        None => {
-            matmul::linear_residual(&mut rec, &tx, &tw, Some(&tb), act, Some(&tr), &to).unwrap()
-        }
-        Some(v) => {
-            matmul::linear_variant_residual(&mut rec, v, &tx, &tw, Some(&tb), act, Some(&tr), &to)
-                .unwrap()
-        }
+        None => matmul::linear(
+            &mut rec,
+            &tx,
+            &tw,
+            matmul::LinearArgs::default()
+                .bias(Some(&tb))
+                .act(act)
+                .residual(Some(&tr)),
+            &to,
+        )
+        .unwrap(),
+        Some(v) => matmul::linear(
+            &mut rec,
+            &tx,
+            &tw,
+            matmul::LinearArgs::default()
+                .bias(Some(&tb))
+                .act(act)
+                .residual(Some(&tr))
+                .variant(v),
+            &to,
+        )
+        .unwrap(),
     }
     rec.submit().unwrap();
     let got = readback::to_f32_blocking(g, &to).unwrap();
@@ -447,21 +475,39 @@ fn linear_residual_refusals() {
     let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
     // In place (residual = out): two bindings of one buffer, one writable.
-    let err =
-        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&out), &out).unwrap_err();
+    let err = matmul::linear(
+        &mut rec,
+        &x,
+        &w,
+        matmul::LinearArgs::default().residual(Some(&out)),
+        &out,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, florence2_wasm::Error::Shape { op: "linear", .. }),
         "{err}"
     );
     // A residual of another shape.
     let r = Tensor::zeros(&g, &[5, 4], DType::F32, "r").unwrap();
-    let err =
-        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&r), &out).unwrap_err();
+    let err = matmul::linear(
+        &mut rec,
+        &x,
+        &w,
+        matmul::LinearArgs::default().residual(Some(&r)),
+        &out,
+    )
+    .unwrap_err();
     assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
     // An f16 residual.
     let r = Tensor::zeros(&g, &[5, 3], DType::F16, "r").unwrap();
-    let err =
-        matmul::linear_residual(&mut rec, &x, &w, None, Act::None, Some(&r), &out).unwrap_err();
+    let err = matmul::linear(
+        &mut rec,
+        &x,
+        &w,
+        matmul::LinearArgs::default().residual(Some(&r)),
+        &out,
+    )
+    .unwrap_err();
     assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
 }
 
@@ -472,14 +518,21 @@ fn linear_rejects_bad_shapes() {
     let w = Tensor::zeros(&g, &[4, 5], DType::F32, "w").unwrap();
     let out = Tensor::zeros(&g, &[2, 4], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
-    let err = matmul::linear(&mut rec, &x, &w, None, Act::None, &out).unwrap_err();
+    let err = matmul::linear(&mut rec, &x, &w, matmul::LinearArgs::default(), &out).unwrap_err();
     assert!(
         matches!(err, florence2_wasm::Error::Shape { op: "linear", .. }),
         "{err}"
     );
     let w = Tensor::zeros(&g, &[4, 3], DType::F32, "w").unwrap();
     let bias = Tensor::zeros(&g, &[3], DType::F32, "b").unwrap();
-    let err = matmul::linear(&mut rec, &x, &w, Some(&bias), Act::None, &out).unwrap_err();
+    let err = matmul::linear(
+        &mut rec,
+        &x,
+        &w,
+        matmul::LinearArgs::default().bias(Some(&bias)),
+        &out,
+    )
+    .unwrap_err();
     assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
 }
 
@@ -562,7 +615,14 @@ fn linear_variant_choice_and_refusals() {
     let out = Tensor::zeros(&g, &[5, 3], DType::F32, "out").unwrap();
     let mut rec = Recorder::new(&g);
     for v in [LinearVariant::Reg8x8, LinearVariant::Gemv] {
-        let err = matmul::linear_variant(&mut rec, v, &x, &w, None, Act::None, &out).unwrap_err();
+        let err = matmul::linear(
+            &mut rec,
+            &x,
+            &w,
+            matmul::LinearArgs::default().variant(v),
+            &out,
+        )
+        .unwrap_err();
         assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
     }
 }

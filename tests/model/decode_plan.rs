@@ -159,9 +159,21 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
                 kv_len: Some(kv_len),
                 q_offset: kv_len - 1,
                 mask: None,
+                ..Default::default()
             };
             let mut rec = Recorder::new(&g);
-            attention::attention_variant(&mut rec, variant, &q, k, v, &opts, &out).unwrap();
+            attention::attention(
+                &mut rec,
+                &q,
+                k,
+                v,
+                &attention::AttnOpts {
+                    variant: Some(variant),
+                    ..opts
+                },
+                &out,
+            )
+            .unwrap();
             rec.submit().unwrap();
             let want = readback::to_f32_blocking(&g, &out).unwrap();
             // Only the buffer says kv_len / q_offset: the options carry different values.
@@ -174,8 +186,17 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
                 .write_bytes(&g, 0, bytemuck::cast_slice(&[kv_len, kv_len - 1, 0, 0]))
                 .unwrap();
             let mut rec = Recorder::new(&g);
-            attention::attention_dyn_variant(
-                &mut rec, variant, &q, k, v, &dyn_opts, &dyn_len, &out,
+            attention::attention(
+                &mut rec,
+                &q,
+                k,
+                v,
+                &attention::AttnOpts {
+                    dyn_len: Some(&dyn_len),
+                    variant: Some(variant),
+                    ..dyn_opts
+                },
+                &out,
             )
             .unwrap();
             rec.submit().unwrap();
@@ -194,15 +215,37 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
             ..Default::default()
         };
         let mut rec = Recorder::new(&g);
-        attention::attention_variant(&mut rec, variant, &q, k, v, &opts, &out).unwrap();
+        attention::attention(
+            &mut rec,
+            &q,
+            k,
+            v,
+            &attention::AttnOpts {
+                variant: Some(variant),
+                ..opts
+            },
+            &out,
+        )
+        .unwrap();
         rec.submit().unwrap();
         let want = readback::to_f32_blocking(&g, &out).unwrap();
         dyn_len
             .write_bytes(&g, 0, bytemuck::cast_slice(&[1000u32, 0, 0, 0]))
             .unwrap();
         let mut rec = Recorder::new(&g);
-        attention::attention_dyn_variant(&mut rec, variant, &q, k, v, &opts, &dyn_len, &out)
-            .unwrap();
+        attention::attention(
+            &mut rec,
+            &q,
+            k,
+            v,
+            &attention::AttnOpts {
+                dyn_len: Some(&dyn_len),
+                variant: Some(variant),
+                ..opts
+            },
+            &out,
+        )
+        .unwrap();
         rec.submit().unwrap();
         let got = readback::to_f32_blocking(&g, &out).unwrap();
         assert_eq!(bits(&want), bits(&got), "{variant:?} clamped");
@@ -214,7 +257,18 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
         heads,
         ..Default::default()
     };
-    let e = attention::attention_dyn(&mut rec, &q, &k32, &v32, &opts, &bad, &out).unwrap_err();
+    let e = attention::attention(
+        &mut rec,
+        &q,
+        &k32,
+        &v32,
+        &attention::AttnOpts {
+            dyn_len: Some(&bad),
+            ..opts
+        },
+        &out,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("dyn_len"), "{e}");
 }
 

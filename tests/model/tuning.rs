@@ -194,7 +194,7 @@ fn linear_follows_the_registry() {
             .set(class, LinearVariant::from_name(choice).unwrap().name());
         let before = g.kernels.len();
         let mut rec = Recorder::new(&g);
-        matmul::linear(&mut rec, &tx, &tw, None, Act::None, &to).unwrap();
+        matmul::linear(&mut rec, &tx, &tw, matmul::LinearArgs::default(), &to).unwrap();
         rec.submit().unwrap();
         let got = readback::to_f32_blocking(&g, &to).unwrap();
         let (d, _) = common::max_diff(&got, &want);
@@ -264,23 +264,21 @@ fn profiler_times_each_dispatch() {
     let mut rec = Recorder::new(&g);
     assert!(rec.profiling());
     rec.set_phase("test");
-    matmul::linear_variant(
+    matmul::linear(
         &mut rec,
-        LinearVariant::Tiled64,
         &x,
         &w,
-        None,
-        Act::None,
+        matmul::LinearArgs::default().variant(LinearVariant::Tiled64),
         &out,
     )
     .unwrap();
-    matmul::linear_variant(
+    matmul::linear(
         &mut rec,
-        LinearVariant::Scalar,
         &x,
         &w,
-        None,
-        Act::Gelu,
+        matmul::LinearArgs::default()
+            .act(Act::Gelu)
+            .variant(LinearVariant::Scalar),
         &out,
     )
     .unwrap();
@@ -508,13 +506,11 @@ fn tuner_uses_gpu_timestamps_where_available() {
         let mut rec = Recorder::new_timed(&g).unwrap();
         assert!(!rec.profiling());
         for _ in 0..4 {
-            matmul::linear_variant(
+            matmul::linear(
                 &mut rec,
-                LinearVariant::Scalar,
                 &x,
                 &w,
-                None,
-                Act::None,
+                matmul::LinearArgs::default().variant(LinearVariant::Scalar),
                 &out,
             )
             .unwrap();

@@ -115,7 +115,7 @@ pub struct DecoderState {
 }
 
 /// Indices into [`DecoderState`]'s step buffer.
-/// [kv_len, q_offset] at 0 and 1: what `ops::attention::attention_dyn` reads.
+/// [kv_len, q_offset] at 0 and 1: what `ops::attention::attention` reads through `AttnOpts::dyn_len`.
 const STEP_KV_LEN: usize = 0;
 const STEP_Q_OFFSET: usize = 1;
 const STEP_POS_ROW: usize = 2;
@@ -387,6 +387,8 @@ impl Decoder {
             kv_len: None,
             q_offset: 0,
             mask: None,
+            dyn_len: Some(&s.step),
+            variant: None,
         };
         let cross_opts = AttnOpts {
             heads: self.heads,
@@ -401,7 +403,7 @@ impl Decoder {
             sa.k_proj.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
             sa.v_proj.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
             ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
-            ops::attention::attention_dyn(rec, &q3, ck, cv, &self_opts, &s.step, &a3)?; // (B, 1, D)
+            ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
             sa.out_proj
                 .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
