@@ -155,36 +155,55 @@ pub fn window_attention_variant(
     if nw == 0 || t == 0 {
         return Ok(());
     }
-    if variant == WindowAttnVariant::Flash {
-        // q, k, v are column ranges of the fused rows: B = Bk = nW windows of T tokens.
-        let layout = AttnLayout {
-            batch: nw,
-            bk: nw,
-            tq: t,
-            tk: t,
-            heads,
-            d: c / heads,
-            kv_len: t,
-            q_stride: c3,
-            kv_stride: c3,
-            k_off: c,
-            v_off: 2 * c,
-        };
-        let opts = AttnOpts {
-            heads,
-            scale,
-            ..AttnOpts::default()
-        };
-        return record_flash(
-            rec,
-            &layout,
-            FLASH_MAX_WG,
-            &opts,
-            [qkv, qkv, qkv, qkv],
-            None,
-            out,
-        );
+    match variant {
+        WindowAttnVariant::Flash => record_window_flash(rec, qkv, heads, scale, out),
+        WindowAttnVariant::Rows => record_window_rows(rec, qkv, heads, scale, out),
     }
+}
+
+/// The flash kernel over the fused rows: q, k, v are column ranges of them, B = Bk = nW windows of T
+/// tokens.
+fn record_window_flash(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    heads: usize,
+    scale: f32,
+    out: &Tensor,
+) -> Result<()> {
+    let (nw, t, c3) = (qkv.dim(0), qkv.dim(1), qkv.dim(2));
+    let c = c3 / 3;
+    let layout = AttnLayout {
+        batch: nw,
+        bk: nw,
+        tq: t,
+        tk: t,
+        heads,
+        d: c / heads,
+        kv_len: t,
+        q_stride: c3,
+        kv_stride: c3,
+        k_off: c,
+        v_off: 2 * c,
+    };
+    let opts = AttnOpts {
+        heads,
+        scale,
+        ..AttnOpts::default()
+    };
+    let tensors = [qkv, qkv, qkv, qkv];
+    record_flash(rec, &layout, FLASH_MAX_WG, &opts, tensors, None, out)
+}
+
+/// The register kernel: one invocation per (window, head, group of QPI query rows).
+fn record_window_rows(
+    rec: &mut Recorder,
+    qkv: &Tensor,
+    heads: usize,
+    scale: f32,
+    out: &Tensor,
+) -> Result<()> {
+    const OP: &str = "window_attention";
+    let (nw, t, c) = (qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3);
     let nqg = t.div_ceil(QPI);
     let total = nw * heads * nqg;
     check::u32_of(OP, "qkv elements", qkv.numel())?;
