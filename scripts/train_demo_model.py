@@ -388,6 +388,10 @@ in the answer). Our engine per weight format: `python3 scripts/bench/demo_qualit
 |---|---|
 {table}
 """
+    if m["od_map50"] < 0.2:
+        text += ("\n**Undertrained.** This run learned the answer formats and the vocabulary but uses the image only "
+                 "weakly: boxes, words and categories are mostly wrong (near chance). A demo that shows correct "
+                 "boxes and text needs a longer run (`--steps`) on an idle machine.\n")
     eng = out / "engine_quality.md"
     if eng.exists():
         text += "\n## Our engine (`scripts/bench/demo_quality.py --markdown engine_quality.md`)\n" + eng.read_text()
