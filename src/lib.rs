@@ -1,8 +1,9 @@
 //! florence2-wasm: Microsoft's Florence-2 vision-language model on WebGPU (wgpu + WGSL compute shaders),
 //! natively (Vulkan/Metal/DX12) and in the browser (wasm32 + WebGPU).
 //!
-//! Layout: `gpu` (device, tensors, kernels, recording, readback), `ops` (one typed launcher per WGSL
-//! kernel), `config` (config.json and the tensors it implies), `weights` (checkpoint sources and
+//! Layout: `quant` (the q8/q4 block formats, host side, for every backend), `gpu` (device, tensors,
+//! kernels, recording, readback), `ops` (one typed launcher per WGSL kernel), `cpu` (the same ops on the
+//! CPU), `config` (config.json and the tensors it implies), `weights` (checkpoint sources and
 //! layouts), `model` (DaViT, projector, BART, generation), `processor` (image, tokenizer, prompts),
 //! `postprocess` + `render` (task answers), `pipeline` (the whole sequence of a task, for every front
 //! end), `wasm` (JS facade).
@@ -20,6 +21,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod postprocess;
 pub mod processor;
+pub mod quant;
 pub mod render;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

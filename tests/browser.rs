@@ -667,7 +667,7 @@ async fn browser_linear_every_variant() {
 /// dequantizes: d * q in f32, as the host does), with out-of-range ids giving zero rows.
 #[wasm_bindgen_test]
 async fn browser_quantized_linear_and_embedding() {
-    use florence2_wasm::gpu::quant::{self, QFormat};
+    use florence2_wasm::quant::{self, QFormat};
     use ops::matmul::{linear, LinearArgs, LinearVariant};
     let g = gpu().await;
     let mut ran = std::collections::BTreeMap::new();
@@ -773,7 +773,7 @@ async fn browser_quantized_linear_and_embedding() {
 /// bound of `linear_ref64` plus one rounding of the residual add).
 #[wasm_bindgen_test]
 async fn browser_linear_residual_and_quantized_every_variant() {
-    use florence2_wasm::gpu::quant;
+    use florence2_wasm::quant;
     use ops::matmul::{linear, LinearArgs, LinearVariant};
     let g = gpu().await;
     let (m, n, k) = (21, 70, 96);

@@ -414,9 +414,12 @@ async fn run_task_matches_cli_f16_sharded() {
 /// network, after the safetensors probes) load and answer.
 #[wasm_bindgen_test]
 async fn pytorch_checkpoints_match_their_safetensors_twins() {
-    let m = load(blob_source(model("tiny2-pt")), obj(&[("cache", false.into())]))
-        .await
-        .unwrap();
+    let m = load(
+        blob_source(model("tiny2-pt")),
+        obj(&[("cache", false.into())]),
+    )
+    .await
+    .unwrap();
     for case in expected().iter().filter(|c| c["model"] == "tiny2") {
         check_output(&run_case(&m, case).await, case);
     }

@@ -125,8 +125,8 @@ fn peak_host_memory_is_about_one_chunk() {
         let k = shape.last().copied().unwrap_or(0);
         if florence2_wasm::weights::is_matrix_weight(name, shape) && k % 32 == 0 {
             let mut rows = Vec::new();
-            florence2_wasm::gpu::quant::quantize_rows(
-                florence2_wasm::gpu::quant::QFormat::Q8,
+            florence2_wasm::quant::quantize_rows(
+                florence2_wasm::quant::QFormat::Q8,
                 k,
                 values,
                 &mut rows,

@@ -20,8 +20,8 @@ use util::Rng;
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
 use florence2_wasm::cpu::linear::{linear, LinearRef};
 use florence2_wasm::cpu::{par, Weight};
-use florence2_wasm::gpu::quant::{quantize_rows, QFormat};
 use florence2_wasm::ops::matmul::Act;
+use florence2_wasm::quant::{quantize_rows, QFormat};
 use half::f16;
 
 /// (label, M, K, N): the base model's GEMMs at 768 px (DaViT stage MLPs and qkv, the projector, the

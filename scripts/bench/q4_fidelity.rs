@@ -51,9 +51,9 @@ use std::sync::Arc;
 
 use common::fidelity::{reference_cases, score, top2, RefCase, Score};
 use common::fixtures::fixtures;
-use florence2_wasm::gpu::quant::QFormat;
 use florence2_wasm::gpu::{readback, Gpu, GpuOptions, Tensor};
 use florence2_wasm::model::florence2::Florence2;
+use florence2_wasm::quant::QFormat;
 use florence2_wasm::weights::{self, LoadOptions, WeightDType};
 
 /// Seeded splitmix64 + Box-Muller normals (no RNG crate among the dev-dependencies).
@@ -83,7 +83,7 @@ impl Rng {
 /// A 4-bit scalar quantizer of 32-weight blocks: the block's values as the GPU would see them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Quantizer {
-    /// The engine's format ([`florence2_wasm::gpu::quant`]): d = max|w| / 7 in f16, q in [-7, 7].
+    /// The engine's format ([`florence2_wasm::quant`]): d = max|w| / 7 in f16, q in [-7, 7].
     EngineQ4,
     /// The engine's q8 (for the mixed-precision rows).
     EngineQ8,
@@ -126,7 +126,7 @@ fn f16r(x: f64) -> f64 {
 /// Quantize-dequantize rows of `k` weights (k % 32 == 0). `book`: the Lloyd codebook (16 levels in
 /// [-1, 1]) for [`Quantizer::Lloyd`].
 fn fake_quantize(q: Quantizer, k: usize, w: &[f32], book: &[f64]) -> Vec<f32> {
-    use florence2_wasm::gpu::quant::{dequantize_rows, quantize_rows, QFormat};
+    use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
     let engine = |fmt| {
         let mut bytes = Vec::new();
         quantize_rows(fmt, k, w, &mut bytes).unwrap();

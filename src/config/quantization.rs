@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::gpu::quant::{QFormat, QBLOCK};
+use crate::quant::{QFormat, QBLOCK};
 
 /// The `format` value of the `quantization` entry.
 pub const QUANT_FORMAT: &str = "florence2-wasm-block";

@@ -17,8 +17,8 @@ use half::slice::HalfFloatSliceExt;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
 use crate::cpu::{activation, check_len, par, Weight};
 use crate::error::{Error, Result};
-use crate::gpu::quant::{QFormat, QBLOCK};
 use crate::ops::matmul::Act;
+use crate::quant::{QFormat, QBLOCK};
 
 /// Largest M the GEMV path takes (as the GPU's decode GEMV).
 pub const GEMV_MAX_ROWS: usize = 4;

@@ -1,13 +1,13 @@
 //! Matrix weights on the host in every resident format, and their per-row / per-block dequantization.
 //! A weight is a matrix (N, K) in PyTorch Linear layout (or an embedding table (V, C), K = C): f32, IEEE
-//! half, or the block-quantized q8/q4 rows of [`crate::gpu::quant`] (byte for byte the GPU buffer and the
+//! half, or the block-quantized q8/q4 rows of [`crate::quant`] (byte for byte the GPU buffer and the
 //! quantized checkpoint layout: `[quants][K/32 f16 scales][zero padding to 16 bytes]` per row). Kernels
 //! never dequantize a whole matrix: a row or a 32-weight block at a time, into registers or a panel.
 
 use half::f16;
 
 use crate::error::{Error, Result};
-use crate::gpu::quant::{QFormat, QBLOCK};
+use crate::quant::{QFormat, QBLOCK};
 
 /// A borrowed weight matrix (N, K).
 #[derive(Clone, Copy, Debug)]

@@ -13,16 +13,15 @@ mod context;
 mod kernel;
 pub mod preprocess;
 pub mod profile;
-pub mod quant;
 pub mod readback;
 mod recorder;
 pub mod registry;
 mod tensor;
 pub mod tune;
 
+pub use crate::quant::QFormat;
 pub use context::{Caps, Gpu, GpuOptions};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
-pub use quant::QFormat;
 pub use recorder::{staging_buffer, Pending, Plan, Recorder};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 

@@ -31,7 +31,7 @@ pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
                 .ok_or_else(|| crate::error::Error::shape("to_f32", "not quantized"))?;
             let rows = n.checked_div(k).unwrap_or(0);
             let len = rows * fmt.row_bytes(k);
-            crate::gpu::quant::dequantize_rows(fmt, k, &bytes[..len.min(bytes.len())])?
+            crate::quant::dequantize_rows(fmt, k, &bytes[..len.min(bytes.len())])?
         }
     })
 }

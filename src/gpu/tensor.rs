@@ -12,8 +12,8 @@ use std::sync::Arc;
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
-use crate::gpu::quant::QFormat;
 use crate::gpu::Gpu;
+use crate::quant::QFormat;
 
 /// Element type of a tensor's storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,7 +24,7 @@ pub enum DType {
     F16,
     U32,
     /// Block-quantized matrix, 8-bit ([`QFormat::Q8`]); rows laid out as documented in
-    /// [`crate::gpu::quant`]. Only for matrices whose last dimension is a multiple of 32.
+    /// [`crate::quant`]. Only for matrices whose last dimension is a multiple of 32.
     Q8,
     /// Block-quantized matrix, 4-bit ([`QFormat::Q4`]).
     Q4,
@@ -266,7 +266,7 @@ impl Tensor {
         Self::from_bytes_kind(gpu, shape, dtype, bytes, label, MemKind::Activations)
     }
 
-    /// Upload raw bytes in `dtype`'s storage layout (quantized: whole rows as in [`crate::gpu::quant`]).
+    /// Upload raw bytes in `dtype`'s storage layout (quantized: whole rows as in [`crate::quant`]).
     pub fn from_bytes_kind(
         gpu: &Gpu,
         shape: &[usize],
@@ -335,7 +335,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let k = shape.last().copied().unwrap_or(0);
         let mut bytes = Vec::new();
-        crate::gpu::quant::quantize_rows(fmt, k, data, &mut bytes)?;
+        crate::quant::quantize_rows(fmt, k, data, &mut bytes)?;
         let dtype = match fmt {
             QFormat::Q8 => DType::Q8,
             QFormat::Q4 => DType::Q4,

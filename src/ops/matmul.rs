@@ -406,7 +406,7 @@ impl<'a> LinearArgs<'a> {
 }
 
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) (+ residual (M, N)), as `args` says. `w` is f32,
-/// F16 (packed pairs) or block-quantized Q8/Q4 ([`crate::gpu::quant`], K % 32 == 0, dequantized in
+/// F16 (packed pairs) or block-quantized Q8/Q4 ([`crate::quant`], K % 32 == 0, dequantized in
 /// registers); it may exceed the device's storage-binding limit, in which case it is processed in row
 /// chunks.
 pub fn linear(

@@ -11,9 +11,9 @@ use crate::config::tensors::{expected_tensors, optional_tensors};
 use crate::config::Florence2Config;
 use crate::config::QuantizationConfig;
 use crate::error::{Error, Result};
-use crate::gpu::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
 use crate::ops::layout::permute;
+use crate::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
     is_dense_conv_weight, is_matrix_weight, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
@@ -34,7 +34,7 @@ pub enum WeightDType {
     /// IEEE half weights (packed pairs), f32 arithmetic: half the bytes, read on every adapter.
     #[default]
     Fp16,
-    /// 8-bit block-quantized weights ([`crate::gpu::quant`]), f16 where a matrix's rows are not whole
+    /// 8-bit block-quantized weights ([`crate::quant`]), f16 where a matrix's rows are not whole
     /// 32-weight blocks.
     Q8,
     /// 4-bit block-quantized weights, likewise.

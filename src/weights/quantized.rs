@@ -5,7 +5,7 @@
 //! - Only matrix weights (what [`crate::weights::is_matrix_weight`] selects, with rows of K weights, K a
 //!   multiple of 32, and no layout fix-up) are quantized; every other tensor keeps its float dtype.
 //! - A quantized matrix `NAME` of shape `(N, K)` is stored as ONE tensor named `NAME.qweight`, dtype `U8`,
-//!   shape `(N, row_bytes)`, whose bytes are exactly the engine's GPU row layout ([`crate::gpu::quant`]):
+//!   shape `(N, row_bytes)`, whose bytes are exactly the engine's GPU row layout ([`crate::quant`]):
 //!   per row `[quants][K/32 f16 scales, little-endian][zero padding to 16 bytes]`; q8 quants are K
 //!   two's-complement bytes, q4 quants are K/2 bytes (weight k in byte k/2, low nibble for even k, stored
 //!   as `q + 8`). `row_bytes` is `K + pad16(K/16)` for q8 and `K/2 + pad16(K/16)` for q4. Because the file
@@ -23,7 +23,7 @@
 //! [`crate::Error::QuantizedTensor`].
 
 use crate::error::{Error, Result};
-use crate::gpu::quant::{QFormat, QBLOCK};
+use crate::quant::{QFormat, QBLOCK};
 
 /// Suffix of a quantized matrix's tensor name.
 pub const QWEIGHT_SUFFIX: &str = ".qweight";
@@ -65,7 +65,7 @@ mod tests {
     fn padding_must_be_zero() {
         let k = 32;
         let mut rows = Vec::new();
-        crate::gpu::quant::quantize_rows(QFormat::Q8, k, &[0.5; 64], &mut rows).unwrap();
+        crate::quant::quantize_rows(QFormat::Q8, k, &[0.5; 64], &mut rows).unwrap();
         check_rows(QFormat::Q8, k, "w", &rows).unwrap();
         let rb = QFormat::Q8.row_bytes(k);
         rows[rb + rb - 1] = 1;

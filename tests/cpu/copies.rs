@@ -12,7 +12,7 @@ use florence2_wasm::cpu::embedding::embedding;
 use florence2_wasm::cpu::reduce::{argmax_rows, mean_rows, topk_rows};
 use florence2_wasm::cpu::window::{window_partition, window_reverse};
 use florence2_wasm::cpu::Weight;
-use florence2_wasm::gpu::quant::{dequantize_rows, quantize_rows, QFormat};
+use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
 use half::f16;
 
 use crate::common::cpu::{

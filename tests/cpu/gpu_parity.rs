@@ -7,10 +7,10 @@
 
 use florence2_wasm::cpu;
 use florence2_wasm::cpu::conv::ConvGeom;
-use florence2_wasm::gpu::quant::{dequantize_rows, quantize_rows, QFormat};
 use florence2_wasm::gpu::{DType, Tensor};
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::Act;
+use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
 
 use crate::common::{assert_close, gpu, run_f32, tf32, zf32, Rng};
 use crate::{check_bounds, U};

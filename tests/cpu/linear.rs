@@ -10,8 +10,8 @@
 
 use florence2_wasm::cpu::linear::{linear_residual, LinearRef, PANEL_BYTES};
 use florence2_wasm::cpu::Weight;
-use florence2_wasm::gpu::quant::{dequantize_rows, quantize_rows, QFormat};
 use florence2_wasm::ops::matmul::Act;
+use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
 use half::f16;
 
 use crate::common::cpu::erf_f64;

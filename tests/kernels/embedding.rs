@@ -102,7 +102,8 @@ fn embedding_rejects_mismatched_shapes() {
 /// the default device and on one with 4 KiB bindings, where the tables are bound in row chunks.
 #[test]
 fn embedding_packed_tables() {
-    use florence2_wasm::gpu::{quant, DType, Tensor};
+    use florence2_wasm::gpu::{DType, Tensor};
+    use florence2_wasm::quant;
     let g2 = pollster::block_on(Gpu::new(GpuOptions {
         max_storage_binding_size: Some(4 * 1024),
         ..Default::default()

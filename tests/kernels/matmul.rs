@@ -15,8 +15,9 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{gpu, Rng};
-use florence2_wasm::gpu::{quant, readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
+use florence2_wasm::quant;
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 

@@ -2,10 +2,10 @@
 //! decode plan, weight formats, tuning and device errors, against the reference fixtures.
 #![cfg(not(target_arch = "wasm32"))]
 
-#[path = "../common/mod.rs"]
-mod common;
 #[path = "../weights_util/mod.rs"]
 mod weights_util;
+// weights_util holds the common helpers as a submodule: one copy of them in this binary.
+use weights_util::common;
 
 mod beam_parity;
 mod beam_scripted;

@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use florence2_wasm::gpu::quant::{self, QFormat};
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions};
+use florence2_wasm::quant::{self, QFormat};
 use florence2_wasm::weights::names::canonical_name;
 use florence2_wasm::weights::{
     detect_layout, load_dir_with, load_files, parse_header, Assembler, HeaderState, LoadOptions,

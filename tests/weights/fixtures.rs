@@ -181,7 +181,8 @@ fn fixture_streamed_equals_ranged() {
 /// quantize + dequantize of the same rows). The engine's weight bytes equal the tensors' bytes.
 #[test]
 fn fixtures_load_into_every_dtype() {
-    use florence2_wasm::gpu::{quant, DType, GpuOptions, MemKind};
+    use florence2_wasm::gpu::{DType, GpuOptions, MemKind};
+    use florence2_wasm::quant;
     // A device of its own: the memory counter is per device and the other tests load concurrently.
     let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
     for name in [
