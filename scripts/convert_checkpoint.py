@@ -32,7 +32,7 @@ q8 271 MB with the other tensors in f32, about 254 MB with --other-dtype f16; q4
   - q8: K bytes, q as two's-complement int8; q4: K/2 bytes, weight k in byte k/2 (low nibble for even k,
     high for odd), stored as q + 8;
   - row_bytes = K*bits/8 + ceil(K/16 / 16) * 16 (816 for q8, 432 for q4 at K = 768).
-This is bit for bit what the engine's own quantizer (src/gpu/quant.rs) makes from a float checkpoint loaded
+This is bit for bit what the engine's own quantizer (src/quant.rs) makes from a float checkpoint loaded
 with `dtype: "q8"`/`"q4"`. config.json gains
   "quantization": {"format": "florence2-wasm-block", "bits": 8|4, "block_size": 32, "scale_dtype": "float16",
                    "tensors": [the quantized NAMEs]} Tied copies of the shared embedding
@@ -243,7 +243,7 @@ def convert_dtype(tensors, dtype):
 
 
 # ------------------------------------------------------------------------------------------ quantizing
-# Mirrors src/gpu/quant.rs bit for bit. Every value is computed in float64 and rounded to float32 exactly
+# Mirrors src/quant.rs bit for bit. Every value is computed in float64 and rounded to float32 exactly
 # where the Rust code rounds (a float64 result of one +, *, / of float32 operands, rounded once to float32,
 # is the correctly rounded float32 result), so no torch kernel's choice of vectorised arithmetic matters.
 

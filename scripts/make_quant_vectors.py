@@ -3,7 +3,7 @@
 (exact rounding ties for q8 and q4, zero blocks, NaN/inf, scales that overflow or underflow float16,
 subnormal scales, random rows of many magnitudes) and what scripts/convert_checkpoint.py's quantizer makes of
 them (`q8`, `q4`: U8 rows in the engine's layout). tests/model/quantized_checkpoints.rs checks that the engine's
-quantizer (src/gpu/quant.rs) makes the same bytes. Needs torch + safetensors.
+quantizer (src/quant.rs) makes the same bytes. Needs torch + safetensors.
 
   python3 scripts/make_quant_vectors.py
 """
