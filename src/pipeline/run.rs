@@ -2,7 +2,8 @@
 //! ids -> encoder -> decoder -> ids -> text -> answer ([`Pipeline::run_task`]).
 
 use crate::error::{Error, Result};
-use crate::model::generate::Observer;
+use crate::model::florence2::EncoderOutput;
+use crate::model::generate::{GenerateOptions, Observer};
 use crate::pipeline::cancel::Cancel;
 use crate::pipeline::clock::Stopwatch;
 use crate::pipeline::image::{EncodedImage, Image, TaskInput};
@@ -95,14 +96,7 @@ impl Pipeline {
                 &*fresh.insert(self.encode_image_with(img, cancel, callbacks)?),
                 false,
             ),
-            TaskInput::Encoded(e) => {
-                if e.owner != self.id {
-                    return Err(Error::InvalidInput(
-                        "this EncodedImage was made by another model".into(),
-                    ));
-                }
-                (e, true)
-            }
+            TaskInput::Encoded(e) => (self.owned(e)?, true),
         };
         let (image_size, image_preprocess_ms, image_vision_ms) =
             (image.image_size, image.preprocess_ms, image.vision_ms);
@@ -120,24 +114,7 @@ impl Pipeline {
 
         callbacks.stage(Stage::Decode);
         let t = Stopwatch::start();
-        let streamer = TokenStreamer::new(&self.tokenizer, callbacks.on_token);
-        let stop = || cancel.is_cancelled();
-        let push = |id| streamer.push(id);
-        let obs = Observer {
-            cancel: &stop,
-            on_token: &push,
-        };
-        // The decoder reads only the cross-attention K/V: the encoder's input and output (2 x (1, S, D))
-        // are released before the KV caches are allocated.
-        let crate::model::florence2::EncoderOutput {
-            cross,
-            hidden,
-            inputs_embeds,
-            ..
-        } = enc;
-        drop((hidden, inputs_embeds));
-        let token_ids = self.model.generate_with(&cross, &gen, obs).await?;
-        drop(cross);
+        let token_ids = self.decode(enc, &gen, cancel, callbacks).await?;
         let decode_ms = t.ms_after_gpu(gpu)?;
 
         callbacks.stage(Stage::Postprocess);
@@ -172,6 +149,45 @@ impl Pipeline {
             },
             memory: gpu.memory(),
         })
+    }
+
+    /// `e`, when this pipeline made it.
+    fn owned<'e>(&self, e: &'e EncodedImage) -> Result<&'e EncodedImage> {
+        if e.owner != self.id {
+            return Err(Error::InvalidInput(
+                "this EncodedImage was made by another model".into(),
+            ));
+        }
+        Ok(e)
+    }
+
+    /// The decode stage: token ids from the encoder output, streamed through `callbacks.on_token`,
+    /// `cancel` asked before every step. The decoder reads only the cross-attention K/V: the encoder's
+    /// input and output (2 x (1, S, D)) are released before the KV caches are allocated.
+    async fn decode(
+        &self,
+        enc: EncoderOutput,
+        gen: &GenerateOptions,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<Vec<u32>> {
+        let streamer = TokenStreamer::new(&self.tokenizer, callbacks.on_token);
+        let stop = || cancel.is_cancelled();
+        let push = |id| streamer.push(id);
+        let obs = Observer {
+            cancel: &stop,
+            on_token: &push,
+        };
+        let EncoderOutput {
+            cross,
+            hidden,
+            inputs_embeds,
+            ..
+        } = enc;
+        drop((hidden, inputs_embeds));
+        let token_ids = self.model.generate_with(&cross, gen, obs).await?;
+        drop(cross);
+        Ok(token_ids)
     }
 
     /// [`Pipeline::run_task`], blocking the calling thread until it is done (native; from an async
