@@ -122,6 +122,14 @@ fn reordered_equals_replayed(g: &Arc<Gpu>, dec: &Decoder, cross: &CrossKv, kv: D
     }
 }
 
+/// One attention call on its own submit, read back.
+fn run_attention(g: &Arc<Gpu>, [q, k, v]: [&Tensor; 3], opts: &AttnOpts, out: &Tensor) -> Vec<f32> {
+    let mut rec = Recorder::new(g);
+    attention::attention(&mut rec, q, k, v, opts, out).unwrap();
+    rec.submit().unwrap();
+    readback::to_f32_blocking(g, out).unwrap()
+}
+
 #[test]
 fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
     let g = open();
@@ -161,21 +169,15 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
                 mask: None,
                 ..Default::default()
             };
-            let mut rec = Recorder::new(&g);
-            attention::attention(
-                &mut rec,
-                &q,
-                k,
-                v,
-                &attention::AttnOpts {
+            let want = run_attention(
+                &g,
+                [&q, k, v],
+                &AttnOpts {
                     variant: Some(variant),
                     ..opts
                 },
                 &out,
-            )
-            .unwrap();
-            rec.submit().unwrap();
-            let want = readback::to_f32_blocking(&g, &out).unwrap();
+            );
             // Only the buffer says kv_len / q_offset: the options carry different values.
             let dyn_opts = AttnOpts {
                 kv_len: Some(3),
@@ -185,22 +187,16 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
             dyn_len
                 .write_bytes(&g, 0, bytemuck::cast_slice(&[kv_len, kv_len - 1, 0, 0]))
                 .unwrap();
-            let mut rec = Recorder::new(&g);
-            attention::attention(
-                &mut rec,
-                &q,
-                k,
-                v,
-                &attention::AttnOpts {
+            let got = run_attention(
+                &g,
+                [&q, k, v],
+                &AttnOpts {
                     dyn_len: Some(&dyn_len),
                     variant: Some(variant),
                     ..dyn_opts
                 },
                 &out,
-            )
-            .unwrap();
-            rec.submit().unwrap();
-            let got = readback::to_f32_blocking(&g, &out).unwrap();
+            );
             let kvd = k.dtype();
             assert_eq!(
                 bits(&want),
@@ -214,40 +210,28 @@ fn dynamic_length_attention_equals_the_fixed_one_on_every_variant() {
             scale: 0.35,
             ..Default::default()
         };
-        let mut rec = Recorder::new(&g);
-        attention::attention(
-            &mut rec,
-            &q,
-            k,
-            v,
-            &attention::AttnOpts {
+        let want = run_attention(
+            &g,
+            [&q, k, v],
+            &AttnOpts {
                 variant: Some(variant),
                 ..opts
             },
             &out,
-        )
-        .unwrap();
-        rec.submit().unwrap();
-        let want = readback::to_f32_blocking(&g, &out).unwrap();
+        );
         dyn_len
             .write_bytes(&g, 0, bytemuck::cast_slice(&[1000u32, 0, 0, 0]))
             .unwrap();
-        let mut rec = Recorder::new(&g);
-        attention::attention(
-            &mut rec,
-            &q,
-            k,
-            v,
-            &attention::AttnOpts {
+        let got = run_attention(
+            &g,
+            [&q, k, v],
+            &AttnOpts {
                 dyn_len: Some(&dyn_len),
                 variant: Some(variant),
                 ..opts
             },
             &out,
-        )
-        .unwrap();
-        rec.submit().unwrap();
-        let got = readback::to_f32_blocking(&g, &out).unwrap();
+        );
         assert_eq!(bits(&want), bits(&got), "{variant:?} clamped");
     }
     // The step buffer must be U32 with [kv_len, q_offset].
