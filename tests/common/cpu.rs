@@ -192,3 +192,59 @@ pub fn split_qkv_ref(qkv: &[f32], c: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     }
     (q, k, v)
 }
+
+const CA_U: f64 = f32::EPSILON as f64 / 2.0;
+
+/// Grouped channel attention in f64 for qkv (B, N, 3C): (out (B, N, C), the f32 tolerance of
+/// tests/kernels/channel_attn.rs's header). CA_U is the f32 unit roundoff.
+pub fn channel_attn_ref(
+    qkv: &[f32],
+    b: usize,
+    n: usize,
+    c: usize,
+    groups: usize,
+) -> (Vec<f32>, f64) {
+    let d = c / groups;
+    let scale = (n as f64).powf(-0.5);
+    let mut out = vec![0f32; b * n * c];
+    let mut delta: f64 = 0.0;
+    let mut vmax: f64 = 0.0;
+    let at = |bi: usize, t: usize, col: usize| qkv[(bi * n + t) * 3 * c + col] as f64;
+    for bi in 0..b {
+        for gi in 0..groups {
+            let mut attn = vec![0f64; d * d];
+            for i in 0..d {
+                let mut row = vec![0f64; d];
+                for (j, r) in row.iter_mut().enumerate() {
+                    let (mut s, mut abs) = (0f64, 0f64);
+                    for t in 0..n {
+                        let p = at(bi, t, gi * d + i) * at(bi, t, c + gi * d + j);
+                        s += p;
+                        abs += p.abs();
+                    }
+                    *r = s * scale;
+                    delta = delta.max(n as f64 * CA_U * abs * scale);
+                }
+                let mx = row.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = row.iter().map(|v| (v - mx).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for j in 0..d {
+                    attn[i * d + j] = e[j] / sum;
+                }
+            }
+            for t in 0..n {
+                for i in 0..d {
+                    let mut s = 0f64;
+                    for j in 0..d {
+                        let v = at(bi, t, 2 * c + gi * d + j);
+                        vmax = vmax.max(v.abs());
+                        s += attn[i * d + j] * v;
+                    }
+                    out[(bi * n + t) * c + gi * d + i] = s as f32;
+                }
+            }
+        }
+    }
+    let tol = ((2.0 * delta).exp_m1() + (d as f64 + 8.0) * CA_U) * vmax + CA_U;
+    (out, tol)
+}

@@ -1,4 +1,4 @@
-//! `cpu::channel_attn` against the f64 transcription of tests/kernels/channel_attn.rs.
+//! `cpu::channel_attn` against the f64 reference the GPU kernel's test uses (tests/common/cpu.rs).
 //!
 //! Tolerance (same analysis, computed from the data): a logit is an N-term sum, so its f32 error is at
 //! most delta = N u sum_n |q_n k_n| * scale; softmax weights move within e^(+-2 delta); the d-term output
@@ -7,55 +7,14 @@
 use florence2_wasm::cpu::channel_attn::{channel_attention, channel_logits};
 
 use crate::common::{max_diff, Rng};
-use crate::U;
 
-/// (out (B, N, C), tolerance).
+/// (out (B, N, C), tolerance): the kernels test's f64 reference.
 pub fn channel_ref(
     qkv: &[f32],
     (b, n, c): (usize, usize, usize),
     groups: usize,
 ) -> (Vec<f32>, f64) {
-    let d = c / groups;
-    let scale = (n as f64).powf(-0.5);
-    let mut out = vec![0f32; b * n * c];
-    let (mut delta, mut vmax) = (0f64, 0f64);
-    let at = |bi: usize, t: usize, col: usize| qkv[(bi * n + t) * 3 * c + col] as f64;
-    for bi in 0..b {
-        for gi in 0..groups {
-            let mut attn = vec![0f64; d * d];
-            for i in 0..d {
-                let mut row = vec![0f64; d];
-                for (j, r) in row.iter_mut().enumerate() {
-                    let (mut s, mut abs) = (0f64, 0f64);
-                    for t in 0..n {
-                        let p = at(bi, t, gi * d + i) * at(bi, t, c + gi * d + j);
-                        s += p;
-                        abs += p.abs();
-                    }
-                    *r = s * scale;
-                    delta = delta.max(n as f64 * U * abs * scale);
-                }
-                let mx = row.iter().cloned().fold(f64::MIN, f64::max);
-                let sum: f64 = row.iter().map(|v| (v - mx).exp()).sum();
-                for j in 0..d {
-                    attn[i * d + j] = (row[j] - mx).exp() / sum;
-                }
-            }
-            for t in 0..n {
-                for i in 0..d {
-                    let mut s = 0f64;
-                    for j in 0..d {
-                        let v = at(bi, t, 2 * c + gi * d + j);
-                        vmax = vmax.max(v.abs());
-                        s += attn[i * d + j] * v;
-                    }
-                    out[(bi * n + t) * c + gi * d + i] = s as f32;
-                }
-            }
-        }
-    }
-    let tol = ((2.0 * delta).exp_m1() + (d as f64 + 8.0) * U) * vmax + U;
-    (out, tol)
+    crate::common::cpu::channel_attn_ref(qkv, b, n, c, groups)
 }
 
 #[test]
