@@ -286,7 +286,7 @@ impl JsFlorence2 {
         // Destroy the device after every call queued before this one has settled.
         wasm_bindgen_futures::spawn_local(async move {
             let _guard = inner.lock.acquire().await;
-            inner.gpu.borrow().device.destroy();
+            inner.gpu.borrow().destroy();
         });
     }
 

@@ -2,11 +2,11 @@
 //! embeddings: k7 s4 p3 stem, k3 s2 p1) as im2col row chunks + the CPU linear, and the depthwise 3x3
 //! positional conv with its bias and residual fused.
 
+use crate::cpu::activation::Act;
 use crate::cpu::linear::{linear, LinearRef};
 use crate::cpu::{check_len, par, Weight};
 use crate::error::{Error, Result};
 use crate::ops::conv::conv_out_len;
-use crate::ops::matmul::Act;
 
 /// im2col rows per chunk: the scratch stays at most this many bytes.
 const IM2COL_BYTES: usize = 8 << 20;

@@ -14,10 +14,10 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
+use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
 use crate::cpu::{activation, check_len, par, Weight};
 use crate::error::{Error, Result};
-use crate::ops::matmul::Act;
 use crate::quant::{QFormat, QBLOCK};
 
 /// Largest M the GEMV path takes (as the GPU's decode GEMV).

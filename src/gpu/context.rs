@@ -13,6 +13,10 @@ use crate::gpu::kernel::KernelCache;
 use crate::gpu::profile::Profiler;
 use crate::gpu::tensor::{MemCounter, MemReport};
 
+/// Largest host tensor of the CPU backend (bytes): far above any Florence-2 tensor, and below what
+/// a 32-bit address space could hold at all.
+const HOST_MAX_TENSOR: u64 = if usize::BITS == 32 { 1 << 31 } else { 1 << 40 };
+
 /// What the caller may tune when opening the device.
 #[derive(Clone, Debug, Default)]
 pub struct GpuOptions {
@@ -49,11 +53,19 @@ pub struct Caps {
     pub adapter_key: String,
 }
 
-/// The device, its queue, the kernel cache, and the error slots that turn wgpu's asynchronous errors
-/// into `Result`s instead of panics.
-pub struct Gpu {
+/// A wgpu device and its queue.
+pub struct Wgpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
+}
+
+/// The device the model runs on: a wgpu adapter (GPU, or a software one) or the host CPU
+/// ([`Gpu::cpu`]: tensors live in host memory and every op runs its `crate::cpu` kernel at once),
+/// with the kernel cache, the memory accounting and the error slots that turn wgpu's asynchronous
+/// errors into `Result`s instead of panics.
+pub struct Gpu {
+    /// The wgpu device, `None` on the CPU backend.
+    wgpu: Option<Wgpu>,
     pub caps: Caps,
     pub kernels: KernelCache,
     /// First uncaptured wgpu error since the last [`Gpu::check`].
@@ -148,6 +160,51 @@ async fn web_adapter_info() -> String {
 }
 
 impl Gpu {
+    /// The CPU backend: no adapter; tensors are host memory and every op runs its `crate::cpu` kernel
+    /// when it is recorded (natively on `rayon`'s `threads` threads, in wasm on one thread).
+    pub fn cpu(threads: usize) -> Arc<Gpu> {
+        let caps = Caps {
+            subgroups: false,
+            timestamp_query: false,
+            subgroup_min_size: 0,
+            max_storage_binding: u64::MAX,
+            max_buffer: HOST_MAX_TENSOR,
+            max_invocations: 1,
+            max_workgroup_storage: 0,
+            max_storage_buffers_per_stage: u32::MAX,
+            storage_offset_alignment: 4,
+            uniform_offset_alignment: 4,
+            adapter_name: format!("CPU ({threads} threads)"),
+            backend: "cpu".into(),
+            is_cpu: true,
+            adapter_key: format!("cpu threads={threads}"),
+        };
+        Arc::new(Gpu {
+            wgpu: None,
+            caps,
+            kernels: KernelCache::default(),
+            error: Arc::new(Mutex::new(None)),
+            lost: Arc::new(Mutex::new(None)),
+            uniform_pool: Mutex::new(Vec::new()),
+            bind_groups: Default::default(),
+            choices: Choices::default(),
+            profiler: Profiler::default(),
+            mem: Arc::new(MemCounter::default()),
+        })
+    }
+
+    /// Whether this is the CPU backend ([`Gpu::cpu`]): no wgpu device, host tensors.
+    pub fn is_host(&self) -> bool {
+        self.wgpu.is_none()
+    }
+
+    /// The wgpu device and queue ([`Error::Gpu`] on the CPU backend, which has none).
+    pub fn wgpu(&self) -> Result<&Wgpu> {
+        self.wgpu
+            .as_ref()
+            .ok_or_else(|| Error::Gpu("the CPU backend has no GPU device".into()))
+    }
+
     /// Open the default adapter (high-performance preference) with its own limits.
     pub async fn new(opts: GpuOptions) -> Result<Arc<Gpu>> {
         let instance =
@@ -262,8 +319,7 @@ impl Gpu {
         };
 
         Ok(Arc::new(Gpu {
-            device,
-            queue,
+            wgpu: Some(Wgpu { device, queue }),
             caps,
             kernels: KernelCache::default(),
             error,
@@ -274,6 +330,14 @@ impl Gpu {
             profiler: Profiler::default(),
             mem: Arc::new(MemCounter::default()),
         }))
+    }
+
+    /// Destroy the wgpu device (its buffers become invalid, its lost callback runs); nothing on the
+    /// CPU backend.
+    pub fn destroy(&self) {
+        if let Some(hw) = &self.wgpu {
+            hw.device.destroy();
+        }
     }
 
     /// Whether the device was lost (its lost callback has run).
@@ -291,8 +355,11 @@ impl Gpu {
     /// Error scopes are a stack per device (and thread): the caller must not run two `scoped` calls on
     /// one device concurrently (the browser facade serialises requests with a queue).
     pub async fn scoped<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
-        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let Some(hw) = &self.wgpu else {
+            return work.await;
+        };
+        let validation = hw.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = hw.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let result = work.await;
         // Popped in reverse order of pushing; each resolves once the device has processed everything
         // issued before it.
@@ -334,8 +401,8 @@ impl Gpu {
     /// drives the queue and readbacks are awaited instead.
     pub fn wait_idle(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        {
-            self.device
+        if let Some(hw) = &self.wgpu {
+            hw.device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| Error::Gpu(e.to_string()))?;
         }

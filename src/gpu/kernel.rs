@@ -180,7 +180,8 @@ impl KernelCache {
             Some(_) => None,
             None => Some(kernel.shader.variant(kernel.defines)?),
         };
-        let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let device = &gpu.wgpu()?.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = match (cached_module, wgsl) {
             (Some(m), _) => m,
             (None, wgsl) => {
@@ -193,13 +194,13 @@ impl KernelCache {
                     // all of its buffer and array accesses are in bounds for any input its launcher
                     // accepts (the launcher checks the shapes those proofs rely on), in every variant.
                     unsafe {
-                        gpu.device.create_shader_module_trusted(
+                        device.create_shader_module_trusted(
                             desc,
                             wgpu::ShaderRuntimeChecks::unchecked(),
                         )
                     }
                 } else {
-                    gpu.device.create_shader_module(desc)
+                    device.create_shader_module(desc)
                 };
                 if let Ok(mut m) = self.modules.lock() {
                     m.insert(module_key.clone(), module.clone());
@@ -207,19 +208,17 @@ impl KernelCache {
                 module
             }
         };
-        let pipeline = gpu
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&key),
-                layout: None,
-                module: &module,
-                entry_point: Some(kernel.entry),
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    constants: kernel.overrides,
-                    zero_initialize_workgroup_memory: false,
-                },
-                cache: None,
-            });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&key),
+            layout: None,
+            module: &module,
+            entry_point: Some(kernel.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: kernel.overrides,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
         let layout = pipeline.get_bind_group_layout(0);
         if let Some(err) = block_on_scope(scope.pop()) {
             // Forget the module too, so a fixed source (hot reload in tests) is recompiled.

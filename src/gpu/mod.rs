@@ -10,6 +10,7 @@
 //! passes them to [`Recorder::dispatch`].
 
 mod context;
+pub mod host;
 mod kernel;
 pub mod preprocess;
 pub mod profile;
@@ -20,9 +21,9 @@ mod tensor;
 pub mod tune;
 
 pub use crate::quant::QFormat;
-pub use context::{Caps, Gpu, GpuOptions};
+pub use context::{Caps, Gpu, GpuOptions, Wgpu};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
-pub use recorder::{staging_buffer, Pending, Plan, Recorder};
+pub use recorder::{staging_buffer, Pending, Plan, Recorder, Staging};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 
 /// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).

@@ -84,13 +84,14 @@ impl Profiler {
                 break;
             }
             #[cfg(not(target_arch = "wasm32"))]
-            gpu.device
+            gpu.wgpu()?
+                .device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| Error::Gpu(e.to_string()))?;
             #[cfg(target_arch = "wasm32")]
             {
                 let (tx, rx) = futures_channel::oneshot::channel();
-                gpu.queue.on_submitted_work_done(move || {
+                gpu.wgpu()?.queue.on_submitted_work_done(move || {
                     let _ = tx.send(());
                 });
                 let _ = rx.await;

@@ -11,7 +11,7 @@ pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
     let mut rec = Recorder::new(gpu);
     let p = rec.read_back(t);
     rec.submit()?;
-    let bytes = p.bytes(gpu).await?;
+    let bytes = p?.bytes(gpu).await?;
     let n = t.numel();
     Ok(match t.dtype() {
         DType::F32 => bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)[..n].to_vec(),
@@ -41,7 +41,7 @@ pub async fn to_u32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<u32>> {
     let mut rec = Recorder::new(gpu);
     let p = rec.read_back(t);
     rec.submit()?;
-    let bytes = p.bytes(gpu).await?;
+    let bytes = p?.bytes(gpu).await?;
     Ok(bytemuck::pod_collect_to_vec::<u8, u32>(&bytes)[..t.numel()].to_vec())
 }
 

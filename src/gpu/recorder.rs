@@ -22,7 +22,7 @@ use futures_channel::oneshot;
 use crate::error::{Error, Result};
 use crate::gpu::kernel::Kernel;
 use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
-use crate::gpu::{Gpu, Tensor};
+use crate::gpu::{Gpu, Tensor, Wgpu};
 use std::sync::atomic::Ordering;
 
 const PAGE_SLOTS: usize = 256;
@@ -31,7 +31,8 @@ const SPAN_QUERIES: u32 = 1024;
 
 pub struct Recorder {
     gpu: Arc<Gpu>,
-    encoder: wgpu::CommandEncoder,
+    /// `None` on the CPU backend, where every op runs when it is recorded.
+    encoder: Option<wgpu::CommandEncoder>,
     slot: u64,
     pages: Vec<(wgpu::Buffer, Vec<u8>)>,
     dispatches: usize,
@@ -133,16 +134,24 @@ struct RecProf {
 }
 
 /// A readback recorded into a [`Recorder`]; resolve it after [`Recorder::submit`].
-pub struct Pending {
-    staging: wgpu::Buffer,
-    bytes: u64,
+pub enum Pending {
+    /// A copy into a mappable staging buffer.
+    Device { staging: wgpu::Buffer, bytes: u64 },
+    /// The bytes, read at once (CPU backend).
+    Host(Vec<u8>),
 }
+
+/// A caller-owned readback buffer for [`Recorder::read_back_into`] ([`staging_buffer`]); empty on the
+/// CPU backend, whose readbacks copy host memory directly.
+#[derive(Clone, Debug)]
+pub struct Staging(Option<wgpu::Buffer>);
 
 impl Recorder {
     pub fn new(gpu: &Arc<Gpu>) -> Self {
         let mut r = Recorder::new_plain(gpu, "florence2-recorder");
-        r.prof = gpu.profiler.is_enabled().then(|| RecProf {
-            queries: gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+        let hw = gpu.wgpu().ok().filter(|_| gpu.profiler.is_enabled());
+        r.prof = hw.map(|hw| RecProf {
+            queries: hw.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("profile-timestamps"),
                 ty: wgpu::QueryType::Timestamp,
                 count: MAX_QUERIES,
@@ -167,9 +176,10 @@ impl Recorder {
     }
 
     fn new_plain(gpu: &Arc<Gpu>, label: &str) -> Self {
-        let encoder = gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        let encoder = gpu.wgpu().ok().map(|hw| {
+            hw.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+        });
         Recorder {
             gpu: gpu.clone(),
             encoder,
@@ -195,11 +205,13 @@ impl Recorder {
         }
         let mut r = Recorder::new_plain(gpu, "florence2-timed");
         r.span = Some((
-            gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("tuner-timestamps"),
-                ty: wgpu::QueryType::Timestamp,
-                count: SPAN_QUERIES,
-            }),
+            gpu.wgpu()?
+                .device
+                .create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("tuner-timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: SPAN_QUERIES,
+                }),
             0,
         ));
         Ok(r)
@@ -229,9 +241,10 @@ impl Recorder {
             return Err(Error::Gpu(format!("a recorded plan cannot hold {what}")));
         }
         gpu.check()?;
+        let hw = gpu.wgpu()?;
         for (buf, data) in &pages {
             if !data.is_empty() {
-                gpu.queue.write_buffer(buf, 0, data);
+                hw.queue.write_buffer(buf, 0, data);
             }
         }
         Ok(Plan {
@@ -249,6 +262,10 @@ impl Recorder {
         slot: &mut Option<Plan>,
         record: impl FnOnce(&mut Recorder) -> Result<()>,
     ) -> Result<()> {
+        if self.gpu.is_host() {
+            // Nothing to keep: host ops run as they are recorded.
+            return record(self);
+        }
         let plan = match slot {
             Some(p) => p,
             None => {
@@ -275,9 +292,11 @@ impl Recorder {
             return Ok(());
         }
         if self.prof.is_none() {
-            self.replay_batched(plan);
-            return Ok(());
+            return self.replay_batched(plan);
         }
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(no_encoder());
+        };
         for op in &plan.ops {
             match op {
                 PlanOp::Dispatch {
@@ -288,12 +307,10 @@ impl Recorder {
                     label,
                 } => {
                     let timestamp_writes = timestamps(&mut self.prof, &self.gpu, || label.clone());
-                    let mut pass = self
-                        .encoder
-                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: Some(entry),
-                            timestamp_writes,
-                        });
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(entry),
+                        timestamp_writes,
+                    });
                     pass.set_pipeline(pipeline);
                     pass.set_bind_group(0, bind_group, &[]);
                     pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
@@ -307,8 +324,7 @@ impl Recorder {
                     dst_off,
                     size,
                 } => {
-                    self.encoder
-                        .copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
+                    encoder.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
                 }
             }
         }
@@ -318,7 +334,10 @@ impl Recorder {
     /// Replay without profiling: each run of consecutive dispatches goes into one compute pass (a
     /// pass's usage scope is per dispatch, so a dispatch still sees what the previous one wrote: wgpu
     /// inserts the barriers), which saves the per-pass cost on the CPU when encoding and submitting.
-    fn replay_batched(&mut self, plan: &Plan) {
+    fn replay_batched(&mut self, plan: &Plan) -> Result<()> {
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(no_encoder());
+        };
         let mut ops = plan.ops.iter().peekable();
         while let Some(op) = ops.next() {
             match op {
@@ -329,16 +348,13 @@ impl Recorder {
                     dst_off,
                     size,
                 } => {
-                    self.encoder
-                        .copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
+                    encoder.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
                 }
                 PlanOp::Dispatch { .. } => {
-                    let mut pass = self
-                        .encoder
-                        .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                            label: Some("plan"),
-                            timestamp_writes: None,
-                        });
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("plan"),
+                        timestamp_writes: None,
+                    });
                     let mut next = Some(op);
                     while let Some(PlanOp::Dispatch {
                         pipeline,
@@ -356,7 +372,13 @@ impl Recorder {
                 }
             }
         }
+        Ok(())
     }
+}
+
+/// The error of a GPU-only recorder operation on the CPU backend.
+fn no_encoder() -> Error {
+    Error::Gpu("the CPU backend records no GPU commands".into())
 }
 
 /// The timestamp writes of a recorder's next pass when it profiles (labelled by `label`), else `None`.
@@ -427,6 +449,8 @@ impl Recorder {
             Some((_, data)) => data.len() + self.slot as usize > page_bytes,
         };
         if need_page {
+            let gpu = self.gpu.clone();
+            let hw = gpu.wgpu()?;
             let buf = self
                 .gpu
                 .uniform_pool
@@ -434,7 +458,7 @@ impl Recorder {
                 .ok()
                 .and_then(|mut p| p.pop())
                 .unwrap_or_else(|| {
-                    self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    hw.device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some("params-page"),
                         size: page_bytes as u64,
                         usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
@@ -460,11 +484,9 @@ impl Recorder {
         bindings: &[wgpu::BindingResource<'_>],
         grid: [u32; 3],
     ) -> Result<()> {
-        let max = self
-            .gpu
-            .device
-            .limits()
-            .max_compute_workgroups_per_dimension;
+        let gpu = self.gpu.clone();
+        let hw = gpu.wgpu()?;
+        let max = hw.device.limits().max_compute_workgroups_per_dimension;
         if grid.iter().any(|&g| g > max) {
             return Err(Error::Limit {
                 what: format!("workgroup grid {grid:?} of {}", kernel.shader.name),
@@ -492,14 +514,11 @@ impl Recorder {
                 resource: b.clone(),
             });
         }
-        let bind_group = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(kernel.shader.name),
-                layout: &pipe.layout,
-                entries: &entries,
-            });
+        let bind_group = hw.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(kernel.shader.name),
+            layout: &pipe.layout,
+            entries: &entries,
+        });
         self.gpu.bind_groups.fetch_add(1, Ordering::Relaxed);
         if let Some(cap) = &mut self.capture {
             let (op, variant) = kernel_label(kernel);
@@ -539,12 +558,13 @@ impl Recorder {
                 _ => None,
             },
         };
-        let mut pass = self
-            .encoder
-            .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(kernel.entry),
-                timestamp_writes,
-            });
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(no_encoder());
+        };
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(kernel.entry),
+            timestamp_writes,
+        });
         pass.set_pipeline(&pipe.pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
@@ -578,53 +598,78 @@ impl Recorder {
         }
         // Offsets are the tensors' own: a view at an offset ([`Tensor::view_at`]) adds its start.
         let (src_off, dst_off) = (src.offset() + src_off, dst.offset() + dst_off);
-        if size > 0 {
-            if let Some(cap) = &mut self.capture {
-                cap.ops.push(PlanOp::Copy {
-                    src: src.buffer().clone(),
-                    src_off,
-                    dst: dst.buffer().clone(),
-                    dst_off,
-                    size,
-                });
-            } else {
-                self.encoder.copy_buffer_to_buffer(
-                    src.buffer(),
-                    src_off,
-                    dst.buffer(),
-                    dst_off,
-                    size,
-                );
-            }
+        if size == 0 {
+            return Ok(());
+        }
+        if self.gpu.is_host() {
+            self.host_ready()?;
+            let w = |b: u64| (b / 4) as usize;
+            return dst
+                .host()?
+                .copy_from(src.host()?, w(src_off), w(dst_off), w(size));
+        }
+        if let Some(cap) = &mut self.capture {
+            cap.ops.push(PlanOp::Copy {
+                src: src.buffer()?.clone(),
+                src_off,
+                dst: dst.buffer()?.clone(),
+                dst_off,
+                size,
+            });
+        } else if let Some(encoder) = self.encoder.as_mut() {
+            encoder.copy_buffer_to_buffer(src.buffer()?, src_off, dst.buffer()?, dst_off, size);
         }
         Ok(())
     }
 
     /// Record a copy of `t` into a mappable staging buffer; read it after [`Recorder::submit`].
-    pub fn read_back(&mut self, t: &Tensor) -> Pending {
+    pub fn read_back(&mut self, t: &Tensor) -> Result<Pending> {
         let bytes = t.byte_size();
         if let Some(cap) = &mut self.capture {
             cap.refused.get_or_insert_with(|| "a readback".into());
         }
-        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.encoder
-            .copy_buffer_to_buffer(t.buffer(), t.offset(), &staging, 0, bytes);
-        Pending { staging, bytes }
+        if self.gpu.is_host() {
+            return Ok(Pending::Host(t.host()?.read_bytes(t.offset(), bytes)?));
+        }
+        let staging = self
+            .gpu
+            .wgpu()?
+            .device
+            .create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(no_encoder());
+        };
+        encoder.copy_buffer_to_buffer(t.buffer()?, t.offset(), &staging, 0, bytes);
+        Ok(Pending::Device { staging, bytes })
+    }
+
+    /// On the CPU backend, fail for a capturing recorder: host ops run as they are recorded, so they
+    /// cannot be kept as a [`Plan`] (callers run them directly there; see [`Recorder::replay_cached`]).
+    pub fn host_ready(&self) -> Result<()> {
+        if self.capture.is_some() {
+            return Err(Error::Gpu(
+                "the CPU backend runs ops as they are recorded; it records no plans".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Like [`Recorder::read_back`] but into a caller-owned staging buffer (see [`staging_buffer`]), so a
     /// loop that reads back every step (decoding) allocates nothing per step. The buffer must not be
     /// in use by an unresolved [`Pending`] and must hold `t`'s bytes.
-    pub fn read_back_into(&mut self, t: &Tensor, staging: &wgpu::Buffer) -> Result<Pending> {
+    pub fn read_back_into(&mut self, t: &Tensor, staging: &Staging) -> Result<Pending> {
         let bytes = t.byte_size();
         if self.capture.is_some() {
             return Err(Error::Gpu("a recorded plan cannot hold a readback".into()));
         }
+        let Some(staging) = &staging.0 else {
+            return Ok(Pending::Host(t.host()?.read_bytes(t.offset(), bytes)?));
+        };
         if staging.size() < bytes
             || !staging
                 .usage()
@@ -636,9 +681,11 @@ impl Recorder {
                 staging.usage()
             )));
         }
-        self.encoder
-            .copy_buffer_to_buffer(t.buffer(), t.offset(), staging, 0, bytes);
-        Ok(Pending {
+        let Some(encoder) = self.encoder.as_mut() else {
+            return Err(no_encoder());
+        };
+        encoder.copy_buffer_to_buffer(t.buffer()?, t.offset(), staging, 0, bytes);
+        Ok(Pending::Device {
             staging: staging.clone(),
             bytes,
         })
@@ -660,13 +707,14 @@ impl Recorder {
         let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&pending.bytes(&gpu).await?);
         let begin = ticks.iter().step_by(2).copied().min().unwrap_or(0);
         let end = ticks.iter().skip(1).step_by(2).copied().max().unwrap_or(0);
-        Ok(end.saturating_sub(begin) as f64 * gpu.queue.get_timestamp_period() as f64 * 1e-6)
+        let period = gpu.wgpu()?.queue.get_timestamp_period() as f64;
+        Ok(end.saturating_sub(begin) as f64 * period * 1e-6)
     }
 
     fn submit_inner(self) -> Result<(Arc<Gpu>, Option<Pending>)> {
         let Recorder {
             gpu,
-            mut encoder,
+            encoder,
             pages,
             prof,
             capture,
@@ -679,18 +727,23 @@ impl Recorder {
             ));
         }
         gpu.check()?;
+        let Some(mut encoder) = encoder else {
+            // CPU backend: the work is done.
+            return Ok((gpu, None));
+        };
+        let hw = gpu.wgpu()?;
         for (buf, data) in &pages {
             if !data.is_empty() {
-                gpu.queue.write_buffer(buf, 0, data);
+                hw.queue.write_buffer(buf, 0, data);
             }
         }
         let timestamps = prof
             .filter(|p| !p.labels.is_empty())
-            .map(|p| resolve_timestamps(&gpu, &mut encoder, p));
+            .map(|p| resolve_timestamps(hw, &mut encoder, p));
         let span = span
             .filter(|(_, passes)| *passes > 0)
-            .map(|(queries, passes)| resolve_span(&gpu, &mut encoder, &queries, passes));
-        gpu.queue.submit(Some(encoder.finish()));
+            .map(|(queries, passes)| resolve_span(hw, &mut encoder, &queries, passes));
+        hw.queue.submit(Some(encoder.finish()));
         if let Some((staging, phase, labels)) = timestamps {
             read_timestamps(&gpu, staging, phase, labels);
         }
@@ -704,7 +757,7 @@ impl Recorder {
 
 /// Record the resolve of a recorder's timestamps into a mappable buffer.
 fn resolve_timestamps(
-    gpu: &Gpu,
+    gpu: &Wgpu,
     encoder: &mut wgpu::CommandEncoder,
     p: RecProf,
 ) -> (wgpu::Buffer, String, Vec<(String, String, String)>) {
@@ -729,7 +782,7 @@ fn resolve_timestamps(
 
 /// Record the resolve of a timed recorder's `passes` begin/end pairs into a mappable buffer.
 fn resolve_span(
-    gpu: &Gpu,
+    gpu: &Wgpu,
     encoder: &mut wgpu::CommandEncoder,
     queries: &wgpu::QuerySet,
     passes: u32,
@@ -742,10 +795,10 @@ fn resolve_span(
         usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         mapped_at_creation: false,
     });
-    let staging = staging_buffer(gpu, bytes);
+    let staging = device_staging(&gpu.device, bytes);
     encoder.resolve_query_set(queries, 0..n, &resolve, 0);
     encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
-    Pending { staging, bytes }
+    Pending::Device { staging, bytes }
 }
 
 /// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the
@@ -758,7 +811,10 @@ fn read_timestamps(
 ) {
     use std::sync::atomic::Ordering;
     gpu.profiler.pending.fetch_add(1, Ordering::AcqRel);
-    let period_ns = gpu.queue.get_timestamp_period() as f64;
+    let Ok(hw) = gpu.wgpu() else {
+        return;
+    };
+    let period_ns = hw.queue.get_timestamp_period() as f64;
     let g = gpu.clone();
     let buf = staging.clone();
     staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
@@ -785,9 +841,13 @@ fn read_timestamps(
     });
 }
 
-/// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`].
-pub fn staging_buffer(gpu: &Gpu, bytes: u64) -> wgpu::Buffer {
-    gpu.device.create_buffer(&wgpu::BufferDescriptor {
+/// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`] (none on the CPU backend).
+pub fn staging_buffer(gpu: &Gpu, bytes: u64) -> Staging {
+    Staging(gpu.wgpu().ok().map(|hw| device_staging(&hw.device, bytes)))
+}
+
+fn device_staging(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("readback-staging"),
         size: bytes.div_ceil(4).max(1) * 4,
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -799,13 +859,18 @@ impl Pending {
     /// Map the staging buffer and return its bytes (natively this polls the device until the copy is
     /// done; in the browser it awaits the map promise).
     pub async fn bytes(self, gpu: &Gpu) -> Result<Vec<u8>> {
+        let (staging, bytes) = match self {
+            Pending::Host(b) => return Ok(b),
+            Pending::Device { staging, bytes } => (staging, bytes),
+        };
         let (tx, rx) = oneshot::channel();
-        let slice = self.staging.slice(..);
+        let slice = staging.slice(..);
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
         #[cfg(not(target_arch = "wasm32"))]
-        gpu.device
+        gpu.wgpu()?
+            .device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Readback(e.to_string()))?;
         rx.await
@@ -815,9 +880,9 @@ impl Pending {
         let view = slice
             .get_mapped_range()
             .map_err(|e| Error::Readback(e.to_string()))?;
-        let out = view[..self.bytes as usize].to_vec();
+        let out = view[..bytes as usize].to_vec();
         drop(view);
-        self.staging.unmap();
+        staging.unmap();
         Ok(out)
     }
 

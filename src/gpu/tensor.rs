@@ -12,6 +12,7 @@ use std::sync::Arc;
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
+use crate::gpu::host::HostBuf;
 use crate::gpu::Gpu;
 use crate::quant::QFormat;
 
@@ -160,18 +161,28 @@ impl MemCounter {
     }
 }
 
-/// A GPU buffer with its accounting: subtracts itself from the counter when the last tensor sharing it
+/// Where a tensor's bytes live.
+#[derive(Debug)]
+enum Store {
+    /// A wgpu buffer.
+    Device(wgpu::Buffer),
+    /// Host memory of the CPU backend.
+    Host(HostBuf),
+}
+
+/// A buffer with its accounting: subtracts itself from the counter when the last tensor sharing it
 /// is dropped.
 #[derive(Debug)]
 struct Alloc {
-    buf: wgpu::Buffer,
+    store: Store,
+    size: u64,
     kind: MemKind,
     counter: Arc<MemCounter>,
 }
 
 impl Drop for Alloc {
     fn drop(&mut self) {
-        self.counter.sub(self.kind, self.buf.size());
+        self.counter.sub(self.kind, self.size);
     }
 }
 
@@ -224,7 +235,17 @@ impl Tensor {
                 max: gpu.caps.max_buffer,
             });
         }
-        let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        if gpu.is_host() {
+            return Ok(Self::wrap(
+                gpu,
+                Store::Host(HostBuf::zeros(size)?),
+                size,
+                shape,
+                dtype,
+                kind,
+            ));
+        }
+        let buf = gpu.wgpu()?.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
             usage: wgpu::BufferUsages::STORAGE
@@ -232,15 +253,30 @@ impl Tensor {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        Ok(Self::wrap(gpu, buf, shape, dtype, kind))
+        Ok(Self::wrap(
+            gpu,
+            Store::Device(buf),
+            size,
+            shape,
+            dtype,
+            kind,
+        ))
     }
 
-    fn wrap(gpu: &Gpu, buf: wgpu::Buffer, shape: &[usize], dtype: DType, kind: MemKind) -> Tensor {
-        gpu.mem.add(kind, buf.size());
-        let bytes = buf.size();
+    fn wrap(
+        gpu: &Gpu,
+        store: Store,
+        size: u64,
+        shape: &[usize],
+        dtype: DType,
+        kind: MemKind,
+    ) -> Tensor {
+        gpu.mem.add(kind, size);
+        let bytes = size;
         Tensor {
             alloc: Arc::new(Alloc {
-                buf,
+                store,
+                size,
                 kind,
                 counter: gpu.mem.clone(),
             }),
@@ -292,9 +328,21 @@ impl Tensor {
                 max: gpu.caps.max_buffer,
             });
         }
+        if gpu.is_host() {
+            let buf = HostBuf::zeros(size)?;
+            let whole = bytes.len() / 4 * 4;
+            buf.write_bytes(0, &bytes[..whole])?;
+            if whole < bytes.len() {
+                let mut tail = [0u8; 4];
+                tail[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+                buf.write_bytes(whole as u64, &tail)?;
+            }
+            return Ok(Self::wrap(gpu, Store::Host(buf), size, shape, dtype, kind));
+        }
         let mut data = bytes.to_vec();
         data.resize(size as usize, 0);
         let buf = gpu
+            .wgpu()?
             .device
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
@@ -303,7 +351,14 @@ impl Tensor {
                     | wgpu::BufferUsages::COPY_SRC
                     | wgpu::BufferUsages::COPY_DST,
             });
-        Ok(Self::wrap(gpu, buf, shape, dtype, kind))
+        Ok(Self::wrap(
+            gpu,
+            Store::Device(buf),
+            size,
+            shape,
+            dtype,
+            kind,
+        ))
     }
 
     pub fn from_f32(gpu: &Gpu, shape: &[usize], data: &[f32], label: &str) -> Result<Tensor> {
@@ -362,9 +417,15 @@ impl Tensor {
                 ),
             ));
         }
-        gpu.queue
-            .write_buffer(&self.alloc.buf, self.offset + offset, bytes);
-        Ok(())
+        match &self.alloc.store {
+            Store::Host(h) => h.write_bytes(self.offset + offset, bytes),
+            Store::Device(buf) => {
+                gpu.wgpu()?
+                    .queue
+                    .write_buffer(buf, self.offset + offset, bytes);
+                Ok(())
+            }
+        }
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -400,7 +461,7 @@ impl Tensor {
 
     /// Bytes of the whole underlying buffer (what the memory accounting counts once for all views).
     pub fn capacity(&self) -> u64 {
-        self.alloc.buf.size()
+        self.alloc.size
     }
 
     /// Where this tensor starts in its buffer, in bytes (0 except for [`Tensor::view_at`]).
@@ -423,12 +484,12 @@ impl Tensor {
     /// copies need only the 4. Fails if the view does not fit in the buffer.
     pub fn view_at(&self, offset: u64, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let bytes = padded_bytes(shape, dtype)?;
-        if !offset.is_multiple_of(4) || offset + bytes > self.alloc.buf.size() {
+        if !offset.is_multiple_of(4) || offset + bytes > self.alloc.size {
             return Err(Error::shape(
                 "Tensor::view",
                 format!(
                     "{shape:?} {dtype:?} needs {bytes} bytes at offset {offset}; the buffer has {}",
-                    self.alloc.buf.size()
+                    self.alloc.size
                 ),
             ));
         }
@@ -441,8 +502,32 @@ impl Tensor {
         })
     }
 
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.alloc.buf
+    /// The wgpu buffer ([`Error::Gpu`] for a host tensor of the CPU backend).
+    pub fn buffer(&self) -> Result<&wgpu::Buffer> {
+        match &self.alloc.store {
+            Store::Device(b) => Ok(b),
+            Store::Host(_) => Err(Error::Gpu(
+                "a host tensor of the CPU backend has no GPU buffer".into(),
+            )),
+        }
+    }
+
+    /// The host buffer of a CPU-backend tensor ([`Error::Gpu`] for a GPU tensor).
+    pub fn host(&self) -> Result<&HostBuf> {
+        match &self.alloc.store {
+            Store::Host(h) => Ok(h),
+            Store::Device(_) => Err(Error::Gpu("a GPU tensor reached a CPU-backend op".into())),
+        }
+    }
+
+    /// Whether this tensor lives in host memory (the CPU backend).
+    pub fn is_host(&self) -> bool {
+        matches!(self.alloc.store, Store::Host(_))
+    }
+
+    /// Whether `self` and `other` share one underlying buffer.
+    pub fn same_buffer(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.alloc, &other.alloc)
     }
 
     /// Same buffer, new shape with the same element count.
@@ -482,8 +567,9 @@ impl Tensor {
                 max: gpu.caps.max_storage_binding,
             });
         }
-        if self.offset == 0 && self.bytes == self.alloc.buf.size() {
-            return Ok(self.alloc.buf.as_entire_binding());
+        let buf = self.buffer()?;
+        if self.offset == 0 && self.bytes == self.alloc.size {
+            return Ok(buf.as_entire_binding());
         }
         let align = gpu.caps.storage_offset_alignment.max(4) as u64;
         if !self.offset.is_multiple_of(align) {
@@ -496,17 +582,17 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(self.binding_range(0, self.bytes))
+        self.binding_range(0, self.bytes)
     }
 
     /// A byte range of this tensor (from its own start) as a binding; the buffer offset
     /// (`offset()` + `offset`) must respect the storage offset alignment.
-    pub fn binding_range(&self, offset: u64, size: u64) -> wgpu::BindingResource<'_> {
-        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: &self.alloc.buf,
+    pub fn binding_range(&self, offset: u64, size: u64) -> Result<wgpu::BindingResource<'_>> {
+        Ok(wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: self.buffer()?,
             offset: self.offset + offset,
             size: std::num::NonZeroU64::new(size),
-        })
+        }))
     }
 
     /// Split the tensor, viewed as rows of `row_elems` elements, into row ranges that each fit one storage

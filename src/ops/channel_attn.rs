@@ -180,7 +180,7 @@ impl ChannelLogits {
 /// Refuse two tensors whose byte ranges overlap in one buffer.
 fn disjoint(op: &'static str, a: (&str, &Tensor), b: (&str, &Tensor)) -> Result<()> {
     let (x, y) = (a.1, b.1);
-    let overlap = x.buffer() == y.buffer()
+    let overlap = x.same_buffer(y)
         && x.offset() < y.offset() + y.byte_size()
         && y.offset() < x.offset() + x.byte_size();
     if overlap {

@@ -63,7 +63,7 @@ pub(crate) fn rank<'a>(
 
 /// True when two tensors share a buffer (in-place use, or a reshape of the same storage).
 pub(crate) fn same_buffer(a: &Tensor, b: &Tensor) -> bool {
-    a.buffer() == b.buffer()
+    a.same_buffer(b)
 }
 
 /// Reject `a` and `b` sharing storage (kernels whose outputs would race with their inputs).

@@ -95,7 +95,7 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
             &params,
             &[
                 ids.binding(&gpu)?,
-                table.binding_range(ch.byte_offset, ch.byte_size),
+                table.binding_range(ch.byte_offset, ch.byte_size)?,
                 out.binding(&gpu)?,
             ],
             grid_1d(ceil_div(items, WG as usize)),

@@ -65,14 +65,7 @@ pub static SHADER_BATCHED: Shader = Shader {
     ],
 };
 
-/// Epilogue applied after the bias.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Act {
-    #[default]
-    None,
-    /// Exact (erf-based) GELU, as PyTorch's `nn.GELU()` / `F.gelu` default.
-    Gelu,
-}
+pub use crate::cpu::activation::Act;
 
 /// Which kernel runs a [`linear`]: the registry's choice or [`choose_linear_variant_for`], unless
 /// [`LinearArgs::variant`] forces one (tests, benchmarks and the tuner compare them).
@@ -700,7 +693,7 @@ fn record_linear(
         }
         let bindings = [
             x_b.clone(),
-            w.binding_range(chunk.byte_offset, chunk.byte_size),
+            w.binding_range(chunk.byte_offset, chunk.byte_size)?,
             bias_b.clone(),
             out_b.clone(),
             res_b.clone(),

@@ -91,7 +91,7 @@ pub fn pos2d_temporal_add(
             format!("temporal {:?} must be (T >= 1, {c})", temporal.shape()),
         ));
     }
-    if feats.buffer() == out.buffer() {
+    if feats.same_buffer(out) {
         return Err(Error::shape(OP, "out must not share feats' buffer"));
     }
     let n = feats.numel();

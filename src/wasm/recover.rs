@@ -86,7 +86,7 @@ async fn reload_locked(
             // Disposed while loading.
             drop(slot);
             drop(new);
-            gpu.device.destroy();
+            gpu.destroy();
             return Err(Error::Disposed);
         }
         slot.replace(new.clone())
@@ -99,7 +99,7 @@ async fn reload_locked(
         images.clear();
     }
     if let Some(old) = old {
-        old.gpu().device.destroy();
+        old.gpu().destroy();
     }
     Ok(new)
 }
@@ -151,7 +151,7 @@ impl JsFlorence2 {
     /// Destroy the current GPU device now, as a driver reset would lose it.
     #[doc(hidden)]
     pub fn debug_lose_device(&self) {
-        self.inner.gpu.borrow().device.destroy();
+        self.inner.gpu.borrow().destroy();
     }
 
     /// Make the next request allocate `bytes` more GPU memory with its activations (one buffer, held

@@ -707,9 +707,11 @@ impl Assembler {
     /// Submit pending buffer writes (natively this lets wgpu free its staging copies).
     pub fn flush(&mut self) -> Result<()> {
         self.since_flush = 0;
-        self.gpu.queue.submit(std::iter::empty());
-        #[cfg(not(target_arch = "wasm32"))]
-        self.gpu.wait_idle()?;
+        if let Ok(hw) = self.gpu.wgpu() {
+            hw.queue.submit(std::iter::empty());
+            #[cfg(not(target_arch = "wasm32"))]
+            self.gpu.wait_idle()?;
+        }
         Ok(())
     }
 

@@ -75,11 +75,11 @@ impl Weights {
 
     /// Total GPU bytes held (a buffer shared by two names, e.g. the tied LM head, counts once).
     pub fn byte_size(&self) -> u64 {
-        let mut seen: Vec<&wgpu::Buffer> = Vec::new();
+        let mut seen: Vec<&Tensor> = Vec::new();
         let mut total = 0;
         for t in self.map.values() {
-            if !seen.contains(&t.buffer()) {
-                seen.push(t.buffer());
+            if !seen.iter().any(|s| s.same_buffer(t)) {
+                seen.push(t);
                 total += t.byte_size();
             }
         }
@@ -89,7 +89,7 @@ impl Weights {
     /// True when `a` and `b` are the same GPU buffer (e.g. `lm_head.weight` tied to the shared embedding).
     pub fn same_buffer(&self, a: &str, b: &str) -> bool {
         match (self.map.get(a), self.map.get(b)) {
-            (Some(x), Some(y)) => x.buffer() == y.buffer(),
+            (Some(x), Some(y)) => x.same_buffer(y),
             _ => false,
         }
     }

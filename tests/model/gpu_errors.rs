@@ -19,9 +19,13 @@ fn lost_device_is_named_device_lost() {
         [1.0, 2.0, 3.0, 4.0]
     );
     assert!(!gpu.is_lost());
-    gpu.device.destroy();
+    gpu.destroy();
     // wgpu-core runs the lost callback when the device is destroyed and polled.
-    let _ = gpu.device.poll(wgpu::PollType::Poll);
+    let _ = gpu
+        .wgpu()
+        .expect("a GPU device")
+        .device
+        .poll(wgpu::PollType::Poll);
     assert!(gpu.is_lost(), "lost callback did not run");
     let e = readback::to_f32_blocking(&gpu, &t).unwrap_err();
     assert!(matches!(e, Error::DeviceLost(_)), "{e}");
@@ -34,12 +38,16 @@ fn scoped_reports_its_own_gpu_errors_and_leaves_none_behind() {
     let gpu = gpu();
     // MAP_READ may only be combined with COPY_DST: a validation error inside the scope.
     let r: Result<(), Error> = pollster::block_on(gpu.scoped(async {
-        let _bad = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("invalid usage"),
-            size: 16,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
+        let _bad =
+            gpu.wgpu()
+                .expect("a GPU device")
+                .device
+                .create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("invalid usage"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+                    mapped_at_creation: false,
+                });
         Ok(())
     }));
     let e = r.unwrap_err();

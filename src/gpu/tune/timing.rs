@@ -201,7 +201,7 @@ async fn finish(gpu: &Gpu) -> Result<()> {
     #[cfg(target_arch = "wasm32")]
     {
         let (tx, rx) = futures_channel::oneshot::channel();
-        gpu.queue.on_submitted_work_done(move || {
+        gpu.wgpu()?.queue.on_submitted_work_done(move || {
             let _ = tx.send(());
         });
         rx.await

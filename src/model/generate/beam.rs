@@ -31,7 +31,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::processors::{NextToken, Processors};
 use crate::model::generate::{EarlyStopping, GenerateOptions, TOPK_MAX};
@@ -427,9 +427,9 @@ pub struct GpuSource<'a> {
     logp: Tensor,
     tk_vals: Tensor,
     tk_ids: Tensor,
-    st_vals: wgpu::Buffer,
-    st_ids: wgpu::Buffer,
-    st_full: Option<wgpu::Buffer>,
+    st_vals: Staging,
+    st_ids: Staging,
+    st_full: Option<Staging>,
     /// log-softmax + top-k, and log-softmax alone, recorded once (see `Recorder::replay_cached`).
     plan_topk: Option<Plan>,
     plan_full: Option<Plan>,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder};
 use crate::model::generate::processors::{argmax_allowed, pick, NextToken};
 use crate::model::generate::{GenerateOptions, TOPK_MAX};
@@ -80,9 +80,9 @@ struct Picker {
     ids: Tensor,     // (1)
     tk_vals: Tensor, // (1, TOPK_MAX)
     tk_ids: Tensor,  // (1, TOPK_MAX)
-    st_ids: wgpu::Buffer,
-    st_topk: wgpu::Buffer,
-    st_logits: Option<wgpu::Buffer>,
+    st_ids: Staging,
+    st_topk: Staging,
+    st_logits: Option<Staging>,
     // The argmax / top-k after the step are recorded once and replayed every step.
     plan_argmax: Option<Plan>,
     plan_topk: Option<Plan>,
