@@ -6,10 +6,18 @@ use crate::cpu::activation::Act;
 use crate::cpu::linear::{linear, LinearRef};
 use crate::cpu::{check_len, par, Weight};
 use crate::error::{Error, Result};
-use crate::ops::conv::conv_out_len;
 
 /// im2col rows per chunk: the scratch stays at most this many bytes.
 const IM2COL_BYTES: usize = 8 << 20;
+
+/// Output size of a convolution along one axis: floor((n + 2 pad - k) / stride) + 1, or `None` when
+/// the padded input is smaller than the kernel.
+pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
+    if stride == 0 || n == 0 {
+        return None;
+    }
+    (n + 2 * pad).checked_sub(k).map(|r| r / stride + 1)
+}
 
 /// A dense convolution's geometry: kernel (Cin, kh, kw), stride, padding.
 #[derive(Clone, Copy, Debug)]

@@ -20,6 +20,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod layout;
 pub mod linear;
 pub mod norm;
 pub mod par;

@@ -4,13 +4,20 @@
 
 use crate::cpu::check_len;
 use crate::error::{Error, Result};
-use crate::ops::window::window_grid;
 
 fn check(op: &'static str, ws: usize, dims: (usize, usize, usize, usize)) -> Result<()> {
     if ws == 0 || dims.3 == 0 {
         return Err(Error::shape(op, format!("window {ws}, dims {dims:?}")));
     }
     Ok(())
+}
+
+/// Number of windows along each axis for an h x w image: (ceil(h / ws), ceil(w / ws)).
+pub fn window_grid(h: usize, w: usize, ws: usize) -> (usize, usize) {
+    if ws == 0 {
+        return (0, 0);
+    }
+    (h.div_ceil(ws), w.div_ceil(ws))
 }
 
 /// x (B, H, W, C) -> out (B*nWh*nWw, ws*ws, C).

@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
 use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "attention",
@@ -291,6 +291,10 @@ pub fn attention(
         None => chosen_variant(rec.gpu(), q, k, opts),
     };
     check_operands(q, k, v, opts, out)?;
+    if host::on_host(rec)? {
+        mask_of(q, opts, q.dim(1), k.dim(1))?;
+        return host::dense::attention(q, k, v, opts, out);
+    }
     let layout = layout_of(q, k, opts, variant)?;
     let mask = mask_of(q, opts, layout.tq, layout.tk)?;
     if layout.batch == 0 || layout.tq == 0 {

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "cast",
@@ -41,6 +41,9 @@ pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     };
     if n == 0 {
         return Ok(());
+    }
+    if host::on_host(rec)? {
+        return host::dense::f32_to_f16(x, out);
     }
     let gpu = rec.gpu().clone();
     rec.dispatch(

@@ -1,9 +1,11 @@
 //! DaViT channel attention core (`shaders/channel_attn.wgsl`): grouped attention across channels, with
 //! the token count N as the reduction axis of the (d x d) logits and N^-0.5 as the scale.
 
+use crate::cpu::channel_attn::{channel_logits as cpu_logits, ChannelLogits as CpuLogits};
 use crate::error::{Error, Result};
+use crate::gpu::host::with_host;
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor, MAX_GRID_DIM};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "channel_attn",
@@ -154,6 +156,9 @@ impl ChannelLogits {
         if b == 0 || n == 0 {
             return Ok(());
         }
+        if host::on_host(rec)? {
+            return self.host_apply(v, (v_stride, v_off), out);
+        }
         let gpu = rec.gpu().clone();
         let (entry, total) = if self.vec4 {
             ("attn_apply4", b * n * c / 4)
@@ -174,6 +179,45 @@ impl ChannelLogits {
             ],
             grid_1d(ceil_div(total, WG as usize)),
         )
+    }
+}
+
+/// The CPU backend's side (see [`crate::ops::host`]).
+impl ChannelLogits {
+    /// `attn_t` from q | k in the first 2C columns of `src`'s rows.
+    fn host_logits(&self, src: &Tensor, groups: usize) -> Result<()> {
+        let (b, n, c) = self.dims;
+        let stride = src.dim(2);
+        with_host(&self.attn_t, &[src], |o, i| {
+            let l = cpu_logits(host::f32_in(src, i[0])?, stride, (b, n, c), groups)?;
+            host::f32_out(&self.attn_t, o)?.copy_from_slice(&l.attn_t);
+            Ok(())
+        })
+    }
+
+    /// out (B, N, C) = the attention applied to v at column `v_off` of rows of `v_stride`.
+    fn host_apply(
+        &self,
+        v: &Tensor,
+        (v_stride, v_off): (usize, usize),
+        out: &Tensor,
+    ) -> Result<()> {
+        let (b, n, _) = self.dims;
+        let (groups, d) = (self.params.g as usize, self.params.d as usize);
+        with_host(out, &[v, &self.attn_t], |o, i| {
+            let l = CpuLogits {
+                attn_t: host::f32_in(&self.attn_t, i[1])?.to_vec(),
+                b,
+                groups,
+                d,
+            };
+            l.apply(
+                host::f32_in(v, i[0])?,
+                (v_stride, v_off),
+                n,
+                host::f32_out(out, o)?,
+            )
+        })
     }
 }
 
@@ -253,6 +297,10 @@ fn logits_impl(
         dims: (b, n, c),
     };
     if b == 0 || n == 0 {
+        return Ok(out);
+    }
+    if host::on_host(rec)? {
+        out.host_logits(src, groups)?;
         return Ok(out);
     }
     let part_shape = [b, nsplit, groups, d, d];

@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, MemKind, Recorder, Shader, Tensor};
-use crate::ops::check;
 use crate::ops::matmul::{linear, LinearArgs};
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "conv",
@@ -63,14 +63,7 @@ pub fn gemm_k(k: usize, dtype: DType) -> (usize, DType) {
     }
 }
 
-/// Output size of a convolution along one axis: floor((n + 2 pad - k) / stride) + 1, or an error when
-/// the padded input is smaller than the kernel.
-pub fn conv_out_len(n: usize, k: usize, stride: usize, pad: usize) -> Option<usize> {
-    if stride == 0 || n == 0 {
-        return None;
-    }
-    (n + 2 * pad).checked_sub(k).map(|r| r / stride + 1)
-}
+pub use crate::cpu::conv::conv_out_len;
 
 /// A dense convolution's weight: as in the checkpoint, or in the GEMM's layout, prepared once.
 #[derive(Clone, Copy, Debug)]
@@ -148,6 +141,9 @@ pub fn conv2d(
     if g.rows == 0 {
         return Ok(());
     }
+    if host::on_host(rec)? {
+        return host::vision::conv2d(x, w, bias, (args.stride, args.pad), out);
+    }
     check::u32_of(OP, "input elements", x.numel())?;
     check::u32_of(OP, "output rows", g.rows)?;
     let (w2, kp) = gemm_weight(rec, w, &g)?;
@@ -172,8 +168,9 @@ pub fn prepare_conv2d_weight(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
     let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
     let k = cin * kh * kw;
     let (kp, _) = gemm_k(k, w.dtype());
-    if kp == k {
-        return w.reshape(&[cout, k]); // (Cout, Cin*kh*kw): a Linear weight
+    if kp == k || rec.gpu().is_host() {
+        // (Cout, Cin*kh*kw): a Linear weight (the CPU GEMM takes any K).
+        return w.reshape(&[cout, k]);
     }
     let gpu = rec.gpu().clone();
     let wp = Tensor::zeros_kind(
@@ -543,6 +540,9 @@ pub fn dwconv3x3_residual_taps(
     let n = x.numel();
     if n == 0 {
         return Ok(());
+    }
+    if host::on_host(rec)? {
+        return host::vision::dwconv3x3_residual(x, taps, bias, out);
     }
     let gpu = rec.gpu().clone();
     let n32 = check::u32_of(OP, "elements", n)?;

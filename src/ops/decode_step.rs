@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "decode_step",
@@ -58,6 +58,9 @@ pub fn pos_add(
     }
     check::distinct(OP, ("table", table), ("x", x))?;
     let at = check_step(OP, step, at)?;
+    if host::on_host(rec)? {
+        return host::dense::pos_add(x, table, step, at as usize);
+    }
     let n = b * d;
     let params = Params {
         b: check::u32_of(OP, "B", b)?,
@@ -116,6 +119,9 @@ pub fn kv_write(
         ));
     }
     let at = check_step(OP, step, at)?;
+    if host::on_host(rec)? {
+        return host::dense::kv_write(kn, vn, ck, cv, step, at as usize);
+    }
     check::u32_of(OP, "cache elements", ck.numel())?;
     let params = Params {
         b: check::u32_of(OP, "B", b)?,

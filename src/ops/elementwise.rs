@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "elementwise",
@@ -84,6 +84,9 @@ pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<(
             ),
         ));
     }
+    if host::on_host(rec)? {
+        return host::rows::add(a, b, out);
+    }
     let p = params("add", a.numel())?;
     let v4 = p.n % 4 == 0;
     let (sa, sb) = (check::same_buffer(a, out), check::same_buffer(b, out));
@@ -101,6 +104,9 @@ pub fn scale(rec: &mut Recorder, x: &Tensor, s: f32, out: &Tensor) -> Result<()>
     check::f32("scale", "x", x)?;
     check::f32("scale", "out", out)?;
     check::shape("scale", "out", out, x.shape())?;
+    if host::on_host(rec)? {
+        return host::rows::scale(x, s, out);
+    }
     let p = Params {
         scale: s,
         ..params("scale", x.numel())?
@@ -133,6 +139,9 @@ pub fn add_row(rec: &mut Recorder, x: &Tensor, row: &Tensor, out: &Tensor) -> Re
         ));
     }
     check::distinct(OP, ("row", row), ("out", out))?;
+    if host::on_host(rec)? {
+        return host::rows::add_row(x, row, out);
+    }
     let p = Params {
         c: check::u32_of(OP, "C", c)?,
         ..params(OP, x.numel())?
@@ -172,6 +181,9 @@ pub fn add_rows_at(
         ));
     }
     check::distinct(OP, ("table", table), ("out", out))?;
+    if host::on_host(rec)? {
+        return host::rows::add_rows_at(x, table, start as usize, out);
+    }
     let p = Params {
         c: check::u32_of(OP, "C", c)?,
         start,

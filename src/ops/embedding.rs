@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "embedding",
@@ -54,6 +54,9 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     }
     check::shape(OP, "out", out, &[t, c])?;
     check::distinct(OP, ("table", table), ("out", out))?;
+    if host::on_host(rec)? {
+        return host::dense::embedding(ids, table, out);
+    }
     let n = check::u32_of(OP, "T * C", t * c)?;
     let v32 = check::u32_of(OP, "V", v)?;
     check::u32_of(OP, "table elements", table.numel())?;

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "layout",
@@ -90,6 +90,9 @@ pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> 
     let want: Vec<usize> = dims.iter().map(|&d| xs[d]).collect();
     check::shape(OP, "out", out, &want)?;
     check::distinct(OP, ("x", x), ("out", out))?;
+    if host::on_host(rec)? {
+        return host::vision::permute(x, dims, out);
+    }
     let n = check::u32_of(OP, "elements", x.numel())?;
     // Row-major strides of x.
     let mut stride = vec![1usize; rank];
@@ -136,6 +139,9 @@ pub fn split_qkv(
     check::distinct(OP, ("q", q), ("k", k))?;
     check::distinct(OP, ("q", q), ("v", v))?;
     check::distinct(OP, ("k", k), ("v", v))?;
+    if host::on_host(rec)? {
+        return host::vision::split_qkv(qkv, q, k, v);
+    }
     check::u32_of(OP, "qkv elements", qkv.numel())?;
     let mut p = Params::new(q.numel() as u32);
     p.a = (c3 / 3) as u32;

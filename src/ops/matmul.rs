@@ -10,7 +10,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
 use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "matmul",
@@ -409,6 +409,9 @@ pub fn linear(
     args: LinearArgs,
     out: &Tensor,
 ) -> Result<()> {
+    if host::on_host(rec)? {
+        return host::dense::linear(x, w, &args, out);
+    }
     let variant = match args.variant {
         Some(v) => v,
         None => chosen_variant(rec, x, w),

@@ -1,6 +1,8 @@
 //! One typed launcher per WGSL kernel. A launcher checks shapes and dtypes (returning
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
+//! On the CPU backend ([`crate::gpu::Gpu::cpu`]) the same launcher runs its [`host`] twin instead: the
+//! `crate::cpu` kernel on host memory, at once.
 
 pub mod attention;
 pub mod cast;
@@ -9,6 +11,7 @@ pub mod conv;
 pub mod decode_step;
 pub mod elementwise;
 pub mod embedding;
+pub mod host;
 pub mod layout;
 pub mod linear_tune;
 pub mod matmul;

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "norm",
@@ -81,6 +81,9 @@ pub fn layer_norm_with(
         _pad: 0,
     };
     check::u32_of(OP, "elements", x.numel())?;
+    if host::on_host(rec)? {
+        return host::rows::layer_norm(x, gamma, beta, eps, out);
+    }
     let gpu = rec.gpu().clone();
     let rowwise = match strategy {
         RowStrategy::Auto => gpu.caps.is_cpu,

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::ops::host;
 
 pub static SHADER: Shader = Shader {
     name: "pos_embed",
@@ -97,6 +98,9 @@ pub fn pos2d_temporal_add(
     let n = feats.numel();
     if n == 0 {
         return Ok(());
+    }
+    if host::on_host(rec)? {
+        return host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out);
     }
     let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
     let gpu = rec.gpu().clone();

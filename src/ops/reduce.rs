@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "reduce",
@@ -60,6 +60,9 @@ pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         k: 1,
         _pad: 0,
     };
+    if host::on_host(rec)? {
+        return host::rows::argmax_rows(x, out);
+    }
     let wg = check::pow2_wg(v, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     rec.dispatch(
@@ -99,6 +102,9 @@ pub fn topk_rows(
         k: k as u32,
         _pad: 0,
     };
+    if host::on_host(rec)? {
+        return host::rows::topk_rows(x, k, vals, ids);
+    }
     let wg = check::pow2_wg(v, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     rec.dispatch(
@@ -122,6 +128,9 @@ pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     check::shape(OP, "out", out, &[b, c])?;
     check::distinct(OP, ("x", x), ("out", out))?;
     check::u32_of(OP, "elements", x.numel())?;
+    if host::on_host(rec)? {
+        return host::rows::mean_rows(x, out);
+    }
     let params = Params {
         rows: b as u32,
         v: n as u32,

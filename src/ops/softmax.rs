@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "softmax",
@@ -38,6 +38,9 @@ fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Res
         _pad0: 0,
         _pad1: 0,
     };
+    if host::on_host(rec)? {
+        return host::rows::softmax_rows(x, out, op == "log_softmax_rows");
+    }
     let wg = check::pow2_wg(c, 32, MAX_WG);
     let gpu = rec.gpu().clone();
     let inplace = check::same_buffer(x, out);

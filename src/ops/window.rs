@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "window",
@@ -27,13 +27,7 @@ struct Params {
     _pad0: u32,
 }
 
-/// Number of windows along each axis for an h x w image: (ceil(h / ws), ceil(w / ws)).
-pub fn window_grid(h: usize, w: usize, ws: usize) -> (usize, usize) {
-    if ws == 0 {
-        return (0, 0);
-    }
-    (h.div_ceil(ws), w.div_ceil(ws))
-}
+pub use crate::cpu::window::window_grid;
 
 #[allow(clippy::too_many_arguments)]
 fn launch(
@@ -49,6 +43,12 @@ fn launch(
     let mut n = dst.numel();
     if n == 0 {
         return Ok(());
+    }
+    if host::on_host(rec)? {
+        return match entry {
+            "window_partition" => host::vision::window_partition(src, ws, dst),
+            _ => host::vision::window_reverse(src, ws, (h, w), dst),
+        };
     }
     // The VEC4 variant when whole tokens are whole vec4s.
     let vec4 = c.is_multiple_of(4);

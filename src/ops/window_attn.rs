@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
 use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
 use crate::ops::attention::{record_flash, AttnLayout, AttnOpts, AttnVariant, FLASH_MAX_WG};
-use crate::ops::check;
+use crate::ops::{check, host};
 
 pub static SHADER: Shader = Shader {
     name: "window_attn",
@@ -137,6 +137,9 @@ pub fn window_attention_variant(
             OP,
             format!("qkv {:?} and out {:?} disagree", qkv.shape(), out.shape()),
         ));
+    }
+    if host::on_host(rec)? {
+        return host::vision::window_attention(qkv, heads, scale, out);
     }
     let max_d = match variant {
         WindowAttnVariant::Rows => MAX_HEAD_DIM,

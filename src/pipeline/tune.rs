@@ -36,6 +36,10 @@ impl Pipeline {
         opts: &TuneOptions,
         cache: &CacheLocation,
     ) -> TuneReport {
+        if self.gpu().is_host() {
+            // The CPU backend has one kernel per op: nothing to choose.
+            return TuneReport::default();
+        }
         let model = &self.model;
         let beams = sizes.beams.max(1);
         let (h, w) = (sizes.height, sizes.width);

@@ -16,6 +16,7 @@ mod gemm;
 mod gpu_parity;
 mod linear;
 mod norm;
+mod pipeline;
 
 /// Unit roundoff of f32 (2^-24).
 pub const U: f64 = f32::EPSILON as f64 / 2.0;

@@ -350,6 +350,12 @@ impl Decoder {
                 format!("position {pos} is past the cache of {} rows", state.max_len),
             ));
         }
+        if rec.gpu().is_host() {
+            // The CPU backend runs the step as it is recorded: nothing to keep.
+            state.write_step(pos)?;
+            self.record_step(rec, state)?;
+            return Ok(state.logits.clone());
+        }
         if state.plan.is_none() {
             let mut cap = Recorder::capture(rec.gpu());
             self.record_step(&mut cap, state)?;

@@ -1,0 +1,130 @@
+//! The whole model on the CPU backend (`Gpu::cpu`): the same `Pipeline` (one model definition; every
+//! launcher runs its `crate::cpu` kernel on host memory) gives the Python reference's token ids on every
+//! fixture case, greedy and 3-beam search, for every checkpoint layout with reference answers.
+//!
+//! Exact ids, not a tolerance: the CPU kernels compute the reference's f32 definitions, and the fixture
+//! cases' top-2 logit margins are far above the backends' few-ulp differences (the GPU suite asserts
+//! the same ids on lavapipe).
+#![cfg(not(target_arch = "wasm32"))]
+use crate::common;
+
+use std::sync::Arc;
+
+use common::fixtures::{cases, fixtures, ids_of};
+use florence2_wasm::gpu::Gpu;
+use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+use serde_json::Value;
+
+fn cpu() -> Arc<Gpu> {
+    Gpu::cpu(florence2_wasm::cpu::par::threads())
+}
+
+fn prompt_of(case: &Value) -> String {
+    format!(
+        "{}{}",
+        case["task"].as_str().unwrap(),
+        case["text_input"].as_str().unwrap()
+    )
+}
+
+/// Every reference case of `reference` on the checkpoint `model`, greedy and 3 beams.
+fn check_model(model: &str, reference: &str) {
+    let p = Pipeline::load_dir(&cpu(), &fixtures().join("models").join(model)).unwrap();
+    assert!(p.gpu().is_host());
+    let cases = cases(reference);
+    for case in &cases {
+        let bytes = std::fs::read(
+            fixtures()
+                .join("images")
+                .join(case["image"].as_str().unwrap()),
+        )
+        .unwrap();
+        for (beams, kind) in [(1, "greedy"), (3, "beam3")] {
+            let o = TaskOptions {
+                max_new_tokens: Some(case["max_new_tokens"].as_u64().unwrap() as usize),
+                num_beams: Some(beams),
+                ..Default::default()
+            };
+            let out = p
+                .run_task_blocking(
+                    Image::Encoded(&bytes).into(),
+                    &prompt_of(case),
+                    &o,
+                    &NeverCancel,
+                    &Callbacks::default(),
+                )
+                .unwrap();
+            let r = &case["results"][kind];
+            let what = format!("{model} {} {} {kind}", case["image"], case["prompt"]);
+            assert_eq!(out.token_ids, ids_of(&r["token_ids"]), "{what}");
+            assert_eq!(out.generated_text, r["text"].as_str().unwrap(), "{what}");
+        }
+    }
+    eprintln!(
+        "{model}: {} cases x 2 decodings equal the reference on the CPU backend",
+        cases.len()
+    );
+}
+
+#[test]
+fn every_layout_answers_like_the_reference_on_the_cpu_backend() {
+    for (model, reference) in [
+        ("tiny2", "tiny2"),
+        ("tiny4", "tiny4"),
+        ("tiny2-orig", "tiny2-orig"),
+        ("tiny4-orig", "tiny4-orig"),
+        ("tiny4-f16-sharded", "tiny4-f16-sharded"),
+        ("tiny2-mlx-bf16", "tiny2-mlx-bf16"),
+        ("tiny4-mlx-bf16", "tiny4-mlx-bf16"),
+        ("tiny2-pt", "tiny2"),
+        ("tiny2-orig-pt-legacy", "tiny2-orig"),
+        ("tiny2-orig-pt-sharded", "tiny2-orig"),
+    ] {
+        check_model(model, reference);
+    }
+}
+
+/// The block-quantized checkpoints have no reference of their own: the CPU backend answers exactly as
+/// the GPU backend does. Both dequantize the same blocks (`d * q`, exact in f32) and accumulate in
+/// f32, so they differ only by summation order, far below the fixture cases' top-2 margins.
+#[test]
+fn quantized_checkpoints_answer_as_on_the_gpu() {
+    for (model, reference) in [
+        ("tiny2-q8", "tiny2"),
+        ("tiny2-q4", "tiny2"),
+        ("tiny2-orig-q4-sharded", "tiny2-orig"),
+    ] {
+        let dir = fixtures().join("models").join(model);
+        let on_cpu = Pipeline::load_dir(&cpu(), &dir).unwrap();
+        let on_gpu = Pipeline::load_dir(&common::gpu(), &dir).unwrap();
+        for case in &cases(reference) {
+            let bytes = std::fs::read(
+                fixtures()
+                    .join("images")
+                    .join(case["image"].as_str().unwrap()),
+            )
+            .unwrap();
+            for beams in [1, 3] {
+                let o = TaskOptions {
+                    max_new_tokens: Some(case["max_new_tokens"].as_u64().unwrap() as usize),
+                    num_beams: Some(beams),
+                    ..Default::default()
+                };
+                let run = |p: &Pipeline| {
+                    p.run_task_blocking(
+                        Image::Encoded(&bytes).into(),
+                        &prompt_of(case),
+                        &o,
+                        &NeverCancel,
+                        &Callbacks::default(),
+                    )
+                    .unwrap()
+                };
+                let (c, g) = (run(&on_cpu), run(&on_gpu));
+                let what = format!("{model} {} {} beams {beams}", case["image"], case["prompt"]);
+                assert_eq!(c.token_ids, g.token_ids, "{what}");
+                assert_eq!(c.result_json(), g.result_json(), "{what}");
+            }
+        }
+    }
+}
