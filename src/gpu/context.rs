@@ -430,6 +430,9 @@ impl Gpu {
     /// A short human-readable description of the adapter and the features in use.
     pub fn describe(&self) -> String {
         let c = &self.caps;
+        if self.is_host() {
+            return format!("{} (CPU backend)", c.adapter_name);
+        }
         format!(
             "{} ({}; subgroups={} (min {}) max_binding={} MiB max_invocations={})",
             c.adapter_name,

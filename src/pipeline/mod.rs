@@ -36,6 +36,7 @@
 
 mod cancel;
 mod clock;
+mod device;
 mod image;
 mod load;
 mod observe;
@@ -49,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
+pub use device::{cpu_device, open_device, Device};
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};

@@ -128,6 +128,11 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 }
 
 /// Print a JSON value on one line.
+/// `--device`: auto, gpu (or webgpu) or cpu.
+pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::Device, String> {
+    s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
+}
+
 pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {
     let s = serde_json::to_string(v).map_err(|e| Failure::Run(e.to_string()))?;
     println!("{s}");

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use clap::Args;
 use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
+use florence2_wasm::gpu::{profile, GpuOptions};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
 use florence2_wasm::pipeline::{
-    Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions, TaskOutput,
+    open_device, Callbacks, Device, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions,
+    TaskOutput,
 };
 use florence2_wasm::processor::prompt::parse_task_prompt;
 use florence2_wasm::weights::{LoadOptions, WeightDType};
@@ -61,6 +62,10 @@ pub struct RunArgs {
     /// choices), exhaustive (ignore the cache, time every candidate at full size)
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
     tuning: Tuning,
+    /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
+    /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
+    #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
+    device: Device,
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     profile: bool,
@@ -134,7 +139,7 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let options = a.options();
 
     let t = Stopwatch::start();
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+    let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
     let pipeline = Pipeline::load_dir_with(&gpu, &a.model, LoadOptions::with_dtype(a.dtype))?;
     let mut sizes = pipeline.tune_sizes();
     sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
@@ -195,7 +200,10 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 } else {
                     (0.0, 0.0)
                 };
-                json_of(out, a.dtype, load_ms, pre, vision)
+                let mut v = json_of(out, a.dtype, load_ms, pre, vision);
+                v["device"] = serde_json::json!(if gpu.is_host() { "cpu" } else { "gpu" });
+                v["adapter"] = serde_json::json!(gpu.describe());
+                v
             })
             .collect();
         let objects = match profile {
@@ -253,6 +261,7 @@ fn add_profile(
 }
 
 /// `{"task", "generated_text", "token_ids", "timings_ms", "result", "text", "dtype", "memory"}` of one
+/// (the caller adds `device`, `adapter`)
 /// task; `pre_ms` and
 /// `vision_ms` are the image's own stages (counted in the first task of a run).
 fn json_of(

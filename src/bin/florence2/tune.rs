@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::pipeline::Pipeline;
+use florence2_wasm::gpu::GpuOptions;
+use florence2_wasm::pipeline::{open_device, Device, Pipeline};
 
 use super::Failure;
 
@@ -32,6 +32,10 @@ pub struct TuneArgs {
     /// a model load uses 3000]
     #[arg(long, value_name = "MS", value_parser = parse_budget)]
     budget_ms: Option<f64>,
+    /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
+    /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
+    #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
+    device: Device,
 }
 
 fn parse_budget(s: &str) -> Result<f64, String> {
@@ -46,7 +50,7 @@ pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
 }
 
 pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+    let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
     let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
     let mut sizes = pipeline.tune_sizes();
     if let Some(n) = a.image_size {

@@ -7,8 +7,10 @@ use std::path::Path;
 use image::RgbImage;
 
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
-use florence2_wasm::gpu::{Gpu, GpuOptions};
-use florence2_wasm::pipeline::{Callbacks, Image, Pipeline, TaskInput, TaskOptions, TaskOutput};
+use florence2_wasm::gpu::GpuOptions;
+use florence2_wasm::pipeline::{
+    open_device, Callbacks, Device, Image, Pipeline, TaskInput, TaskOptions, TaskOutput,
+};
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
@@ -64,9 +66,10 @@ impl Engine {
         dir: &Path,
         dtype: WeightDType,
         tuning: Tuning,
+        device: Device,
     ) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
-            let gpu = pollster::block_on(Gpu::new(GpuOptions::default()))?;
+            let gpu = pollster::block_on(open_device(device, GpuOptions::default()))?;
             let pipeline = Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?;
             // A failed tuning only costs speed: the static choices stay and the report says so.
             let r = pollster::block_on(pipeline.tune(

@@ -33,6 +33,7 @@ use clap::Args;
 use tokio::sync::Semaphore;
 
 use florence2_wasm::gpu::tune::Tuning;
+use florence2_wasm::pipeline::Device;
 use florence2_wasm::processor::image::ImageLimits;
 use florence2_wasm::weights::WeightDType;
 
@@ -55,6 +56,10 @@ pub struct ServeArgs {
     /// within a time budget; later starts continue), off (static kernel choices), exhaustive
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
     tuning: Tuning,
+    /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
+    /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
+    #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = crate::cli::parse_device)]
+    device: Device,
     /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -123,6 +128,7 @@ struct ServeOptions {
     model: PathBuf,
     dtype: WeightDType,
     tuning: Tuning,
+    device: Device,
     addr: SocketAddr,
     model_id: String,
     max_queue: usize,
@@ -148,6 +154,7 @@ impl From<ServeArgs> for ServeOptions {
             model: a.model,
             dtype: a.dtype,
             tuning: a.tuning,
+            device: a.device,
             model_id,
             max_queue: a.max_queue,
             api_key: a.api_key.filter(|k| !k.is_empty()),
@@ -219,11 +226,16 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let worker = {
-        let (shared, dir, dtype, tuning) =
-            (shared.clone(), opts.model.clone(), opts.dtype, opts.tuning);
+        let (shared, dir, dtype, tuning, device) = (
+            shared.clone(),
+            opts.model.clone(),
+            opts.dtype,
+            opts.tuning,
+            opts.device,
+        );
         std::thread::Builder::new()
             .name("florence2-gpu".into())
-            .spawn(move || worker::run(dir, dtype, tuning, shared, jobs_rx, loaded_tx))
+            .spawn(move || worker::run(dir, (dtype, tuning, device), shared, jobs_rx, loaded_tx))
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
     let state = Arc::new(app_state(&opts, shared.clone(), jobs_tx));

@@ -20,6 +20,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::gpu::tune::Tuning;
+use florence2_wasm::pipeline::Device;
 use florence2_wasm::processor::prompt::TaskPrompt;
 use florence2_wasm::weights::WeightDType;
 
@@ -121,13 +122,12 @@ fn hold(shared: &Shared, point: HoldPoint) {
 /// The worker thread: load, report, then serve jobs until the channel closes.
 pub fn run(
     dir: PathBuf,
-    dtype: WeightDType,
-    tuning: Tuning,
+    (dtype, tuning, device): (WeightDType, Tuning, Device),
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
-    let engine = match Engine::load(Path::new(&dir), dtype, tuning) {
+    let engine = match Engine::load(Path::new(&dir), dtype, tuning, device) {
         Ok(engine) => engine,
         Err(e) => {
             if let Ok(mut slot) = shared.load_error.lock() {
