@@ -52,7 +52,8 @@ use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    Callbacks, EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
+    cpu_device, open_device, Callbacks, Device, EncodedImage, Pipeline, PipelineOptions, Stopwatch,
+    TaskInput, TaskOptions,
 };
 use crate::postprocess::{post_process_generation, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
@@ -82,6 +83,8 @@ struct LoadArgs {
     limits: ImageLimits,
     tuning: Tuning,
     dtype: WeightDType,
+    /// `device`: auto (WebGPU on a hardware adapter, else the CPU backend), webgpu or cpu.
+    device: Device,
 }
 
 /// The state shared by a model's calls.
@@ -347,6 +350,15 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
             .ok_or_else(|| Error::InvalidInput("option dtype must be a string".into()))?
             .parse::<WeightDType>()?,
     };
+    let device = match opt_get(options, "device") {
+        None => Device::Auto,
+        Some(v) => v
+            .as_string()
+            .ok_or_else(|| {
+                Error::InvalidInput("option device must be \"auto\", \"webgpu\" or \"cpu\"".into())
+            })?
+            .parse::<Device>()?,
+    };
     let mut limits = ImageLimits::default();
     if let Some(l) = opt_get(options, "limits") {
         if let Some(p) = opt_uint(&l, "maxImagePixels", MAX_SAFE)? {
@@ -360,6 +372,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         limits,
         tuning,
         dtype,
+        device,
     };
     let (pipeline, tuning_table) = open_pipeline(&args, signal, on_progress).await?;
     // A reload after a lost device reuses the tuner's cached choices instead of timing everything again.
@@ -391,8 +404,14 @@ async fn open_pipeline(
 ) -> Result<(Pipeline, String)> {
     let f = fetch::Fetcher::new(args.source.clone(), args.use_cache, signal, on_progress).await?;
     f.check_abort("loading")?;
-    support::check_webgpu().await?;
-    let gpu = Gpu::new(GpuOptions::default()).await?;
+    let gpu = match args.device {
+        Device::Gpu => {
+            support::check_webgpu().await?;
+            Gpu::new(GpuOptions::default()).await?
+        }
+        Device::Cpu => cpu_device(),
+        Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
+    };
 
     let opts = PipelineOptions {
         weights: LoadOptions::with_dtype(args.dtype),

@@ -390,6 +390,36 @@ async fn run_task_matches_cli_tiny2_tiny4() {
     m.dispose();
 }
 
+/// The CPU backend in the page: `device: "cpu"` answers every tiny2 case as the CLI does (the same
+/// model over the `crate::cpu` kernels, single-threaded wasm); with `navigator.gpu` hidden, `auto`
+/// falls back to it.
+#[wasm_bindgen_test]
+async fn cpu_device_answers_like_the_cli_and_auto_falls_back_to_it() {
+    let m = load(
+        blob_source(model("tiny2")),
+        obj(&[("cache", false.into()), ("device", "cpu".into())]),
+    )
+    .await
+    .unwrap();
+    assert!(m.adapter_info().contains("CPU backend"), "{}", m.adapter_info());
+    for case in expected().iter().filter(|c| c["model"] == "tiny2") {
+        let out = run_case(&m, case).await;
+        check_output(&out, case);
+    }
+    m.dispose();
+    let nav = Reflect::get(&js_sys::global(), &"navigator".into()).unwrap();
+    let desc = js_sys::Object::new();
+    Reflect::set(&desc, &"value".into(), &JsValue::UNDEFINED).unwrap();
+    Reflect::set(&desc, &"configurable".into(), &true.into()).unwrap();
+    js_sys::Object::define_property(&nav.clone().into(), &"gpu".into(), &desc);
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())])).await;
+    Reflect::delete_property(&nav.into(), &"gpu".into()).unwrap();
+    let m = m.unwrap();
+    assert!(m.adapter_info().contains("CPU backend"), "{}", m.adapter_info());
+    let case = expected().iter().find(|c| c["model"] == "tiny2").unwrap().clone();
+    check_output(&run_case(&m, &case).await, &case);
+}
+
 /// f16 shards through `model.safetensors.index.json`: the CLI's answers (f16 converted at load).
 #[wasm_bindgen_test]
 async fn run_task_matches_cli_f16_sharded() {

@@ -120,6 +120,7 @@ async function handle(msg) {
       model = await Florence2.load(msg.source, {
         cache: msg.cache !== false,
         dtype: msg.dtype || "fp16",
+        device: msg.device || "auto",
         signal: ctrl.signal,
         onProgress: (event) => postMessage({ type: "progress", id, event: toPlain(event) }),
       });

@@ -155,6 +155,11 @@ export interface LoadOptions {
    * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
    * dequantized while it streams into the others. */
   dtype?: WeightDType;
+  /** Where the model runs: "auto" (default) takes WebGPU on a hardware adapter and the CPU backend
+   * otherwise (no `navigator.gpu`, no adapter, or only a software/fallback one); "webgpu" requires WebGPU
+   * (`WebGPUUnavailableError` without it); "cpu" runs the same model on the CPU backend (wasm, one
+   * thread, SIMD128). `model.adapterInfo` names the device that was chosen. */
+  device?: "auto" | "webgpu" | "cpu";
   onProgress?: (event: ProgressEvent) => void;
   /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
    * model loads without the network. */

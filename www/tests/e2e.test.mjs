@@ -303,20 +303,22 @@ test("a failed model download shows an error", async () => {
   await page.close();
 });
 
-test("without WebGPU the page says so", async () => {
+test("without WebGPU the page says so and answers on the CPU backend like the native CLI", async () => {
   // Without --enable-unsafe-webgpu, Chromium offers no adapter on a machine without a usable GPU (the
   // software adapter is blocklisted); --disable-webgpu-style switches differ between versions, so the
-  // missing adapter is what is tested here.
+  // missing adapter is what is tested here. The package's `device: "auto"` then runs its CPU backend.
+  const expected = cli("tiny4", "<OD>", "scene.png", 1, null);
   const noGpu = await launch(BASE_ARGS);
   try {
     const page = await newPage(noGpu);
-    await page.goto(pageUrl({ model: "/model/", image: "/fixtures/images/scene.png", task: "<OD>", autorun: 1 }));
+    await page.goto(pageUrl({ model: MODEL_URL.tiny4, image: "/fixtures/images/scene.png", task: "<OD>", autorun: 1, max: MAX_NEW, beams: 1 }));
     const r = await waitForResult(page);
-    assert.equal(r.status, "error");
-    assert.equal(r.errorName, "WebGPUUnavailableError");
+    assert.equal(r.status, "done", `page failed: ${JSON.stringify(r.json)}`);
+    assert.deepEqual(r.json.tokenIds, expected.token_ids, "token ids differ from the native CLI's");
+    assert.deepEqual(r.json.result, expected.result);
     assert.ok(await page.isVisible("#gpu-message"));
-    assert.match(await page.textContent("#gpu-message"), /WebGPU is unavailable/);
-    assert.ok(await page.isDisabled("#run"));
+    assert.match(await page.textContent("#gpu-message"), /WebGPU is unavailable.*runs on the CPU/);
+    assert.equal(await page.isDisabled("#run"), false);
     await page.screenshot({ path: path.join(OUT, "e2e-no-webgpu.png"), fullPage: true });
   } finally {
     await noGpu.close();
