@@ -186,6 +186,8 @@ struct Output<'a> {
 #[serde(rename_all = "camelCase")]
 struct MemoryInfo {
     dtype: &'static str,
+    /// "webgpu" or "cpu": the device the model runs on.
+    device: &'static str,
     weights_bytes: u64,
     activations_bytes: u64,
     current_bytes: u64,
@@ -195,9 +197,10 @@ struct MemoryInfo {
 }
 
 impl MemoryInfo {
-    fn of(m: MemReport, dtype: WeightDType) -> Self {
+    fn of(m: MemReport, dtype: WeightDType, gpu: &Gpu) -> Self {
         MemoryInfo {
             dtype: dtype.as_str(),
+            device: if gpu.is_host() { "cpu" } else { "webgpu" },
             weights_bytes: m.weights_bytes,
             activations_bytes: m.activations_bytes,
             current_bytes: m.current_bytes,
@@ -316,7 +319,7 @@ impl JsFlorence2 {
             .borrow()
             .clone()
             .ok_or_else(|| js_error(&Error::Disposed))?;
-        to_js(&MemoryInfo::of(pipeline.memory(), pipeline.weight_dtype())).map_err(|e| js_error(&e))
+        to_js(&MemoryInfo::of(pipeline.memory(), pipeline.weight_dtype(), pipeline.gpu())).map_err(|e| js_error(&e))
     }
 
     /// The GPU adapter in use (name, backend, limits).
@@ -587,7 +590,7 @@ async fn run_impl(
             decode: t.decode_ms,
             total: read_ms + t.total_ms(),
         },
-        memory: MemoryInfo::of(out.memory, pipeline.weight_dtype()),
+        memory: MemoryInfo::of(out.memory, pipeline.weight_dtype(), pipeline.gpu()),
         profile,
     })
 }

@@ -23,7 +23,8 @@
 //! 4. When `python3 -c "import torch, transformers"` works, runs `scripts/bench/reference_model.py` on the
 //!    f32 checkpoint (2 threads) and prints our / PyTorch per phase.
 //!
-//! Environment: `MODEL_BENCH_TUNING` (auto|off|exhaustive, default off: the static kernel choices; run
+//! Environment: `MODEL_BENCH_DEVICE` (gpu, the default: the wgpu adapter; cpu: the CPU backend; auto),
+//! `MODEL_BENCH_TUNING` (auto|off|exhaustive, default off: the static kernel choices; run
 //! twice to compare), `MODEL_BENCH_TUNING_BUDGET_MS` (auto's budget; default a load's, `none`: every
 //! class), `MODEL_BENCH_COMPARE=N` (with tuning on: N alternating end-to-end rounds static vs tuned in
 //! one process, the fair comparison on a loaded machine), `MODEL_BENCH_DTYPES` (checkpoint dtypes, default `f32`), `MODEL_BENCH_RESIDENT` (resident
@@ -72,6 +73,7 @@ use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::workloads;
+use florence2_wasm::pipeline::{open_device, Device};
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
@@ -1335,7 +1337,11 @@ fn main() {
     }
 
     let cfg = Florence2Config::from_json_str(BASE_CONFIG).expect("base config");
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("gpu");
+    // MODEL_BENCH_DEVICE=gpu (default: the wgpu adapter, lavapipe here) | cpu (the CPU backend) | auto.
+    let device: Device = env_or("MODEL_BENCH_DEVICE", "gpu")
+        .parse()
+        .expect("MODEL_BENCH_DEVICE");
+    let gpu = pollster::block_on(open_device(device, GpuOptions::default())).expect("device");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("adapter: {}", gpu.describe());
     println!(

@@ -137,6 +137,9 @@ export type WeightDType = "fp32" | "fp16" | "q8" | "q4";
 export interface MemoryInfo {
   /** The resident weight format. */
   dtype: WeightDType;
+  /** The device the model runs on (`device` load option): WebGPU or the CPU backend. Bytes are GPU
+   * memory on "webgpu" and host (wasm) memory on "cpu". */
+  device: "webgpu" | "cpu";
   /** Weights now resident. */
   weightsBytes: number;
   /** Activations, caches and scratch now live (including `EncodedImage`s). */
