@@ -319,7 +319,12 @@ impl JsFlorence2 {
             .borrow()
             .clone()
             .ok_or_else(|| js_error(&Error::Disposed))?;
-        to_js(&MemoryInfo::of(pipeline.memory(), pipeline.weight_dtype(), pipeline.gpu())).map_err(|e| js_error(&e))
+        to_js(&MemoryInfo::of(
+            pipeline.memory(),
+            pipeline.weight_dtype(),
+            pipeline.gpu(),
+        ))
+        .map_err(|e| js_error(&e))
     }
 
     /// The GPU adapter in use (name, backend, limits).

@@ -401,7 +401,11 @@ async fn cpu_device_answers_like_the_cli_and_auto_falls_back_to_it() {
     )
     .await
     .unwrap();
-    assert!(m.adapter_info().contains("CPU backend"), "{}", m.adapter_info());
+    assert!(
+        m.adapter_info().contains("CPU backend"),
+        "{}",
+        m.adapter_info()
+    );
     for case in expected().iter().filter(|c| c["model"] == "tiny2") {
         let out = run_case(&m, case).await;
         check_output(&out, case);
@@ -415,8 +419,16 @@ async fn cpu_device_answers_like_the_cli_and_auto_falls_back_to_it() {
     let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())])).await;
     Reflect::delete_property(&nav.into(), &"gpu".into()).unwrap();
     let m = m.unwrap();
-    assert!(m.adapter_info().contains("CPU backend"), "{}", m.adapter_info());
-    let case = expected().iter().find(|c| c["model"] == "tiny2").unwrap().clone();
+    assert!(
+        m.adapter_info().contains("CPU backend"),
+        "{}",
+        m.adapter_info()
+    );
+    let case = expected()
+        .iter()
+        .find(|c| c["model"] == "tiny2")
+        .unwrap()
+        .clone();
     check_output(&run_case(&m, &case).await, &case);
 }
 

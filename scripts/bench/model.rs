@@ -73,9 +73,9 @@ use florence2_wasm::gpu::QFormat;
 use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::workloads;
-use florence2_wasm::pipeline::{open_device, Device};
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
+use florence2_wasm::pipeline::{open_device, Device};
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
 use florence2_wasm::weights::{self, temporal_cosine_table, WeightDType};
 

@@ -128,3 +128,60 @@ fn quantized_checkpoints_answer_as_on_the_gpu() {
         }
     }
 }
+
+/// A soak on the CPU backend: 100 mixed calls (tasks, greedy and beams, on images and on kept
+/// encodings, a refused prompt among them) leave the host memory the engine counts where it was after
+/// loading: every activation, cache and encoding is released.
+#[test]
+fn hundred_mixed_calls_return_memory_to_its_baseline() {
+    let p = Pipeline::load_dir(&cpu(), &fixtures().join("models").join("tiny4")).unwrap();
+    let baseline = p.memory().current_bytes;
+    let images: Vec<Vec<u8>> = ["scene.png", "grey.png"]
+        .iter()
+        .map(|n| std::fs::read(fixtures().join("images").join(n)).unwrap())
+        .collect();
+    let prompts = [
+        "<OD>",
+        "<CAPTION>",
+        "<OCR_WITH_REGION>",
+        "<CAPTION_TO_PHRASE_GROUNDING>a cat",
+        "<NOT_A_TASK>",
+    ];
+    let mut refused = 0;
+    for i in 0..100 {
+        let bytes = &images[i % images.len()];
+        let o = TaskOptions {
+            max_new_tokens: Some(6 + i % 5),
+            num_beams: Some(1 + i % 3),
+            ..Default::default()
+        };
+        let encoded = (i % 4 == 0).then(|| p.encode_image(Image::Encoded(bytes)).unwrap());
+        let input = match &encoded {
+            Some(e) => e.into(),
+            None => Image::Encoded(bytes).into(),
+        };
+        match p.run_task_blocking(
+            input,
+            prompts[i % prompts.len()],
+            &o,
+            &NeverCancel,
+            &Callbacks::default(),
+        ) {
+            Ok(out) => assert!(out.token_ids.len() >= 2, "call {i}"),
+            Err(e) => {
+                assert!(
+                    prompts[i % prompts.len()].starts_with("<NOT"),
+                    "call {i}: {e}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 20);
+    assert_eq!(
+        p.memory().current_bytes,
+        baseline,
+        "host memory after 100 calls"
+    );
+    eprintln!("CPU soak: 100 calls, {baseline} bytes before and after");
+}
