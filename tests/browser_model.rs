@@ -266,7 +266,12 @@ fn to_json(v: &JsValue) -> Value {
     serde_json::from_str(&s).unwrap()
 }
 
+/// `Florence2.load` on WebGPU (SwiftShader here, which `device: "auto"` would pass over for the CPU
+/// backend) unless `opts` names a device: these tests cover the GPU path and its failures.
 async fn load(source: JsValue, opts: JsValue) -> Result<Florence2, JsValue> {
+    if opts.is_object() && !Reflect::has(&opts, &"device".into()).unwrap_or(false) {
+        Reflect::set(&opts, &"device".into(), &"webgpu".into()).unwrap();
+    }
     Florence2::load(source, opts).await
 }
 
@@ -416,7 +421,11 @@ async fn cpu_device_answers_like_the_cli_and_auto_falls_back_to_it() {
     Reflect::set(&desc, &"value".into(), &JsValue::UNDEFINED).unwrap();
     Reflect::set(&desc, &"configurable".into(), &true.into()).unwrap();
     js_sys::Object::define_property(&nav.clone().into(), &"gpu".into(), &desc);
-    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())])).await;
+    let m = load(
+        blob_source(model("tiny2")),
+        obj(&[("cache", false.into()), ("device", "auto".into())]),
+    )
+    .await;
     Reflect::delete_property(&nav.into(), &"gpu".into()).unwrap();
     let m = m.unwrap();
     assert!(

@@ -982,7 +982,9 @@ fn tuning_runs_at_load_and_is_cached() {
     };
     let xdg = dir.to_str().unwrap();
     let tuning_of = |args: &[&str]| -> Value {
-        let server = Server::start("tiny4", args, &[("XDG_CACHE_HOME", xdg)]);
+        // On the GPU: `auto` would pick the CPU backend over a software adapter, and it tunes nothing.
+        let args = [&["--device", "gpu"], args].concat();
+        let server = Server::start("tiny4", &args, &[("XDG_CACHE_HOME", xdg)]);
         server.wait_ready();
         let health = server.get("/health").json();
         assert_eq!(health["status"], "ok", "{health}");

@@ -860,7 +860,13 @@ impl Pending {
     /// done; in the browser it awaits the map promise).
     pub async fn bytes(self, gpu: &Gpu) -> Result<Vec<u8>> {
         let (staging, bytes) = match self {
-            Pending::Host(b) => return Ok(b),
+            Pending::Host(b) => {
+                // A readback is where a decode step ends: in the browser and Node the CPU backend
+                // lets the event loop run there (an abort, a UI update), as a GPU readback's await does.
+                #[cfg(target_arch = "wasm32")]
+                next_task().await;
+                return Ok(b);
+            }
             Pending::Device { staging, bytes } => (staging, bytes),
         };
         let (tx, rx) = oneshot::channel();
@@ -895,4 +901,20 @@ impl Pending {
         let b = self.bytes(gpu).await?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
+}
+
+/// Yield to the event loop for one task (`setTimeout(0)`: windows, workers and Node).
+#[cfg(target_arch = "wasm32")]
+async fn next_task() {
+    use wasm_bindgen::JsCast;
+    let global = js_sys::global();
+    let Ok(set_timeout) = js_sys::Reflect::get(&global, &"setTimeout".into())
+        .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(Into::into))
+    else {
+        return;
+    };
+    let p = js_sys::Promise::new(&mut |resolve, _reject| {
+        let _ = set_timeout.call2(&global, &resolve, &0.into());
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
