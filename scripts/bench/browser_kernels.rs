@@ -54,9 +54,12 @@ fn now_ms() -> f64 {
 
 async fn finish(g: &Gpu) {
     let (tx, rx) = futures_channel::oneshot::channel();
-    g.queue.on_submitted_work_done(move || {
-        let _ = tx.send(());
-    });
+    g.wgpu()
+        .expect("a GPU device")
+        .queue
+        .on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
     rx.await.expect("work-done callback");
 }
 

@@ -94,6 +94,9 @@ fn words_of(t: &Tensor) -> Range<usize> {
     start..start + (t.byte_size() / 4) as usize
 }
 
+/// What [`HostAccess::split`] gives: the outputs' words and the inputs' words.
+pub type Split<'s> = (Vec<&'s mut [u32]>, Vec<&'s [u32]>);
+
 /// An input as the kernel sees it: borrowed from a read lock, or a copy (when it shares an output's
 /// buffer).
 enum Held<'a> {
@@ -168,7 +171,7 @@ impl<'a> HostAccess<'a> {
     }
 
     /// The outputs' words and the inputs' words, each in the order given to [`HostAccess::new`].
-    pub fn split(&mut self) -> Result<(Vec<&mut [u32]>, Vec<&[u32]>)> {
+    pub fn split(&mut self) -> Result<Split<'_>> {
         let mut ins = Vec::with_capacity(self.inputs.len());
         for (at, range) in &self.inputs {
             let words: &[u32] = match &self.held[*at].1 {
