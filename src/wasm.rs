@@ -418,6 +418,8 @@ async fn open_pipeline(
             Gpu::new(GpuOptions::default()).await?
         }
         Device::Cpu => cpu_device(),
+        // Without `navigator.gpu` (Node.js, browsers without WebGPU) wgpu is not asked at all.
+        Device::Auto if !support::webgpu_exposed() => cpu_device(),
         Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
     };
 

@@ -1,8 +1,8 @@
 //! Browser tests of GPU failures and long runs in the JS facade (`src/wasm.rs`, `src/wasm/recover.rs`,
 //! `src/wasm/support.rs`): `wasm-pack test --headless --chrome -- --test browser_gpu` (scripts/test.sh).
 //! In headless Chromium's WebGPU (SwiftShader):
-//! - `Florence2.isSupported()` describes the adapter; with `navigator.gpu` hidden it says why not and
-//!   `load` rejects with `WebGPUUnavailableError`;
+//! - `Florence2.isSupported()` describes the adapter; with `navigator.gpu` hidden it says why not, still
+//!   offers the CPU backend, and `load` with `device: "webgpu"` rejects with `WebGPUUnavailableError`;
 //! - a device destroyed mid-generation rejects that call with `DeviceLostError`; the next call reloads the
 //!   model from the Cache API (no model file requested again) and answers exactly as before; the same
 //!   with `autoRecover: false` and `reload()`;
@@ -213,6 +213,10 @@ async fn load(source: JsValue, opts: JsValue) -> Result<Florence2, JsValue> {
 async fn is_supported_describes_the_adapter_and_says_why_not() {
     let info = to_json(&Florence2::is_supported().await);
     assert_eq!(info["supported"], Value::Bool(true), "{info}");
+    assert_eq!(info["webgpu"], Value::Bool(true), "{info}");
+    assert_eq!(info["cpu"], Value::Bool(true), "{info}");
+    // `device: "auto"` takes the CPU backend over a fallback adapter.
+    assert_eq!(info["device"], "cpu", "{info}");
     assert_eq!(info["reason"], "");
     // SwiftShader is a fallback (CPU) adapter.
     assert_eq!(
@@ -236,7 +240,11 @@ async fn is_supported_describes_the_adapter_and_says_why_not() {
         .await
         .err();
     restore_webgpu();
-    assert_eq!(info["supported"], Value::Bool(false), "{info}");
+    // The CPU backend still runs the model.
+    assert_eq!(info["supported"], Value::Bool(true), "{info}");
+    assert_eq!(info["webgpu"], Value::Bool(false), "{info}");
+    assert_eq!(info["cpu"], Value::Bool(true), "{info}");
+    assert_eq!(info["device"], "cpu", "{info}");
     assert!(
         info["reason"].as_str().unwrap().contains("navigator.gpu"),
         "{info}"
@@ -249,7 +257,7 @@ async fn is_supported_describes_the_adapter_and_says_why_not() {
     );
     // Restored: loads again.
     assert_eq!(
-        to_json(&Florence2::is_supported().await)["supported"],
+        to_json(&Florence2::is_supported().await)["webgpu"],
         Value::Bool(true)
     );
     assert!(!is_florence2_error(&js_sys::Error::new("plain").into()));

@@ -1,6 +1,8 @@
-//! `Florence2.isSupported()`: can this page run the model? A probe of `navigator.gpu` and its adapter
-//! that never throws, and the check `Florence2.load` makes before opening a device (so a page without
-//! WebGPU gets a `WebGPUUnavailableError` that says why, rather than wgpu's generic "no adapter").
+//! `Florence2.isSupported()`: can this page run the model, and on which device? The CPU backend runs
+//! wherever the wasm runs (browsers without WebGPU, Node.js); WebGPU is probed through `navigator.gpu`
+//! and its adapter, never throwing. Also the check `Florence2.load` makes before opening a WebGPU device
+//! (so `device: "webgpu"` without WebGPU gets a `WebGPUUnavailableError` that says why, rather than
+//! wgpu's generic "no adapter").
 
 use js_sys::{Array, Function, Object, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -26,9 +28,17 @@ export interface AdapterSummary {
 
 /** What `Florence2.isSupported()` resolves to. */
 export interface SupportInfo {
-  /** True when WebGPU gave an adapter: `Florence2.load` can open a device on it. */
+  /** True when the model can run here on some device: always, since the CPU backend needs nothing but
+   * the wasm (see `webgpu` for the GPU). */
   supported: boolean;
-  /** Why not (empty when supported). */
+  /** True when WebGPU gave an adapter: `device: "webgpu"` can open a device on it. */
+  webgpu: boolean;
+  /** The CPU backend (wasm, one thread): always available. */
+  cpu: boolean;
+  /** The device `device: "auto"` picks: "webgpu" on a hardware adapter, "cpu" without WebGPU or when the
+   * adapter is a fallback (software) one. */
+  device: "webgpu" | "cpu";
+  /** Why WebGPU is unavailable (empty when it is available). */
   reason: string;
   adapter: AdapterSummary | null;
   /** The adapter's optional features (e.g. "shader-f16", "timestamp-query"), sorted. */
@@ -51,7 +61,22 @@ fn navigator_gpu() -> std::result::Result<JsValue, String> {
     let global = js_sys::global();
     let gpu = get(&get(&global, "navigator"), "gpu");
     if !absent(&gpu) {
+        // wgpu reaches `navigator.gpu` through a window or a worker scope only (and panics elsewhere).
+        if absent(&get(&global, "Window")) && absent(&get(&global, "WorkerGlobalScope")) {
+            return Err(
+                "navigator.gpu exists, but this runtime is neither a window nor a worker, which the \
+                 WebGPU binding needs"
+                    .into(),
+            );
+        }
         return Ok(gpu);
+    }
+    if absent(&get(&global, "navigator")) {
+        return Err(
+            "this runtime has no navigator.gpu (Node.js and other non-browser runtimes have no \
+             WebGPU)"
+                .into(),
+        );
     }
     if get(&global, "isSecureContext") == JsValue::FALSE {
         return Err(
@@ -95,6 +120,11 @@ async fn request_adapter() -> std::result::Result<JsValue, String> {
         );
     }
     Ok(adapter)
+}
+
+/// Whether WebGPU is exposed where the engine can reach it (a device may still be refused).
+pub fn webgpu_exposed() -> bool {
+    navigator_gpu().is_ok()
 }
 
 /// The load-time check: `Error::NoAdapter` with the reason when WebGPU cannot give an adapter.
@@ -167,16 +197,26 @@ fn limits_object(adapter: &JsValue) -> JsValue {
 
 async fn probe() -> JsValue {
     let o = Object::new();
+    set(&o, "supported", &true.into());
+    set(&o, "cpu", &true.into());
     match request_adapter().await {
         Ok(adapter) => {
-            set(&o, "supported", &true.into());
+            let summary = adapter_summary(&adapter);
+            let fallback = get(&summary, "isFallbackAdapter").as_bool() == Some(true);
+            set(&o, "webgpu", &true.into());
+            set(
+                &o,
+                "device",
+                &(if fallback { "cpu" } else { "webgpu" }).into(),
+            );
             set(&o, "reason", &"".into());
-            set(&o, "adapter", &adapter_summary(&adapter));
+            set(&o, "adapter", &summary);
             set(&o, "features", &feature_list(&adapter));
             set(&o, "limits", &limits_object(&adapter));
         }
         Err(reason) => {
-            set(&o, "supported", &false.into());
+            set(&o, "webgpu", &false.into());
+            set(&o, "device", &"cpu".into());
             set(&o, "reason", &reason.into());
             set(&o, "adapter", &JsValue::NULL);
             set(&o, "features", &Array::new());
@@ -188,8 +228,8 @@ async fn probe() -> JsValue {
 
 #[wasm_bindgen(js_class = Florence2)]
 impl JsFlorence2 {
-    /// Whether WebGPU can run the model here: `{supported, reason, adapter, features, limits}`. Never
-    /// rejects; opens no device.
+    /// Where the model can run here: `{supported, webgpu, cpu, device, reason, adapter, features,
+    /// limits}` (`supported` is true on either device). Never rejects; opens no device.
     #[wasm_bindgen(js_name = isSupported, unchecked_return_type = "SupportInfo")]
     pub async fn is_supported() -> JsValue {
         probe().await
