@@ -85,6 +85,9 @@ struct LoadArgs {
     dtype: WeightDType,
     /// `device`: auto (WebGPU on a hardware adapter, else the CPU backend), webgpu or cpu.
     device: Device,
+    /// `fetch`: what fetches the model files instead of the global `fetch` (Node's entry passes one that
+    /// reads `file:` URLs).
+    fetch: Option<Function>,
 }
 
 /// The state shared by a model's calls.
@@ -381,6 +384,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         tuning,
         dtype,
         device,
+        fetch: opt_fn(options, "fetch")?,
     };
     let (pipeline, tuning_table) = open_pipeline(&args, signal, on_progress).await?;
     // A reload after a lost device reuses the tuner's cached choices instead of timing everything again.
@@ -410,7 +414,14 @@ async fn open_pipeline(
     signal: Option<web_sys::AbortSignal>,
     on_progress: Option<Function>,
 ) -> Result<(Pipeline, String)> {
-    let f = fetch::Fetcher::new(args.source.clone(), args.use_cache, signal, on_progress).await?;
+    let f = fetch::Fetcher::new(
+        args.source.clone(),
+        args.use_cache,
+        args.fetch.clone(),
+        signal,
+        on_progress,
+    )
+    .await?;
     f.check_abort("loading")?;
     let gpu = match args.device {
         Device::Gpu => {

@@ -165,7 +165,8 @@ export interface LoadOptions {
   device?: "auto" | "webgpu" | "cpu";
   onProgress?: (event: ProgressEvent) => void;
   /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
-   * model loads without the network. */
+   * model loads without the network. Where there is no Cache API (Node.js, insecure pages) nothing is
+   * cached, without an error. */
   cache?: boolean;
   /** Task markers of a fine-tuned model, on top of the 15 built-in ones and those its processor config
    * declares (`task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`): a list of markers
@@ -187,6 +188,10 @@ export interface LoadOptions {
    * static choices; "exhaustive" ignores the cache and times every candidate at full size. The result is
    * in `model.tuningTable`. */
   tuning?: "auto" | "off" | "exhaustive";
+  /** What fetches the model files instead of `globalThis.fetch` (e.g. to add headers): called as
+   * `fetch(url, init)` and must resolve to a `Response` (404/410 for an absent optional file). In Node.js
+   * the package reads `file:` URLs itself and hands other URLs to this function. */
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** After the GPU device is lost (`DeviceLostError`), load the model again on the next call (from the
    * Cache API when `cache` is on, so without a download); default true. With false, calls reject with
    * `DeviceLostError` until `reload()`. */

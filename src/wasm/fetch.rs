@@ -124,6 +124,8 @@ pub struct Fetcher {
     pub source: Source,
     name: String,
     cache: Option<Cache>,
+    /// The `fetch` option: called as `fetch(url, init)` instead of the global `fetch`.
+    fetch: Option<Function>,
     signal: Option<AbortSignal>,
     on_progress: Option<Function>,
     /// Some file came from the cache: a network failure on an optional file is then not fatal.
@@ -133,10 +135,11 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    /// `use_cache`: read from and write to the Cache API.
+    /// `use_cache`: read from and write to the Cache API; `fetch`: replaces the global `fetch`.
     pub async fn new(
         source: Source,
         use_cache: bool,
+        fetch: Option<Function>,
         signal: Option<AbortSignal>,
         on_progress: Option<Function>,
     ) -> Result<Fetcher> {
@@ -157,11 +160,24 @@ impl Fetcher {
             name: source.name(),
             source,
             cache,
+            fetch,
             signal,
             on_progress,
             any_cached: Cell::new(false),
             refetch: RefCell::new(BTreeSet::new()),
         })
+    }
+
+    /// `fetch(url, init)`: the `fetch` option's, else the global one. A synchronous throw or a value that
+    /// is not a promise settles the promise the same way.
+    fn fetch_url(&self, url: &str, init: &RequestInit) -> Promise {
+        match &self.fetch {
+            None => global_fetch(url, init),
+            Some(f) => match f.call2(&JsValue::UNDEFINED, &JsValue::from_str(url), init) {
+                Ok(v) => Promise::resolve(&v),
+                Err(e) => Promise::reject(&e),
+            },
+        }
     }
 
     pub fn check_abort(&self, what: &str) -> Result<()> {
@@ -280,7 +296,7 @@ impl Fetcher {
                     (None, None) => None,
                 };
                 init.set_signal(signal.as_ref());
-                let resp = match JsFuture::from(global_fetch(&url, &init)).await {
+                let resp = match JsFuture::from(self.fetch_url(&url, &init)).await {
                     Ok(r) => r,
                     Err(e) => {
                         let err = read_error(file, &e);
