@@ -92,18 +92,28 @@ export interface CustomTaskOutput {
 /** What `runTask` resolves to: a union discriminated by `task`. */
 export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
 
-/** Any image `runTask` accepts: an encoded file (`Blob`/`File`: PNG and JPEG always; WebP, AVIF, GIF
- * (first frame), BMP, ... when the browser decodes them; EXIF orientation applied), an image URL (fetched),
- * a decoded image, the current frame of a `<video>`, or a `VideoFrame`. */
+/** Decoded RGBA8 pixels, row by row (`ImageData`'s shape, for runtimes without `ImageData` such as
+ * Node.js): `data.length` is `4 * width * height`. */
+export interface RgbaImage {
+  data: Uint8Array | Uint8ClampedArray;
+  width: number;
+  height: number;
+}
+
+/** Any image `runTask` accepts: an encoded file (`Blob`/`File`, or its bytes as a `Uint8Array` (a Node
+ * `Buffer`) or `ArrayBuffer`: PNG and JPEG always; WebP, AVIF, GIF (first frame), BMP, ... when the
+ * browser decodes them; EXIF orientation applied), an image URL (fetched; in Node.js also a file path or a
+ * `file:` URL), decoded pixels, the current frame of a `<video>`, or a `VideoFrame`. */
 export type ImageInput =
-  | Blob | string | URL | ImageBitmap | ImageData | HTMLImageElement | HTMLCanvasElement | OffscreenCanvas
-  | HTMLVideoElement | VideoFrame;
+  | Blob | Uint8Array | ArrayBuffer | string | URL | RgbaImage | ImageBitmap | ImageData | HTMLImageElement
+  | HTMLCanvasElement | OffscreenCanvas | HTMLVideoElement | VideoFrame;
 
 /** A Hugging Face model id (`"microsoft/Florence-2-base-ft"`, resolved with `revision`, `remoteHost`,
  * `remotePathTemplate`), a hub page URL (`https://huggingface.co/ORG/NAME[/tree/REV]`), a model directory
  * URL (`config.json`, `tokenizer.json`, `model.safetensors` or `model.safetensors.index.json` + shards,
  * optional `preprocessor_config.json`, `generation_config.json`; a relative URL starts with `/` or `.`),
- * or an object mapping each file name to its URL. */
+ * or an object mapping each file name to its URL. In Node.js also a directory path (absolute, starting
+ * with `./` or `../`, or an existing directory) or a `file:` URL. */
 export type ModelSource = string | URL | Record<string, string | URL>;
 
 /** A download progress event (shaped like transformers.js's). */

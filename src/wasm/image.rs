@@ -1,18 +1,21 @@
 //! JS images to the pipeline's [`Image`]: a file's bytes (decoded by the pipeline, exactly as the native
 //! CLI decodes a file) or RGBA8 pixels.
 //!
-//! - `Blob`/`File`: a PNG goes through our own decoder, exactly as the native CLI decodes a file (EXIF
-//!   orientation applied). A JPEG is decoded by the browser (`createImageBitmap` with
-//!   `colorSpaceConversion: "none"`, EXIF orientation from the image): Chromium's decoder is
-//!   libjpeg-turbo, as Pillow's is, and gives Pillow's pixels exactly (scripts/npm/images_test.mjs
-//!   measures it), where ours differs by up to 3 grey levels; where the browser cannot decode it, ours
-//!   is used. Any other type the browser decodes (WebP, AVIF, GIF's first frame, BMP, ...) goes through
-//!   `createImageBitmap`.
+//! - `Blob`/`File`, or a file's bytes (`Uint8Array`, a Node `Buffer`, `ArrayBuffer`): a PNG goes through
+//!   our own decoder, exactly as the native CLI decodes a file (EXIF orientation applied). A JPEG is
+//!   decoded by the browser (`createImageBitmap` with `colorSpaceConversion: "none"`, EXIF orientation
+//!   from the image): Chromium's decoder is libjpeg-turbo, as Pillow's is, and gives Pillow's pixels
+//!   exactly (scripts/npm/images_test.mjs measures it), where ours differs by up to 3 grey levels; where
+//!   the browser cannot decode it, or there is no `createImageBitmap` (Node.js), ours is used, exactly
+//!   as the native CLI's. Any other type the browser decodes (WebP, AVIF, GIF's first frame, BMP, ...)
+//!   goes through `createImageBitmap`.
 //! - A `string` or `URL`: fetched, then read as a `Blob` (an HTML answer is refused).
 //! - Decoded images (`ImageData`, `ImageBitmap`, `HTMLImageElement`, `HTMLCanvasElement`,
 //!   `OffscreenCanvas`) are read as RGBA8 (drawn onto an `OffscreenCanvas` where needed); an
 //!   `HTMLVideoElement` (its current frame), a `VideoFrame` or any other `createImageBitmap` source
 //!   becomes an `ImageBitmap` first. Transparent pixels are composited onto white like a transparent file.
+//! - `{data, width, height}` (RGBA8 in a `Uint8Array` or `Uint8ClampedArray`): `ImageData`'s shape where
+//!   there is no `ImageData` (Node.js).
 
 use js_sys::{Function, Object, Promise, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
@@ -217,22 +220,54 @@ async fn from_blob(
     limits: &ImageLimits,
     abort: &dyn Fn() -> Result<()>,
 ) -> Result<JsImage> {
-    if blob.size() > limits.max_alloc_bytes as f64 {
-        return Err(Error::Image(format!(
-            "image file of {} bytes exceeds the {}-byte limit",
-            blob.size(),
-            limits.max_alloc_bytes
-        )));
-    }
+    check_file_size(blob.size(), limits)?;
     let buf = JsFuture::from(blob.array_buffer())
         .await
         .map_err(|e| js_img_err("reading the Blob", &e))?;
     abort()?;
     let bytes = Uint8Array::new(&buf).to_vec();
     drop(buf);
+    from_bytes(bytes, Some(blob), limits, abort).await
+}
+
+fn check_file_size(bytes: f64, limits: &ImageLimits) -> Result<()> {
+    if bytes > limits.max_alloc_bytes as f64 {
+        return Err(Error::Image(format!(
+            "image file of {bytes} bytes exceeds the {}-byte limit",
+            limits.max_alloc_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the global scope has `createImageBitmap` (browsers do; Node.js does not).
+fn has_create_image_bitmap() -> bool {
+    Reflect::get(&js_sys::global(), &JsValue::from_str("createImageBitmap"))
+        .is_ok_and(|f| f.is_function())
+}
+
+/// A file's bytes as a `Blob` for `createImageBitmap`.
+fn blob_of(bytes: &[u8]) -> Result<Blob> {
+    let parts = js_sys::Array::of1(&Uint8Array::from(bytes));
+    Blob::new_with_u8_array_sequence(&parts).map_err(|e| js_img_err("Blob", &e))
+}
+
+/// An encoded image file's bytes (`blob`: the file they came from, if any). PNG: our decoder. JPEG: the
+/// browser's decoder where there is one (see the module docs), else ours. Other types: the browser's.
+async fn from_bytes(
+    bytes: Vec<u8>,
+    blob: Option<&Blob>,
+    limits: &ImageLimits,
+    abort: &dyn Fn() -> Result<()>,
+) -> Result<JsImage> {
     let kind = sniff(&bytes);
     if kind == Kind::Png {
         return Ok(JsImage::File(bytes));
+    }
+    if looks_like_html(&bytes[..bytes.len().min(64)]) {
+        return Err(Error::Image(
+            "the image is an HTML page (a wrong URL answered by a fallback page?)".into(),
+        ));
     }
     if kind == Kind::Jpeg {
         // A truncated JPEG is refused, as the reference refuses it (browsers decode what is there).
@@ -246,24 +281,45 @@ async fn from_blob(
         {
             check_pixels(w, h, limits)?;
         }
-        match create_image_bitmap(blob, Some(&raw_decode_options())).await {
+        if !has_create_image_bitmap() {
+            return Ok(JsImage::File(bytes));
+        }
+        let own;
+        let blob = match blob {
+            Some(b) => b,
+            None => {
+                own = blob_of(&bytes)?;
+                &own
+            }
+        };
+        return match create_image_bitmap(blob, Some(&raw_decode_options())).await {
             Ok(bm) => {
                 abort()?;
-                return from_bitmap(&bm, limits);
+                from_bitmap(&bm, limits)
             }
             Err(e) => {
                 web_sys::console::warn_1(&JsValue::from_str(&format!(
                     "florence2-wasm: {e}; decoding the JPEG with the package's decoder"
                 )));
-                return Ok(JsImage::File(bytes));
+                Ok(JsImage::File(bytes))
             }
-        }
+        };
     }
-    if looks_like_html(&bytes[..bytes.len().min(64)]) {
+    if !has_create_image_bitmap() {
         return Err(Error::Image(
-            "the image is an HTML page (a wrong URL answered by a fallback page?)".into(),
+            "cannot decode this image: PNG and JPEG always work, other types need a browser's \
+             createImageBitmap (absent here); pass {data, width, height} RGBA pixels instead"
+                .into(),
         ));
     }
+    let own;
+    let blob = match blob {
+        Some(b) => b,
+        None => {
+            own = blob_of(&bytes)?;
+            &own
+        }
+    };
     drop(bytes);
     let bm = create_image_bitmap(blob, Some(&raw_decode_options()))
         .await
@@ -282,6 +338,63 @@ async fn from_blob(
     from_bitmap(&bm, limits)
 }
 
+/// Encoded file bytes given as a `Uint8Array` (a Node `Buffer` is one) or an `ArrayBuffer`.
+fn bytes_of(img: &JsValue) -> Option<Uint8Array> {
+    if let Some(a) = img.dyn_ref::<Uint8Array>() {
+        return Some(a.clone());
+    }
+    img.dyn_ref::<js_sys::ArrayBuffer>()
+        .map(|b| Uint8Array::new(b))
+}
+
+/// `{data, width, height}` with RGBA8 `data` (`Uint8Array` or `Uint8ClampedArray`, `4 * width * height`
+/// bytes): `ImageData`'s shape, for runtimes without `ImageData`. `None` when `img` has no `data`.
+fn rgba_object(img: &JsValue, limits: &ImageLimits) -> Result<Option<JsImage>> {
+    if !img.is_object() {
+        return Ok(None);
+    }
+    let data = Reflect::get(img, &JsValue::from_str("data")).unwrap_or(JsValue::UNDEFINED);
+    if data.is_undefined() {
+        return Ok(None);
+    }
+    let dim = |k: &str| {
+        Reflect::get(img, &JsValue::from_str(k))
+            .ok()
+            .and_then(|v| v.as_f64())
+            .filter(|v| v.fract() == 0.0 && *v >= 0.0 && *v <= f64::from(u32::MAX))
+            .map(|v| v as u32)
+            .ok_or_else(|| {
+                Error::Image(format!(
+                    "{{data, width, height}}: {k} must be a whole number"
+                ))
+            })
+    };
+    let (w, h) = (dim("width")?, dim("height")?);
+    check_pixels(w, h, limits)?;
+    let bytes = if let Some(a) = data.dyn_ref::<Uint8Array>() {
+        a.to_vec()
+    } else if let Some(a) = data.dyn_ref::<js_sys::Uint8ClampedArray>() {
+        a.to_vec()
+    } else {
+        return Err(Error::Image(
+            "{data, width, height}: data must be a Uint8Array or Uint8ClampedArray of RGBA8 pixels"
+                .into(),
+        ));
+    };
+    let want = u64::from(w) * u64::from(h) * 4;
+    if bytes.len() as u64 != want {
+        return Err(Error::Image(format!(
+            "{{data, width, height}}: data has {} bytes, RGBA8 {w}x{h} needs {want}",
+            bytes.len()
+        )));
+    }
+    Ok(Some(JsImage::Rgba {
+        data: bytes,
+        width: w,
+        height: h,
+    }))
+}
+
 /// Read any supported JS image (the pipeline decodes and preprocesses it). `abort` is checked after
 /// every await.
 pub async fn image_from_js(
@@ -295,6 +408,10 @@ pub async fn image_from_js(
     }
     if let Some(blob) = img.dyn_ref::<Blob>() {
         return from_blob(blob, limits, abort).await;
+    }
+    if let Some(a) = bytes_of(img) {
+        check_file_size(f64::from(a.length()), limits)?;
+        return from_bytes(a.to_vec(), None, limits, abort).await;
     }
     if let Some(data) = img.dyn_ref::<ImageData>() {
         let (w, h) = (data.width(), data.height());
@@ -329,6 +446,9 @@ pub async fn image_from_js(
             height: h,
         });
     }
+    if let Some(rgba) = rgba_object(img, limits)? {
+        return Ok(rgba);
+    }
     if let Some(v) = img.dyn_ref::<HtmlVideoElement>() {
         // HAVE_CURRENT_DATA: a frame is there to read.
         if v.ready_state() < 2 {
@@ -344,9 +464,9 @@ pub async fn image_from_js(
         let bm = create_image_bitmap(img, None).await.map_err(|e| {
             let why = e.to_string();
             Error::Image(format!(
-                "unsupported image: pass a Blob/File, an image URL, ImageBitmap, ImageData, \
-                 HTMLImageElement, HTMLCanvasElement, OffscreenCanvas, HTMLVideoElement or VideoFrame \
-                 ({})",
+                "unsupported image: pass a Blob/File, file bytes (Uint8Array, ArrayBuffer), an \
+                 image URL, ImageBitmap, ImageData, {{data, width, height}}, HTMLImageElement, \
+                 HTMLCanvasElement, OffscreenCanvas, HTMLVideoElement or VideoFrame ({})",
                 why.trim_start_matches("image error: ")
             ))
         })?;
@@ -354,8 +474,9 @@ pub async fn image_from_js(
         return from_bitmap(&bm, limits);
     }
     Err(Error::Image(
-        "unsupported image: pass a Blob/File, an image URL, ImageBitmap, ImageData, HTMLImageElement, \
-         HTMLCanvasElement, OffscreenCanvas, HTMLVideoElement or VideoFrame"
+        "unsupported image: pass a Blob/File, file bytes (Uint8Array, ArrayBuffer), an image URL, \
+         ImageBitmap, ImageData, {data, width, height}, HTMLImageElement, HTMLCanvasElement, \
+         OffscreenCanvas, HTMLVideoElement or VideoFrame"
             .into(),
     ))
 }
