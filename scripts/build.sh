@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the npm package `florence2-wasm` into pkg/ (wasm-pack, ES-module target for browsers) plus the
-# package's own files from scripts/npm/ (entry, worker module, README, LICENSE) and its package.json.
+# package's own files from scripts/npm/ (entries for browsers and Node.js, worker module, README, LICENSE)
+# and its package.json.
 #   scripts/build.sh          release build
 #   scripts/build.sh --dev    unoptimised, faster build (tests)
 set -euo pipefail
@@ -10,9 +11,10 @@ profile=--release
 if [ "${1:-}" = "--dev" ]; then profile=--dev; fi
 wasm-pack build --target web "$profile" --mode no-install --out-dir pkg --out-name florence2_wasm
 
-# The package's own files (scripts/npm/): the entry that makes init() optional, the worker module and its
-# client, their types, README and LICENSE.
-for f in README.md LICENSE index.js index.d.ts client.js client.d.ts worker.js worker.d.ts; do
+# The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
+# "node" export condition: wasm and models from files), the worker module and its client, their types,
+# README and LICENSE.
+for f in README.md LICENSE index.js node.js index.d.ts client.js client.d.ts worker.js worker.d.ts; do
   cp "scripts/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
@@ -20,8 +22,9 @@ if [ "$license" != "MIT" ] || ! head -1 pkg/LICENSE | grep -qx "MIT License"; th
   echo "build: Cargo.toml's license is '$license'; scripts/npm/LICENSE must hold that license's text" >&2
   exit 1
 fi
-# package.json: ES module, an exports map (types + default per entry), side effects declared (index.js
-# adds init-on-first-use to Florence2's statics, worker.js serves requests when imported in a worker).
+# package.json: ES module, an exports map (types + default per entry; Node.js takes node.js), side effects
+# declared (index.js adds init-on-first-use to Florence2's statics, node.js makes them read files,
+# worker.js serves requests when imported in a worker). `engines`: the Node.js versions node.js needs.
 node -e '
 const fs = require("fs");
 const p = JSON.parse(fs.readFileSync("pkg/package.json", "utf8"));
@@ -38,18 +41,19 @@ const out = {
   module: "./index.js",
   types: "./index.d.ts",
   exports: {
-    ".": { types: "./index.d.ts", default: "./index.js" },
+    ".": { types: "./index.d.ts", node: "./node.js", default: "./index.js" },
     "./worker": { types: "./worker.d.ts", default: "./worker.js" },
     "./raw": { types: "./florence2_wasm.d.ts", default: "./florence2_wasm.js" },
     "./florence2_wasm_bg.wasm": "./florence2_wasm_bg.wasm",
     "./package.json": "./package.json",
   },
+  engines: { node: ">=20" },
   files: [
-    "index.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
+    "index.js", "node.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],
-  sideEffects: ["./index.js", "./worker.js", "./snippets/*"],
+  sideEffects: ["./index.js", "./node.js", "./worker.js", "./snippets/*"],
 };
 for (const f of out.files) {
   if (!fs.existsSync("pkg/" + f)) { console.error("build: pkg/ lacks " + f); process.exit(1); }

@@ -20,12 +20,15 @@ const pkg = JSON.parse(readFileSync(join(pkgDir, "package.json"), "utf8"));
 assert.equal(pkg.name, "florence2-wasm");
 assert.equal(pkg.license, "MIT");
 assert.equal(pkg.type, "module");
-assert.deepEqual(pkg.exports["."], { types: "./index.d.ts", default: "./index.js" });
+// Node.js takes node.js (wasm and models from files), everything else index.js.
+assert.deepEqual(pkg.exports["."], { types: "./index.d.ts", node: "./node.js", default: "./index.js" });
+assert.equal(pkg.engines.node, ">=20");
 assert.deepEqual(pkg.exports["./worker"], { types: "./worker.d.ts", default: "./worker.js" });
-// index.js patches Florence2's statics and worker.js serves on import: both must count as side effects.
-assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")), ["./index.js", "./worker.js"]);
+// index.js and node.js patch Florence2's statics and worker.js serves on import: side effects, all three.
+assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")),
+  ["./index.js", "./node.js", "./worker.js"]);
 const entry = pkg.exports["."].default.replace(/^\.\//, "");
-for (const f of [entry, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
+for (const f of [entry, pkg.exports["."].node, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
                  "worker.js", "worker.d.ts", "client.js", "client.d.ts", "README.md", "LICENSE"]) {
   assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
 }

@@ -1,0 +1,199 @@
+// florence2-wasm in Node.js (>= 20): the package entry under the "node" export condition, so
+// `import { Florence2 } from "florence2-wasm"` in Node loads this file and browsers and bundlers never
+// see a `node:` import.
+//
+// On top of index.js it
+// - instantiates the wasm from the file next to this module (Node's `fetch` cannot read `file:` URLs);
+// - loads models from a directory path or a `file:` URL: `Florence2.load` turns a path into a `file:`
+//   URL and passes the wasm a `fetch` that streams `file:` URLs from disk (404 for a missing file) and
+//   hands any other URL to the caller's `fetch` option or `globalThis.fetch`;
+// - reads an image given as a path or a `file:` URL (`runTask`, `encodeImage`) into bytes.
+// Node has no Cache API: models are read from their source at every load, without an error.
+import { open, readFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { isAbsolute, resolve as resolvePath, sep } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { init as baseInit, Florence2 } from "./index.js";
+
+export * from "./index.js";
+
+/** Bytes read from a file per stream chunk. */
+const CHUNK = 1 << 20;
+
+/** Load and instantiate the wasm module once (from `florence2_wasm_bg.wasm` next to this file unless
+ * `input` says otherwise); later calls return the same promise. */
+export function init(input) {
+  if (input === undefined) {
+    input = { module_or_path: readFile(new URL("./florence2_wasm_bg.wasm", import.meta.url)) };
+  }
+  return baseInit(input);
+}
+export default init;
+
+/** Whether `s` starts with a URL scheme (`file:`, `https:`, `blob:`, ...; a Windows drive letter is
+ * not one). */
+function hasScheme(s) {
+  return /^[a-z][a-z0-9+.-]+:/i.test(s);
+}
+
+/** Whether a source string names a local path: absolute, `./`- or `../`-relative, or an existing entry
+ * (so `models/tiny` is the local directory when there is one, else a hub id). */
+function isPath(s) {
+  if (hasScheme(s)) return false;
+  return isAbsolute(s) || /^\.\.?([\\/]|$)/.test(s) || existsSync(s);
+}
+
+/** A local path as a `file:` URL; `dir`: with a trailing slash. */
+function pathUrl(p, dir) {
+  let href = pathToFileURL(resolvePath(p)).href;
+  if (dir && !href.endsWith("/")) href += "/";
+  return href;
+}
+
+/** A model source with local paths replaced by `file:` URLs. */
+function nodeSource(source) {
+  if (typeof source === "string") {
+    return isPath(source.trim()) ? pathUrl(source.trim(), true) : source;
+  }
+  if (source && typeof source === "object" && !(source instanceof URL)) {
+    const out = {};
+    for (const [k, v] of Object.entries(source)) {
+      out[k] = typeof v === "string" && isPath(v) ? pathUrl(v, false) : v;
+    }
+    return out;
+  }
+  return source;
+}
+
+function abortError(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  return new DOMException("the operation was aborted", "AbortError");
+}
+
+/** A `Response` streaming the file a `file:` URL names: 404 when there is no such file. */
+async function fileResponse(url, init) {
+  const signal = init && init.signal;
+  if (signal && signal.aborted) throw abortError(signal);
+  let path;
+  try {
+    path = fileURLToPath(url);
+  } catch (e) {
+    throw new TypeError(`cannot read ${url}: ${e.message}`);
+  }
+  if (path.endsWith(sep)) return new Response(null, { status: 404, statusText: "Not Found" });
+  let fh;
+  try {
+    fh = await open(path, "r");
+  } catch (e) {
+    if (["ENOENT", "ENOTDIR", "EISDIR"].includes(e.code)) {
+      return new Response(null, { status: 404, statusText: "Not Found" });
+    }
+    throw new TypeError(`cannot read ${path}: ${e.message}`);
+  }
+  let size;
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) {
+      await fh.close();
+      return new Response(null, { status: 404, statusText: "Not Found" });
+    }
+    size = st.size;
+  } catch (e) {
+    await fh.close().catch(() => {});
+    throw new TypeError(`cannot read ${path}: ${e.message}`);
+  }
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    fh.close().catch(() => {});
+  };
+  const body = new ReadableStream({
+    async pull(controller) {
+      try {
+        if (signal && signal.aborted) throw abortError(signal);
+        const buf = new Uint8Array(CHUNK);
+        const { bytesRead } = await fh.read(buf, 0, CHUNK, null);
+        if (bytesRead === 0) {
+          close();
+          controller.close();
+        } else {
+          controller.enqueue(bytesRead === CHUNK ? buf : buf.slice(0, bytesRead));
+        }
+      } catch (e) {
+        close();
+        controller.error(e);
+      }
+    },
+    cancel: close,
+  });
+  return new Response(body, {
+    status: 200,
+    headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+  });
+}
+
+/** The `fetch` the wasm uses: `file:` URLs from disk, anything else through `next`. */
+function nodeFetch(next) {
+  return (url, init) => {
+    const s = String(url);
+    if (s.slice(0, 5).toLowerCase() === "file:") return fileResponse(s, init);
+    return (next || globalThis.fetch)(url, init);
+  };
+}
+
+/** Load options with the Node `fetch` (wrapping the caller's `fetch` option, if any). */
+function nodeOptions(options) {
+  const o = options && typeof options === "object" ? { ...options } : {};
+  o.fetch = nodeFetch(typeof o.fetch === "function" ? o.fetch : undefined);
+  return o;
+}
+
+/** The file an image given as a local path or a `file:` URL names; `null` for anything else. */
+function imagePath(image) {
+  if (image instanceof URL) return image.protocol === "file:" ? fileURLToPath(image) : null;
+  if (typeof image !== "string") return null;
+  if (/^file:/i.test(image)) return fileURLToPath(image);
+  return hasScheme(image) ? null : image;
+}
+
+/** Replace `obj[name]` by `make(original)` once. */
+function wrap(obj, name, make) {
+  const raw = obj[name];
+  if (typeof raw !== "function" || raw.__florence2Node) return;
+  const wrapped = make(raw);
+  wrapped.__florence2Node = true;
+  Object.defineProperty(obj, name, { value: wrapped, writable: true, configurable: true });
+}
+
+// Statics: instantiate from the file first; sources may be paths.
+wrap(Florence2, "load", (raw) => async function (source, options) {
+  await init();
+  return raw.call(this, nodeSource(source), nodeOptions(options));
+});
+for (const name of ["cacheInfo", "clearCache"]) {
+  wrap(Florence2, name, (raw) => async function (source, options) {
+    await init();
+    return raw.call(this, nodeSource(source), options);
+  });
+}
+wrap(Florence2, "isSupported", (raw) => async function (...args) {
+  await init();
+  return raw.apply(this, args);
+});
+// Images from paths: the file is read before the call joins the model's queue (other images join it at
+// once, in call order).
+for (const name of ["runTask", "encodeImage"]) {
+  wrap(Florence2.prototype, name, (raw) => function (image, ...rest) {
+    const path = imagePath(image);
+    if (path === null) return raw.call(this, image, ...rest);
+    return readFile(path).then(
+      (bytes) => raw.call(this, bytes, ...rest),
+      (e) => {
+        const err = new Error(`cannot read the image ${path}: ${e.message}`, { cause: e });
+        err.name = "Florence2ImageError";
+        throw err;
+      },
+    );
+  });
+}

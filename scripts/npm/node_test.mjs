@@ -1,0 +1,274 @@
+// The packed package in Node.js: node scripts/npm/node_test.mjs APP_DIR (a scratch npm project with the
+// tarball installed; scripts/npm_package_test.sh makes it). `import { Florence2 } from "florence2-wasm"`
+// from that project must resolve to the package's Node entry (the "node" export condition) and, on the
+// CPU backend (`device: "auto"` without WebGPU), answer exactly as the native CLI
+// (target/debug/florence2 run --device cpu --json) for the tiny4 fixture model:
+//   - loaded from a directory path, a `file:` URL and an http URL (a loopback server in this script);
+//   - `<OD>` and `<OCR>` on scene.png given as a Buffer, a Uint8Array, an ArrayBuffer, decoded
+//     `{data, width, height}` RGBA (decoded here), an `EncodedImage`, and scene.jpg as a file path;
+//   - isSupported() reports the CPU backend; cacheInfo()/clearCache() work without a Cache API;
+//   - hostile input rejects with a named error and leaves the model answering as before: an unknown
+//     task, empty/garbage/truncated image bytes, RGBA of the wrong length, a missing model directory,
+//     `device: "webgpu"`, an aborted load, a hub id the (local) hub does not have.
+// The wall time of one task here and in the CLI is printed (a figure, not an assertion).
+import { readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { createServer } from "node:http";
+import { join, dirname, normalize, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { inflateSync } from "node:zlib";
+import assert from "node:assert/strict";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const [app] = process.argv.slice(2);
+assert.ok(app, "usage: node scripts/npm/node_test.mjs APP_DIR");
+const cliBin = join(root, "target/debug/florence2");
+const modelDir = join(root, "tests/fixtures/models/tiny4");
+const images = join(root, "tests/fixtures/images");
+const MAX_NEW = 20;
+const TASKS = ["<OD>", "<OCR>"];
+
+// ---- the native CLI's answers ----------------------------------------------------------------------
+/** `florence2 run --json` for every task of `TASKS` on `image`: {task: {tokenIds, result}}, wall ms. */
+function cli(image) {
+  const args = ["run", "--model", modelDir, "--image", join(images, image), "--json", "--device", "cpu",
+    "--max-new-tokens", String(MAX_NEW)];
+  for (const t of TASKS) args.push("--task", t);
+  const t0 = performance.now();
+  const out = JSON.parse(execFileSync(cliBin, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+  const ms = performance.now() - t0;
+  const byTask = {};
+  for (const o of out) {
+    assert.equal(o.device, "cpu");
+    byTask[o.task] = { tokenIds: o.token_ids, result: o.result, ms: o.timings_ms };
+  }
+  return { byTask, ms };
+}
+const want = { png: cli("scene.png"), jpg: cli("scene.jpg") };
+
+/** `out` answers task `task` exactly as the CLI did on `image`. */
+function check(out, image, task, what) {
+  const w = want[image].byTask[task];
+  assert.equal(out.task, task, what);
+  assert.deepEqual(out.tokenIds, w.tokenIds, `${what}: ${task} token ids differ from the CLI's`);
+  assert.deepEqual(out.result, w.result, `${what}: ${task} result differs from the CLI's`);
+}
+
+// ---- a PNG decoder for the RGBA input (8-bit RGB/RGBA, not interlaced: the fixtures' kind) -----------
+function decodePng(buf) {
+  assert.equal(buf.toString("latin1", 1, 4), "PNG");
+  let off = 8;
+  let w = 0, h = 0, type = 0;
+  const idat = [];
+  while (off < buf.length) {
+    const len = buf.readUInt32BE(off);
+    const kind = buf.toString("latin1", off + 4, off + 8);
+    const data = buf.subarray(off + 8, off + 8 + len);
+    if (kind === "IHDR") {
+      w = data.readUInt32BE(0);
+      h = data.readUInt32BE(4);
+      assert.equal(data[8], 8, "8-bit PNG");
+      type = data[9];
+      assert.ok(type === 2 || type === 6, "RGB or RGBA PNG");
+      assert.equal(data[12], 0, "not interlaced");
+    } else if (kind === "IDAT") {
+      idat.push(data);
+    }
+    off += 12 + len;
+  }
+  const bpp = type === 6 ? 4 : 3;
+  const raw = inflateSync(Buffer.concat(idat));
+  const stride = w * bpp;
+  const px = new Uint8Array(stride * h);
+  for (let y = 0; y < h; y++) {
+    const f = raw[y * (stride + 1)];
+    const line = raw.subarray(y * (stride + 1) + 1, (y + 1) * (stride + 1));
+    for (let x = 0; x < stride; x++) {
+      const a = x >= bpp ? px[y * stride + x - bpp] : 0;
+      const b = y > 0 ? px[(y - 1) * stride + x] : 0;
+      const c = x >= bpp && y > 0 ? px[(y - 1) * stride + x - bpp] : 0;
+      const p = a + b - c;
+      const pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c);
+      const paeth = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+      const pred = [0, a, b, (a + b) >> 1, paeth][f];
+      assert.ok(pred !== undefined, `PNG filter ${f}`);
+      px[y * stride + x] = (line[x] + pred) & 255;
+    }
+  }
+  const rgba = new Uint8Array(w * h * 4);
+  for (let i = 0; i < w * h; i++) {
+    for (let k = 0; k < 3; k++) rgba[i * 4 + k] = px[i * bpp + k];
+    rgba[i * 4 + 3] = bpp === 4 ? px[i * 4 + 3] : 255;
+  }
+  return { data: rgba, width: w, height: h };
+}
+
+// ---- a loopback server of the fixtures -------------------------------------------------------------
+const served = [];
+const server = createServer((req, res) => {
+  const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
+  served.push(path);
+  const file = normalize(join(root, "tests/fixtures", path));
+  if (relative(join(root, "tests/fixtures"), file).startsWith("..")) {
+    res.writeHead(403).end();
+    return;
+  }
+  let body;
+  try {
+    body = readFileSync(file);
+  } catch {
+    res.writeHead(404, { "content-type": "text/plain" }).end("not found");
+    return;
+  }
+  res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length }).end(body);
+});
+await new Promise((r) => server.listen(0, "127.0.0.1", r));
+const origin = `http://127.0.0.1:${server.address().port}`;
+
+// ---- the package as an app imports it --------------------------------------------------------------
+const entryFile = join(app, "node_entry.mjs");
+writeFileSync(entryFile, 'export * from "florence2-wasm";\nexport { default } from "florence2-wasm";\n');
+const pkg = await import(pathToFileURL(entryFile).href);
+const { Florence2 } = pkg;
+assert.equal(typeof pkg.default, "function", "default export init()");
+
+async function rejects(p, name, what, match) {
+  let err = null;
+  try {
+    await p;
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err, `${what}: did not reject`);
+  assert.equal(err.name, name, `${what}: ${err.name}: ${err.message}`);
+  if (match) assert.match(err.message, match, what);
+  return err;
+}
+
+let failures = 0;
+async function step(name, f) {
+  try {
+    await f();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+const pngBytes = readFileSync(join(images, "scene.png"));
+const jpgPath = join(images, "scene.jpg");
+const runOpts = { maxNewTokens: MAX_NEW };
+let byPath = null;
+
+await step("isSupported(): the CPU backend, no WebGPU", async () => {
+  const s = await Florence2.isSupported();
+  assert.equal(s.supported, true, JSON.stringify(s));
+  assert.equal(s.cpu, true);
+  assert.equal(s.webgpu, false);
+  assert.equal(s.device, "cpu");
+  assert.match(s.reason, /navigator\.gpu/);
+});
+
+await step("load a directory path (device auto -> CPU), <OD> and <OCR> on Buffer/Uint8Array bytes", async () => {
+  const events = [];
+  byPath = await Florence2.load(modelDir, { onProgress: (e) => events.push({ ...e }) });
+  assert.match(byPath.adapterInfo, /CPU backend/, byPath.adapterInfo);
+  const files = new Set(events.filter((e) => e.status === "done").map((e) => e.file));
+  for (const f of ["config.json", "tokenizer.json", "model.safetensors"]) assert.ok(files.has(f), `no done for ${f}`);
+  assert.equal(events.at(-1).status, "ready");
+  assert.ok(events.every((e) => e.cached === false));
+  const weights = events.find((e) => e.status === "done" && e.file === "model.safetensors");
+  assert.equal(weights.loaded, readFileSync(join(modelDir, "model.safetensors")).length);
+  check(await byPath.runTask(pngBytes, "<OD>", runOpts), "png", "<OD>", "Buffer");
+  check(await byPath.runTask(new Uint8Array(pngBytes), "<OCR>", runOpts), "png", "<OCR>", "Uint8Array");
+  const ab = pngBytes.buffer.slice(pngBytes.byteOffset, pngBytes.byteOffset + pngBytes.length);
+  check(await byPath.runTask(ab, "<OD>", runOpts), "png", "<OD>", "ArrayBuffer");
+});
+
+await step("{data, width, height} RGBA, an EncodedImage, a JPEG by file path", async () => {
+  const rgba = decodePng(pngBytes);
+  check(await byPath.runTask(rgba, "<OCR>", runOpts), "png", "<OCR>", "RGBA");
+  const clamped = { ...rgba, data: new Uint8ClampedArray(rgba.data) };
+  check(await byPath.runTask(clamped, "<OD>", runOpts), "png", "<OD>", "RGBA (clamped)");
+  const enc = await byPath.encodeImage(pngBytes);
+  assert.deepEqual([enc.width, enc.height], [rgba.width, rgba.height]);
+  for (const t of TASKS) check(await byPath.runTask(enc, t, runOpts), "png", t, "EncodedImage");
+  enc.dispose();
+  for (const t of TASKS) check(await byPath.runTask(jpgPath, t, runOpts), "jpg", t, "JPEG path");
+  check(await byPath.runTask(pathToFileURL(jpgPath), "<OD>", runOpts), "jpg", "<OD>", "JPEG file: URL");
+});
+
+await step("load a file:// URL (device cpu)", async () => {
+  const m = await Florence2.load(pathToFileURL(modelDir).href, { device: "cpu" });
+  try {
+    for (const t of TASKS) check(await m.runTask(pngBytes, t, runOpts), "png", t, "file: URL model");
+  } finally {
+    m.dispose();
+  }
+});
+
+await step("load an http URL; the Node fetch reaches the caller's fetch option", async () => {
+  const seen = [];
+  const fetch = (url, init) => {
+    seen.push(url);
+    return globalThis.fetch(url, init);
+  };
+  served.length = 0;
+  const m = await Florence2.load(`${origin}/models/tiny4/`, { fetch });
+  try {
+    assert.ok(served.includes("/models/tiny4/model.safetensors"), served.join(" "));
+    assert.deepEqual(seen.map((u) => new URL(u).pathname), served);
+    const t0 = performance.now();
+    const out = await m.runTask(readFileSync(jpgPath), "<OCR>", runOpts);
+    const ms = performance.now() - t0;
+    check(out, "jpg", "<OCR>", "http model");
+    check(await m.runTask(`${origin}/images/scene.png`, "<OD>", runOpts), "png", "<OD>", "http image URL");
+    console.log(`     <OCR> on scene.jpg (tiny4, ${out.tokenIds.length} ids): node ${ms.toFixed(0)} ms ` +
+      `(runTask: ${JSON.stringify(out.timings)}); CLI --device cpu ${want.jpg.ms.toFixed(0)} ms for the ` +
+      `process (both tasks, load included; per task: ${JSON.stringify(want.jpg.byTask["<OCR>"].ms)})`);
+  } finally {
+    m.dispose();
+  }
+});
+
+await step("no Cache API: cacheInfo() and clearCache() answer without an error", async () => {
+  assert.deepEqual(await Florence2.cacheInfo(), { files: [], bytes: 0, absent: [] });
+  assert.deepEqual(await Florence2.cacheInfo(modelDir), { files: [], bytes: 0, absent: [] });
+  assert.equal(await Florence2.clearCache(), false);
+});
+
+await step("hostile input: named errors, the model answers as before", async () => {
+  const run = (image, prompt = "<OD>", opts = runOpts) => byPath.runTask(image, prompt, opts);
+  const jpg = readFileSync(jpgPath);
+  await rejects(run(pngBytes, "<NOT_A_TASK>"), "Florence2PromptError", "unknown task");
+  await rejects(run(pngBytes, "<OD>", { maxNewTokens: -1 }), "Florence2InputError", "negative maxNewTokens");
+  await rejects(run(new Uint8Array(0)), "Florence2ImageError", "empty bytes");
+  await rejects(run(Buffer.from("not an image at all")), "Florence2ImageError", "garbage");
+  await rejects(run(pngBytes.subarray(0, 200)), "Florence2ImageError", "truncated PNG");
+  await rejects(run(jpg.subarray(0, jpg.length / 2)), "Florence2ImageError", "truncated JPEG");
+  await rejects(run({ data: new Uint8Array(10), width: 83, height: 61 }), "Florence2ImageError", "short RGBA",
+    /needs/);
+  await rejects(run({ data: [1, 2, 3, 4], width: 1, height: 1 }), "Florence2ImageError", "RGBA as an Array");
+  await rejects(run(join(images, "no-such.png")), "Florence2ImageError", "missing image file", /no-such\.png/);
+  check(await run(pngBytes), "png", "<OD>", "after hostile input");
+});
+
+await step("hostile load: named errors", async () => {
+  await rejects(Florence2.load(join(root, "no-such-model-dir")), "Florence2LoadError", "missing directory",
+    /config\.json/);
+  await rejects(Florence2.load(modelDir, { device: "webgpu" }), "WebGPUUnavailableError", "device webgpu");
+  await rejects(Florence2.load(modelDir, { device: "tpu" }), "Florence2InputError", "unknown device");
+  await rejects(Florence2.load(modelDir, { signal: AbortSignal.abort() }), "AbortError", "aborted load");
+  // A string that is neither a path here nor a URL stays a hub id (here: a hub without that model).
+  await rejects(Florence2.load("no-such-org/no-such-model", { remoteHost: `${origin}/hub/` }),
+    "Florence2LoadError", "unknown hub id", /no-such-org\/no-such-model/);
+});
+
+byPath?.dispose();
+server.close();
+if (failures) {
+  console.error(`node test: ${failures} step(s) failed`);
+  process.exit(1);
+}
+console.log("node test: ok");
