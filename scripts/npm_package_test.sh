@@ -8,8 +8,11 @@
 # TypeScript declarations contain no `any`. Then, on the same tarball: `npm publish --dry-run` must be clean;
 # scripts/npm/loading_test.mjs (SPA-fallback server, offline reload with the server stopped, cache API,
 # corrupted cache entry, hub model ids); scripts/npm/bundler_test.mjs (the app in scripts/npm/app/ built
-# with Vite (build + dev server) and webpack 5, page and worker answers equal to the CLI's).
-# NPM_TESTS="package loading bundlers" (default: all) picks parts.
+# with Vite (build + dev server) and webpack 5, page and worker answers equal to the CLI's);
+# scripts/npm/node_test.mjs (the package imported in Node.js on the CPU backend: models from a directory
+# path, a file: URL and an http URL, images as bytes and RGBA, answers equal to the native CLI's
+# `--device cpu`, named errors for hostile input).
+# NPM_TESTS="package node loading bundlers" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -23,7 +26,7 @@ tarball=$(cd pkg && npm pack --silent --pack-destination "$scratch" | tail -1)
 echo "packed $tarball ($(du -h "$scratch/$tarball" | cut -f1))"
 mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
-parts=" ${NPM_TESTS:-package loading bundlers} "
+parts=" ${NPM_TESTS:-package node loading bundlers} "
 if [[ $parts == *" package "* ]]; then
   node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
@@ -33,6 +36,10 @@ if [[ $parts == *" package "* ]]; then
     exit 1
   fi
   echo "npm publish --dry-run: clean"
+fi
+if [[ $parts == *" node "* ]]; then
+  cargo build --bin florence2
+  node scripts/npm/node_test.mjs "$scratch/app"
 fi
 if [[ $parts == *" loading "* ]]; then
   node scripts/npm/loading_test.mjs "$scratch/app"

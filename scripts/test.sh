@@ -55,7 +55,7 @@ phase "browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits --test browser_gpu
 
-phase "npm package (npm pack, offline install, ES-module page in headless Chromium)"
+phase "npm package (npm pack, offline install, ES-module page in headless Chromium, Node.js)"
 scripts/npm_package_test.sh
 
 if [ -x scripts/e2e.sh ]; then

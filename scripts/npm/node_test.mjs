@@ -50,6 +50,7 @@ const want = { png: cli("scene.png"), jpg: cli("scene.jpg") };
 function check(out, image, task, what) {
   const w = want[image].byTask[task];
   assert.equal(out.task, task, what);
+  assert.equal(out.memory.device, "cpu", what);
   assert.deepEqual(out.tokenIds, w.tokenIds, `${what}: ${task} token ids differ from the CLI's`);
   assert.deepEqual(out.result, w.result, `${what}: ${task} result differs from the CLI's`);
 }
