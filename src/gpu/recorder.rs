@@ -909,7 +909,7 @@ async fn next_task() {
     use wasm_bindgen::JsCast;
     let global = js_sys::global();
     let Ok(set_timeout) = js_sys::Reflect::get(&global, &"setTimeout".into())
-        .and_then(|f| f.dyn_into::<js_sys::Function>().map_err(Into::into))
+        .and_then(|f| f.dyn_into::<js_sys::Function>())
     else {
         return;
     };
