@@ -190,3 +190,36 @@ fn run_errors_are_named() {
         "{stderr}"
     );
 }
+
+/// The batch flags' usage errors (exit 2, before any model is loaded: the model directory does not
+/// exist here).
+#[test]
+fn batch_usage_errors_exit_2() {
+    let scene = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/images/scene.png"
+    );
+    let base = [
+        "run",
+        "--model",
+        "/nonexistent-model",
+        "--task",
+        "<CAPTION>",
+    ];
+    for extra in [
+        vec!["--image", scene, "--resume"],
+        vec!["--image", scene, "--shard", "3/3"],
+        vec!["--image", scene, "--shard", "x"],
+        vec!["--image", scene, "--json", "--jsonl"],
+        vec!["--image", scene, "--image", scene, "--json"],
+        vec!["--image", scene, "--jsonl", "--profile"],
+        vec!["--image", scene, "--output", "/tmp/x.jsonl"],
+        vec!["--recursive"],
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 2, "{extra:?}: {stderr}");
+        assert!(stdout.is_empty(), "{extra:?}");
+        assert!(stderr.contains("usage"), "{extra:?}: {stderr}");
+    }
+}

@@ -9,6 +9,7 @@ use weights_util::common;
 
 mod beam_parity;
 mod beam_scripted;
+mod cli_batch;
 mod custom_tasks;
 mod decode_plan;
 mod dtype_fidelity;

@@ -4,6 +4,8 @@
 //! ```text
 //! florence2 parse --task TASK --image-size W,H --text RAW [--json]
 //! florence2 run --model DIR --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
+//!               [--image FILE|DIR ...] [--recursive] [--images-from FILE|-] [--jsonl] [--output FILE]
+//!               [--resume] [--shard INDEX/COUNT]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
 //!               [--tuning auto|off|exhaustive] [--profile]
@@ -20,6 +22,8 @@
 //! reference's `generate` returns them) and `timings_ms` {load, preprocess, vision, encoder, decode}.
 //! `run` with several `--task`s encodes the image once and prints a JSON array of those objects (one per
 //! task, in order; the image's preprocess and vision times are counted in the first).
+//! Several images (or a directory, `--images-from`, `--shard`, `--jsonl`) make a batch: JSON Lines, one
+//! object per (image, task), see `batch/mod.rs`.
 //! `--tuning` (default auto) runs the kernel tuner after loading (cached per adapter in the user's cache
 //! directory, so only the first run times anything); `--profile` prints per-op GPU times from timestamp
 //! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
@@ -28,6 +32,7 @@
 //!
 //! Adding a subcommand: a variant of [`Command`] with its `Args` struct, and an arm in [`dispatch`].
 
+mod batch;
 mod parse;
 mod run;
 mod serve;
@@ -50,7 +55,7 @@ pub struct Cli {
 pub enum Command {
     /// Post-process a raw generation (decoded with special tokens kept) without a model.
     Parse(parse::ParseArgs),
-    /// Run the model on an image: one or several tasks (the image is encoded once).
+    /// Run the model on an image, or a batch of images: one or several tasks (each image encoded once).
     Run(run::RunArgs),
     /// OpenAI-compatible HTTP server (POST /v1/chat/completions, GET /v1/models, /health, /metrics).
     Serve(serve::ServeArgs),
@@ -59,6 +64,7 @@ pub enum Command {
 }
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
+#[derive(Debug)]
 pub enum Failure {
     Usage(String),
     Run(String),

@@ -1,12 +1,14 @@
 //! `florence2 run`: load a model directory into a [`Pipeline`], encode the image once, run each task on
-//! it, print the answers.
+//! it, print the answers. Several images (repeated `--image`, a directory, `--images-from`) or `--jsonl`
+//! make it a batch over one loaded model (`batch/`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use florence2_wasm::gpu::{profile, GpuOptions};
+use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
 use florence2_wasm::pipeline::{
     open_device, Callbacks, Device, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions,
@@ -15,7 +17,7 @@ use florence2_wasm::pipeline::{
 use florence2_wasm::processor::prompt::parse_task_prompt;
 use florence2_wasm::weights::{LoadOptions, WeightDType};
 
-use super::{print_json, Failure};
+use super::{batch, print_json, Failure};
 
 /// Decoding settings default to the model's generation_config.json (Florence-2: 3 beams,
 /// no-repeat-n-gram 3), overridable; max 1024 new tokens.
@@ -24,10 +26,35 @@ pub struct RunArgs {
     /// Model directory: config.json, model.safetensors (or index + shards), tokenizer.json, optional
     /// preprocessor_config.json and generation_config.json
     #[arg(long, value_name = "DIR")]
-    model: PathBuf,
-    /// PNG or JPEG image
-    #[arg(long, value_name = "FILE")]
-    image: PathBuf,
+    pub(super) model: PathBuf,
+    /// Image (PNG, JPEG, WebP, GIF or BMP), or a directory of them; repeat for several (a batch:
+    /// JSON Lines output)
+    #[arg(
+        long = "image",
+        value_name = "FILE|DIR",
+        required_unless_present = "images_from"
+    )]
+    pub(super) images: Vec<PathBuf>,
+    /// With a directory --image: its subdirectories too
+    #[arg(long)]
+    pub(super) recursive: bool,
+    /// A file listing image paths, one a line ('-' reads the list from stdin)
+    #[arg(long, value_name = "FILE", allow_hyphen_values = true)]
+    pub(super) images_from: Option<PathBuf>,
+    /// JSON Lines: one object per (image, task) as soon as it is done, with "image" the path as given
+    /// (implied by a batch)
+    #[arg(long, conflicts_with = "json")]
+    pub(super) jsonl: bool,
+    /// Write the JSON Lines to this file instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub(super) output: Option<PathBuf>,
+    /// Skip the (image, task) pairs already answered in --output's file and append the rest
+    #[arg(long, requires = "output")]
+    pub(super) resume: bool,
+    /// Run only the inputs whose 0-based position i has i % COUNT == INDEX (list order: the --image
+    /// arguments in order, directories sorted by name, then --images-from)
+    #[arg(long, value_name = "INDEX/COUNT", value_parser = super::batch::inputs::parse_shard)]
+    pub(super) shard: Option<(usize, usize)>,
     /// Task prompt, e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats'; repeat to run several tasks
     /// on one image (encoded once; --json then prints an array)
     #[arg(long = "task", value_name = "PROMPT", required = true)]
@@ -40,7 +67,7 @@ pub struct RunArgs {
     max_new_tokens: Option<usize>,
     /// Beam width; 1 is greedy decoding
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=MAX_BEAMS as i64))]
-    num_beams: Option<u16>,
+    pub(super) num_beams: Option<u16>,
     /// Ban repeating n-grams of this size (0 = off)
     #[arg(long, value_name = "N")]
     no_repeat_ngram_size: Option<usize>,
@@ -53,22 +80,22 @@ pub struct RunArgs {
     /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
     /// 32 weights per f16 scale); any checkpoint converts on load
     #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
-    dtype: WeightDType,
+    pub(super) dtype: WeightDType,
     /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
     /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Kernel tuning after load: auto (time what the per-adapter cache lacks), off (static kernel
     /// choices), exhaustive (ignore the cache, time every candidate at full size)
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
-    tuning: Tuning,
+    pub(super) tuning: Tuning,
     /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
-    device: Device,
+    pub(super) device: Device,
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
-    profile: bool,
+    pub(super) profile: bool,
 }
 
 fn parse_dtype(s: &str) -> Result<WeightDType, String> {
@@ -88,7 +115,7 @@ fn parse_finite(s: &str) -> Result<f32, String> {
 
 impl RunArgs {
     /// The prompts: each `--task` with its `--text` (none, or one per task).
-    fn prompts(&self) -> Result<Vec<String>, Failure> {
+    pub(super) fn prompts(&self) -> Result<Vec<String>, Failure> {
         let texts: Vec<&str> = match self.texts.len() {
             0 => vec![""; self.tasks.len()],
             n if n == self.tasks.len() => self.texts.iter().map(String::as_str).collect(),
@@ -114,7 +141,7 @@ impl RunArgs {
         Ok(prompts)
     }
 
-    fn options(&self) -> TaskOptions {
+    pub(super) fn options(&self) -> TaskOptions {
         TaskOptions {
             max_new_tokens: self.max_new_tokens,
             num_beams: self.num_beams.map(usize::from),
@@ -134,10 +161,17 @@ fn own_marker_candidate(p: &str) -> bool {
         })
 }
 
-pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
-    let prompts = a.prompts()?;
-    let options = a.options();
+/// A loaded, tuned model with every prompt checked against it.
+pub(super) struct Loaded {
+    pub gpu: Arc<Gpu>,
+    pub pipeline: Pipeline,
+    /// Opening the GPU, loading and tuning, in ms.
+    pub load_ms: f64,
+}
 
+/// Open the GPU, load `--model` with `--dtype`, tune the kernels (`--tuning`), and check `prompts`
+/// against the model's tasks (its own markers included).
+pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     let t = Stopwatch::start();
     let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
     let pipeline = Pipeline::load_dir_with(&gpu, &a.model, LoadOptions::with_dtype(a.dtype))?;
@@ -155,17 +189,40 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let load_ms = t.ms();
     // Peak memory from here on: the weights plus the largest working set of the tasks.
     gpu.reset_peak_memory();
-    for p in &prompts {
+    for p in prompts {
         pipeline
             .tasks()
             .parse(p)
             .map_err(|e| Failure::Usage(format!("--task {p:?}: {e}")))?;
     }
+    Ok(Loaded {
+        gpu,
+        pipeline,
+        load_ms,
+    })
+}
+
+pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
+    let prompts = a.prompts()?;
+    if batch::is_batch(&a) {
+        return batch::run_batch(&a, &prompts);
+    }
+    if a.output.is_some() || a.resume {
+        return Err(Failure::Usage(
+            "--output and --resume write JSON Lines: add --jsonl".into(),
+        ));
+    }
+    let options = a.options();
+    let Loaded {
+        gpu,
+        pipeline,
+        load_ms,
+    } = load(&a, &prompts)?;
     if a.profile {
         gpu.profiler.enable(&gpu, true)?;
     }
 
-    let bytes = files::read_capped(&a.image, pipeline.limits().max_alloc_bytes)?;
+    let bytes = files::read_capped(&a.images[0], pipeline.limits().max_alloc_bytes)?;
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
 
@@ -264,7 +321,7 @@ fn add_profile(
 /// (the caller adds `device`, `adapter`)
 /// task; `pre_ms` and
 /// `vision_ms` are the image's own stages (counted in the first task of a run).
-fn json_of(
+pub(super) fn json_of(
     out: &TaskOutput,
     dtype: WeightDType,
     load_ms: f64,
