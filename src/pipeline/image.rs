@@ -12,7 +12,8 @@ use crate::processor::image::{
 /// An input image.
 #[derive(Clone, Copy, Debug)]
 pub enum Image<'a> {
-    /// The bytes of a PNG or JPEG file (decoded by the package itself, under the pipeline's limits).
+    /// The bytes of a PNG, JPEG, WebP, GIF or BMP file (decoded by the package itself, under the
+    /// pipeline's limits; the browser build decodes PNG and JPEG).
     Encoded(&'a [u8]),
     /// Decoded RGB8 pixels.
     Rgb(&'a RgbImage),

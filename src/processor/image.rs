@@ -349,13 +349,17 @@ fn img_err(e: impl std::fmt::Display) -> Error {
     Error::Image(e.to_string())
 }
 
-/// Decodes PNG or JPEG bytes to RGB8 as the reference sees them (see [`decode_image_with`]), compositing
+/// The encoded formats [`decode_image`] reads (natively; the wasm build has PNG and JPEG decoders only:
+/// the browser decodes the others).
+pub const SUPPORTED_FORMATS: &str = "PNG, JPEG, WebP, GIF or BMP";
+
+/// Decodes PNG, JPEG, WebP, GIF (its first frame) or BMP bytes to RGB8 as the reference sees them (see [`decode_image_with`]), compositing
 /// transparency onto white ([`AlphaMode::CompositeOnWhite`]).
 pub fn decode_image(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage> {
     decode_image_with(bytes, limits, AlphaMode::default())
 }
 
-/// Decodes PNG or JPEG bytes. The header is read first and `width * height > limits.max_pixels` is
+/// Decodes PNG, JPEG, WebP, GIF (the first frame, as Pillow opens it) or BMP bytes. The header is read first and `width * height > limits.max_pixels` is
 /// rejected with [`Error::ImageTooLarge`] before any pixel data is decoded; decoding then runs under the
 /// image crate's allocation limit. The result is converted to RGB8 exactly like Pillow: grey is
 /// replicated, 16-bit samples keep their high byte (Pillow's `RGB;16B`/`RGBA;16B`/`LA;16B` unpackers),
@@ -363,11 +367,21 @@ pub fn decode_image(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage> {
 /// transparency follows `alpha`. An EXIF orientation is applied (the image comes back as it is meant
 /// to be seen, as the reference's loader returns it).
 pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -> Result<RgbImage> {
-    let format = ::image::guess_format(bytes)
-        .map_err(|_| Error::Image("unrecognised image format (PNG or JPEG expected)".into()))?;
-    if !matches!(format, ImageFormat::Png | ImageFormat::Jpeg) {
+    let format = ::image::guess_format(bytes).map_err(|_| {
+        Error::Image(format!(
+            "unrecognised image format ({SUPPORTED_FORMATS} expected)"
+        ))
+    })?;
+    if !matches!(
+        format,
+        ImageFormat::Png
+            | ImageFormat::Jpeg
+            | ImageFormat::WebP
+            | ImageFormat::Gif
+            | ImageFormat::Bmp
+    ) {
         return Err(Error::Image(format!(
-            "unsupported image format {format:?} (PNG or JPEG expected)"
+            "unsupported image format {format:?} ({SUPPORTED_FORMATS} expected)"
         )));
     }
     if format == ImageFormat::Jpeg {

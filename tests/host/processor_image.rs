@@ -552,3 +552,42 @@ fn truncated_images_are_refused_like_the_reference() {
         );
     }
 }
+
+/// WebP (lossless), BMP and GIF decode natively to the pixels Pillow sees (`Image.open(f).convert("RGB")`,
+/// scripts/make_image_formats.py): scene.webp and scene.bmp are scene.png's pixels, scene.gif's first
+/// frame is scene.gif.png. Exact.
+#[test]
+fn webp_bmp_and_gif_decode_to_pillows_pixels() {
+    let images = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images");
+    let decode = |rel: &str| {
+        let bytes = std::fs::read(format!("{images}/{rel}")).unwrap();
+        decode_image(&bytes, &ImageLimits::default()).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    };
+    let scene = decode("scene.png");
+    assert_eq!(decode("formats/scene.webp"), scene, "webp");
+    assert_eq!(decode("formats/scene.bmp"), scene, "bmp");
+    assert_eq!(
+        decode("formats/scene.gif"),
+        decode("formats/scene.gif.png"),
+        "gif"
+    );
+    // The pixel limit is checked from these headers too.
+    let small = ImageLimits {
+        max_pixels: u64::from(scene.width()) * u64::from(scene.height()) - 1,
+        ..ImageLimits::default()
+    };
+    for rel in [
+        "formats/scene.webp",
+        "formats/scene.bmp",
+        "formats/scene.gif",
+    ] {
+        let bytes = std::fs::read(format!("{images}/{rel}")).unwrap();
+        assert!(
+            matches!(
+                decode_image(&bytes, &small),
+                Err(Error::ImageTooLarge { .. })
+            ),
+            "{rel}"
+        );
+    }
+}
