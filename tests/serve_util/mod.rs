@@ -323,8 +323,9 @@ pub fn request(
 pub fn data_url(image: &str) -> String {
     use base64::Engine as _;
     let bytes = std::fs::read(fixtures().join("images").join(image)).unwrap();
-    let kind = if image.ends_with(".png") {
-        "png"
+    let ext = image.rsplit('.').next().unwrap_or_default();
+    let kind = if ["png", "webp", "gif", "bmp"].contains(&ext) {
+        ext
     } else {
         "jpeg"
     };

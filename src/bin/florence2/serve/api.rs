@@ -6,7 +6,7 @@
 //! `num_beams`. Sampling parameters (`temperature`, `top_p`, ...) are accepted and ignored: Florence-2
 //! decodes deterministically (greedy or beam search). Every failure is a 400 naming the parameter.
 //!
-//! Images are `data:image/png;base64,...` or `data:image/jpeg;base64,...` URLs. The declared media type,
+//! Images are `data:image/(png|jpeg|webp|gif|bmp);base64,...` URLs. The declared media type,
 //! the encoded size (computed from the base64 length, before decoding it) and the decoded byte count are
 //! checked here; the pixel count is checked from the image header before the pixels are decoded
 //! (`decode_image` with [`ImageLimits`]). Remote `http(s)` URLs are refused unless the server runs with
@@ -17,10 +17,10 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use florence2_wasm::model::generate::MAX_BEAMS;
-use florence2_wasm::processor::prompt::{parse_task_prompt, TaskPrompt};
+use florence2_wasm::processor::custom_tasks::{AnyTaskPrompt, CustomTasks};
 
 use super::error::{excerpt, ApiError};
-use super::media::{image_kind, remote_scheme};
+use super::media::{image_kind, media_kind, remote_scheme};
 
 /// Limits applied to every request.
 #[derive(Clone, Copy, Debug)]
@@ -45,7 +45,8 @@ pub enum ImageSource {
 /// A validated chat-completions request.
 #[derive(Debug)]
 pub struct ChatRequest {
-    pub prompt: TaskPrompt,
+    /// A built-in task or one of the model's own.
+    pub prompt: AnyTaskPrompt,
     /// The image (PNG or JPEG bytes, or a URL to fetch); pixel limits are checked when it is decoded.
     pub image: ImageSource,
     pub max_tokens: Option<usize>,
@@ -136,8 +137,13 @@ fn refuse_unsupported(body: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Parse and validate a request body (already size-checked).
-pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRequest, ApiError> {
+/// Parse and validate a request body (already size-checked); the prompt is a built-in task or one of
+/// `tasks` (the model's own markers).
+pub fn parse_chat_request(
+    bytes: &[u8],
+    limits: &RequestLimits,
+    tasks: &CustomTasks,
+) -> Result<ChatRequest, ApiError> {
     let body: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
     if !body.is_object() {
@@ -161,7 +167,8 @@ pub fn parse_chat_request(bytes: &[u8], limits: &RequestLimits) -> Result<ChatRe
             "no user message: the task prompt (e.g. <OD>) is the text of the last user message",
         )
     })?;
-    let prompt = parse_task_prompt(&prompt_text)
+    let prompt = tasks
+        .parse(&prompt_text)
         .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
     let (param, url) = one_image(&images)?;
     Ok(ChatRequest {
@@ -452,12 +459,13 @@ fn data_url_parts<'u>(param: &str, url: &'u str) -> Result<(String, &'u str), Ap
     let mut fields = meta.split(';').map(|f| f.trim().to_ascii_lowercase());
     let media = fields.next().unwrap_or_default();
     let is_base64 = fields.any(|f| f == "base64");
-    if !matches!(media.as_str(), "image/png" | "image/jpeg" | "image/jpg") {
+    if media_kind(&media).is_none() {
         return Err(ApiError::invalid_code(
             param,
             "invalid_image_type",
             format!(
-                "image type {} is not supported (image/png and image/jpeg are)",
+                "image type {} is not supported (image/png, image/jpeg, image/webp, image/gif and \
+                 image/bmp are)",
                 excerpt(&media)
             ),
         ));
@@ -519,25 +527,22 @@ fn decode_base64_bounded(
     Ok(bytes)
 }
 
-/// The bytes are a non-empty PNG or JPEG of the declared media type.
+/// The bytes are a non-empty image of the declared media type.
 fn check_image_bytes(param: &str, media: &str, bytes: &[u8]) -> Result<(), ApiError> {
-    let declared_png = media == "image/png";
-    let kind = image_kind(bytes);
-    let is_png = kind == Some("png");
-    if kind.is_none() {
+    let Some(kind) = image_kind(bytes) else {
         return Err(ApiError::invalid_code(
             param,
             "invalid_image",
-            "the image bytes are neither PNG nor JPEG",
+            "the image bytes are not PNG, JPEG, WebP, GIF or BMP",
         ));
-    }
-    if declared_png != is_png {
+    };
+    if media_kind(media) != Some(kind) {
         return Err(ApiError::invalid_code(
             param,
             "invalid_image_type",
             format!(
                 "the data URL says {media} but the bytes are {}",
-                if is_png { "PNG" } else { "JPEG" }
+                kind.to_ascii_uppercase()
             ),
         ));
     }
@@ -577,8 +582,9 @@ mod tests {
 
     #[test]
     fn parses_a_valid_request() {
-        let r = parse_chat_request(&body("<OD>", &png_url()), &limits()).unwrap();
-        assert_eq!(r.prompt.task().marker(), "<OD>");
+        let r =
+            parse_chat_request(&body("<OD>", &png_url()), &limits(), &CustomTasks::new()).unwrap();
+        assert_eq!(r.prompt.marker(), "<OD>");
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
         assert!(!r.stream);
     }
@@ -587,17 +593,20 @@ mod tests {
     fn image_size_is_checked_from_the_base64_length() {
         // 200 bytes of payload decode to 150 > 100: refused before decoding (the payload is not even base64).
         let url = format!("data:image/png;base64,{}", "!".repeat(200));
-        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        let e =
+            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
         assert_eq!(e.code, "image_too_large", "{}", e.message);
     }
 
     #[test]
     fn declared_type_must_match_the_bytes() {
         let url = png_url().replace("image/png", "image/jpeg");
-        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        let e =
+            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
         let url = png_url().replace("image/png", "image/gif");
-        let e = parse_chat_request(&body("<OD>", &url), &limits()).unwrap_err();
+        let e =
+            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
     }
 
@@ -606,7 +615,8 @@ mod tests {
         let url = png_url();
         let (head, payload) = url.split_once(',').unwrap();
         let wrapped = format!("{head},{}\n{}", &payload[..8], &payload[8..]);
-        let r = parse_chat_request(&body("<OD>", &wrapped), &limits()).unwrap();
+        let r =
+            parse_chat_request(&body("<OD>", &wrapped), &limits(), &CustomTasks::new()).unwrap();
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
     }
 
@@ -622,7 +632,12 @@ mod tests {
         ] {
             let mut b: Value = serde_json::from_slice(&body("<OD>", &png_url())).unwrap();
             b[k] = v;
-            let e = parse_chat_request(&serde_json::to_vec(&b).unwrap(), &limits()).unwrap_err();
+            let e = parse_chat_request(
+                &serde_json::to_vec(&b).unwrap(),
+                &limits(),
+                &CustomTasks::new(),
+            )
+            .unwrap_err();
             assert_eq!(e.code, "unsupported_parameter", "{k}");
             assert_eq!(e.param.as_deref(), Some(k));
         }
@@ -631,37 +646,103 @@ mod tests {
         b["tools"] = serde_json::json!([]);
         b["logprobs"] = serde_json::json!(false);
         b["temperature"] = serde_json::json!(0.7);
-        assert!(parse_chat_request(&serde_json::to_vec(&b).unwrap(), &limits()).is_ok());
+        assert!(parse_chat_request(
+            &serde_json::to_vec(&b).unwrap(),
+            &limits(),
+            &CustomTasks::new()
+        )
+        .is_ok());
     }
 
     #[test]
     fn remote_and_file_urls_are_refused() {
         for url in ["http://x/a.png", "https://x/a.png"] {
-            let e = parse_chat_request(&body("<OD>", url), &limits()).unwrap_err();
+            let e =
+                parse_chat_request(&body("<OD>", url), &limits(), &CustomTasks::new()).unwrap_err();
             assert_eq!(e.code, "remote_image_refused");
         }
-        let e = parse_chat_request(&body("<OD>", "file:///etc/passwd"), &limits()).unwrap_err();
+        let e = parse_chat_request(
+            &body("<OD>", "file:///etc/passwd"),
+            &limits(),
+            &CustomTasks::new(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
         let allow = RequestLimits {
             allow_remote_images: true,
             ..limits()
         };
-        let r = parse_chat_request(&body("<OD>", "https://x/a.png"), &allow).unwrap();
+        let r = parse_chat_request(
+            &body("<OD>", "https://x/a.png"),
+            &allow,
+            &CustomTasks::new(),
+        )
+        .unwrap();
         assert!(matches!(r.image, ImageSource::Remote { ref url, .. } if url == "https://x/a.png"));
-        let e = parse_chat_request(&body("<OD>", "file:///etc/passwd"), &allow).unwrap_err();
+        let e = parse_chat_request(
+            &body("<OD>", "file:///etc/passwd"),
+            &allow,
+            &CustomTasks::new(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
     }
 
     #[test]
     fn prompt_errors_are_the_library_rules() {
-        let e = parse_chat_request(&body("<NOPE>", &png_url()), &limits()).unwrap_err();
+        let e = parse_chat_request(&body("<NOPE>", &png_url()), &limits(), &CustomTasks::new())
+            .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
         assert!(e.message.contains("<CAPTION>"), "{}", e.message);
         let e = parse_chat_request(
             &body("<REGION_TO_CATEGORY><loc_1><loc_2><loc_3>", &png_url()),
             &limits(),
+            &CustomTasks::new(),
         )
         .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
+    }
+
+    #[test]
+    fn a_models_own_markers_are_accepted() {
+        let tasks =
+            CustomTasks::from_processor_config(br#"{"tasks": ["<GENERATE_TAGS>"]}"#).unwrap();
+        let r =
+            parse_chat_request(&body("<GENERATE_TAGS>", &png_url()), &limits(), &tasks).unwrap();
+        assert_eq!(r.prompt.marker(), "<GENERATE_TAGS>");
+        let e = parse_chat_request(
+            &body("<GENERATE_TAGS>", &png_url()),
+            &limits(),
+            &CustomTasks::new(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "invalid_prompt");
+        let e = parse_chat_request(&body("<OTHER>", &png_url()), &limits(), &tasks).unwrap_err();
+        assert!(e.message.contains("<GENERATE_TAGS>"), "{}", e.message);
+    }
+
+    #[test]
+    fn every_accepted_format_needs_its_media_type() {
+        let webp = b"RIFF\x10\0\0\0WEBPVP8L0123";
+        let gif = b"GIF89a0123";
+        let bmp = b"BM0123";
+        for (media, bytes) in [
+            ("image/webp", &webp[..]),
+            ("image/gif", gif),
+            ("image/bmp", bmp),
+        ] {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+            let url = format!("data:{media};base64,{b64}");
+            let r =
+                parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap();
+            assert!(
+                matches!(r.image, ImageSource::Inline(ref b) if b == bytes),
+                "{media}"
+            );
+            let url = format!("data:image/png;base64,{b64}");
+            let e = parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new())
+                .unwrap_err();
+            assert_eq!(e.code, "invalid_image_type", "{media}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
+use std::sync::Arc;
 
 use image::RgbImage;
 
@@ -13,7 +14,8 @@ use florence2_wasm::pipeline::{
 };
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
-use florence2_wasm::processor::prompt::{AnswerType, TaskPrompt};
+use florence2_wasm::processor::custom_tasks::CustomTasks;
+use florence2_wasm::processor::prompt::AnswerType;
 use florence2_wasm::render::render;
 use florence2_wasm::weights::{LoadOptions, WeightDType};
 use florence2_wasm::Result;
@@ -25,6 +27,8 @@ pub struct ModelInfo {
     pub max_new_tokens: usize,
     /// What the kernel tuner did at load (reported by /health).
     pub tuning: TuningInfo,
+    /// The model's own task markers (accepted beside the built-in ones, listed by /v1/models).
+    pub tasks: Arc<CustomTasks>,
 }
 
 /// The load's kernel tuning: mode and how many shape classes were timed, read from the per-adapter
@@ -108,6 +112,7 @@ impl Engine {
         ModelInfo {
             max_new_tokens: positions.saturating_sub(1).max(1),
             tuning: self.tuning.clone(),
+            tasks: Arc::new(self.pipeline.tasks().clone()),
         }
     }
 
@@ -117,7 +122,7 @@ impl Engine {
     pub fn run(
         &self,
         image: &RgbImage,
-        prompt: &TaskPrompt,
+        prompt: &AnyTaskPrompt,
         max_tokens: Option<usize>,
         num_beams: Option<usize>,
         cancel: &dyn Fn() -> bool,
@@ -125,7 +130,7 @@ impl Engine {
     ) -> Result<Answer> {
         let p = &self.pipeline;
         let greedy = num_beams.unwrap_or(p.generation().num_beams) == 1;
-        let text_task = prompt.task().answer_type() == AnswerType::PureText;
+        let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
         let streamer = TextStream {
             task: prompt,
             image_size: (image.width(), image.height()),
@@ -142,7 +147,7 @@ impl Engine {
         };
         let out = pollster::block_on(p.run_prompt(
             TaskInput::Encoded(&encoded),
-            AnyTaskPrompt::Builtin(prompt.clone()),
+            prompt.clone(),
             &options,
             &cancel,
             &Callbacks {
@@ -168,7 +173,7 @@ impl Engine {
 /// rendering of a prefix is a prefix of the final rendering, so the deltas concatenate to the final
 /// content; anything that would break that is held back and sent with the final chunk instead.
 struct TextStream<'a> {
-    task: &'a TaskPrompt,
+    task: &'a AnyTaskPrompt,
     image_size: (u32, u32),
     raw: RefCell<String>,
     emitted: RefCell<String>,
@@ -180,7 +185,8 @@ impl TextStream<'_> {
         let Some(f) = self.on_text else { return };
         let mut raw = self.raw.borrow_mut();
         raw.push_str(piece);
-        let Ok(result) = post_process_generation(&raw, self.task.task(), self.image_size) else {
+        let Ok(result) = post_process_generation(&raw, self.task.answer_task(), self.image_size)
+        else {
             return;
         };
         let text = render(&result);

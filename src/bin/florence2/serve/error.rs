@@ -1,6 +1,7 @@
 //! Errors in the OpenAI error shape: `{"error": {"message", "type", "param", "code"}}` with the HTTP status
-//! the OpenAI API uses for the same failure (400 validation, 401 key, 404 route, 413 body, 429 queue, 503
-//! loading / shutting down, 500 engine failure).
+//! the OpenAI API uses for the same failure (400 validation, 401 key, 404 route, 413 body, 429 queue or
+//! queued images, 503 loading / shutting down / out of memory, 500 engine failure). Every 429 and 503
+//! carries `Retry-After`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -94,6 +95,29 @@ impl ApiError {
         )
     }
 
+    /// 429: the decoded images of admitted requests would exceed `--max-queued-image-bytes`.
+    pub fn queued_images_full(limit: u64) -> Self {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "queued_images_full",
+            format!(
+                "the server is busy: the images of queued requests would exceed {limit} bytes; retry later"
+            ),
+        )
+    }
+
+    /// 503: the GPU ran out of memory for this request; the server goes on (what the request
+    /// allocated is freed) and a retry may fit once other requests are done.
+    pub fn out_of_memory(why: &str) -> Self {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "out_of_memory",
+            format!("the server ran out of memory for this request ({why}); retry later"),
+        )
+    }
+
     pub fn loading() -> Self {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -150,7 +174,8 @@ impl ApiError {
     }
 
     /// A library error from the engine: the client's fault (400) for prompt, image and input errors,
-    /// 503 for a cancelled run (shutdown), 500 for everything else (GPU, model).
+    /// 503 for a cancelled run (shutdown) and for GPU memory exhaustion, 500 for everything else (GPU,
+    /// model).
     pub fn from_engine(e: &LibError) -> Self {
         match e {
             LibError::Prompt(_) => {
@@ -161,6 +186,7 @@ impl ApiError {
             }
             LibError::InvalidInput(_) => ApiError::invalid("messages", e.to_string()),
             LibError::Cancelled | LibError::Aborted(_) => ApiError::shutting_down(),
+            LibError::OutOfMemory(why) => ApiError::out_of_memory(why),
             _ => ApiError::internal(format!("{}: {e}", e.name())),
         }
     }

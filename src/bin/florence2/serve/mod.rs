@@ -4,18 +4,22 @@
 //! florence2 serve --model DIR [--dtype fp16] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
-//!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]]
+//!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]
+//!                  [--allow-private-remote-images]] [--cors-origin ORIGIN ...] [--max-queued-image-bytes N]
 //! ```
 //!
 //! One GPU worker thread owns the library `Pipeline` (`engine.rs`, `worker.rs`); HTTP runs on tokio + axum (`routes.rs`); requests
 //! are validated in `api.rs`; errors have the OpenAI shape (`error.rs`); `/metrics` is Prometheus text
-//! (`metrics.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
+//! (`metrics.rs`); `--cors-origin` adds CORS headers (`cors.rs`); remote image fetches connect only to
+//! public addresses (`remote.rs`, `guard.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
 //! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
 //! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0.
 
 mod api;
+mod cors;
 mod engine;
 mod error;
+mod guard;
 mod media;
 mod metrics;
 mod remote;
@@ -102,6 +106,18 @@ pub struct ServeArgs {
     /// Redirects followed by a remote image fetch (only to http/https URLs)
     #[arg(long, value_name = "N", default_value_t = 5)]
     max_remote_redirects: u32,
+    /// Let remote image fetches connect to loopback, private, link-local, unique-local and cloud-metadata
+    /// addresses (refused by default, after resolving each hop's host)
+    #[arg(long, requires = "allow_remote_images")]
+    allow_private_remote_images: bool,
+    /// Allow browser pages on this origin (https://app.example.com) to call the server; repeat for
+    /// several, or '*' for any
+    #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = cors::parse_origin)]
+    cors_origins: Vec<String>,
+    /// Bytes of decoded images (width x height x 3) that admitted requests may hold together while they
+    /// wait or run; a request beyond it gets 429. At least 3 x --max-image-pixels
+    #[arg(long, value_name = "N", default_value_t = 512 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queued_image_bytes: u64,
 }
 
 fn parse_dtype(s: &str) -> Result<WeightDType, String> {
@@ -138,6 +154,8 @@ struct ServeOptions {
     max_image_pixels: u64,
     shutdown_timeout: Duration,
     remote: Option<remote::RemoteLimits>,
+    cors: Option<cors::CorsOrigins>,
+    max_queued_image_bytes: u64,
 }
 
 impl From<ServeArgs> for ServeOptions {
@@ -166,14 +184,38 @@ impl From<ServeArgs> for ServeOptions {
                 max_bytes: a.max_image_bytes,
                 timeout: Duration::from_secs_f64(a.remote_image_timeout),
                 max_redirects: a.max_remote_redirects,
+                allow_private: a.allow_private_remote_images,
+                hosts: test_hosts(),
             }),
+            cors: cors::CorsOrigins::from_args(&a.cors_origins),
+            max_queued_image_bytes: a.max_queued_image_bytes,
         }
     }
+}
+
+/// Test hook (`FLORENCE2_SERVE_TEST_RESOLVE=name=ip,...`, unset in production): fixed answers of the
+/// remote image fetcher's resolver, so tests reach a loopback origin under a name of their choosing.
+/// The address guard judges these addresses like any other.
+fn test_hosts() -> guard::Hosts {
+    let hosts = std::env::var("FLORENCE2_SERVE_TEST_RESOLVE")
+        .ok()
+        .and_then(|s| guard::parse_hosts(&s).ok())
+        .unwrap_or_default();
+    std::sync::Arc::new(hosts)
 }
 
 /// Run the server until SIGINT/SIGTERM (exit 0) or a failed model load (an error).
 pub fn main(args: ServeArgs) -> Result<(), String> {
     let opts = ServeOptions::from(args);
+    // One image of the largest size must fit in the queued-image budget.
+    let largest = opts.max_image_pixels.saturating_mul(3);
+    if opts.max_queued_image_bytes < largest {
+        return Err(format!(
+            "--max-queued-image-bytes {} is below one image of --max-image-pixels {} (x 3 bytes = {largest}); \
+             raise it or lower --max-image-pixels",
+            opts.max_queued_image_bytes, opts.max_image_pixels
+        ));
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("florence2-http")
@@ -305,7 +347,14 @@ fn app_state(
             max_pixels: opts.max_image_pixels,
             ..ImageLimits::default()
         },
-        remote: opts.remote,
+        remote: opts.remote.clone(),
+        cors: opts.cors.clone(),
+        max_queued_image_bytes: opts.max_queued_image_bytes,
+        image_budget: Arc::new(Semaphore::new(
+            usize::try_from(opts.max_queued_image_bytes)
+                .unwrap_or(usize::MAX)
+                .min(Semaphore::MAX_PERMITS),
+        )),
         capacity,
         admission: Arc::new(Semaphore::new(capacity)),
         jobs: Mutex::new(Some(jobs)),

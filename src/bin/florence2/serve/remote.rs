@@ -13,19 +13,26 @@
 //!   redirect hop together;
 //! - follows at most `--max-remote-redirects` redirects, resolved here (not by the client library) so
 //!   that each target's scheme is checked before it is contacted;
-//! - accepts only PNG or JPEG bytes (checked from the magic bytes, as for data URLs).
+//! - connects only to public addresses: every hop's host is resolved and loopback, private, link-local,
+//!   unique-local and cloud-metadata addresses are refused before anything is sent (`guard.rs`), unless
+//!   `--allow-private-remote-images`;
+//! - accepts only PNG, JPEG, WebP, GIF or BMP bytes (checked from the magic bytes, as for data URLs).
 //!
 //! Every failure is a 400 with its own code (`image_too_large`, `remote_image_timeout`,
-//! `remote_image_redirects`, `remote_image_redirect_refused`, `remote_image_fetch_failed`,
-//! `invalid_image`).
+//! `remote_image_redirects`, `remote_image_redirect_refused`, `remote_image_address_refused`,
+//! `remote_image_fetch_failed`, `invalid_image`).
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use ureq::unversioned::transport::DefaultConnector;
+
 use super::error::{excerpt, ApiError};
+use super::guard::{any_address, public_only, AddressRefused, GuardedResolver, Hosts};
 use super::media::{image_kind, remote_scheme};
 
 /// The limits of a remote image fetch.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RemoteLimits {
     /// Largest body, in bytes (the image byte limit).
     pub max_bytes: usize,
@@ -33,6 +40,10 @@ pub struct RemoteLimits {
     pub timeout: Duration,
     /// Redirects followed before giving up.
     pub max_redirects: u32,
+    /// `--allow-private-remote-images`: connect to loopback, private, ... addresses too.
+    pub allow_private: bool,
+    /// Fixed name -> address answers before the system resolver (a test hook; empty in production).
+    pub hosts: Hosts,
 }
 
 /// The target of a `Location` header relative to `base` (an absolute http(s) URL), or a refusal
@@ -117,21 +128,43 @@ fn map_error(param: &str, limits: &RemoteLimits, e: ureq::Error) -> ApiError {
         ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
             timed_out(param, limits)
         }
+        ureq::Error::Other(e) if e.is::<AddressRefused>() => {
+            ApiError::invalid_code(param, "remote_image_address_refused", e.to_string())
+        }
         other => fetch_failed(param, other.to_string()),
     }
 }
 
-/// Fetch the image at `url` (already known to be http(s)) under `limits`: its PNG or JPEG bytes.
+/// Fetch the image at `url` (already known to be http(s)) under `limits`: its image bytes.
 pub fn fetch_image(param: &str, url: &str, limits: &RemoteLimits) -> Result<Vec<u8>, ApiError> {
+    let may_connect = if limits.allow_private {
+        any_address
+    } else {
+        public_only
+    };
+    fetch_image_with(param, url, limits, may_connect)
+}
+
+/// [`fetch_image`] connecting only to the addresses `may_connect` allows.
+fn fetch_image_with(
+    param: &str,
+    url: &str,
+    limits: &RemoteLimits,
+    may_connect: fn(IpAddr) -> bool,
+) -> Result<Vec<u8>, ApiError> {
     let deadline = Instant::now() + limits.timeout;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+    let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
         .proxy(None)
         .user_agent("florence2-serve")
         .max_response_header_size(64 * 1024)
-        .build()
-        .into();
+        .build();
+    let resolver = GuardedResolver {
+        hosts: limits.hosts.clone(),
+        may_connect,
+    };
+    let agent = ureq::Agent::with_parts(config, DefaultConnector::default(), resolver);
     let mut url = url.to_string();
     let mut redirects = 0u32;
     loop {
@@ -193,7 +226,7 @@ pub fn fetch_image(param: &str, url: &str, limits: &RemoteLimits) -> Result<Vec<
             return Err(ApiError::invalid_code(
                 param,
                 "invalid_image",
-                "the body fetched from the image URL is neither PNG nor JPEG",
+                "the body fetched from the image URL is not PNG, JPEG, WebP, GIF or BMP",
             ));
         }
         return Ok(bytes);
@@ -222,5 +255,99 @@ mod tests {
             let e = resolve("p", base, l).unwrap_err();
             assert_eq!(e.code, "remote_image_redirect_refused", "{l}");
         }
+    }
+
+    /// A one-thread HTTP origin on 127.0.0.1: `/img` a PNG signature and bytes, `/hop` a redirect to
+    /// `http://internal.test:PORT/img`. Returns the port and the connection count.
+    fn origin() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { continue };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).is_ok_and(|n| n == 1) {
+                    head.push(b[0]);
+                }
+                let reply = if head.starts_with(b"GET /hop ") {
+                    format!(
+                        "HTTP/1.1 302 Found\r\nLocation: http://internal.test:{port}/img\r\n\
+                         Content-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+                    .into_bytes()
+                } else {
+                    let mut r =
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\n"
+                            .to_vec();
+                    r.extend_from_slice(b"\x89PNG\r\n\x1a\nabcd");
+                    r
+                };
+                let _ = s.write_all(&reply);
+            }
+        });
+        (port, hits)
+    }
+
+    /// The guard with an injected resolver (`public.test` -> 127.0.0.1, `internal.test` -> 127.0.0.2)
+    /// and a rule that counts only 127.0.0.1 as public: a redirect hop to a refused address is refused
+    /// before it is contacted, as is a refused literal address.
+    #[test]
+    fn every_hop_is_resolved_and_checked_before_connecting() {
+        let (port, hits) = origin();
+        let hosts =
+            super::super::guard::parse_hosts("public.test=127.0.0.1,internal.test=127.0.0.2")
+                .unwrap();
+        let limits = RemoteLimits {
+            max_bytes: 1000,
+            timeout: Duration::from_secs(20),
+            max_redirects: 3,
+            allow_private: false,
+            hosts: std::sync::Arc::new(hosts),
+        };
+        fn only_127_0_0_1(ip: IpAddr) -> bool {
+            ip == IpAddr::from([127, 0, 0, 1])
+        }
+        let get = |url: String| fetch_image_with("p", &url, &limits, only_127_0_0_1);
+        let count = || hits.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            get(format!("http://public.test:{port}/img")).unwrap().len(),
+            12
+        );
+        assert_eq!(count(), 1);
+        for url in [
+            format!("http://public.test:{port}/hop"),
+            format!("http://internal.test:{port}/img"),
+            format!("http://127.0.0.2:{port}/img"),
+        ] {
+            let e = get(url.clone()).unwrap_err();
+            assert_eq!(
+                e.code, "remote_image_address_refused",
+                "{url}: {}",
+                e.message
+            );
+            assert!(e.message.contains("127.0.0.2"), "{}", e.message);
+        }
+        // Only the first hop of /hop connected.
+        assert_eq!(count(), 2);
+        // The real rule refuses loopback; --allow-private-remote-images lets it through.
+        let e = fetch_image("p", &format!("http://public.test:{port}/img"), &limits).unwrap_err();
+        assert_eq!(e.code, "remote_image_address_refused");
+        assert!(e.message.contains("loopback"), "{}", e.message);
+        let open = RemoteLimits {
+            allow_private: true,
+            ..limits.clone()
+        };
+        assert!(fetch_image("p", &format!("http://internal.test:{port}/img"), &open).is_err());
+        assert!(fetch_image("p", &format!("http://public.test:{port}/img"), &open).is_ok());
+        assert_eq!(
+            count(),
+            3,
+            "127.0.0.2 has no listener; the one fetch with the rule off"
+        );
     }
 }

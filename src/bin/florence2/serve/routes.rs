@@ -3,8 +3,10 @@
 //! A chat request goes through, in order: the API key (401), readiness (503 while loading or shutting
 //! down), the body size (413, from `Content-Length` first and while reading), request validation (400),
 //! admission (429 when `--max-queue` requests already wait and one runs), the remote image fetch with
-//! `--allow-remote-images` (400 for each failure, see `remote.rs`), image decoding under the pixel limit
-//! (400), then the worker's queue. The answer is one JSON object, or with `"stream": true` an SSE
+//! `--allow-remote-images` (400 for each failure, see `remote.rs`), the queued-image budget (429 when the
+//! decoded images of admitted requests would pass `--max-queued-image-bytes`; sized from the image
+//! header before decoding), image decoding under the pixel limit (400), then the worker's queue. With
+//! `--cors-origin` every route answers CORS requests (`cors.rs`). The answer is one JSON object, or with `"stream": true` an SSE
 //! stream of `chat.completion.chunk` objects ending with `data: [DONE]`.
 
 use std::sync::atomic::Ordering;
@@ -21,10 +23,11 @@ use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use florence2_wasm::pipeline::StopReason;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
+use florence2_wasm::processor::prompt::Task;
 
 use super::api::{parse_chat_request, ChatRequest, ImageSource, RequestLimits};
 use super::engine::Answer;
@@ -45,6 +48,12 @@ pub struct AppState {
     pub image_limits: ImageLimits,
     /// `--allow-remote-images` with its limits; `None`: remote URLs are refused.
     pub remote: Option<RemoteLimits>,
+    /// `--cors-origin`; `None`: no CORS headers.
+    pub cors: Option<super::cors::CorsOrigins>,
+    /// `--max-queued-image-bytes`, and its budget: one permit per byte of decoded image held by an
+    /// admitted request.
+    pub max_queued_image_bytes: u64,
+    pub image_budget: Arc<Semaphore>,
     /// `--max-queue` waiting + 1 running.
     pub capacity: usize,
     pub admission: Arc<Semaphore>,
@@ -53,7 +62,8 @@ pub struct AppState {
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let cors = state.cors.clone();
+    let router = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
@@ -61,7 +71,39 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        Some(origins) => router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(origins),
+            super::cors::cors,
+        )),
+        None => router,
+    }
+}
+
+/// A share of the queued-image budget for the decoded size of `bytes` (width x height x 3, read from
+/// the header), or 429 when the admitted requests' images already hold too much of it. `None` when the
+/// header does not tell a size within the pixel limit: decoding then refuses the image.
+fn reserve_image(state: &AppState, bytes: &[u8]) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+    let dims = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .ok()
+        .and_then(|r| r.into_dimensions().ok());
+    let Some((w, h)) = dims else {
+        return Ok(None);
+    };
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > state.image_limits.max_pixels {
+        return Ok(None);
+    }
+    let need = u32::try_from(pixels * 3)
+        .map_err(|_| ApiError::queued_images_full(state.max_queued_image_bytes))?;
+    state
+        .image_budget
+        .clone()
+        .try_acquire_many_owned(need)
+        .map(Some)
+        .map_err(|_| ApiError::queued_images_full(state.max_queued_image_bytes))
 }
 
 fn unix_now() -> u64 {
@@ -161,12 +203,20 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         .into_response()
 }
 
+/// The model as /v1/models lists it, with `tasks`: the task markers it accepts (the 15 built-in ones,
+/// then the model's own once it is loaded).
 fn model_object(state: &AppState) -> Value {
+    let mut tasks: Vec<&str> = Task::ALL.iter().map(|t| t.marker()).collect();
+    let info = state.shared.info();
+    if let Some(i) = &info {
+        tasks.extend(i.tasks.markers());
+    }
     json!({
         "id": state.model_id,
         "object": "model",
         "created": state.started,
         "owned_by": "florence2-wasm",
+        "tasks": tasks,
     })
 }
 
@@ -252,7 +302,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         max_new_tokens: info.max_new_tokens,
         allow_remote_images: state.remote.is_some(),
     };
-    let req = parse_chat_request(&bytes, &limits)?;
+    let req = parse_chat_request(&bytes, &limits, &info.tasks)?;
     drop(bytes);
 
     // Admission: a slot among `capacity`, held until the worker is done with the request.
@@ -276,6 +326,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         ImageSource::Remote { param, url } => {
             let remote = state
                 .remote
+                .clone()
                 .ok_or_else(|| ApiError::internal("remote images are off"))?;
             let t = Instant::now();
             // On a blocking thread, never on the GPU worker. The admission permit travels with the
@@ -291,6 +342,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
             (bytes?, permit)
         }
     };
+    let image_permit = reserve_image(state, &image)?;
     let limits = state.image_limits;
     let t = Instant::now();
     let rgb = tokio::task::spawn_blocking(move || decode_image(&image, &limits))
@@ -311,6 +363,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         reply: tx,
         admitted,
         permit,
+        image_permit,
     };
     {
         let jobs = state
@@ -410,7 +463,7 @@ fn usage(a: &Answer) -> Value {
 fn florence2_result(a: &Answer) -> Value {
     let o = &a.out;
     json!({
-        "task": o.task.marker(),
+        "task": o.marker,
         "result": o.result_json(),
         "generated_text": o.generated_text,
         "token_ids": o.token_ids,

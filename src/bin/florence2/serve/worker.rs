@@ -21,7 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::pipeline::Device;
-use florence2_wasm::processor::prompt::TaskPrompt;
+use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::weights::WeightDType;
 
 use super::engine::{Answer, Engine, ModelInfo};
@@ -42,7 +42,7 @@ pub enum Event {
 
 /// One admitted request.
 pub struct Job {
-    pub prompt: TaskPrompt,
+    pub prompt: AnyTaskPrompt,
     pub image: RgbImage,
     pub max_tokens: Option<usize>,
     pub num_beams: Option<usize>,
@@ -51,6 +51,8 @@ pub struct Job {
     pub admitted: Instant,
     /// Released when the job is done (its slot in the queue capacity).
     pub permit: OwnedSemaphorePermit,
+    /// The image's share of `--max-queued-image-bytes`, released with the image.
+    pub image_permit: Option<OwnedSemaphorePermit>,
 }
 
 pub const LOADING: u8 = 0;
@@ -69,8 +71,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Test hook (`FLORENCE2_SERVE_HOLD_FILE`, unset in production): while this file exists and is empty
     /// the worker neither finishes loading nor starts the next request; while it contains `step` the
-    /// worker pauses before each decode step instead. Tests use it to observe "loading", fill the queue,
-    /// and disconnect while queued or while decoding, deterministically.
+    /// worker pauses before each decode step instead; while it contains `oom` each request fails as a
+    /// GPU out-of-memory error would. Tests use it to observe "loading", fill the queue, disconnect while
+    /// queued or while decoding, and see the answer to memory exhaustion, deterministically.
     pub hold_file: Option<PathBuf>,
 }
 
@@ -109,6 +112,7 @@ fn hold(shared: &Shared, point: HoldPoint) {
     };
     let holds = || match std::fs::read_to_string(path) {
         Ok(s) if s.trim() == "step" => point == HoldPoint::Step,
+        Ok(s) if s.trim() == "oom" => false,
         Ok(_) => point == HoldPoint::Request,
         Err(_) => false,
     };
@@ -117,6 +121,15 @@ fn hold(shared: &Shared, point: HoldPoint) {
     {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether the hold file says `oom` (see [`Shared::hold_file`]).
+fn injected_oom(shared: &Shared) -> bool {
+    shared
+        .hold_file
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|s| s.trim() == "oom")
 }
 
 /// The worker thread: load, report, then serve jobs until the channel closes.
@@ -180,6 +193,11 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
         let _ = reply.send(Event::Text(delta.to_string()));
     };
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if injected_oom(shared) {
+            return Err(florence2_wasm::Error::OutOfMemory(
+                "injected by the test hook".into(),
+            ));
+        }
         engine.run(
             &job.image,
             &job.prompt,
@@ -194,7 +212,7 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
         Ok(out) => out,
         Err(_) => {
             m.count(Outcome::Error);
-            drop(job.permit);
+            drop((job.permit, job.image, job.image_permit));
             let e = ApiError::internal("the engine panicked while running this request");
             let _ = job.reply.send(Event::Done(Box::new(Err(e))));
             return;
@@ -232,6 +250,6 @@ fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
     m.observe(Phase::Total, job.admitted.elapsed().as_secs_f64());
     // The slot is free before the answer leaves: a client that sends its next request as soon as it has
     // the answer finds room.
-    drop(job.permit);
+    drop((job.permit, job.image, job.image_permit));
     let _ = job.reply.send(Event::Done(Box::new(result)));
 }

@@ -4,15 +4,22 @@
 //! `florence2 run --json` (token ids, content, result) greedy and with beam search, streaming (SSE, equal
 //! to the non-streamed answer), isolation (B after A equals B alone), disconnect cancellation while
 //! queued (no encoder pass) and while decoding (within one step), SIGTERM (exit 0), and remote image
-//! URLs (`--allow-remote-images`) against a loopback origin written in the test.
+//! URLs (`--allow-remote-images`) against a loopback origin written in the test. `web_clients.rs`: CORS,
+//! a model's own task markers, WebP/GIF/BMP inputs; `guards.rs`: the remote-image address guard, the
+//! queued-image budget, the out-of-memory answer.
 //!
 //! Waits are bounded polls of `/health` or `/metrics`; the worker-hold test hook
 //! (`FLORENCE2_SERVE_HOLD_FILE`, see src/bin/florence2/serve/worker.rs) makes the queue and cancellation
 //! tests deterministic instead of timed.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[path = "../common/mod.rs"]
 mod common;
+#[path = "../serve_util/mod.rs"]
 mod serve_util;
+
+mod guards;
+mod web_clients;
 
 use serde_json::{json, Value};
 use serve_util::*;
@@ -735,13 +742,13 @@ fn sigterm_cancels_in_flight_work_and_exits_0() {
 /// itself), `/to-file` (302 to `file:///etc/passwd`), `/endless` (PNG magic then zeros, no length, until
 /// the client hangs up), `/slow` (headers and 8 bytes of a 1000-byte body, then nothing until the client
 /// hangs up), `/text` (an HTML page), anything else 404. Counts connections.
-struct Origin {
-    addr: std::net::SocketAddr,
+pub(crate) struct Origin {
+    pub(crate) addr: std::net::SocketAddr,
     hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Origin {
-    fn start(image: Vec<u8>, kind: &'static str) -> Origin {
+    pub(crate) fn start(image: Vec<u8>, kind: &'static str) -> Origin {
         use std::io::{Read, Write};
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
@@ -817,11 +824,11 @@ impl Origin {
         Origin { addr, hits }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.hits.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
@@ -859,12 +866,14 @@ fn remote_images_only_with_allow_remote_images_and_within_limits() {
         assert_eq!(origin.hits(), 0, "a refused URL must not be fetched");
     }
 
-    // The byte limit is the image limit: the fixture image fits, the endless body does not.
+    // The byte limit is the image limit: the fixture image fits, the endless body does not. The origin
+    // is on loopback: allowed with --allow-private-remote-images (guards.rs tests the refusal).
     let max_bytes = (image.len() + 1000).to_string();
     let server = Server::start(
         "tiny4",
         &[
             "--allow-remote-images",
+            "--allow-private-remote-images",
             "--remote-image-timeout",
             "3",
             "--max-remote-redirects",
