@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 pub struct Progress {
     bar: ProgressBar,
@@ -20,9 +20,12 @@ impl Progress {
         };
         let bar = ProgressBar::with_draw_target(Some(total), target);
         let style = ProgressStyle::with_template(
-            "{bar:32} {pos}/{len} images  {per_sec}  ETA {eta}  {msg}",
+            "{bar:32} {pos}/{len} images  {rate} images/s  ETA {eta}  {msg}",
         )
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.2}", s.per_sec());
+        });
         bar.set_style(style);
         Progress { bar, failed: 0 }
     }
