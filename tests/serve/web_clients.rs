@@ -83,10 +83,12 @@ fn cors_answers_listed_origins_and_preflights() {
         denied.header("access-control-allow-origin"),
         Some("https://app.example")
     );
-    // Without an Origin (not a cross-origin browser request): no CORS headers.
+    // Without an Origin (not a cross-origin browser request): no CORS headers, but the answer says it
+    // depends on the origin (caches keep the two apart).
     let plain = models(&[("Authorization", "Bearer k")]);
     assert_eq!(plain.status, 200);
     assert_eq!(plain.header("access-control-allow-origin"), None);
+    assert_eq!(plain.header("vary"), Some("Origin"));
     drop(server);
 
     // `*`: any origin, answered with `*`.

@@ -1,12 +1,12 @@
 //! `--cors-origin`: lets browser pages on other origins call the server.
 //!
 //! A request whose `Origin` is allowed (one of the listed origins, or any with `*`) gets
-//! `Access-Control-Allow-Origin` (the origin itself with `Vary: Origin`, or `*`) and
-//! `Access-Control-Expose-Headers: Retry-After`. A preflight (`OPTIONS` with
+//! `Access-Control-Allow-Origin` (the origin itself, or `*`) and `Access-Control-Expose-Headers:
+//! Retry-After`; with a list, every answer says `Vary: Origin`. A preflight (`OPTIONS` with
 //! `Access-Control-Request-Method`) from an allowed origin is answered here with 204, the methods (GET,
 //! POST), the request headers asked for (`Authorization` and `Content-Type` included) and a max age of
 //! 10 minutes; it needs no API key (browsers send none on a preflight). Other requests pass through
-//! untouched: a page on an origin not listed gets no CORS headers, and its browser refuses the answer.
+//! without CORS headers: a page on an origin not listed is refused by its browser.
 
 use std::sync::Arc;
 
@@ -69,6 +69,14 @@ fn value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("null"))
 }
 
+/// `Vary: Origin` on every answer when the answer depends on the origin (a list, not `*`), so a cache
+/// never hands one origin's answer to another.
+fn vary(headers: &mut HeaderMap, origins: &CorsOrigins) {
+    if *origins != CorsOrigins::Any {
+        headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+}
+
 /// The headers every answer to an allowed origin carries.
 fn allow(headers: &mut HeaderMap, origins: &CorsOrigins, origin: &str) {
     if *origins == CorsOrigins::Any {
@@ -78,7 +86,6 @@ fn allow(headers: &mut HeaderMap, origins: &CorsOrigins, origin: &str) {
         );
     } else {
         headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value(origin));
-        headers.append(header::VARY, HeaderValue::from_static("Origin"));
     }
     headers.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
@@ -91,6 +98,7 @@ fn preflight(req: &Request, origins: &CorsOrigins, origin: &str) -> Response {
     let mut resp = StatusCode::NO_CONTENT.into_response();
     let h = resp.headers_mut();
     allow(h, origins, origin);
+    vary(h, origins);
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static("GET, POST, OPTIONS"),
@@ -115,18 +123,19 @@ pub async fn cors(State(origins): State<Arc<CorsOrigins>>, req: Request, next: N
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let Some(origin) = origin.filter(|o| origins.allows(o)) else {
-        return next.run(req).await;
-    };
-    if req.method() == Method::OPTIONS
+    let origin = origin.filter(|o| origins.allows(o));
+    let is_preflight = req.method() == Method::OPTIONS
         && req
             .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
-    {
-        return preflight(&req, &origins, &origin);
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    if let (Some(o), true) = (&origin, is_preflight) {
+        return preflight(&req, &origins, o);
     }
     let mut resp = next.run(req).await;
-    allow(resp.headers_mut(), &origins, &origin);
+    if let Some(o) = &origin {
+        allow(resp.headers_mut(), &origins, o);
+    }
+    vary(resp.headers_mut(), &origins);
     resp
 }
 
