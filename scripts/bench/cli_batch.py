@@ -12,7 +12,7 @@ each and their ratio. Standard library only.
 
 Usage: python3 scripts/bench/cli_batch.py [--bin target/release/florence2]
        [--model tests/fixtures/models/tiny4] [--images 200] [--loop 200] [--task '<CAPTION>']
-       [--max-new-tokens N] [--dtype fp16]
+       [--max-new-tokens N] [--dtype fp16] [--device auto|gpu|cpu]
 """
 
 import argparse
@@ -47,10 +47,11 @@ def main():
     ap.add_argument("--task", default="<CAPTION>")
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--dtype", default="fp16")
+    ap.add_argument("--device", default="auto")
     a = ap.parse_args()
     loop_n = min(a.loop or a.images, a.images)
 
-    common = ["--model", a.model, "--task", a.task, "--dtype", a.dtype]
+    common = ["--model", a.model, "--task", a.task, "--dtype", a.dtype, "--device", a.device]
     if a.max_new_tokens:
         common += ["--max-new-tokens", str(a.max_new_tokens)]
     scratch = Path(tempfile.mkdtemp(prefix="florence2-cli-batch-"))
@@ -87,7 +88,7 @@ def main():
 
     batch_ips = a.images / batch_s
     loop_ips = loop_n / loop_s
-    print(f"model {a.model} ({a.dtype}), task {a.task}")
+    print(f"model {a.model} ({a.dtype}, device {a.device}), task {a.task}")
     print(f"batch: {a.images} images in {batch_s:.2f} s = {batch_ips:.2f} images/s (one process)")
     print(f"loop:  {loop_n} images in {loop_s:.2f} s = {loop_ips:.2f} images/s (one process per image)")
     print(f"batch / loop: {batch_ips / loop_ips:.2f}x")
