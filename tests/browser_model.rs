@@ -269,7 +269,12 @@ fn to_json(v: &JsValue) -> Value {
 /// `Florence2.load` on WebGPU (SwiftShader here, which `device: "auto"` would pass over for the CPU
 /// backend) unless `opts` names a device: these tests cover the GPU path and its failures.
 async fn load(source: JsValue, opts: JsValue) -> Result<Florence2, JsValue> {
-    if opts.is_object() && !Reflect::has(&opts, &"device".into()).unwrap_or(false) {
+    let opts = if opts.is_object() {
+        opts
+    } else {
+        Object::new().into()
+    };
+    if !Reflect::has(&opts, &"device".into()).unwrap_or(false) {
         Reflect::set(&opts, &"device".into(), &"webgpu".into()).unwrap();
     }
     Florence2::load(source, opts).await
