@@ -46,7 +46,10 @@
 //! `6 (16 n + 64 KiB) + 4 n <= 100 n + 384 KiB` bytes for `n` input bytes (`tests/host/postprocess_props.rs`
 //! checks it).
 
+mod marker;
 mod scan;
+
+pub use marker::MarkedTask;
 
 use serde::Serialize;
 
@@ -119,9 +122,14 @@ impl TaskResult {
 
     /// Exactly the reference's return value `{TASK: value}`, e.g. `{"<OD>": {"bboxes": .., "labels": ..}}`.
     pub fn to_json(&self, task: Task) -> serde_json::Value {
+        self.to_json_keyed(task.marker())
+    }
+
+    /// `{marker: value}` for any marker (a model's own or an unknown task's answer is keyed by its marker).
+    pub fn to_json_keyed(&self, marker: &str) -> serde_json::Value {
         let mut map = serde_json::Map::new();
         map.insert(
-            task.marker().to_string(),
+            marker.to_string(),
             serde_json::to_value(self).unwrap_or(serde_json::Value::Null),
         );
         serde_json::Value::Object(map)

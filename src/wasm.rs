@@ -55,10 +55,9 @@ use crate::pipeline::{
     cpu_device, open_device, Callbacks, Device, EncodedImage, Pipeline, PipelineOptions, Stopwatch,
     TaskInput, TaskOptions,
 };
-use crate::postprocess::{post_process_generation, TaskResult};
+use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::ImageLimits;
-use crate::processor::prompt::{parse_task_prompt, Task};
 use crate::weights::{LoadOptions, WeightDType};
 
 pub use cache::CACHE_NAME;
@@ -619,12 +618,9 @@ fn post_process_impl(text: &str, task: &str, width: u32, height: u32) -> Result<
             "image size must be positive, got {width}x{height}"
         )));
     }
-    let task = match Task::from_name(task) {
-        Some(t) => t,
-        None => parse_task_prompt(task)?.task(),
-    };
-    let result = post_process_generation(text, task, (width, height))?;
+    let task = MarkedTask::parse(task)?;
+    let result = task.post_process(text, (width, height))?;
     let mut map = BTreeMap::new();
-    map.insert(task.marker(), &result);
+    map.insert(task.marker.as_str(), &result);
     to_js(&map)
 }

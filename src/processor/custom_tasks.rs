@@ -83,17 +83,20 @@ fn bad(msg: String) -> Error {
     Error::Config(format!("custom tasks: {msg}"))
 }
 
-/// A marker: `<` + letters, digits, `_`, `-` + `>`, not a built-in one.
-fn check_marker(m: &str) -> Result<()> {
-    let inner = m
-        .strip_prefix('<')
+/// Whether `m` is shaped like a task marker: `<` + 1 to 64 letters, digits, `_` or `-` + `>`.
+pub fn is_task_marker(m: &str) -> bool {
+    m.strip_prefix('<')
         .and_then(|s| s.strip_suffix('>'))
         .filter(|s| !s.is_empty() && s.len() <= 64)
-        .filter(|s| {
+        .is_some_and(|s| {
             s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        });
-    if inner.is_none() {
+        })
+}
+
+/// A marker: `<` + letters, digits, `_`, `-` + `>`, not a built-in one.
+fn check_marker(m: &str) -> Result<()> {
+    if !is_task_marker(m) {
         return Err(bad(format!(
             "{m:?} is not a task marker like <MY_TASK> (letters, digits, _ and - between < and >)"
         )));

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use florence2_wasm::postprocess::post_process_generation;
+use florence2_wasm::postprocess::{post_process_generation, MarkedTask};
 use florence2_wasm::processor::prompt::Task;
 use florence2_wasm::render::render;
 
@@ -98,6 +98,54 @@ fn parse_takes_a_whole_prompt_as_task() {
     assert_eq!(code, 2);
 }
 
+/// A marker that is not built in is pure text, keyed by the marker, as the reference's
+/// `post_process_generation` answers a task it does not know; built-in tasks keep their rules.
+#[test]
+fn parse_treats_an_unknown_marker_as_pure_text() {
+    let pure = post_process_generation(OD_TEXT, Task::Caption, (640, 480)).unwrap();
+    for task in ["<NOPE>", "<MY_TASK>some input", "<od>"] {
+        let (code, stdout, stderr) = run(&[
+            "parse",
+            "--task",
+            task,
+            "--image-size",
+            "640,480",
+            "--json",
+            "--text",
+            OD_TEXT,
+        ]);
+        assert_eq!(code, 0, "{task}: {stderr}");
+        let got: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let marker = &task[..=task.find('>').unwrap()];
+        assert_eq!(got["task"], marker);
+        assert_eq!(got["result"], pure.to_json_keyed(marker), "{task}");
+        assert_eq!(
+            got["result"][marker],
+            "cat<loc_26><loc_112><loc_497><loc_982>cat<loc_541><loc_53><loc_998><loc_776>\
+             remote<loc_63><loc_153><loc_274><loc_243>"
+        );
+    }
+    // the library: built-in markers, names and prompts keep their task; other markers are pure text
+    let od = MarkedTask::parse("OD").unwrap();
+    assert_eq!((od.marker.as_str(), od.task), ("<OD>", Task::Od));
+    let ovd = MarkedTask::parse("<OPEN_VOCABULARY_DETECTION>a cat").unwrap();
+    assert_eq!(ovd.task, Task::OpenVocabularyDetection);
+    let mine = MarkedTask::parse("<MY_TASK>").unwrap();
+    assert_eq!(
+        (mine.marker.as_str(), mine.task),
+        ("<MY_TASK>", Task::Caption)
+    );
+    assert_eq!(
+        mine.post_process(OD_TEXT, (640, 480)).unwrap(),
+        pure,
+        "an unknown marker's answer is the pure-text answer"
+    );
+    // a built-in marker with a bad input, and text without a marker, stay errors
+    for bad in ["<OD>cat", "NOPE", "<NO PE>", "", "<>"] {
+        assert!(MarkedTask::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
 #[test]
 fn parse_reads_stdin() {
     let mut child = Command::new(BIN)
@@ -131,7 +179,16 @@ fn usage_errors_exit_2() {
         vec![
             "parse",
             "--task",
-            "<NOPE>",
+            "NOPE",
+            "--image-size",
+            "1,1",
+            "--text",
+            "x",
+        ],
+        vec![
+            "parse",
+            "--task",
+            "<NO PE>",
             "--image-size",
             "1,1",
             "--text",

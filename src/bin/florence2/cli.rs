@@ -15,7 +15,8 @@
 //! ```
 //!
 //! `parse` post-processes a raw generation (decoded with special tokens kept) without a model, for scripting
-//! and tests; `--text -` reads the text from stdin. With `--json` both subcommands print one JSON object
+//! and tests; `--text -` reads the text from stdin; a task marker that is not built in (`<MY_TASK>`) is pure
+//! text, as the reference's post-processor treats a task it does not know. With `--json` both subcommands print one JSON object
 //! `{"task": MARKER, "result": {MARKER: value}, "text": RENDERING}` where `result` is exactly what
 //! `post_process_generation` returns and `text` the human-readable rendering; `run` adds
 //! `generated_text` (decoded with special tokens kept), `token_ids` (decoder start token first, as the

@@ -2,17 +2,17 @@
 
 use clap::Args;
 use florence2_wasm::files;
-use florence2_wasm::postprocess::post_process_generation;
-use florence2_wasm::processor::prompt::{parse_task_prompt, Task};
+use florence2_wasm::postprocess::MarkedTask;
 use florence2_wasm::render::render;
 
 use super::{print_json, Failure};
 
 #[derive(Args, Debug)]
 pub struct ParseArgs {
-    /// A marker (<OD>), a name (OD) or a whole prompt ('<OPEN_VOCABULARY_DETECTION>cat')
+    /// A marker (<OD>), a name (OD) or a whole prompt ('<OPEN_VOCABULARY_DETECTION>cat'); a marker that
+    /// is not built in (<MY_TASK>) is post-processed as pure text, as the reference does
     #[arg(long, value_name = "TASK", value_parser = parse_task)]
-    task: Task,
+    task: MarkedTask,
     /// The original image size, W,H (or WxH), both positive
     #[arg(long, value_name = "W,H", value_parser = parse_image_size)]
     image_size: (u32, u32),
@@ -24,13 +24,8 @@ pub struct ParseArgs {
     json: bool,
 }
 
-fn parse_task(s: &str) -> Result<Task, String> {
-    match s.parse::<Task>() {
-        Ok(task) => Ok(task),
-        Err(e) => parse_task_prompt(s)
-            .map(|p| p.task())
-            .map_err(|_| e.to_string()),
-    }
+fn parse_task(s: &str) -> Result<MarkedTask, String> {
+    MarkedTask::parse(s).map_err(|e| e.to_string())
 }
 
 /// `W,H` (or `WxH`) with both positive.
@@ -53,12 +48,12 @@ pub fn parse_cmd(a: ParseArgs) -> Result<(), Failure> {
     } else {
         a.text
     };
-    let result = post_process_generation(&raw, a.task, a.image_size)?;
+    let result = a.task.post_process(&raw, a.image_size)?;
     let text = render(&result);
     if a.json {
         print_json(&serde_json::json!({
-            "task": a.task.marker(),
-            "result": result.to_json(a.task),
+            "task": a.task.marker,
+            "result": result.to_json_keyed(&a.task.marker),
             "text": text,
         }))
     } else {
