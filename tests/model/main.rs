@@ -12,6 +12,7 @@ mod beam_scripted;
 mod cli_batch;
 mod custom_tasks;
 mod decode_plan;
+mod demo_model;
 mod dtype_fidelity;
 mod gpu_errors;
 mod layers;
