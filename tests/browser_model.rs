@@ -840,9 +840,15 @@ async fn errors_are_named() {
         .err()
         .unwrap();
     assert_err(&e, "Florence2InputError", "cache");
-    // postProcess: a named prompt error for an unknown task, and the reference's shape otherwise.
-    let e = Florence2::post_process("x", "<NOPE>", 10, 10).unwrap_err();
+    // postProcess: a named prompt error for text with no task marker; a marker that is not built in is
+    // pure text keyed by it (as the reference's post_process_generation); the reference's shape otherwise.
+    let e = Florence2::post_process("x", "NOPE", 10, 10).unwrap_err();
     assert_err(&e, "Florence2PromptError", "");
+    let r = Florence2::post_process("x", "<NOPE>", 10, 10).unwrap();
+    assert_eq!(
+        js_sys::JSON::stringify(&r).unwrap().as_string().unwrap(),
+        r#"{"<NOPE>":"x"}"#
+    );
     // postProcess gives post_process_generation's value as plain JS (compared through JSON).
     let raw = "cat<loc_0><loc_0><loc_999><loc_999>";
     let r = Florence2::post_process(raw, "<OD>", 100, 50).unwrap();
