@@ -23,6 +23,8 @@ pub mod tune;
 pub use crate::quant::QFormat;
 pub use context::{Caps, Gpu, GpuOptions, Wgpu};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
+#[cfg(target_arch = "wasm32")]
+pub use recorder::next_task;
 pub use recorder::{staging_buffer, Pending, Plan, Recorder, Staging};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 

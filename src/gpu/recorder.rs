@@ -903,9 +903,10 @@ impl Pending {
     }
 }
 
-/// Yield to the event loop for one task (`setTimeout(0)`: windows, workers and Node).
+/// Yield to the event loop for one task (`setTimeout(0)`: windows, workers and Node), letting pending
+/// promise callbacks and events (an abort, `device.lost`) run.
 #[cfg(target_arch = "wasm32")]
-async fn next_task() {
+pub async fn next_task() {
     use wasm_bindgen::JsCast;
     let global = js_sys::global();
     let Ok(set_timeout) = js_sys::Reflect::get(&global, &"setTimeout".into())

@@ -1,6 +1,6 @@
 //! Small JS interop helpers of the facade: errors both ways, option lookups, serialization.
 
-use js_sys::{Function, Object, Promise, Reflect};
+use js_sys::{Function, Object, Reflect};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -8,21 +8,9 @@ use web_sys::AbortSignal;
 
 use crate::error::{Error, Result};
 
-#[wasm_bindgen]
-extern "C" {
-    /// The global `setTimeout` (windows and workers).
-    #[wasm_bindgen(js_name = setTimeout)]
-    fn set_timeout(f: &Function, ms: i32) -> JsValue;
-}
-
 /// Yield to the event loop for one task (`setTimeout(0)`), letting pending promise callbacks and
 /// events (such as `device.lost`) run.
-pub async fn next_task() {
-    let p = Promise::new(&mut |resolve, _reject| {
-        set_timeout(&resolve, 0);
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
-}
+pub use crate::gpu::next_task;
 
 /// A JS `Error` whose `name` is [`Error::name`] and whose `message` is the error's text.
 pub fn js_error(e: &Error) -> JsValue {

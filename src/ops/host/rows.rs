@@ -7,13 +7,19 @@ use crate::gpu::host::{with_host, HostAccess};
 use crate::gpu::Tensor;
 use crate::ops::host::{f32_in, f32_out};
 
-/// out = x, then `f` on out in place.
+/// out = x, then `f` on out in place (with `extra` inputs).
 fn in_place(
     x: &Tensor,
     extra: &[&Tensor],
     out: &Tensor,
     f: impl FnOnce(&mut [f32], &[&[u32]]) -> Result<()>,
 ) -> Result<()> {
+    // `out` = `x` (same buffer, same bytes): the kernel runs on it as it is, with no copy of x.
+    let aliased =
+        x.same_buffer(out) && x.offset() == out.offset() && x.byte_size() == out.byte_size();
+    if aliased {
+        return with_host(out, extra, |o, i| f(f32_out(out, o)?, i));
+    }
     let mut ins = vec![x];
     ins.extend_from_slice(extra);
     with_host(out, &ins, |o, i| {
