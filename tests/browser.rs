@@ -910,3 +910,31 @@ async fn browser_caps_identify_the_adapter() {
     );
     assert!(!g.caps.adapter_name.is_empty());
 }
+
+/// The CPU backend's quantized decode dots in wasm: the module is built with SIMD128
+/// (.cargo/config.toml), and that path equals the scalar one bit for bit (same products, same order).
+#[wasm_bindgen_test]
+fn wasm_simd128_quant_row_dots_equal_portable() {
+    use florence2_wasm::cpu::qdot::{portable, quant_row_dots};
+    use florence2_wasm::quant::{quantize_rows, QFormat};
+    assert!(cfg!(target_feature = "simd128"), "wasm built without +simd128");
+    for (s, fmt) in [(1u64, QFormat::Q8), (2, QFormat::Q4)] {
+        for k in [32, 768, 3072] {
+            for m in 1..=4 {
+                let w = rand_vec(s * 7 + k as u64, k);
+                let mut bytes = Vec::new();
+                quantize_rows(fmt, k, &w, &mut bytes).unwrap();
+                let scales: Vec<f32> = rand_vec(s + m as u64, k / 32)
+                    .iter()
+                    .map(|v| v.abs() + 0.01)
+                    .collect();
+                let x = rand_vec(s * 13 + m as u64, m * k);
+                let (mut got, mut want) = (vec![0f32; m], vec![0f32; m]);
+                quant_row_dots(fmt, k, &bytes, &scales, &x, &mut got);
+                portable(fmt, k, &bytes, &scales, &x, &mut want);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{fmt:?} k={k} m={m}");
+            }
+        }
+    }
+}

@@ -16,9 +16,9 @@ use half::slice::HalfFloatSliceExt;
 
 use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
-use crate::cpu::{activation, check_len, par, Weight};
+use crate::cpu::{activation, check_len, par, qdot, Weight};
 use crate::error::{Error, Result};
-use crate::quant::{QFormat, QBLOCK};
+use crate::quant::QBLOCK;
 
 /// Largest M the GEMV path takes (as the GPU's decode GEMV).
 pub const GEMV_MAX_ROWS: usize = 4;
@@ -119,10 +119,10 @@ fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) {
     }
 }
 
-/// dst[i] = w[row, :] . x[i, :] for the dst.len() rows of x: the row is walked a 32-weight block at a
-/// time, each block dequantized into registers by a loop specialised per format (q8/q4: the row's
-/// scales widened once; f16: the row widened first), and dotted with every x row in 8 lane-wise
-/// partial sums. On x86_64 CPUs with AVX2 the same code runs compiled for it.
+/// dst[i] = w[row, :] . x[i, :] for the dst.len() rows of x: f32/f16 rows are walked a 32-weight block
+/// at a time and dotted with every x row in 8 lane-wise partial sums (f16: the row widened first); q8/q4
+/// rows go to [`qdot::quant_row_dots`] (the row's scales widened once, quants widened in SIMD
+/// registers, the same sums). On x86_64 CPUs with AVX2 the f32/f16 code runs compiled for it.
 fn row_dots(w: &Weight, k: usize, row: usize, x: &[f32], dst: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
@@ -203,23 +203,8 @@ fn row_dots_body(
             for (d, h) in scales.iter_mut().zip(sb.chunks_exact(2)) {
                 *d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
             }
-            match fmt {
-                QFormat::Q8 => block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
-                    let d = scales[b];
-                    let q = &r[b * QBLOCK..(b + 1) * QBLOCK];
-                    for (o, &v) in blk.iter_mut().zip(q) {
-                        *o = d * f32::from(v as i8);
-                    }
-                }),
-                QFormat::Q4 => block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
-                    let d = scales[b];
-                    let q = &r[b * QBLOCK / 2..(b + 1) * QBLOCK / 2];
-                    for (o, &v) in blk.chunks_exact_mut(2).zip(q) {
-                        o[0] = d * (f32::from(v & 0xF) - 8.0);
-                        o[1] = d * (f32::from(v >> 4) - 8.0);
-                    }
-                }),
-            }
+            qdot::quant_row_dots(*fmt, k, r, scales, x, dst);
+            return;
         }
     }
     finish_dots(w, k, row, x, &acc, dst);

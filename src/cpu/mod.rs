@@ -24,6 +24,7 @@ pub mod layout;
 pub mod linear;
 pub mod norm;
 pub mod par;
+pub mod qdot;
 pub mod reduce;
 pub mod softmax;
 pub mod weight;
