@@ -1,9 +1,10 @@
-//! The push-style streaming loader fed arbitrary files in arbitrary chunkings (tiny config, lavapipe or any
-//! GPU; the device is made once). Differential: the first 8 bytes of the input choose chunk sizes (and
-//! bits of them the resident dtype and whether the config is the quantized-checkpoint variant, whose
-//! `quantization` entry lists the tiny config's matrices with whole 32-weight rows as q8 or q4 `.qweight`
-//! tensors); the rest is the file, streamed both whole and chunked: both must agree on success or failure
-//! (and on the error's kind), and neither may panic or hang. Allocation bound (host): 64 n + 64 MiB. The fixed part is
+//! The push-style streaming loader fed arbitrary files in arbitrary chunkings (tiny config), into both
+//! backends: a GPU (lavapipe or any adapter) and the CPU backend's host memory; the devices are made once.
+//! Differential: the first 8 bytes of the input choose chunk sizes (and bits of them the resident dtype
+//! and whether the config is the quantized-checkpoint variant, whose `quantization` entry lists the tiny
+//! config's matrices with whole 32-weight rows as q8 or q4 `.qweight` tensors); the rest is the file,
+//! streamed whole and chunked into the GPU and chunked into the CPU backend: all three must agree on
+//! success or failure (and on the error's kind), and none may panic or hang. Allocation bound (host): 64 n + 64 MiB. The fixed part is
 //! wide because the counting allocator also sees wgpu's own allocations, which do not depend on the input
 //! (command pools, trackers and pipeline caches growing, other threads): a CI run once measured 21 MB for a
 //! 5 KB input that takes 3 ms and allocates far less when rerun alone. An input that makes the loader hold a
@@ -32,7 +33,8 @@ pub const QUANTIZED: [&str; 3] = [
 ];
 
 struct Setup {
-    gpu: Arc<Gpu>,
+    /// [the GPU, the CPU backend]
+    devices: [Arc<Gpu>; 2],
     /// The tiny config, and the same with q8 / q4 `quantization` entries.
     cfgs: [Florence2Config; 3],
 }
@@ -50,13 +52,14 @@ fn setup() -> &'static Setup {
             Florence2Config::from_json(&v).expect("the quantized tiny config parses")
         };
         Setup {
-            gpu,
+            devices: [gpu, Gpu::cpu(1)],
             cfgs: [plain, quantized(8), quantized(4)],
         }
     })
 }
 
 fn stream(
+    device: usize,
     file: &[u8],
     sizes: &[usize],
     known_len: bool,
@@ -64,7 +67,7 @@ fn stream(
     dtype: WeightDType,
 ) -> Result<(), String> {
     let s = setup();
-    let (gpu, cfg) = (&s.gpu, &s.cfgs[cfg]);
+    let (gpu, cfg) = (&s.devices[device], &s.cfgs[cfg]);
     let mut asm = Assembler::new(gpu, cfg, LoadOptions::with_dtype(dtype));
     let mut s = StreamLoader::new("model.safetensors", known_len.then_some(file.len() as u64));
     let mut off = 0;
@@ -92,9 +95,11 @@ fuzz_target!(|data: &[u8]| {
     let cfg = usize::from(head[1] % 3);
     let dtype = WeightDType::ALL[usize::from(head[2] % 4)];
     let (_, peak) = common::peak_during(|| {
-        let whole = stream(file, &[file.len().max(1)], known, cfg, dtype);
-        let chunked = stream(file, &sizes, known, cfg, dtype);
+        let whole = stream(0, file, &[file.len().max(1)], known, cfg, dtype);
+        let chunked = stream(0, file, &sizes, known, cfg, dtype);
         assert_eq!(whole, chunked, "whole vs chunks {sizes:?}");
+        let host = stream(1, file, &sizes, known, cfg, dtype);
+        assert_eq!(whole, host, "GPU vs CPU backend, chunks {sizes:?}");
     });
     common::check_bound("stream", data.len(), peak, 64, 64 << 20);
 });
