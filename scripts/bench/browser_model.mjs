@@ -27,7 +27,10 @@ for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
 const dir = mkdtempSync(path.join(tmpdir(), "florence2-bench-"));
 const ctx = await chromium.launchPersistentContext(dir, {
   executablePath: env("BENCH_CHROMIUM", "/usr/bin/chromium"), headless: true,
-  args: ["--enable-unsafe-webgpu", "--no-sandbox", "--disable-dev-shm-usage", "--no-first-run"],
+  // BENCH_WEBGPU=0: without --enable-unsafe-webgpu Chromium offers no adapter on a machine without a
+  // usable GPU (the software adapter is blocklisted), so the page's `device: "auto"` runs the CPU backend.
+  args: [...(env("BENCH_WEBGPU", "1") === "0" ? [] : ["--enable-unsafe-webgpu"]),
+    "--no-sandbox", "--disable-dev-shm-usage", "--no-first-run"],
 });
 try {
   const page = await ctx.newPage();

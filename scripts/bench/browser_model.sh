@@ -10,7 +10,9 @@
 # MODEL_DIR (default target/bench-model/base-f32): any checkpoint directory; TOKENIZER: a tokenizer.json
 # linked into it when it has none (the bench checkpoint has none). BENCH_TASK (<CAPTION>), BENCH_MAX (20
 # new tokens), BENCH_BEAMS (1), BENCH_DTYPE (fp16), BENCH_IMAGE (tests/fixtures/images/scene.png; the
-# processor resizes it to the config's image size, 768 for base).
+# processor resizes it to the config's image size, 768 for base). BENCH_WEBGPU=0: Chromium without WebGPU
+# (the page's CPU backend). BENCH_NODE=1: then the same task in Node.js (scripts/bench/node_model.mjs,
+# the package's CPU backend), for the Node / Chromium ratio in one run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -36,3 +38,7 @@ for _ in $(seq 1 50); do
   sleep 0.2
 done
 BENCH_BASE_URL="http://127.0.0.1:$port/" node scripts/bench/browser_model.mjs
+if [ "${BENCH_NODE:-0}" = 1 ]; then
+  echo "--- Node.js"
+  node scripts/bench/node_model.mjs "$MODEL_DIR" "tests/fixtures/images/$(basename "${BENCH_IMAGE:-scene.png}")"
+fi
