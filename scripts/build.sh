@@ -11,6 +11,42 @@ profile=--release
 if [ "${1:-}" = "--dev" ]; then profile=--dev; fi
 wasm-pack build --target web "$profile" --mode no-install --out-dir pkg --out-name florence2_wasm
 
+# wasm-bindgen's declarations name what only some libs declare: init()'s input and output use web-only
+# names (RequestInfo, BufferSource, WebAssembly.*) that a Node.js project without the DOM lib lacks, and
+# each class has a `[Symbol.dispose]` member, which needs lib esnext.disposable (or @types/node). They
+# become api.d.ts's conditional types, which are exactly those types where the program's libs declare
+# them (Request | string for RequestInfo), and a `DisposableMember` interface merged into each class. The
+# package test's `types` part type-checks a Node.js and a browser project against them.
+node -e '
+const fs = require("fs");
+const f = "pkg/florence2_wasm.d.ts";
+const src = fs.readFileSync(f, "utf8");
+let n = 0;
+let cls = null;
+const disposable = [];
+const out = src.split("\n").map((line) => {
+  if (/^\s*(\*|\/\*\*|\/\/)/.test(line)) return line;
+  const c = /^export class (\w+) /.exec(line);
+  if (c) cls = c[1];
+  if (/^\s*\[Symbol\.dispose\]\(\): void;$/.test(line)) {
+    disposable.push(cls);
+    return null;
+  }
+  const fixed = line
+    .replace(/\bRequestInfo\b/g, "GlobalType<\"Request\"> | string")
+    .replace(/\bBufferSource\b/g, "WebAssemblySource")
+    .replace(/\bWebAssembly\.(\w+)\b/g, "WebAssemblyType<\"$1\">");
+  if (fixed !== line) n++;
+  return fixed;
+}).filter((line) => line !== null).join("\n");
+if (n < 3 || !disposable.includes("Florence2") || !/export type WebAssemblySource\b/.test(out)) {
+  console.error("build: " + f + " has not the init types this script rewrites (" + n + " lines)");
+  process.exit(1);
+}
+const merged = disposable.map((c) => `export interface ${c} extends DisposableMember {}\n`).join("");
+fs.writeFileSync(f, out + merged);
+'
+
 # The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # README and LICENSE.

@@ -1,4 +1,15 @@
-import type { LoadOptions, ModelSource, RunTaskOptions, TaskOutput, CacheInfo, ImageInput } from "./florence2_wasm.js";
+import type {
+  LoadOptions, ModelSource, RunTaskOptions, TaskOutput, CacheInfo, ImageInput, GlobalType,
+} from "./florence2_wasm.js";
+
+/** The DOM's `Worker` where the program's libs declare it, else `never` (the client is for browsers; it
+ * still type-checks in a Node.js project without the DOM lib). */
+export type DomWorker = GlobalType<"Worker">;
+/** What `DomWorker.postMessage` takes as its transfer list (`Transferable[]` with the DOM lib), else
+ * `never`. */
+export type TransferList = [DomWorker] extends [never]
+  ? never
+  : DomWorker extends { postMessage(message: unknown, options?: { transfer?: infer T }): void } ? T : never;
 
 /** Load options a worker can receive (callbacks and the signal stay on the page). */
 export type WorkerLoadOptions = LoadOptions;
@@ -8,9 +19,9 @@ export type WorkerLoadOptions = LoadOptions;
 export declare class Florence2Worker {
   private constructor();
   /** Load `source` in `worker` (a module worker whose script imports "florence2-wasm/worker"). */
-  static load(worker: Worker, source: ModelSource, options?: WorkerLoadOptions): Promise<Florence2Worker>;
+  static load(worker: DomWorker, source: ModelSource, options?: WorkerLoadOptions): Promise<Florence2Worker>;
   /** `Florence2.runTask` in the worker; `transfer` moves ImageBitmaps/VideoFrames instead of copying. */
-  runTask(image: ImageInput, prompt: string, options?: RunTaskOptions, transfer?: Transferable[]): Promise<TaskOutput>;
+  runTask(image: ImageInput, prompt: string, options?: RunTaskOptions, transfer?: TransferList): Promise<TaskOutput>;
   cacheInfo(source?: ModelSource, options?: LoadOptions): Promise<CacheInfo>;
   clearCache(source?: ModelSource, options?: LoadOptions): Promise<boolean>;
   dispose(): Promise<void>;

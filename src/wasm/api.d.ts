@@ -1,4 +1,21 @@
 
+/** The instance type of the global class `Name` where the program's libs declare it (`ImageBitmap` with
+ * the DOM or web worker lib), else `never`: the declarations name browser-only classes exactly as the
+ * DOM lib types them, and still compile without it (Node.js with `lib: ["es2022"]`, `types: ["node"]`). */
+export type GlobalType<Name extends string> =
+  typeof globalThis extends { [K in Name]: { prototype: infer T } } ? T : never;
+/** `WebAssembly.Name` (a class of the `WebAssembly` namespace) where the libs declare it, else `never`. */
+export type WebAssemblyType<Name extends string> =
+  typeof globalThis extends { WebAssembly: { [K in Name]: { prototype: infer T } } } ? T : never;
+/** What `WebAssembly` compiles from (`BufferSource` with the DOM lib), else the buffers and their views. */
+export type WebAssemblySource =
+  typeof globalThis extends { WebAssembly: { validate(bytes: infer B): boolean } } ? B : ArrayBuffer | ArrayBufferView;
+/** `{ [Symbol.dispose](): void }` where the libs declare `Symbol.dispose` (lib `esnext.disposable`,
+ * @types/node), else `{}`: `Florence2` and `EncodedImage` are `Disposable` (`using model = ...`) wherever
+ * the program knows the symbol, and the declarations compile where it does not (lib ES2022). */
+export type DisposableMember =
+  SymbolConstructor extends { readonly dispose: infer S extends symbol } ? { [K in S]: () => void } : {};
+
 /** A Florence-2 task marker. */
 export type TaskMarker =
   | "<CAPTION>" | "<DETAILED_CAPTION>" | "<MORE_DETAILED_CAPTION>" | "<OCR>" | "<OCR_WITH_REGION>"
@@ -103,10 +120,12 @@ export interface RgbaImage {
 /** Any image `runTask` accepts: an encoded file (`Blob`/`File`, or its bytes as a `Uint8Array` (a Node
  * `Buffer`) or `ArrayBuffer`: PNG and JPEG always; WebP, AVIF, GIF (first frame), BMP, ... when the
  * browser decodes them; EXIF orientation applied), an image URL (fetched; in Node.js also a file path or a
- * `file:` URL), decoded pixels, the current frame of a `<video>`, or a `VideoFrame`. */
+ * `file:` URL), decoded pixels, the current frame of a `<video>`, or a `VideoFrame`. The DOM classes
+ * (`ImageBitmap`, `HTMLImageElement`, ...) are members where the program's libs declare them. */
 export type ImageInput =
-  | Blob | Uint8Array | ArrayBuffer | string | URL | RgbaImage | ImageBitmap | ImageData | HTMLImageElement
-  | HTMLCanvasElement | OffscreenCanvas | HTMLVideoElement | VideoFrame;
+  | Blob | Uint8Array | ArrayBuffer | string | URL | RgbaImage | GlobalType<"ImageBitmap"> | GlobalType<"ImageData">
+  | GlobalType<"HTMLImageElement"> | GlobalType<"HTMLCanvasElement"> | GlobalType<"OffscreenCanvas">
+  | GlobalType<"HTMLVideoElement"> | GlobalType<"VideoFrame">;
 
 /** A Hugging Face model id (`"microsoft/Florence-2-base-ft"`, resolved with `revision`, `remoteHost`,
  * `remotePathTemplate`), a hub page URL (`https://huggingface.co/ORG/NAME[/tree/REV]`), a model directory
