@@ -6,7 +6,7 @@
 #   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
 #     pinned in Cargo.lock (the CLI and the crate must match).
 #   - npm: the packages the end-to-end tests and the demo server use (www/package.json), and the bundlers
-#     of the npm package tests (scripts/npm/bundlers/package.json).
+#     and TypeScript compiler of the npm package tests (scripts/npm/bundlers/package.json).
 #   - Python: a virtual environment in scripts/.cache/venv (gitignored) with the official `openai` client,
 #     pinned, for the `florence2 serve` client test (scripts/test_openai_client.py).
 set -euo pipefail
@@ -56,8 +56,10 @@ if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '
   "$venv/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
 fi
 
-# The bundlers the npm package tests build apps with (Vite, webpack 5): pinned by their package-lock.json.
-if [ -f scripts/npm/bundlers/package.json ] && [ ! -d scripts/npm/bundlers/node_modules/vite ]; then
+# The bundlers the npm package tests build apps with (Vite, webpack 5) and the TypeScript compiler and
+# @types/node they type-check the package's declarations with: pinned by their package-lock.json.
+if [ -f scripts/npm/bundlers/package.json ] && { [ ! -d scripts/npm/bundlers/node_modules/vite ] ||
+  [ ! -d scripts/npm/bundlers/node_modules/typescript ] || [ ! -d scripts/npm/bundlers/node_modules/@types/node ]; }; then
   (cd scripts/npm/bundlers && npm ci --no-audit --no-fund)
 fi
 echo "setup: ok ($(wasm-pack --version), wasm-bindgen $wb_version)"
