@@ -12,7 +12,11 @@
 # scripts/npm/node_test.mjs (the package imported in Node.js on the CPU backend: models from a directory
 # path, a file: URL and an http URL, images as bytes and RGBA, answers equal to the native CLI's
 # `--device cpu`, named errors for hostile input).
-# NPM_TESTS="package node loading bundlers" (default: all) picks parts.
+# `types`: the TypeScript samples in scripts/npm/types/ (a Node.js project: ES2022 lib + @types/node, no
+# DOM lib; a browser project: DOM lib, bundler resolution, the worker client) must pass `tsc --noEmit`
+# with skipLibCheck off against the installed tarball (typescript and @types/node pinned in
+# scripts/npm/bundlers/package-lock.json).
+# NPM_TESTS="package node loading bundlers types" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -26,7 +30,7 @@ tarball=$(cd pkg && npm pack --silent --pack-destination "$scratch" | tail -1)
 echo "packed $tarball ($(du -h "$scratch/$tarball" | cut -f1))"
 mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
-parts=" ${NPM_TESTS:-package node loading bundlers} "
+parts=" ${NPM_TESTS:-package node loading bundlers types} "
 if [[ $parts == *" package "* ]]; then
   node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
@@ -49,4 +53,22 @@ if [[ $parts == *" bundlers "* ]]; then
     (cd scripts/npm/bundlers && npm ci --no-audit --no-fund)
   fi
   node scripts/npm/bundler_test.mjs "$scratch/app"
+fi
+if [[ $parts == *" types "* ]]; then
+  bundlers=$PWD/scripts/npm/bundlers/node_modules
+  if [ ! -d "$bundlers/typescript" ] || [ ! -d "$bundlers/@types/node" ]; then
+    (cd scripts/npm/bundlers && npm ci --prefer-offline --no-audit --no-fund)
+  fi
+  # The Node.js sample's `types: ["node"]` finds @types/node in a parent folder's node_modules/@types.
+  mkdir -p "$scratch/app/node_modules/@types"
+  ln -sfn "$bundlers/@types/node" "$scratch/app/node_modules/@types/node"
+  echo "types: tsc $("$bundlers/.bin/tsc" --version), @types/node $(node -p "require('$bundlers/@types/node/package.json').version")"
+  for t in node browser; do
+    cp -r "scripts/npm/types/$t" "$scratch/app/types-$t"
+    if ! (cd "$scratch/app/types-$t" && "$bundlers/.bin/tsc" -p tsconfig.json --noEmit --pretty false); then
+      echo "types: the $t sample (scripts/npm/types/$t) does not type-check against the packed package" >&2
+      exit 1
+    fi
+    echo "types: the $t sample type-checks"
+  done
 fi

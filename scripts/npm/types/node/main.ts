@@ -1,0 +1,85 @@
+// A Node.js user of the package, type-checked (never run) by scripts/npm_package_test.sh's `types` part:
+// `tsc --noEmit` with the ES2022 lib and @types/node only (no DOM lib) and skipLibCheck off, so the
+// package's own .d.ts files must compile there too. `@ts-expect-error` lines check that the types still
+// reject what the package rejects.
+import { readFile } from "node:fs/promises";
+import {
+  Florence2,
+  isFlorence2Error,
+  type Box,
+  type Florence2ErrorName,
+  type ImageInput,
+  type MemoryInfo,
+  type ProgressEvent,
+  type RgbaImage,
+  type SupportInfo,
+  type TaskOutput,
+} from "florence2-wasm";
+
+const support: SupportInfo = await Florence2.isSupported();
+const device: "webgpu" | "cpu" = support.device;
+
+const model: Florence2 = await Florence2.load("./models/Florence-2-base-ft", {
+  device: "cpu",
+  dtype: "q8",
+  onProgress: (e: ProgressEvent) => console.log(e.status, e.file, e.progress.toFixed(0)),
+  signal: AbortSignal.timeout(60_000),
+});
+console.log(model.adapterInfo, device);
+
+// Encoded bytes: a Buffer is a Uint8Array.
+const png: Buffer = await readFile("scene.png");
+const bytes: Uint8Array = new Uint8Array(png);
+const od: TaskOutput = await model.runTask(bytes, "<OD>", { maxNewTokens: 64, numBeams: 1 });
+if (od.task === "<OD>") {
+  const boxes: Box[] = od.result["<OD>"].bboxes;
+  const labels: string[] = od.result["<OD>"].labels;
+  for (const [i, [x1, y1, x2, y2]] of boxes.entries()) console.log(labels[i], x1, y1, x2 - x1, y2 - y1);
+}
+
+// Decoded RGBA pixels.
+const width = 64;
+const height = 48;
+const rgba: RgbaImage = { data: new Uint8ClampedArray(4 * width * height), width, height };
+const caption = await model.runTask(rgba, "<CAPTION>", {
+  onToken: (text: string, tokenId: number) => process.stdout.write(`${tokenId}:${text} `),
+});
+if (caption.task === "<CAPTION>") {
+  const text: string = caption.result["<CAPTION>"];
+  console.log(text, caption.text, caption.tokenIds.length, caption.timings.total);
+}
+const memory: MemoryInfo = caption.memory;
+console.log(memory.device, memory.peakBytes);
+
+// A file path, an encoded image reused by several tasks.
+const path: ImageInput = "scene.jpg";
+const encoded = await model.encodeImage(path);
+const ocr = await model.runTask(encoded, "<OCR_WITH_REGION>");
+if (ocr.task === "<OCR_WITH_REGION>") console.log(ocr.result["<OCR_WITH_REGION>"].quad_boxes.length);
+encoded.dispose();
+// `using` frees an encoding at the end of its block (@types/node declares `Symbol.dispose`).
+{
+  using again = await model.encodeImage(rgba);
+  console.log((await model.runTask(again, "<REGION_PROPOSAL>")).text, again.width);
+}
+
+// Named errors.
+try {
+  await model.runTask(Buffer.from("not an image"), "<OD>");
+} catch (e: unknown) {
+  if (isFlorence2Error(e)) {
+    const name: Florence2ErrorName = e.name;
+    if (e.name === "Florence2ImageError") console.log("bad image:", e.message);
+    else console.log(name, e.message);
+  } else {
+    throw e;
+  }
+}
+model.dispose();
+
+// @ts-expect-error: a number is no image.
+void model.runTask(42, "<OD>");
+// @ts-expect-error: RGBA needs its height.
+void model.runTask({ data: new Uint8Array(16), width: 2 }, "<OD>");
+// @ts-expect-error: no such device.
+void Florence2.load("./model", { device: "gpu" });
