@@ -32,7 +32,7 @@
 //! side-by-side table with weight bytes, engine-counted peak GPU bytes, phase times, decode ms per step
 //! and weight bytes read per step), `MODEL_BENCH_TOKENS` (default 20),
 //! `MODEL_BENCH_NO_REF=1` skips PyTorch, `MODEL_BENCH_COLD=0` skips the cold end-to-end pass,
-//! `MODEL_BENCH_BREAKDOWN=0` skips the per-op DaViT breakdown (first dtype only),
+//! `MODEL_BENCH_BREAKDOWN=0` skips the per-op DaViT breakdown (first dtype only; GPU only),
 //! `MODEL_BENCH_REUSE=0` skips the image-encoding reuse ratio (first dtype only: a `<CAPTION>` task from
 //! the image vs later tasks on its kept features, same run),
 //! `MODEL_BENCH_TOKENIZER=<florence2 tokenizer.json>` checks the hard-coded prompt ids against it,
@@ -1393,7 +1393,10 @@ fn main() {
         ensure_checkpoint(&dir, &cfg, f16).expect("checkpoint");
         for &resident in &residents {
             println!("\n== {dt} checkpoint, resident {resident} ==");
-            let breakdown = results.is_empty() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
+            // The per-op breakdown launches the GPU kernels on their GPU weight layouts: GPU only.
+            let breakdown = results.is_empty()
+                && !gpu.is_host()
+                && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
             // Kernels are cached per device: only the first run's pass is cold.
             let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
             let ph = run_model(

@@ -6,12 +6,15 @@
 //! are f32 or IEEE half ([`KvRef`]: the decoder's caches and cross K/V when the weights are not fp32),
 //! widened to f32 exactly; the arithmetic is f32 (two-pass softmax per row).
 //!
-//! Work: per (batch row, block of query rows), every head: the head's visible keys are gathered once
-//! into K^T (D, L) and V (L, D), scores are computed 4 query rows x 8 keys at a time with D in
-//! registers, then the probabilities weight V's rows.
+//! Work: per (batch row, block of query rows, head): for more than two query rows the head's visible
+//! keys are gathered once into K^T (D, L) and V (L, D), scores are computed 4 query rows x 8 keys at a
+//! time with D in registers, then the probabilities weight V's rows; a decode step's one or two rows
+//! read K and V rows in place (a dot per key). Natively with AVX2 and FMA the blocks run compiled for
+//! them.
 
 use half::f16;
 
+use crate::cpu::gemm::{sgemm_nt, MatRef};
 use crate::cpu::{check_len, par, softmax::softmax_row};
 use crate::error::{Error, Result};
 
@@ -27,14 +30,6 @@ impl KvRef<'_> {
         match self {
             KvRef::F32(s) => s.len(),
             KvRef::F16(s) => s.len(),
-        }
-    }
-
-    #[inline]
-    fn get(&self, i: usize) -> f32 {
-        match self {
-            KvRef::F32(s) => s[i],
-            KvRef::F16(s) => s[i].to_f32(),
         }
     }
 }
@@ -163,8 +158,11 @@ pub fn window_attention(
     run(qkv, at(c), at(2 * c), dims, &opts, out, 3 * c)
 }
 
-/// Check the heads and split the work: batch rows in parallel, and query blocks in parallel inside a
-/// batch row when there are few batch rows.
+/// Check the heads and split the work. Many batch rows (DaViT windows): chunks of batch rows in
+/// parallel, every head of a row in turn, written in place. Few (the encoder, decode steps): tasks of
+/// (batch row, query block, head), each computing its (rows, D) block apart, then copied into its
+/// columns; query blocks are small enough for about four tasks per thread, or whole when the block
+/// runs on the (threaded) GEMM.
 fn run(
     q: &[f32],
     k: Src<KvRef>,
@@ -188,23 +186,98 @@ fn run(
         stride: q_stride,
         off: 0,
     };
-    let qchunk = if d.b >= 2 * par::threads() {
-        d.tq
-    } else {
-        par::task_len(d.tq, 8)
-    };
-    par::chunks_mut(out, d.tq * d.c, |bi, ob| {
-        par::chunks_mut(ob, qchunk * d.c, |qi, oc| {
-            for h in 0..opts.heads {
-                block(qs, k, v, d, opts, (bi, qi * qchunk, h), oc);
+    let (heads, hd) = (opts.heads, d.c / opts.heads);
+    let want = 4 * par::threads();
+    if d.b >= want {
+        par::chunks_mut(out, d.tq * d.c, |bi, ob| {
+            for h in 0..heads {
+                let dst = Dst {
+                    stride: d.c,
+                    col: h * hd,
+                };
+                block(qs, k, v, d, opts, (bi, 0, h), ob, dst);
             }
         });
+        return Ok(());
+    }
+    // Blocks that run on the GEMM are threaded inside it: their heads are split no further.
+    let splits = if d.tq * d.tk * hd >= GEMM_WORK {
+        1
+    } else {
+        want.div_ceil(d.b * heads).min(d.tq.div_ceil(4)).max(1)
+    };
+    let qchunk = d.tq.div_ceil(splits);
+    let nq = d.tq.div_ceil(qchunk);
+    let blocks = par::map(d.b * nq * heads, |t| {
+        let (h, qi, bi) = (t % heads, t / heads % nq, t / heads / nq);
+        let rows = qchunk.min(d.tq - qi * qchunk);
+        let mut o = vec![0f32; rows * hd];
+        let dst = Dst { stride: hd, col: 0 };
+        block(qs, k, v, d, opts, (bi, qi * qchunk, h), &mut o, dst);
+        o
     });
+    for (t, o) in blocks.iter().enumerate() {
+        let (h, qi, bi) = (t % heads, t / heads % nq, t / heads / nq);
+        for (r, src) in o.chunks_exact(hd).enumerate() {
+            let row = bi * d.tq + qi * qchunk + r;
+            out[row * d.c + h * hd..][..hd].copy_from_slice(src);
+        }
+    }
     Ok(())
 }
 
-/// One head of query rows i0 .. i0 + out.len() / C of batch row `bi`, into out (rows, C).
+/// Where a block's output rows go: row r, element e at `r * stride + col + e`.
+#[derive(Clone, Copy)]
+struct Dst {
+    stride: usize,
+    col: usize,
+}
+
+/// One head of query rows i0 .. i0 + out.len() / dst.stride of batch row `bi`, into `out`. On x86_64
+/// CPUs with AVX2 and FMA the same code runs compiled for them (chosen at run time; no operation is
+/// fused, so the results do not change).
+#[allow(clippy::too_many_arguments)]
 fn block(
+    q: Src<&[f32]>,
+    k: Src<KvRef>,
+    v: Src<KvRef>,
+    d: Dims,
+    opts: &AttnOpts,
+    at: (usize, usize, usize),
+    out: &mut [f32],
+    dst: Dst,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features `block_avx2` is compiled for were detected just above.
+        unsafe { block_avx2(q, k, v, d, opts, at, out, dst) };
+        return;
+    }
+    block_body(q, k, v, d, opts, at, out, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_avx2(
+    q: Src<&[f32]>,
+    k: Src<KvRef>,
+    v: Src<KvRef>,
+    d: Dims,
+    opts: &AttnOpts,
+    at: (usize, usize, usize),
+    out: &mut [f32],
+    dst: Dst,
+) {
+    block_body(q, k, v, d, opts, at, out, dst)
+}
+
+/// [`block`]'s body. Up to [`DIRECT_ROWS`] query rows (decode steps) read each key and value row where
+/// it is; more rows first gather the head's visible keys into K^T (D, L) and V (L, D), then score 4
+/// query rows x 8 keys at a time with D in registers.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block_body(
     q: Src<&[f32]>,
     k: Src<KvRef>,
     v: Src<KvRef>,
@@ -212,9 +285,10 @@ fn block(
     opts: &AttnOpts,
     (bi, i0, h): (usize, usize, usize),
     out: &mut [f32],
+    dst: Dst,
 ) {
     let hd = d.c / opts.heads;
-    let rows = out.len() / d.c;
+    let rows = out.len().div_ceil(dst.stride);
     let kv_len = opts.kv_len.unwrap_or(d.tk).min(d.tk);
     let vis_end = |i: usize| {
         if opts.causal {
@@ -225,31 +299,88 @@ fn block(
     };
     let l = vis_end(i0 + rows - 1); // keys any row of the block sees
     let kb = if d.bk == 1 { 0 } else { bi };
+    let qrow = |r: usize| -> Vec<f32> {
+        let base = (bi * d.tq + i0 + r) * q.stride + q.off + h * hd;
+        q.data[base..base + hd]
+            .iter()
+            .map(|&x| x * opts.scale)
+            .collect()
+    };
+    let mask_row = |i: usize, sr: &mut [f32]| {
+        if let Some(m) = opts.mask {
+            let n = sr.len();
+            sr.iter_mut()
+                .zip(&m[i * d.tk..i * d.tk + n])
+                .for_each(|(x, &mv)| *x += mv);
+        }
+    };
+    if rows <= DIRECT_ROWS {
+        let mut s = vec![0f32; l.max(1)];
+        let mut kr = vec![0f32; hd];
+        for r in 0..rows {
+            let i = i0 + r;
+            let n = vis_end(i);
+            let orow = &mut out[r * dst.stride + dst.col..][..hd];
+            orow.fill(0.0);
+            if n == 0 {
+                continue; // no visible key: zeros
+            }
+            let qr = qrow(r);
+            for (j, sj) in s[..n].iter_mut().enumerate() {
+                let krow = k.row(kb * d.tk + j, h * hd, hd, &mut kr);
+                *sj = dot8(&qr, krow);
+            }
+            mask_row(i, &mut s[..n]);
+            softmax_row(&mut s[..n]);
+            for (j, &p) in s[..n].iter().enumerate() {
+                let vr = v.row(kb * d.tk + j, h * hd, hd, &mut kr);
+                orow.iter_mut().zip(vr).for_each(|(a, &x)| *a += p * x);
+            }
+        }
+        return;
+    }
+    if rows * l * hd >= GEMM_WORK {
+        let qh: Vec<f32> = (0..rows).flat_map(qrow).collect(); // (rows, D)
+        let mut s = vec![0f32; rows * l];
+        let mut o = vec![0f32; rows * hd];
+        let mut kr = vec![0f32; hd];
+        let mut kh = Vec::with_capacity(l * hd); // (L, D)
+        let mut vt = vec![0f32; hd * l]; // V^T (D, L)
+        for j in 0..l {
+            kh.extend_from_slice(k.row(kb * d.tk + j, h * hd, hd, &mut kr));
+            for (e, &x) in v.row(kb * d.tk + j, h * hd, hd, &mut kr).iter().enumerate() {
+                vt[e * l + j] = x;
+            }
+        }
+        let ok = gemm_block(&qh, &kh, &vt, (rows, l, hd), &mut s, &mut o, |r, sr| {
+            let i = i0 + r;
+            let n = vis_end(i);
+            mask_row(i, &mut sr[..n]);
+            sr[n..].fill(0.0);
+            if n > 0 {
+                softmax_row(&mut sr[..n]);
+            }
+        });
+        if ok {
+            for (r, src) in o.chunks_exact(hd).enumerate() {
+                out[r * dst.stride + dst.col..][..hd].copy_from_slice(src);
+            }
+            return;
+        }
+    }
     let (kt, vv) = gather(k, v, (kb * d.tk, l), (h * hd, hd));
     let mut s = vec![0f32; 4 * l.max(1)];
     let mut o = vec![0f32; 4 * hd];
     for r0 in (0..rows).step_by(4) {
         let qb = 4.min(rows - r0);
-        let qr: Vec<Vec<f32>> = (0..qb)
-            .map(|r| {
-                let base = (bi * d.tq + i0 + r0 + r) * q.stride + q.off + h * hd;
-                q.data[base..base + hd]
-                    .iter()
-                    .map(|&x| x * opts.scale)
-                    .collect()
-            })
-            .collect();
+        let qr: Vec<Vec<f32>> = (0..qb).map(|r| qrow(r0 + r)).collect();
         scores(&qr, &kt, l, &mut s);
         o.fill(0.0);
         for r in 0..qb {
             let i = i0 + r0 + r;
             let n = vis_end(i);
             let sr = &mut s[r * l..r * l + n];
-            if let Some(m) = opts.mask {
-                sr.iter_mut()
-                    .zip(&m[i * d.tk..i * d.tk + n])
-                    .for_each(|(x, &mv)| *x += mv);
-            }
+            mask_row(i, sr);
             if n == 0 {
                 continue; // no visible key: zeros
             }
@@ -261,14 +392,78 @@ fn block(
             }
         }
         for r in 0..qb {
-            let dst = &mut out[(r0 + r) * d.c + h * hd..][..hd];
-            dst.copy_from_slice(&o[r * hd..(r + 1) * hd]);
+            out[(r0 + r) * dst.stride + dst.col..][..hd].copy_from_slice(&o[r * hd..(r + 1) * hd]);
+        }
+    }
+}
+
+/// Query rows up to which a block reads K and V rows in place instead of gathering them.
+const DIRECT_ROWS: usize = 2;
+
+/// Multiply-adds of q k^T (rows x keys x D) from which a block runs its two products on the GEMM
+/// ([`sgemm_nt`]); smaller blocks (DaViT's 49-token windows) on the register-blocked loops here.
+const GEMM_WORK: usize = 1 << 20;
+
+/// S (R, L) = Qh (R, D) Kh (L, D)^T; `probs(r, S[r])` turns row r into probabilities in place (0 past
+/// the visible keys); O (R, D) = P (R, L) (V^T (D, L))^T. False if a shape does not hold (never, for
+/// the shapes [`block_body`] passes; it then falls back to its loops).
+fn gemm_block(
+    qh: &[f32],
+    kh: &[f32],
+    vt: &[f32],
+    (rows, l, hd): (usize, usize, usize),
+    s: &mut [f32],
+    o: &mut [f32],
+    probs: impl Fn(usize, &mut [f32]),
+) -> bool {
+    if sgemm_nt(MatRef::new(qh, rows, hd), MatRef::new(kh, l, hd), s, l, 0).is_err() {
+        return false;
+    }
+    for (r, sr) in s.chunks_exact_mut(l).enumerate() {
+        probs(r, sr);
+    }
+    sgemm_nt(MatRef::new(s, rows, l), MatRef::new(vt, hd, l), o, hd, 0).is_ok()
+}
+
+/// a . b in 8 lane-wise partial sums added pairwise (the tail past whole groups of 8 added last).
+#[inline(always)]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let body = a.len() / 8 * 8;
+    for (ac, bc) in a[..body].chunks_exact(8).zip(b[..body].chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] += ac[l] * bc[l];
+        }
+    }
+    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (x, y) in a[body..].iter().zip(&b[body..]) {
+        s += x * y;
+    }
+    s
+}
+
+impl<'a> Src<KvRef<'a>> {
+    /// Columns `col .. col + len` of row `row` as f32: in place when f32, else widened into `buf`.
+    #[inline(always)]
+    fn row<'b>(&self, row: usize, col: usize, len: usize, buf: &'b mut [f32]) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        let at = row * self.stride + self.off + col;
+        match self.data {
+            KvRef::F32(s) => &s[at..at + len],
+            KvRef::F16(s) => {
+                use half::slice::HalfFloatSliceExt;
+                s[at..at + len].convert_to_f32_slice(&mut buf[..len]);
+                &buf[..len]
+            }
         }
     }
 }
 
 /// K^T (D, L) and V (L, D) of one head: key rows `row0 .. row0 + L` (absolute rows of the sources),
 /// columns `col .. col + D`, widened to f32.
+#[inline(always)]
 fn gather(
     k: Src<KvRef>,
     v: Src<KvRef>,
@@ -277,19 +472,21 @@ fn gather(
 ) -> (Vec<f32>, Vec<f32>) {
     let mut kt = vec![0f32; hd * l];
     let mut vv = vec![0f32; l * hd];
+    let mut kr = vec![0f32; hd];
     for j in 0..l {
-        let kb = (row0 + j) * k.stride + k.off + col;
-        let vb = (row0 + j) * v.stride + v.off + col;
-        for e in 0..hd {
-            kt[e * l + j] = k.data.get(kb + e);
-            vv[j * hd + e] = v.data.get(vb + e);
+        let krow = k.row(row0 + j, col, hd, &mut kr);
+        for (e, &x) in krow.iter().enumerate() {
+            kt[e * l + j] = x;
         }
+        let vrow = v.row(row0 + j, col, hd, &mut kr);
+        vv[j * hd..(j + 1) * hd].copy_from_slice(vrow);
     }
     (kt, vv)
 }
 
 /// s[r, j] = q[r] . K^T[:, j] for the block's rows (<= 4) and the L keys: 8 keys x every row per step,
 /// the D-long sums in registers.
+#[inline(always)]
 fn scores(q: &[Vec<f32>], kt: &[f32], l: usize, s: &mut [f32]) {
     let hd = q.first().map_or(0, Vec::len);
     let body = l / 8 * 8;

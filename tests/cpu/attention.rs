@@ -186,6 +186,14 @@ pub fn cases() -> Vec<(&'static str, Case)> {
     let mut masked = Case::new(2, 6, 17, 2, 8);
     masked.mask = true;
     v.push(("additive mask", masked));
+    // Blocks of at least 2^20 multiply-adds in q k^T run their products on the GEMM.
+    v.push(("long, on the GEMM", Case::new(1, 260, 270, 3, 64)));
+    let mut long_causal = Case::new(2, 130, 140, 2, 64);
+    long_causal.causal = true;
+    long_causal.q_offset = 5;
+    long_causal.kv_len = Some(137);
+    long_causal.mask = true;
+    v.push(("long causal + mask, kv_len 137, on the GEMM", long_causal));
     let mut none = Case::new(1, 4, 8, 1, 8);
     none.kv_len = Some(0);
     v.push(("no visible key: zeros", none));
