@@ -134,7 +134,9 @@ fn row_dots(w: &Weight, k: usize, row: usize, x: &[f32], dst: &mut [f32], scratc
 }
 
 /// [`row_dots`] compiled for AVX2: LLVM vectorizes the same loops 8 wide instead of the default
-/// x86_64 target's 4 (SSE2), chosen at run time; f16 rows widened by F16C, 8 halves per instruction.
+/// x86_64 target's 4 (SSE2), chosen at run time. f16 rows are widened by F16C 32 halves at a time into
+/// registers and dotted there with every x row: the same lanes and sums as [`dense_dots`] on the
+/// widened row.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn row_dots_avx2(
@@ -145,27 +147,42 @@ unsafe fn row_dots_avx2(
     dst: &mut [f32],
     scratch: &mut [f32],
 ) {
-    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    use std::arch::x86_64::*;
     let Weight::F16(v) = w else {
         row_dots_body(w, k, row, x, dst, scratch);
         return;
     };
     let h = &v[row * k..(row + 1) * k];
-    let r = &mut scratch[..k];
-    for (hc, oc) in h.chunks_exact(8).zip(r.chunks_exact_mut(8)) {
-        // SAFETY: reads the 8 halves (16 bytes) of `hc`, writes the 8 floats of `oc`.
-        unsafe {
-            _mm256_storeu_ps(
-                oc.as_mut_ptr(),
-                _mm256_cvtph_ps(_mm_loadu_si128(hc.as_ptr().cast::<__m128i>())),
-            )
-        };
+    let m = dst.len().min(GEMV_MAX_ROWS);
+    assert!(x.len() >= m * k);
+    let body = k / DL * DL;
+    let mut acc = [[_mm256_setzero_ps(); 4]; GEMV_MAX_ROWS];
+    for c in (0..body).step_by(DL) {
+        // SAFETY: halves c .. c + 32 of h exist (c + 32 <= body <= k).
+        let wv: [__m256; 4] = std::array::from_fn(|g| unsafe {
+            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(c + 8 * g).cast::<__m128i>()))
+        });
+        for (i, a) in acc.iter_mut().enumerate().take(m) {
+            for g in 0..4 {
+                // SAFETY: x holds m rows of k values (asserted above) and c + 8 g + 8 <= k.
+                let xv = unsafe { _mm256_loadu_ps(x.as_ptr().add(i * k + c + 8 * g)) };
+                a[g] = _mm256_add_ps(a[g], _mm256_mul_ps(wv[g], xv));
+            }
+        }
     }
-    let t0 = k / 8 * 8;
-    for (o, hv) in r[t0..].iter_mut().zip(&h[t0..]) {
+    let mut tail = [0f32; DL];
+    for (o, hv) in tail.iter_mut().zip(&h[body..]) {
         *o = hv.to_f32();
     }
-    row_dots_body(&Weight::F32(r), k, 0, x, dst, &mut []);
+    let tail = &tail[..k - body];
+    for (i, d) in dst.iter_mut().enumerate().take(m) {
+        let mut lanes = [0f32; DL];
+        for g in 0..4 {
+            // SAFETY: writes the 8 floats of lanes[8 g .. 8 g + 8].
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * g), acc[i][g]) };
+        }
+        *d = fold_lanes(&lanes, tail, &x[i * k + body..(i + 1) * k]);
+    }
 }
 
 /// The body of [`row_dots`]; f16 rows are widened whole first (`half`'s slice conversion, F16C when
@@ -179,23 +196,15 @@ fn row_dots_body(
     dst: &mut [f32],
     scratch: &mut [f32],
 ) {
-    let mut acc = [[0f32; 8]; GEMV_MAX_ROWS];
-    let blocks = k / QBLOCK;
     match w {
-        Weight::F32(v) => {
-            let r = &v[row * k..(row + 1) * k];
-            block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
-                blk.copy_from_slice(&r[b * QBLOCK..(b + 1) * QBLOCK])
-            });
-        }
+        Weight::F32(v) => dense_dots(&v[row * k..(row + 1) * k], x, k, dst),
         Weight::F16(v) => {
             let r = &mut scratch[..k];
             v[row * k..(row + 1) * k].convert_to_f32_slice(r);
-            block_dots(blocks, x, k, &mut acc[..dst.len()], |b, blk| {
-                blk.copy_from_slice(&r[b * QBLOCK..(b + 1) * QBLOCK])
-            });
+            dense_dots(r, x, k, dst);
         }
         Weight::Quant(fmt, v) => {
+            let blocks = k / QBLOCK;
             let rb = fmt.row_bytes(k);
             let r = &v[row * rb..(row + 1) * rb];
             let scales = &mut scratch[..blocks];
@@ -204,54 +213,59 @@ fn row_dots_body(
                 *d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
             }
             qdot::quant_row_dots(*fmt, k, r, scales, x, dst);
-            return;
         }
     }
-    finish_dots(w, k, row, x, &acc, dst);
 }
 
-/// acc[i] += blk(b) . x[i, 32 b .. 32 b + 32] over the whole blocks, `fill` writing block b's weights.
+/// dst[i] = w . x[i, :] for an f32 row w (K) and the dst.len() rows of x, each in 32 lane-wise partial
+/// sums (four independent 8-wide chains, so the adds' latency overlaps), folded pairwise at the end,
+/// the tail past whole groups of 32 added last. Rows of x go in pairs, each weight load serving two;
+/// a row's sum does not depend on how many rows there are.
 #[inline(always)]
-fn block_dots(
-    blocks: usize,
-    x: &[f32],
-    k: usize,
-    acc: &mut [[f32; 8]],
-    mut fill: impl FnMut(usize, &mut [f32; QBLOCK]),
-) {
-    let mut blk = [0f32; QBLOCK];
-    for b in 0..blocks {
-        fill(b, &mut blk);
-        for (i, a) in acc.iter_mut().enumerate() {
-            let xb = &x[i * k + b * QBLOCK..i * k + (b + 1) * QBLOCK];
-            for (wc, xc) in blk.chunks_exact(8).zip(xb.chunks_exact(8)) {
-                for l in 0..8 {
-                    a[l] += wc[l] * xc[l];
+fn dense_dots(w: &[f32], x: &[f32], k: usize, dst: &mut [f32]) {
+    let body = k / DL * DL;
+    for (p, d) in dst.chunks_mut(2).enumerate() {
+        let x0 = &x[2 * p * k..(2 * p + 1) * k];
+        if let [d0, d1] = d {
+            let x1 = &x[(2 * p + 1) * k..(2 * p + 2) * k];
+            let (mut a0, mut a1) = ([0f32; DL], [0f32; DL]);
+            let chunks = w.chunks_exact(DL).zip(x0.chunks_exact(DL).zip(x1.chunks_exact(DL)));
+            for (wc, (c0, c1)) in chunks {
+                for l in 0..DL {
+                    a0[l] += wc[l] * c0[l];
+                    a1[l] += wc[l] * c1[l];
                 }
             }
+            *d0 = fold_lanes(&a0, &w[body..], &x0[body..]);
+            *d1 = fold_lanes(&a1, &w[body..], &x1[body..]);
+        } else {
+            let mut a0 = [0f32; DL];
+            for (wc, c0) in w.chunks_exact(DL).zip(x0.chunks_exact(DL)) {
+                for l in 0..DL {
+                    a0[l] += wc[l] * c0[l];
+                }
+            }
+            d[0] = fold_lanes(&a0, &w[body..], &x0[body..]);
         }
     }
 }
 
-/// dst[i] = the lanes of acc[i] summed, plus the partial block past the whole ones (f32/f16 rows only:
-/// quantized K is whole blocks).
-fn finish_dots(w: &Weight, k: usize, row: usize, x: &[f32], acc: &[[f32; 8]], dst: &mut [f32]) {
-    let t0 = k / QBLOCK * QBLOCK;
-    let tl = k - t0;
-    let mut tail = [0f32; QBLOCK];
-    match w {
-        Weight::F32(v) => tail[..tl].copy_from_slice(&v[row * k + t0..(row + 1) * k]),
-        Weight::F16(v) => v[row * k + t0..(row + 1) * k].convert_to_f32_slice(&mut tail[..tl]),
-        Weight::Quant(..) => {}
+/// Lanes of [`dense_dots`]' partial sums.
+const DL: usize = 32;
+
+/// The DL partial sums folded pairwise, plus w . x over the tail past whole groups of DL (`w`, `x`:
+/// the tails).
+#[inline(always)]
+fn fold_lanes(acc: &[f32; DL], w: &[f32], x: &[f32]) -> f32 {
+    let mut a8 = [0f32; 8];
+    for (l, a) in a8.iter_mut().enumerate() {
+        *a = (acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]);
     }
-    for (i, d) in dst.iter_mut().enumerate() {
-        let a = acc[i];
-        let mut s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-        for (p, &wv) in tail[..tl].iter().enumerate() {
-            s += wv * x[i * k + t0 + p];
-        }
-        *d = s;
+    let mut s = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+    for (wv, xv) in w.iter().zip(x) {
+        s += wv * xv;
     }
+    s
 }
 
 /// out = act(out + bias) + residual, row by row (the GPU epilogue's order), in parallel.
