@@ -1394,9 +1394,8 @@ fn main() {
         for &resident in &residents {
             println!("\n== {dt} checkpoint, resident {resident} ==");
             // The per-op breakdown launches the GPU kernels on their GPU weight layouts: GPU only.
-            let breakdown = results.is_empty()
-                && !gpu.is_host()
-                && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
+            let breakdown =
+                results.is_empty() && !gpu.is_host() && env_or("MODEL_BENCH_BREAKDOWN", "1") != "0";
             // Kernels are cached per device: only the first run's pass is cold.
             let reuse = results.is_empty() && env_or("MODEL_BENCH_REUSE", "1") != "0";
             let ph = run_model(

@@ -175,11 +175,11 @@ unsafe fn row_dots_avx2(
         *o = hv.to_f32();
     }
     let tail = &tail[..k - body];
-    for (i, d) in dst.iter_mut().enumerate().take(m) {
+    for (i, (d, a)) in dst.iter_mut().zip(&acc).enumerate().take(m) {
         let mut lanes = [0f32; DL];
-        for g in 0..4 {
+        for (g, &ag) in a.iter().enumerate() {
             // SAFETY: writes the 8 floats of lanes[8 g .. 8 g + 8].
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * g), acc[i][g]) };
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * g), ag) };
         }
         *d = fold_lanes(&lanes, tail, &x[i * k + body..(i + 1) * k]);
     }
@@ -229,7 +229,9 @@ fn dense_dots(w: &[f32], x: &[f32], k: usize, dst: &mut [f32]) {
         if let [d0, d1] = d {
             let x1 = &x[(2 * p + 1) * k..(2 * p + 2) * k];
             let (mut a0, mut a1) = ([0f32; DL], [0f32; DL]);
-            let chunks = w.chunks_exact(DL).zip(x0.chunks_exact(DL).zip(x1.chunks_exact(DL)));
+            let chunks = w
+                .chunks_exact(DL)
+                .zip(x0.chunks_exact(DL).zip(x1.chunks_exact(DL)));
             for (wc, (c0, c1)) in chunks {
                 for l in 0..DL {
                     a0[l] += wc[l] * c0[l];

@@ -14,7 +14,14 @@ use crate::quant::{QFormat, QBLOCK};
 
 /// dst[i] = Σ_k (d_b(k) * q_k) * x[i, k] for the dst.len() rows of x (K = `k` each), row `r` holding the
 /// row's quants (`fmt.quant_bytes(k)` bytes) and `scales` its K/32 block scales as f32.
-pub fn quant_row_dots(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst: &mut [f32]) {
+pub fn quant_row_dots(
+    fmt: QFormat,
+    k: usize,
+    r: &[u8],
+    scales: &[f32],
+    x: &[f32],
+    dst: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2, the feature `avx2::dots` is compiled for, was detected just above.
@@ -130,10 +137,7 @@ mod avx2 {
             } else {
                 // SAFETY: bytes 32 b .. 32 b + 32 of r exist (asserted above).
                 let p = r.as_ptr().add(b * QBLOCK);
-                (
-                    _mm_loadu_si128(p.cast()),
-                    _mm_loadu_si128(p.add(16).cast()),
-                )
+                (_mm_loadu_si128(p.cast()), _mm_loadu_si128(p.add(16).cast()))
             };
             let groups = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
             for (g, q) in groups.into_iter().enumerate() {
@@ -210,7 +214,9 @@ mod simd128 {
                 let eight = i8x16_splat(8);
                 (
                     i8x16_sub(
-                        i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(l, h),
+                        i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(
+                            l, h,
+                        ),
                         eight,
                     ),
                     i8x16_sub(
@@ -235,7 +241,8 @@ mod simd128 {
                 let w = f32x4_mul(dv, w);
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: x holds M rows of k values (asserted above), and 32 b + 4 j + 3 < k.
-                    let xv = unsafe { v128_load(x.as_ptr().add(i * k + b * QBLOCK + j * 4).cast()) };
+                    let xv =
+                        unsafe { v128_load(x.as_ptr().add(i * k + b * QBLOCK + j * 4).cast()) };
                     a[j % 2] = f32x4_add(a[j % 2], f32x4_mul(w, xv));
                 }
             }

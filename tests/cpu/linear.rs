@@ -243,7 +243,12 @@ fn f16_gemv_equals_f32_gemv_on_the_widened_weights() {
         for m in 1..=4 {
             let x = rng.vec(m * k, 1.0);
             let run = |w: Weight| {
-                let l = LinearRef { w, n, k, bias: None };
+                let l = LinearRef {
+                    w,
+                    n,
+                    k,
+                    bias: None,
+                };
                 let mut out = vec![0f32; m * n];
                 linear_residual(&l, &x, Act::None, None, &mut out).unwrap();
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
