@@ -453,8 +453,7 @@ impl<'a> Src<KvRef<'a>> {
         match self.data {
             KvRef::F32(s) => &s[at..at + len],
             KvRef::F16(s) => {
-                use half::slice::HalfFloatSliceExt;
-                s[at..at + len].convert_to_f32_slice(&mut buf[..len]);
+                crate::cpu::widen::f16_to_f32(&s[at..at + len], &mut buf[..len]);
                 &buf[..len]
             }
         }

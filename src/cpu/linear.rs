@@ -12,11 +12,10 @@
 //!   call, never a whole f32 copy of the matrix.
 
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 
 use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
-use crate::cpu::{activation, check_len, par, qdot, Weight};
+use crate::cpu::{activation, check_len, par, qdot, widen, Weight};
 use crate::error::{Error, Result};
 use crate::quant::QBLOCK;
 
@@ -200,7 +199,7 @@ fn row_dots_body(
         Weight::F32(v) => dense_dots(&v[row * k..(row + 1) * k], x, k, dst),
         Weight::F16(v) => {
             let r = &mut scratch[..k];
-            v[row * k..(row + 1) * k].convert_to_f32_slice(r);
+            widen::f16_to_f32(&v[row * k..(row + 1) * k], r);
             dense_dots(r, x, k, dst);
         }
         Weight::Quant(fmt, v) => {

@@ -28,6 +28,7 @@ pub mod qdot;
 pub mod reduce;
 pub mod softmax;
 pub mod weight;
+pub mod widen;
 pub mod window;
 
 pub use linear::{linear, linear_residual};

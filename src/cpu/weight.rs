@@ -53,11 +53,7 @@ impl Weight<'_> {
     pub fn row_into(&self, k: usize, row: usize, out: &mut [f32]) {
         match self {
             Weight::F32(w) => out.copy_from_slice(&w[row * k..(row + 1) * k]),
-            Weight::F16(w) => {
-                for (o, h) in out.iter_mut().zip(&w[row * k..(row + 1) * k]) {
-                    *o = h.to_f32();
-                }
-            }
+            Weight::F16(w) => crate::cpu::widen::f16_to_f32(&w[row * k..(row + 1) * k], out),
             Weight::Quant(fmt, w) => {
                 let rb = fmt.row_bytes(k);
                 let bytes = &w[row * rb..(row + 1) * rb];

@@ -149,3 +149,24 @@ fn argmax_topk_and_mean_follow_the_reference_order() {
         );
     }
 }
+
+/// The f16 widening the CPU kernels use equals `half`'s `to_f32` on every one of the 65536 halves, bit
+/// for bit (NaNs included), at every alignment of a slice's tail.
+#[test]
+fn f16_widening_is_exact_for_every_half() {
+    use florence2_wasm::cpu::widen::f16_to_f32;
+    let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+    for skip in 0..9 {
+        let src = &all[skip..];
+        let mut got = vec![0f32; src.len()];
+        f16_to_f32(src, &mut got);
+        for (h, g) in src.iter().zip(&got) {
+            assert_eq!(
+                g.to_bits(),
+                h.to_f32().to_bits(),
+                "half {:#06x}",
+                h.to_bits()
+            );
+        }
+    }
+}
