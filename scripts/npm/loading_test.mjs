@@ -203,6 +203,19 @@ try {
   sameAsCli(cold.out, want("<CAPTION>", null), "SPA fallback, cold");
   assert.ok(cold.events.every((e) => e.file !== "model.safetensors.index.json"), "the HTML index is absent");
   assert.ok(cold.events.filter((e) => e.status === "done").every((e) => !e.cached), "cold load is not cached");
+  // The aggregate events: one after each file event, loaded never falling, ending at every file's bytes.
+  const totals = cold.events.filter((e) => e.status === "progress_total");
+  const fileEvents = cold.events.filter((e) => ["initiate", "download", "progress", "done"].includes(e.status));
+  assert.equal(totals.length, fileEvents.length, "one progress_total after each file event");
+  totals.slice(1).forEach((e, i) => assert.ok(e.loaded >= totals[i].loaded, "progress_total.loaded falls"));
+  const last = totals.at(-1);
+  const doneFiles = cold.events.filter((e) => e.status === "done").map((e) => e.file).sort();
+  assert.deepEqual(Object.keys(last.files).sort(), doneFiles);
+  const doneBytes = files.map(size).reduce((a, b) => a + b, 0);
+  assert.equal(last.loaded, doneBytes);
+  assert.equal(last.total, doneBytes);
+  assert.equal(last.progress, 100);
+  for (const f of files) assert.deepEqual(last.files[f], { loaded: size(f), total: size(f) }, f);
   let info = await ev(() => F.cacheInfo("/model/"));
   assert.deepEqual(info.files.map((f) => f.url), files.map((f) => `${origin}/model/${f}`));
   assert.deepEqual(info.files.map((f) => f.bytes), files.map(size));

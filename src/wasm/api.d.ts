@@ -135,21 +135,28 @@ export type ImageInput =
  * with `./` or `../`, or an existing directory) or a `file:` URL. */
 export type ModelSource = string | URL | Record<string, string | URL>;
 
-/** A download progress event (shaped like transformers.js's). */
+/** A download progress event (shaped like transformers.js's). After each file event (`initiate`,
+ * `download`, `progress`, `done`) comes a `progress_total` event over every file seen so far: `loaded`
+ * and `total` are their sums and `files` holds each one's bytes, for one progress bar over the whole
+ * model. */
 export interface ProgressEvent {
-  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready";
+  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready" | "progress_total";
   /** The model source (base URL). */
   name: string;
-  /** The file this event is about (empty for `ready`). */
+  /** The file this event is about (empty for `ready` and `progress_total`). */
   file: string;
-  /** Bytes received so far. */
+  /** Bytes received so far (`progress_total`: over all files). */
   loaded: number;
-  /** Content-Length (0 when unknown). */
+  /** Content-Length (0 when unknown; `progress_total`: the sum of the files' known sizes, which grows
+   * as files start). */
   total: number;
   /** Percent, 0..100. */
   progress: number;
-  /** True when the file came from the Cache API instead of the network. */
+  /** True when the file came from the Cache API instead of the network (`progress_total`: when any
+   * file did). */
   cached: boolean;
+  /** `progress_total` only: bytes per file name so far. */
+  files?: Record<string, { loaded: number; total: number }>;
 }
 
 export interface LoadLimits {

@@ -24,7 +24,7 @@
 //! the cache off it is neither read nor written.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use js_sys::{Function, Object, Promise, Reflect, Uint8Array};
@@ -132,6 +132,8 @@ pub struct Fetcher {
     any_cached: Cell<bool>,
     /// URLs whose cached copy failed to read: fetched from the network from now on.
     refetch: RefCell<BTreeSet<String>>,
+    /// (loaded, total) bytes per file so far, for the aggregate `progress_total` events.
+    files: RefCell<BTreeMap<String, (u64, u64)>>,
 }
 
 impl Fetcher {
@@ -165,6 +167,7 @@ impl Fetcher {
             on_progress,
             any_cached: Cell::new(false),
             refetch: RefCell::new(BTreeSet::new()),
+            files: RefCell::new(BTreeMap::new()),
         })
     }
 
@@ -184,9 +187,47 @@ impl Fetcher {
         check_signal(self.signal.as_ref(), what)
     }
 
-    /// Emit a progress event `{status, name, file, loaded, total, progress, cached}`.
+    /// Emit a progress event `{status, name, file, loaded, total, progress, cached}`, then (for a file's
+    /// initiate/download/progress/done) the aggregate over the files seen so far, as transformers.js
+    /// sends it: `{status: "progress_total", name, file: "", loaded, total, progress, cached, files}` with
+    /// `files` = `{file: {loaded, total}}` and loaded/total their sums.
     pub fn progress(&self, status: &str, file: &str, loaded: u64, total: u64, cached: bool) {
         let Some(f) = &self.on_progress else { return };
+        call1(f, &self.event(status, file, loaded, total, cached));
+        if !matches!(status, "initiate" | "download" | "progress" | "done") {
+            return;
+        }
+        let (sum_loaded, sum_total, per_file) = {
+            let mut files = self.files.borrow_mut();
+            let e = files.entry(file.to_owned()).or_insert((0, 0));
+            *e = (loaded, total.max(e.1));
+            if status == "done" {
+                e.1 = loaded;
+            }
+            let per_file = Object::new();
+            for (name, &(l, t)) in files.iter() {
+                let o = Object::new();
+                set(&o, "loaded", &JsValue::from_f64(l as f64));
+                set(&o, "total", &JsValue::from_f64(t as f64));
+                set(&per_file, name, &o);
+            }
+            let l: u64 = files.values().map(|v| v.0).sum();
+            let t: u64 = files.values().map(|v| v.1).sum();
+            (l, t, per_file)
+        };
+        let ev = self.event(
+            "progress_total",
+            "",
+            sum_loaded,
+            sum_total,
+            self.any_cached.get(),
+        );
+        set(&ev, "files", &per_file);
+        call1(f, &ev);
+    }
+
+    /// One progress event object.
+    fn event(&self, status: &str, file: &str, loaded: u64, total: u64, cached: bool) -> Object {
         let ev = Object::new();
         set(&ev, "status", &JsValue::from_str(status));
         set(&ev, "name", &JsValue::from_str(&self.name));
@@ -200,7 +241,7 @@ impl Fetcher {
         };
         set(&ev, "progress", &JsValue::from_f64(pct));
         set(&ev, "cached", &JsValue::from_bool(cached));
-        call1(f, &ev);
+        ev
     }
 
     /// The cache, when on and `url` can be a key.
