@@ -339,6 +339,10 @@ impl JsFlorence2 {
 async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     let source = Source::from_js(source, options)?;
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
+    if opt_bool(options, "persist")?.unwrap_or(false) {
+        // The browser's answer shows in `cacheInfo().storage.persisted`; a refusal is not an error.
+        cache::request_persist().await;
+    }
     let auto_recover = opt_bool(options, "autoRecover")?.unwrap_or(true);
     let signal = opt_signal(options, "signal")?;
     let on_progress = opt_fn(options, "onProgress")?;

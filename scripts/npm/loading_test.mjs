@@ -16,6 +16,9 @@
 //   - hub model ids: "test-org/tiny2" via remoteHost (default revision main, a given revision, a custom
 //     remotePathTemplate), and a hub page URL of the mirror;
 //   - clearCache() for one model and for all; cacheInfo() afterwards.
+//   - cache writes that fail (Cache.prototype.put rejecting with QuotaExceededError) with `persist: true`:
+//     the answer is the CLI's, one `cache_error` progress event per file, cacheInfo() lists the failures
+//     and reports the origin's storage usage, quota and persistence.
 // Cold- and cached-load wall times of the fixture are printed (figures, not assertions).
 import { createRequire } from "node:module";
 import { readFileSync, statSync, mkdirSync, copyFileSync, writeFileSync, readdirSync } from "node:fs";
@@ -371,8 +374,31 @@ try {
   assert.ok(info.files.length === 5, "the other model's stay");
   assert.equal(await ev(() => F.clearCache()), true);
   info = await ev(() => F.cacheInfo());
-  assert.deepEqual(info, { files: [], bytes: 0, absent: [] });
+  assert.deepEqual({ files: info.files, bytes: info.bytes, absent: info.absent, failures: info.failures },
+    { files: [], bytes: 0, absent: [], failures: [] });
   step("clearCache(source) clears one model, clearCache() all; cacheInfo() reflects it");
+
+  // ---- storage: estimate/persisted, the persist option, cache writes that fail (over quota)
+  const full = await ev(async () => {
+    const put = Cache.prototype.put;
+    Cache.prototype.put = () => Promise.reject(new DOMException("the disk is full", "QuotaExceededError"));
+    try {
+      return await run("/model/", { persist: true });
+    } finally {
+      Cache.prototype.put = put;
+    }
+  });
+  sameAsCli(full.out, want("<CAPTION>", null), "cache writes failing");
+  const cacheErrors = full.events.filter((e) => e.status === "cache_error");
+  assert.deepEqual(cacheErrors.map((e) => e.file).sort(), [...files].sort(), "one cache_error per file");
+  assert.ok(cacheErrors.every((e) => /QuotaExceededError: the disk is full/.test(e.message)), JSON.stringify(cacheErrors));
+  info = await ev(() => F.cacheInfo());
+  assert.deepEqual(info.files, [], "nothing was cached");
+  assert.deepEqual(info.failures.map((f) => f.url).sort(), files.map((f) => `${origin}/model/${f}`).sort());
+  assert.ok(info.failures.every((f) => /QuotaExceededError/.test(f.message) && f.time > 0));
+  assert.ok(info.storage && info.storage.quota > 0 && info.storage.usage >= 0, JSON.stringify(info.storage));
+  assert.equal(typeof info.storage.persisted, "boolean");
+  step("cache writes failing (QuotaExceededError): the load answers, a cache_error event per file, cacheInfo() lists them with storage usage/quota/persisted");
   console.log(`loading tests: ${passed} passed`);
 } finally {
   await browser.close();

@@ -140,7 +140,7 @@ export type ModelSource = string | URL | Record<string, string | URL>;
  * and `total` are their sums and `files` holds each one's bytes, for one progress bar over the whole
  * model. */
 export interface ProgressEvent {
-  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready" | "progress_total";
+  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready" | "progress_total" | "cache_error";
   /** The model source (base URL). */
   name: string;
   /** The file this event is about (empty for `ready` and `progress_total`). */
@@ -157,6 +157,9 @@ export interface ProgressEvent {
   cached: boolean;
   /** `progress_total` only: bytes per file name so far. */
   files?: Record<string, { loaded: number; total: number }>;
+  /** `cache_error` only: why storing `file` in the Cache API failed (e.g. `QuotaExceededError: ...`); the
+   * load goes on, the file is not cached, and `Florence2.cacheInfo()` lists the failure. */
+  message?: string;
 }
 
 export interface LoadLimits {
@@ -204,6 +207,10 @@ export interface LoadOptions {
    * model loads without the network. Where there is no Cache API (Node.js, insecure pages) nothing is
    * cached, without an error. */
   cache?: boolean;
+  /** Ask the browser for persistent storage (`navigator.storage.persist()`) before loading, so the cached
+   * model is not evicted under storage pressure; default false. The answer shows in
+   * `Florence2.cacheInfo().storage.persisted`; a refusal is not an error. */
+  persist?: boolean;
   /** Task markers of a fine-tuned model, on top of the 15 built-in ones and those its processor config
    * declares (`task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`): a list of markers
    * (the prompt goes to the encoder as written), or `{marker: text}` where the text replaces the marker and

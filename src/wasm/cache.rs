@@ -21,7 +21,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, CacheStorage, Headers, Request, Response, ResponseInit};
 
 use crate::error::{Error, Result};
-use crate::wasm::js::{describe_js, js_error, to_js};
+use crate::wasm::js::{describe_js, js_error};
 use crate::wasm::source::Source;
 use crate::wasm::JsFlorence2;
 
@@ -49,6 +49,89 @@ pub struct Meta {
     /// `Date.now()` when stored.
     #[serde(default)]
     pub stored: f64,
+}
+
+/// Failed cache writes this page saw (newest last, at most [`MAX_FAILURES`]): `cacheInfo()` reports them.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub url: String,
+    /// The error's name and message (`QuotaExceededError: ...`).
+    pub message: String,
+    /// `Date.now()` when it failed.
+    pub time: f64,
+}
+
+const MAX_FAILURES: usize = 16;
+
+thread_local! {
+    static FAILURES: std::cell::RefCell<Vec<Failure>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Remember a failed cache write of `url`.
+pub fn record_failure(url: &str, message: &str) {
+    FAILURES.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.len() == MAX_FAILURES {
+            f.remove(0);
+        }
+        f.push(Failure {
+            url: url.to_owned(),
+            message: message.to_owned(),
+            time: now(),
+        });
+    });
+}
+
+/// The origin's storage as `navigator.storage` reports it (`estimate()`, `persisted()`); `None` where
+/// there is no StorageManager (Node.js, insecure pages).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StorageInfo {
+    usage: Option<f64>,
+    quota: Option<f64>,
+    persisted: Option<bool>,
+}
+
+/// `navigator.storage`, when there is one.
+fn storage_manager() -> Option<JsValue> {
+    let nav = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("navigator")).ok()?;
+    let sm = js_sys::Reflect::get(&nav, &JsValue::from_str("storage")).ok()?;
+    (!sm.is_undefined() && !sm.is_null()).then_some(sm)
+}
+
+/// Await `navigator.storage[method]()`; `None` when it is missing or rejects.
+async fn call_storage(sm: &JsValue, method: &str) -> Option<JsValue> {
+    let f = js_sys::Reflect::get(sm, &JsValue::from_str(method))
+        .ok()?
+        .dyn_into::<js_sys::Function>()
+        .ok()?;
+    let p = f.call0(sm).ok()?;
+    JsFuture::from(Promise::resolve(&p)).await.ok()
+}
+
+async fn storage_info() -> Option<StorageInfo> {
+    let sm = storage_manager()?;
+    let est = call_storage(&sm, "estimate").await;
+    let num = |k: &str| {
+        est.as_ref()
+            .and_then(|e| js_sys::Reflect::get(e, &JsValue::from_str(k)).ok())
+            .and_then(|v| v.as_f64())
+    };
+    Some(StorageInfo {
+        usage: num("usage"),
+        quota: num("quota"),
+        persisted: call_storage(&sm, "persisted")
+            .await
+            .and_then(|v| v.as_bool()),
+    })
+}
+
+/// Ask for persistent storage (`navigator.storage.persist()`, the `persist: true` load option): the
+/// browser's answer, `None` where it cannot be asked (workers, Node.js).
+pub async fn request_persist() -> Option<bool> {
+    let sm = storage_manager()?;
+    call_storage(&sm, "persist").await.and_then(|v| v.as_bool())
 }
 
 /// The page's `CacheStorage`, when there is one (secure contexts only).
@@ -185,23 +268,23 @@ struct CacheInfo {
     files: Vec<FileInfo>,
     bytes: u64,
     absent: Vec<String>,
+    storage: Option<StorageInfo>,
+    failures: Vec<Failure>,
 }
 
 async fn cache_info_impl(source: JsValue, options: JsValue) -> Result<JsValue> {
     let prefixes = source_prefixes(&source, &options)?;
-    let Some(cache) = open_cache().await? else {
-        return to_js(&CacheInfo {
-            files: Vec::new(),
-            bytes: 0,
-            absent: Vec::new(),
-        });
-    };
-    let (metas, _) = scan(&cache).await?;
     let mut info = CacheInfo {
         files: Vec::new(),
         bytes: 0,
         absent: Vec::new(),
+        storage: storage_info().await,
+        failures: FAILURES.with(|f| f.borrow().clone()),
     };
+    let Some(cache) = open_cache().await? else {
+        return info_to_js(&info);
+    };
+    let (metas, _) = scan(&cache).await?;
     for m in metas.into_iter().filter(|m| under(&m.url, &prefixes)) {
         if m.absent {
             info.absent.push(m.url);
@@ -217,7 +300,16 @@ async fn cache_info_impl(source: JsValue, options: JsValue) -> Result<JsValue> {
     }
     info.files.sort_by(|a, b| a.url.cmp(&b.url));
     info.absent.sort();
-    to_js(&info)
+    info_to_js(&info)
+}
+
+/// `info` as a JS object, `None`s as `null` (as the TypeScript type says).
+fn info_to_js(info: &CacheInfo) -> Result<JsValue> {
+    let ser = serde_wasm_bindgen::Serializer::new()
+        .serialize_maps_as_objects(true)
+        .serialize_missing_as_null(true);
+    info.serialize(&ser)
+        .map_err(|e| Error::InvalidInput(format!("serializing cacheInfo: {e}")))
 }
 
 async fn clear_cache_impl(source: JsValue, options: JsValue) -> Result<JsValue> {
@@ -266,6 +358,12 @@ export interface CacheInfo {
   bytes: number;
   /** URLs of optional files remembered as absent on their server. */
   absent: string[];
+  /** The origin's storage (`navigator.storage.estimate()` and `persisted()`); null where there is no
+   * StorageManager (Node.js, insecure pages), a field null where the browser does not say. */
+  storage: { usage: number | null; quota: number | null; persisted: boolean | null } | null;
+  /** Cache writes that failed on this page (over quota, storage evicted, ...), newest last, at most 16.
+   * Each also reached `onProgress` as a `cache_error` event when it happened. */
+  failures: { url: string; message: string; time: number }[];
 }
 "#;
 

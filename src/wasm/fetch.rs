@@ -226,6 +226,17 @@ impl Fetcher {
         call1(f, &ev);
     }
 
+    /// A cache write of `file` (at `url`) failed: remember it for `cacheInfo()` and tell `onProgress`
+    /// (`{status: "cache_error", file, message, ...}`); the load goes on without caching that file.
+    fn cache_failed(&self, file: &str, url: &str, message: &str) {
+        cache::record_failure(url, message);
+        if let Some(f) = &self.on_progress {
+            let ev = self.event("cache_error", file, 0, 0, false);
+            set(&ev, "message", &JsValue::from_str(message));
+            call1(f, &ev);
+        }
+    }
+
     /// One progress event object.
     fn event(&self, status: &str, file: &str, loaded: u64, total: u64, cached: bool) -> Object {
         let ev = Object::new();
@@ -572,6 +583,7 @@ impl Fetcher {
                         web_sys::console::warn_1(&JsValue::from_str(&format!(
                             "florence2-wasm: caching {file} failed ({e})"
                         )));
+                        self.cache_failed(file, &body.url, &e.to_string());
                         if let Some(c) = self.cache_for(&body.url) {
                             cache::forget(c, &body.url).await;
                         }
