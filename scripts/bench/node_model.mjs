@@ -32,4 +32,4 @@ for (const [k, v] of Object.entries(out.timings ?? {})) {
 }
 console.log(`load: ${loadS.toFixed(1)} s, task: ${taskS.toFixed(1)} s`);
 console.log(`wall (load + task): ${(loadS + taskS).toFixed(1)} s`);
-model.free?.();
+model.dispose();

@@ -15,7 +15,7 @@
 use half::f16;
 
 use crate::cpu::gemm::{sgemm_nt, MatRef};
-use crate::cpu::{check_len, par, softmax::softmax_row};
+use crate::cpu::{check_len, par, softmax::softmax_row, sum8};
 use crate::error::{Error, Result};
 
 /// K or V rows: f32 or halves.
@@ -188,6 +188,13 @@ fn run(
     };
     let (heads, hd) = (opts.heads, d.c / opts.heads);
     let want = 4 * par::threads();
+    let job = Job {
+        q: qs,
+        k,
+        v,
+        d,
+        opts,
+    };
     if d.b >= want {
         par::chunks_mut(out, d.tq * d.c, |bi, ob| {
             for h in 0..heads {
@@ -195,7 +202,7 @@ fn run(
                     stride: d.c,
                     col: h * hd,
                 };
-                block(qs, k, v, d, opts, (bi, 0, h), ob, dst);
+                block(&job, (bi, 0, h), ob, dst);
             }
         });
         return Ok(());
@@ -213,7 +220,7 @@ fn run(
         let rows = qchunk.min(d.tq - qi * qchunk);
         let mut o = vec![0f32; rows * hd];
         let dst = Dst { stride: hd, col: 0 };
-        block(qs, k, v, d, opts, (bi, qi * qchunk, h), &mut o, dst);
+        block(&job, (bi, qi * qchunk, h), &mut o, dst);
         o
     });
     for (t, o) in blocks.iter().enumerate() {
@@ -233,60 +240,41 @@ struct Dst {
     col: usize,
 }
 
+/// The operands and options every block of one call shares.
+struct Job<'a> {
+    q: Src<&'a [f32]>,
+    k: Src<KvRef<'a>>,
+    v: Src<KvRef<'a>>,
+    d: Dims,
+    opts: &'a AttnOpts<'a>,
+}
+
 /// One head of query rows i0 .. i0 + out.len() / dst.stride of batch row `bi`, into `out`. On x86_64
 /// CPUs with AVX2 and FMA the same code runs compiled for them (chosen at run time; no operation is
 /// fused, so the results do not change).
-#[allow(clippy::too_many_arguments)]
-fn block(
-    q: Src<&[f32]>,
-    k: Src<KvRef>,
-    v: Src<KvRef>,
-    d: Dims,
-    opts: &AttnOpts,
-    at: (usize, usize, usize),
-    out: &mut [f32],
-    dst: Dst,
-) {
+fn block(job: &Job, at: (usize, usize, usize), out: &mut [f32], dst: Dst) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the features `block_avx2` is compiled for were detected just above.
-        unsafe { block_avx2(q, k, v, d, opts, at, out, dst) };
+        unsafe { block_avx2(job, at, out, dst) };
         return;
     }
-    block_body(q, k, v, d, opts, at, out, dst)
+    block_body(job, at, out, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn block_avx2(
-    q: Src<&[f32]>,
-    k: Src<KvRef>,
-    v: Src<KvRef>,
-    d: Dims,
-    opts: &AttnOpts,
-    at: (usize, usize, usize),
-    out: &mut [f32],
-    dst: Dst,
-) {
-    block_body(q, k, v, d, opts, at, out, dst)
+unsafe fn block_avx2(job: &Job, at: (usize, usize, usize), out: &mut [f32], dst: Dst) {
+    block_body(job, at, out, dst)
 }
 
 /// [`block`]'s body. Up to [`DIRECT_ROWS`] query rows (decode steps) read each key and value row where
 /// it is; more rows first gather the head's visible keys into K^T (D, L) and V (L, D), then score 4
-/// query rows x 8 keys at a time with D in registers.
+/// query rows x 8 keys at a time with D in registers (or, for long blocks, run both products on the
+/// GEMM).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn block_body(
-    q: Src<&[f32]>,
-    k: Src<KvRef>,
-    v: Src<KvRef>,
-    d: Dims,
-    opts: &AttnOpts,
-    (bi, i0, h): (usize, usize, usize),
-    out: &mut [f32],
-    dst: Dst,
-) {
+fn block_body(job: &Job, (bi, i0, h): (usize, usize, usize), out: &mut [f32], dst: Dst) {
+    let Job { q, k, v, d, opts } = *job;
     let hd = d.c / opts.heads;
     let rows = out.len().div_ceil(dst.stride);
     let kv_len = opts.kv_len.unwrap_or(d.tk).min(d.tk);
@@ -299,12 +287,17 @@ fn block_body(
     };
     let l = vis_end(i0 + rows - 1); // keys any row of the block sees
     let kb = if d.bk == 1 { 0 } else { bi };
-    let qrow = |r: usize| -> Vec<f32> {
+    // Query row r of the block, scaled, into `dst` (D).
+    let qrow_into = |r: usize, dst: &mut [f32]| {
         let base = (bi * d.tq + i0 + r) * q.stride + q.off + h * hd;
-        q.data[base..base + hd]
-            .iter()
-            .map(|&x| x * opts.scale)
-            .collect()
+        dst.iter_mut()
+            .zip(&q.data[base..base + hd])
+            .for_each(|(o, &x)| *o = x * opts.scale);
+    };
+    let qrow = |r: usize| -> Vec<f32> {
+        let mut v = vec![0f32; hd];
+        qrow_into(r, &mut v);
+        v
     };
     let mask_row = |i: usize, sr: &mut [f32]| {
         if let Some(m) = opts.mask {
@@ -317,6 +310,7 @@ fn block_body(
     if rows <= DIRECT_ROWS {
         let mut s = vec![0f32; l.max(1)];
         let mut kr = vec![0f32; hd];
+        let mut qr = vec![0f32; hd];
         for r in 0..rows {
             let i = i0 + r;
             let n = vis_end(i);
@@ -325,7 +319,7 @@ fn block_body(
             if n == 0 {
                 continue; // no visible key: zeros
             }
-            let qr = qrow(r);
+            qrow_into(r, &mut qr);
             for (j, sj) in s[..n].iter_mut().enumerate() {
                 let krow = k.row(kb * d.tk + j, h * hd, hd, &mut kr);
                 *sj = dot8(&qr, krow);
@@ -435,7 +429,7 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += ac[l] * bc[l];
         }
     }
-    let mut s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    let mut s = sum8(&acc);
     for (x, y) in a[body..].iter().zip(&b[body..]) {
         s += x * y;
     }

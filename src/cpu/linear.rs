@@ -15,7 +15,7 @@ use half::f16;
 
 use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
-use crate::cpu::{activation, check_len, par, qdot, widen, Weight};
+use crate::cpu::{activation, check_len, par, qdot, sum8, widen, Weight};
 use crate::error::{Error, Result};
 use crate::quant::QBLOCK;
 
@@ -118,10 +118,10 @@ fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) {
     }
 }
 
-/// dst[i] = w[row, :] . x[i, :] for the dst.len() rows of x: f32/f16 rows are walked a 32-weight block
-/// at a time and dotted with every x row in 8 lane-wise partial sums (f16: the row widened first); q8/q4
-/// rows go to [`qdot::quant_row_dots`] (the row's scales widened once, quants widened in SIMD
-/// registers, the same sums). On x86_64 CPUs with AVX2 the f32/f16 code runs compiled for it.
+/// dst[i] = w[row, :] . x[i, :] for the dst.len() rows of x: f32/f16 rows go to [`dense_dots`] (32
+/// lane-wise partial sums; f16 rows widened first, or in registers by F16C); q8/q4 rows to
+/// [`qdot::quant_row_dots`] (the row's scales widened once, quants widened in SIMD registers). On
+/// x86_64 CPUs with AVX2 the f32/f16 code runs compiled for it.
 fn row_dots(w: &Weight, k: usize, row: usize, x: &[f32], dst: &mut [f32], scratch: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
@@ -184,8 +184,8 @@ unsafe fn row_dots_avx2(
     }
 }
 
-/// The body of [`row_dots`]; f16 rows are widened whole first (`half`'s slice conversion, F16C when
-/// the CPU has it), then dotted as f32.
+/// The body of [`row_dots`]; f16 rows are widened whole first ([`widen::f16_to_f32`]), then dotted as
+/// f32.
 #[inline(always)]
 fn row_dots_body(
     w: &Weight,
@@ -262,7 +262,7 @@ fn fold_lanes(acc: &[f32; DL], w: &[f32], x: &[f32]) -> f32 {
     for (l, a) in a8.iter_mut().enumerate() {
         *a = (acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]);
     }
-    let mut s = ((a8[0] + a8[1]) + (a8[2] + a8[3])) + ((a8[4] + a8[5]) + (a8[6] + a8[7]));
+    let mut s = sum8(&a8);
     for (wv, xv) in w.iter().zip(x) {
         s += wv * xv;
     }

@@ -36,6 +36,12 @@ pub use weight::Weight;
 
 use crate::error::{Error, Result};
 
+/// Eight lane-wise partial sums added pairwise, the order every CPU dot product folds its lanes in.
+#[inline(always)]
+pub(crate) fn sum8(a: &[f32; 8]) -> f32 {
+    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+}
+
 /// `what` must hold exactly `len` elements ([`Error::Shape`] for `op` otherwise).
 pub(crate) fn check_len<T>(op: &'static str, what: &str, s: &[T], len: usize) -> Result<()> {
     if s.len() != len {

@@ -67,21 +67,36 @@ pub fn portable(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst
         }
     }
     for (d, a) in dst.iter_mut().zip(acc.iter()) {
-        *d = lanes_sum(a);
+        *d = crate::cpu::sum8(a);
     }
 }
 
-/// The eight partial sums added pairwise (the order every path uses).
-#[inline(always)]
-fn lanes_sum(a: &[f32; 8]) -> f32 {
-    ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+/// `$rows::<M, Q4>(k, r, scales, x, dst)` for M = dst.len() (1..=4) and the format: the SIMD paths'
+/// dispatch to their monomorphized row counts.
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+macro_rules! by_shape {
+    ($rows:ident, $fmt:expr, $k:expr, $r:expr, $scales:expr, $x:expr, $dst:expr) => {
+        match ($fmt, $dst.len()) {
+            (QFormat::Q8, 1) => $rows::<1, false>($k, $r, $scales, $x, $dst),
+            (QFormat::Q8, 2) => $rows::<2, false>($k, $r, $scales, $x, $dst),
+            (QFormat::Q8, 3) => $rows::<3, false>($k, $r, $scales, $x, $dst),
+            (QFormat::Q8, _) => $rows::<4, false>($k, $r, $scales, $x, $dst),
+            (QFormat::Q4, 1) => $rows::<1, true>($k, $r, $scales, $x, $dst),
+            (QFormat::Q4, 2) => $rows::<2, true>($k, $r, $scales, $x, $dst),
+            (QFormat::Q4, 3) => $rows::<3, true>($k, $r, $scales, $x, $dst),
+            (QFormat::Q4, _) => $rows::<4, true>($k, $r, $scales, $x, $dst),
+        }
+    };
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::lanes_sum;
+    use crate::cpu::sum8;
     use crate::quant::{QFormat, QBLOCK};
 
     /// [`super::quant_row_dots`] with AVX2 (no FMA: each product is rounded before its sum, as in
@@ -95,16 +110,7 @@ mod avx2 {
         x: &[f32],
         dst: &mut [f32],
     ) {
-        match (fmt, dst.len()) {
-            (QFormat::Q8, 1) => rows::<1, false>(k, r, scales, x, dst),
-            (QFormat::Q8, 2) => rows::<2, false>(k, r, scales, x, dst),
-            (QFormat::Q8, 3) => rows::<3, false>(k, r, scales, x, dst),
-            (QFormat::Q8, _) => rows::<4, false>(k, r, scales, x, dst),
-            (QFormat::Q4, 1) => rows::<1, true>(k, r, scales, x, dst),
-            (QFormat::Q4, 2) => rows::<2, true>(k, r, scales, x, dst),
-            (QFormat::Q4, 3) => rows::<3, true>(k, r, scales, x, dst),
-            (QFormat::Q4, _) => rows::<4, true>(k, r, scales, x, dst),
-        }
+        by_shape!(rows, fmt, k, r, scales, x, dst)
     }
 
     /// M = `M` rows of x; `Q4` picks the nibble layout.
@@ -152,7 +158,7 @@ mod avx2 {
         for (d, a) in dst.iter_mut().zip(acc) {
             let mut l = [0f32; 8];
             _mm256_storeu_ps(l.as_mut_ptr(), a);
-            *d = lanes_sum(&l);
+            *d = sum8(&l);
         }
     }
 }
@@ -161,22 +167,13 @@ mod avx2 {
 mod simd128 {
     use core::arch::wasm32::*;
 
-    use super::lanes_sum;
+    use crate::cpu::sum8;
     use crate::quant::{QFormat, QBLOCK};
 
     /// [`super::quant_row_dots`] with SIMD128: lanes 0-3 and 4-7 of the eight partial sums are two
     /// f32x4 registers.
     pub fn dots(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst: &mut [f32]) {
-        match (fmt, dst.len()) {
-            (QFormat::Q8, 1) => rows::<1, false>(k, r, scales, x, dst),
-            (QFormat::Q8, 2) => rows::<2, false>(k, r, scales, x, dst),
-            (QFormat::Q8, 3) => rows::<3, false>(k, r, scales, x, dst),
-            (QFormat::Q8, _) => rows::<4, false>(k, r, scales, x, dst),
-            (QFormat::Q4, 1) => rows::<1, true>(k, r, scales, x, dst),
-            (QFormat::Q4, 2) => rows::<2, true>(k, r, scales, x, dst),
-            (QFormat::Q4, 3) => rows::<3, true>(k, r, scales, x, dst),
-            (QFormat::Q4, _) => rows::<4, true>(k, r, scales, x, dst),
-        }
+        by_shape!(rows, fmt, k, r, scales, x, dst)
     }
 
     /// 16 signed bytes as four f32x4 in order.
@@ -255,7 +252,7 @@ mod simd128 {
                 l[4 * j + 2] = f32x4_extract_lane::<2>(half);
                 l[4 * j + 3] = f32x4_extract_lane::<3>(half);
             }
-            *d = lanes_sum(&l);
+            *d = sum8(&l);
         }
     }
 }
