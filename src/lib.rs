@@ -4,7 +4,7 @@
 //! Layout: `quant` (the q8/q4 block formats, host side, for every backend), `gpu` (device, tensors,
 //! kernels, recording, readback), `ops` (one typed launcher per WGSL kernel), `cpu` (the same ops on the
 //! CPU), `config` (config.json and the tensors it implies), `weights` (checkpoint sources and
-//! layouts), `model` (DaViT, projector, BART, generation), `processor` (image, tokenizer, prompts),
+//! layouts), `hub` + `hub_cache` (model ids: URLs in the browser, the Hugging Face cache natively), `model` (DaViT, projector, BART, generation), `processor` (image, tokenizer, prompts),
 //! `postprocess` + `render` (task answers), `pipeline` (the whole sequence of a task, for every front
 //! end), `wasm` (JS facade).
 
@@ -15,6 +15,8 @@ pub mod error;
 pub mod files;
 pub mod gpu;
 pub mod hub;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod hub_cache;
 pub mod json;
 pub mod model;
 pub mod ops;

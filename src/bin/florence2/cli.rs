@@ -3,14 +3,14 @@
 //!
 //! ```text
 //! florence2 parse --task TASK --image-size W,H --text RAW [--json]
-//! florence2 run --model DIR --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
+//! florence2 run --model DIR|ORG/NAME[@REV] --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
 //!               [--image FILE|DIR ...] [--recursive] [--images-from FILE|-] [--jsonl] [--output FILE]
 //!               [--resume] [--shard INDEX/COUNT]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
 //!               [--tuning auto|off|exhaustive] [--profile]
-//! florence2 tune --model DIR [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
-//! florence2 serve --model DIR [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
+//! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
+//! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
 //!
@@ -31,6 +31,9 @@
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
 //! error (clap's message naming the flag, then the subcommand's usage).
 //!
+//! `--model` takes a directory or a hub id (`org/name[@revision]`), resolved by [`model_dir`] through the
+//! Hugging Face cache (see `florence2_wasm::hub_cache`); `--offline` (any subcommand) reads the cache only.
+//!
 //! Adding a subcommand: a variant of [`Command`] with its `Args` struct, and an arm in [`dispatch`].
 
 mod batch;
@@ -50,6 +53,27 @@ use clap::{CommandFactory, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Hub model ids (`--model org/name`) from the Hugging Face cache only, fetching nothing (as
+    /// HF_HUB_OFFLINE=1)
+    #[arg(long, global = true)]
+    pub offline: bool,
+}
+
+/// `--offline`, set once from the command line.
+static OFFLINE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// `--model` as a directory: a directory as it is; a hub id `org/name[@revision]` through the Hugging
+/// Face cache (`HF_HUB_CACHE`/`HF_HOME`, shared with Python), fetched from `HF_ENDPOINT` as needed
+/// (`HF_TOKEN` for private repositories), from the cache alone with `--offline` or `HF_HUB_OFFLINE=1`.
+pub fn model_dir(arg: &std::path::Path) -> Result<std::path::PathBuf, Failure> {
+    use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions};
+    let mut opts = HubCacheOptions::from_env();
+    opts.offline |= OFFLINE.get().copied().unwrap_or(false);
+    opts.verbose = true;
+    let s = arg
+        .to_str()
+        .ok_or_else(|| Failure::Usage(format!("--model {}: not UTF-8", arg.display())))?;
+    Ok(resolve_model(s, &opts)?)
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,6 +117,7 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
     };
+    let _ = OFFLINE.set(cli.offline);
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(msg)) => {

@@ -23,9 +23,10 @@ use super::{batch, print_json, Failure};
 /// no-repeat-n-gram 3), overridable; max 1024 new tokens.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Model directory: config.json, model.safetensors (or index + shards), tokenizer.json, optional
-    /// preprocessor_config.json and generation_config.json
-    #[arg(long, value_name = "DIR")]
+    /// Model directory (config.json, model.safetensors or index + shards or pytorch_model.bin,
+    /// tokenizer.json, optional preprocessor_config.json and generation_config.json), or a hub id
+    /// org/name[@revision] fetched into the Hugging Face cache
+    #[arg(long, value_name = "DIR|ORG/NAME")]
     pub(super) model: PathBuf,
     /// Image (PNG, JPEG, WebP, GIF or BMP), or a directory of them; repeat for several (a batch:
     /// JSON Lines output)
@@ -202,8 +203,9 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     })
 }
 
-pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
+pub fn run_cmd(mut a: RunArgs) -> Result<(), Failure> {
     let prompts = a.prompts()?;
+    a.model = super::model_dir(&a.model)?;
     if batch::is_batch(&a) {
         return batch::run_batch(&a, &prompts);
     }

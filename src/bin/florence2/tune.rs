@@ -15,8 +15,8 @@ use super::Failure;
 
 #[derive(Args, Debug)]
 pub struct TuneArgs {
-    /// Model directory (as for `run`)
-    #[arg(long, value_name = "DIR")]
+    /// Model directory or hub id org/name[@revision] (as for `run`)
+    #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
     /// Square image side the shapes are derived for [default: the processor's size]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8192))]
@@ -51,7 +51,7 @@ pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
 
 pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
     let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
-    let pipeline = Pipeline::load_dir(&gpu, &a.model)?;
+    let pipeline = Pipeline::load_dir(&gpu, &super::model_dir(&a.model)?)?;
     let mut sizes = pipeline.tune_sizes();
     if let Some(n) = a.image_size {
         (sizes.height, sizes.width) = (n as usize, n as usize);

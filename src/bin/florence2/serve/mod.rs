@@ -49,8 +49,8 @@ use worker::{Shared, LOADING};
 /// address is printed on stdout as 'listening on http://ADDR' once bound.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Model directory (as for `florence2 run`)
-    #[arg(long, value_name = "DIR")]
+    /// Model directory or hub id org/name[@revision] (as for `florence2 run`)
+    #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
     /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
     /// q4 (block-quantized); any checkpoint converts on load
@@ -205,7 +205,16 @@ fn test_hosts() -> guard::Hosts {
 }
 
 /// Run the server until SIGINT/SIGTERM (exit 0) or a failed model load (an error).
-pub fn main(args: ServeArgs) -> Result<(), String> {
+pub fn main(mut args: ServeArgs) -> Result<(), String> {
+    if !args.model.is_dir() {
+        // A hub id names the served model by default.
+        let id = args.model.to_string_lossy().into_owned();
+        args.model = super::model_dir(&args.model).map_err(|f| match f {
+            super::Failure::Usage(m) | super::Failure::Run(m) => m,
+        })?;
+        let repo = id.split('@').next().unwrap_or(&id).to_owned();
+        args.model_id.get_or_insert(repo);
+    }
     let opts = ServeOptions::from(args);
     // One image of the largest size must fit in the queued-image budget.
     let largest = opts.max_image_pixels.saturating_mul(3);

@@ -1,0 +1,441 @@
+//! Native hub ids (`--model org/name[@revision]`) against a hub-shaped server on loopback: the files land
+//! in the Hugging Face cache layout (`huggingface_hub`'s: refs, blobs named by ETag, snapshot links,
+//! `.no_exist` markers), the weights layout is found in the loader's order (single file, sharded
+//! safetensors, sharded pickles), a second resolution downloads nothing, offline mode and an unreachable
+//! hub read the cache, the token never leaves the hub's host, and a hostile hub cannot name paths
+//! outside the cache. The CLI answers on `--model org/name` exactly as on the fixture directory.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions, ModelId};
+
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/models")
+        .join(name)
+}
+
+/// One request the servers saw: (server, method, path, Authorization header).
+type Seen = Arc<Mutex<Vec<(&'static str, String, String, Option<String>)>>>;
+
+/// How the fake hub misbehaves.
+#[derive(Clone, Default)]
+struct Quirks {
+    /// ETag header value sent for every file instead of the real one.
+    etag: Option<String>,
+    /// Answer 401 to everything.
+    private: bool,
+}
+
+/// A hub on one port and its storage host (large files redirect there) on another. Every repository
+/// `ORG/NAME` serves the fixture directory `NAME` at revisions `main` and COMMIT.
+struct Hub {
+    endpoint: String,
+    seen: Seen,
+    _threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn fake_etag(bytes: &[u8], long: bool) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    let x = h.finish();
+    if long {
+        format!("{x:016x}").repeat(4) // 64 hex digits, as an LFS sha256
+    } else {
+        format!("{x:016x}{:08x}", bytes.len()) // 40-ish, as a git blob id
+    }
+}
+
+fn respond(s: &mut TcpStream, status: &str, headers: &[(String, String)], body: &[u8], head: bool) {
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let _ = s.write_all(out.as_bytes());
+    if !head {
+        let _ = s.write_all(body);
+    }
+}
+
+/// (method, path, headers) of one request.
+fn read_request(s: &TcpStream) -> Option<(String, String, HashMap<String, String>)> {
+    let mut r = BufReader::new(s.try_clone().ok()?);
+    let mut line = String::new();
+    r.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+    let mut headers = HashMap::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_owned());
+        }
+    }
+    Some((method, path, headers))
+}
+
+impl Hub {
+    fn start(quirks: Quirks) -> Hub {
+        let hub = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cdn = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cdn_base = format!("http://{}", cdn.local_addr().unwrap());
+        let endpoint = format!("http://{}", hub.local_addr().unwrap());
+        let seen: Seen = Arc::default();
+        let (s1, s2) = (seen.clone(), seen.clone());
+        let t1 = std::thread::spawn(move || {
+            for conn in hub.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let Some((method, path, headers)) = read_request(&c) else {
+                    continue;
+                };
+                s1.lock().unwrap().push((
+                    "hub",
+                    method.clone(),
+                    path.clone(),
+                    headers.get("authorization").cloned(),
+                ));
+                hub_answer(&mut c, &method, &path, &cdn_base, &quirks);
+            }
+        });
+        let t2 = std::thread::spawn(move || {
+            for conn in cdn.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let Some((method, path, headers)) = read_request(&c) else {
+                    continue;
+                };
+                s2.lock().unwrap().push((
+                    "cdn",
+                    method.clone(),
+                    path.clone(),
+                    headers.get("authorization").cloned(),
+                ));
+                // /NAME/FILE
+                let file = path
+                    .trim_start_matches('/')
+                    .split_once('/')
+                    .map(|(n, f)| fixture(n).join(f));
+                match file.and_then(|f| std::fs::read(f).ok()) {
+                    Some(b) => respond(&mut c, "200 OK", &[], &b, method == "HEAD"),
+                    None => respond(&mut c, "404 Not Found", &[], b"", method == "HEAD"),
+                }
+            }
+        });
+        Hub {
+            endpoint,
+            seen,
+            _threads: vec![t1, t2],
+        }
+    }
+
+    fn options(&self, cache: &Path) -> HubCacheOptions {
+        HubCacheOptions {
+            endpoint: self.endpoint.clone(),
+            cache_dir: cache.to_path_buf(),
+            offline: false,
+            token: Some("hf_secret".into()),
+            verbose: false,
+        }
+    }
+
+    fn count(&self, server: &str, method: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.0 == server && r.1 == method)
+            .count()
+    }
+}
+
+/// The hub's `/ORG/NAME/resolve/REV/FILE`: small files inline with their ETag, weights as a redirect to
+/// the storage host with `X-Linked-Etag`/`X-Linked-Size`, missing files 404 with `X-Repo-Commit`.
+fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Quirks) {
+    let head = method == "HEAD";
+    if q.private {
+        return respond(c, "401 Unauthorized", &[], b"", head);
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').splitn(5, '/').collect();
+    let [_org, name, "resolve", rev, file] = parts[..] else {
+        return respond(c, "404 Not Found", &[], b"", head);
+    };
+    if rev != "main" && rev != COMMIT {
+        return respond(
+            c,
+            "404 Not Found",
+            &[("X-Error-Code".into(), "RevisionNotFound".into())],
+            b"",
+            head,
+        );
+    }
+    let commit = ("X-Repo-Commit".to_string(), COMMIT.to_string());
+    let Ok(bytes) = std::fs::read(fixture(name).join(file)) else {
+        return respond(
+            c,
+            "404 Not Found",
+            &[commit, ("X-Error-Code".into(), "EntryNotFound".into())],
+            b"",
+            head,
+        );
+    };
+    let large = file.ends_with(".safetensors") || file.ends_with(".bin");
+    let etag = q
+        .etag
+        .clone()
+        .unwrap_or_else(|| format!("\"{}\"", fake_etag(&bytes, large)));
+    if large {
+        let h = vec![
+            commit,
+            ("X-Linked-Etag".into(), etag),
+            ("X-Linked-Size".into(), bytes.len().to_string()),
+            ("Location".into(), format!("{cdn}/{name}/{file}")),
+        ];
+        respond(c, "302 Found", &h, b"", head)
+    } else {
+        respond(c, "200 OK", &[commit, ("ETag".into(), etag)], &bytes, head)
+    }
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hub-cache-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn assert_same_files(snapshot: &Path, fixture_dir: &Path) {
+    for e in std::fs::read_dir(fixture_dir).unwrap() {
+        let name = e.unwrap().file_name();
+        let a = std::fs::read(snapshot.join(&name))
+            .unwrap_or_else(|_| panic!("{name:?} not in the snapshot"));
+        assert_eq!(
+            a,
+            std::fs::read(fixture_dir.join(&name)).unwrap(),
+            "{name:?} differs"
+        );
+    }
+}
+
+#[test]
+fn a_hub_id_lands_in_the_hf_cache_layout_and_a_second_resolution_downloads_nothing() {
+    let hub = Hub::start(Quirks::default());
+    let cache = tempdir("layout");
+    let dir = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap();
+    let repo = cache.join("models--acme--tiny4");
+    assert_eq!(dir, repo.join("snapshots").join(COMMIT));
+    assert_eq!(
+        std::fs::read_to_string(repo.join("refs/main")).unwrap(),
+        COMMIT
+    );
+    assert_same_files(&dir, &fixture("tiny4"));
+    // Each snapshot file is a relative link to its blob, named by the ETag (quotes dropped).
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let link = std::fs::read_link(dir.join("model.safetensors")).unwrap();
+    assert_eq!(
+        link,
+        PathBuf::from(format!("../../blobs/{}", fake_etag(&w, true)))
+    );
+    // tiny4 has no sharded or pickle weights: nothing asked after the single file is found.
+    let heads: Vec<String> = hub
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.1 == "HEAD")
+        .map(|r| r.2.clone())
+        .collect();
+    assert!(
+        !heads.iter().any(|p| p.ends_with("pytorch_model.bin")),
+        "{heads:?}"
+    );
+    // No partial download left; the weights came from the storage host, without the token.
+    let blobs: Vec<String> = std::fs::read_dir(repo.join("blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        blobs.iter().all(|b| !b.ends_with(".incomplete")),
+        "{blobs:?}"
+    );
+    for (server, _, path, auth) in hub.seen.lock().unwrap().iter() {
+        match *server {
+            "hub" => assert_eq!(auth.as_deref(), Some("Bearer hf_secret"), "{path}"),
+            _ => assert_eq!(auth, &None, "the token went to the storage host: {path}"),
+        }
+    }
+    assert_eq!(hub.count("cdn", "GET"), 1, "one weights download");
+    // Again: HEAD requests only, the same directory.
+    let gets = hub.count("hub", "GET") + hub.count("cdn", "GET");
+    assert_eq!(
+        resolve_model("acme/tiny4", &hub.options(&cache)).unwrap(),
+        dir
+    );
+    assert_eq!(
+        hub.count("hub", "GET") + hub.count("cdn", "GET"),
+        gets,
+        "a cached file was downloaded again"
+    );
+}
+
+#[test]
+fn sharded_safetensors_and_sharded_pickles_fetch_the_index_and_every_shard() {
+    let hub = Hub::start(Quirks::default());
+    let cache = tempdir("sharded");
+    for name in [
+        "tiny4-f16-sharded",
+        "tiny2-orig-pt-sharded",
+        "tiny2-orig-pt-legacy",
+    ] {
+        let dir = resolve_model(&format!("acme/{name}@{COMMIT}"), &hub.options(&cache)).unwrap();
+        assert_same_files(&dir, &fixture(name));
+    }
+    // A commit as the revision writes no ref.
+    assert!(!cache.join("models--acme--tiny4-f16-sharded/refs").exists());
+}
+
+#[test]
+fn offline_and_unreachable_read_the_cache_and_name_what_is_missing() {
+    let hub = Hub::start(Quirks::default());
+    let cache = tempdir("offline");
+    let mut opts = hub.options(&cache);
+    opts.offline = true;
+    let e = resolve_model("acme/tiny2", &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("acme/tiny2@main") && e.contains("offline"),
+        "{e}"
+    );
+    assert_eq!(
+        hub.seen.lock().unwrap().len(),
+        0,
+        "offline mode asked the hub"
+    );
+    opts.offline = false;
+    let dir = resolve_model("acme/tiny2", &opts).unwrap();
+    let asked = hub.seen.lock().unwrap().len();
+    opts.offline = true;
+    assert_eq!(resolve_model("acme/tiny2", &opts).unwrap(), dir);
+    assert_eq!(
+        hub.seen.lock().unwrap().len(),
+        asked,
+        "offline mode asked the hub"
+    );
+    // A closed port: the cached snapshot of the revision serves; an uncached model says so.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    opts.offline = false;
+    opts.endpoint = format!("http://127.0.0.1:{port}");
+    assert_eq!(resolve_model("acme/tiny2", &opts).unwrap(), dir);
+    let e = resolve_model("acme/tiny4", &opts).unwrap_err().to_string();
+    assert!(e.contains("unreachable") && e.contains("acme/tiny4"), "{e}");
+}
+
+#[test]
+fn errors_name_the_cause_and_a_hostile_hub_writes_nothing_outside_the_cache() {
+    let cache = tempdir("errors");
+    // Private repository.
+    let hub = Hub::start(Quirks {
+        private: true,
+        ..Default::default()
+    });
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert_eq!(e.name(), "Florence2LoadError");
+    assert!(e.to_string().contains("HF_TOKEN"), "{e}");
+    // Unknown repository / revision, and a path that is neither a directory nor an id.
+    let hub = Hub::start(Quirks::default());
+    let e = resolve_model("acme/no-such-model", &hub.options(&cache))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("config.json") && e.contains("not found"), "{e}");
+    let e = resolve_model("acme/tiny4@v9", &hub.options(&cache))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not found"), "{e}");
+    let e = resolve_model("./no/such/dir", &hub.options(&cache))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no such model directory"), "{e}");
+    // An ETag that would climb out of the blobs directory is refused before it becomes a path.
+    let hub = Hub::start(Quirks {
+        etag: Some("\"../../../../escaped\"".into()),
+        ..Default::default()
+    });
+    let e = resolve_model("acme/tiny4", &hub.options(&cache))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ETag"), "{e}");
+    assert!(!cache.parent().unwrap().join("escaped").exists());
+    // Ids and revisions.
+    assert_eq!(
+        ModelId::parse("microsoft/Florence-2-base-ft@refs/pr/1"),
+        Some(ModelId {
+            repo: "microsoft/Florence-2-base-ft".into(),
+            revision: "refs/pr/1".into()
+        })
+    );
+    for bad in ["a/b/c", "a/b@../x", "../b", "a/b@", "a/b@x/../../y"] {
+        assert_eq!(ModelId::parse(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn the_cli_answers_on_a_hub_id_as_on_the_directory_and_offline_from_the_cache() {
+    let hub = Hub::start(Quirks::default());
+    let cache = tempdir("cli");
+    let image = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/scene.png");
+    let run = |model: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+            .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("HF_HUB_CACHE", &cache)
+            .env_remove("HF_HUB_OFFLINE")
+            .env_remove("HF_TOKEN")
+            .args([
+                "run", "--device", "cpu", "--dtype", "fp32", "--model", model, "--image",
+            ])
+            .arg(&image)
+            .args([
+                "--task",
+                "<OD>",
+                "--max-new-tokens",
+                "12",
+                "--num-beams",
+                "1",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("timings_ms");
+        v.as_object_mut().unwrap().remove("memory");
+        v
+    };
+    let direct = run(fixture("tiny4").to_str().unwrap(), &[]);
+    assert_eq!(run("acme/tiny4", &[]), direct);
+    let asked = hub.seen.lock().unwrap().len();
+    assert_eq!(run("acme/tiny4", &["--offline"]), direct);
+    assert_eq!(
+        hub.seen.lock().unwrap().len(),
+        asked,
+        "--offline asked the hub"
+    );
+}
