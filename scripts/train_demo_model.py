@@ -240,7 +240,7 @@ class AuxHead(torch.nn.Module):
 
 
 def forward_loss(model, st, pix, rows, aux=None, head=None, loc_sigma=0.0, per_row=False, detach=False,
-                 lm_aux=0.0):
+                 lm_aux=0.0, probes_only=False):
     """Token cross-entropy (mean over target tokens; per row when per_row) and, with a head, the auxiliary loss.
     With loc_sigma > 0 a location token's target is a Gaussian over the 1000 bins (sigma in bins) instead of
     one bin, so that near misses earn credit and neighbouring bins learn together."""
@@ -282,6 +282,8 @@ def forward_loss(model, st, pix, rows, aux=None, head=None, loc_sigma=0.0, per_r
     idx = torch.tensor([r[0] for r in rows])
     enc = out.encoder_last_hidden_state[:, 1: st.n_img]  # (R, N-1, D)
     aux_rows = (aux[0][idx], aux[1][idx])
+    if probes_only:  # new probes learn to read the model before their loss may move it
+        feats, enc = feats.detach(), enc.detach()
     al = head[0].loss(feats[:, 1:], aux) + head[1].loss(enc, aux_rows)
     if lm_aux > 0:
         # the text encoder's image tokens, read by the (tied) LM head, name what is there: class, colour and
@@ -408,8 +410,25 @@ def pretrain_vision(model, st, head, args):
             print(f"vision step {step} aux {float(loss.detach()):.4f} elapsed {time.time() - t0:.0f}s", flush=True)
 
 
+def resume_weights(model, out):
+    """Load the checkpoint in `out` into `model` (a continued run); the training-only probes start anew."""
+    from safetensors.torch import load_file
+
+    sd = load_file(str(out / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    tied = {k for k in missing if "embed_tokens" in k or "lm_head" in k or "shared" in k}
+    if set(missing) - tied or unexpected:
+        raise SystemExit(f"--resume: {out} does not fit the model: missing {sorted(set(missing) - tied)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+    model.tie_weights()
+    prev = json.loads((out / "training_summary.json").read_text())
+    return prev
+
+
 def train(args, st):
     model = build_model(st, args.loc_init)
+    prev = resume_weights(model, Path(args.out)) if args.resume else None
+    offset = prev["total_steps"] if prev and "total_steps" in prev else (prev["steps"] if prev else 0)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params} ({n_params * 4 / 1e6:.1f} MB f32), vocab {st.n_full} (padded {st.vocab}), "
           f"image tokens {st.n_img}", flush=True)
@@ -418,7 +437,8 @@ def train(args, st):
                     args.aux_frozen) for _ in range(2)]
     model.train()
     t0 = time.time()
-    pretrain_vision(model, st, head[0], args)
+    if not prev:
+        pretrain_vision(model, st, head[0], args)
     params = list(model.parameters()) + [q for h in head for q in h.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     log = []
@@ -428,13 +448,17 @@ def train(args, st):
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
-        pix, rows, aux = batch_for_step(st, step, args.images, args.tasks)
+        pix, rows, aux = batch_for_step(st, offset + step, args.images, args.tasks)
         lm, al = forward_loss(model, st, pix, rows, aux, head, args.loc_sigma, detach=step < args.vision_aux_only,
-                              lm_aux=args.lm_aux)
+                              lm_aux=args.lm_aux, probes_only=bool(prev) and step < args.probe_warmup)
         loss = lm + args.aux_weight * al
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        if prev:  # the new probes' large early gradients must not shrink the model's through the shared clip
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+            torch.nn.utils.clip_grad_norm_([q for h in head for q in h.parameters() if q.requires_grad], 1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         lv = float(lm.detach())
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
@@ -442,15 +466,16 @@ def train(args, st):
             el = time.time() - t0
             print(f"step {step} loss {lv:.4f} ema {ema:.4f} aux {float(al.detach()):.4f} lr {lr:.2e} elapsed {el:.0f}s "
                   f"({el / (step + 1):.2f} s/step)", flush=True)
-            log.append((step, lv, ema))
+            log.append((offset + step, lv, ema))
         if args.time_steps and step + 1 >= args.time_steps:
             return None
         if time.time() - last_save > args.save_every or step == args.steps - 1:
             hl = print_diagnostics(model, st, step)
-            save_checkpoint(model, st, Path(args.out), step + 1,
+            save_checkpoint(model, st, Path(args.out), offset + step + 1,
                             dict(train_loss_ema=ema, heldout_loss=hl, wall_s=time.time() - t0, log=log))
             last_save = time.time()
-    return dict(params=n_params, wall_s=time.time() - t0, train_loss_ema=ema, heldout_loss=hl, log=log)
+    res = dict(params=n_params, wall_s=time.time() - t0, train_loss_ema=ema, heldout_loss=hl, log=log)
+    return res, prev, offset
 
 
 def main():
@@ -473,6 +498,11 @@ def main():
                     help="location embeddings from Fourier features of the bin")
     ap.add_argument("--threads", type=int, default=1, help="1: with other work on the cores, 2 OpenMP threads spin and run ~8x slower")
     ap.add_argument("--save-every", type=float, default=600, help="seconds between intermediate checkpoints")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from the checkpoint in --out for --steps more steps (new scenes, a new warm-up "
+                         "and cosine schedule, probes anew); its summary lists every stage")
+    ap.add_argument("--probe-warmup", type=int, default=200,
+                    help="with --resume: for this many steps the new probes learn from detached features")
     ap.add_argument("--time-steps", type=int, default=0, help="run this many steps, print the timing, stop")
     ap.add_argument("--eval-only", action="store_true", help="evaluate the checkpoint in --out, write the card")
     ap.add_argument("--card-only", action="store_true", help="rewrite samples/ and README.md from the json files")
@@ -489,13 +519,15 @@ def main():
         write_card(out, st)
         return
     if not args.eval_only:
-        res = train(args, st)
-        if res is None:
+        got = train(args, st)
+        if got is None:
             return
-        (out / "training_summary.json").write_text(json.dumps(
-            dict(res, steps=args.steps, images_per_step=args.images, tasks_per_image=args.tasks, lr=args.lr,
-                 warmup=args.warmup, threads=args.threads, aux_weight=args.aux_weight, vision_steps=args.vision_steps,
-                 loc_sigma=args.loc_sigma, loc_init=args.loc_init, lm_aux=args.lm_aux), indent=1) + "\n")
+        res, prev, offset = got
+        stage = dict(res, steps=args.steps, images_per_step=args.images, tasks_per_image=args.tasks, lr=args.lr,
+                     warmup=args.warmup, threads=args.threads, aux_weight=args.aux_weight,
+                     vision_steps=args.vision_steps, loc_sigma=args.loc_sigma, loc_init=args.loc_init,
+                     lm_aux=args.lm_aux)
+        (out / "training_summary.json").write_text(json.dumps(combine_stages(prev, stage, offset), indent=1) + "\n")
     import demo_metrics as dm  # imported late: a long run picks up the newest metric code
 
     metrics = dm.evaluate_dir(out, EVAL_SEED, args.eval_images, IMAGE, st.tok)
@@ -503,6 +535,18 @@ def main():
     print(json.dumps(metrics["summary"], indent=1))
     write_samples(out / "samples", st)
     write_card(out, st)
+
+
+def combine_stages(prev, stage, offset):
+    """The summary of a run and of the runs it continued: `stages` lists each (without its log), the totals
+    and the log cover them all."""
+    if not prev:
+        return dict(stage, stages=[{k: v for k, v in stage.items() if k != "log"}], total_steps=stage["steps"])
+    stages = prev.get("stages") or [{k: v for k, v in prev.items() if k != "log"}]
+    stages = stages + [{k: v for k, v in stage.items() if k not in ("log", "stages")}]
+    return dict(stage, stages=stages, total_steps=offset + stage["steps"], log=prev["log"] + stage["log"],
+                wall_s=sum(s["wall_s"] for s in stages), steps=offset + stage["steps"],
+                vision_steps=stages[0].get("vision_steps", 0), loc_init=stages[0].get("loc_init"))
 
 
 def write_samples(d, st, n=6):
@@ -555,12 +599,23 @@ def write_card(out, st):
     lm_aux = (f", and ({summ['lm_aux']} x) through the LM head the class, colour, word and location tokens at each "
               "encoder image token") if summ.get("lm_aux") else ""
     loc_init = "" if summ.get("loc_init") else " (not in this run)"
+    stages = summ.get("stages") or [summ]
+    reproduce = "`python3 scripts/train_demo_model.py" + (f" --steps {stages[0]['steps']}`" if len(stages) > 1 else "`")
+    for s in stages[1:]:
+        reproduce += (f", then `python3 scripts/train_demo_model.py --resume --steps {s['steps']} --lr {s['lr']} "
+                      f"--warmup {s['warmup']}`")
+    staged = ""
+    if len(stages) > 1:
+        staged = (f"\n\nStages (each after the first continues from the last one's checkpoint with `--resume`: new scenes, "
+                  "a new warm-up and cosine schedule, the probes anew): " + "; ".join(
+                      f"{s['steps']} steps at peak lr {s['lr']} ({s['wall_s'] / 60:.0f} min, EMA loss at the end "
+                      f"{s['train_loss_ema']:.3f}, held-out {s['heldout_loss']:.3f})" for s in stages) + ".")
     text = f"""# florence2-shapes: a small Florence-2 trained on synthetic shapes and text
 
 A demo and quality-measurement model for this project (not a general model): Florence-2's architecture and
 tasks at a tiny size, trained from scratch by `scripts/train_demo_model.py` with the reference implementation
 (transformers {met.get("transformers", "5.24")} `Florence2ForConditionalGeneration`, torch CPU). Everything here
-is made by that script: `python3 scripts/train_demo_model.py` reproduces it (same machine type, one thread).
+is made by that script: {reproduce} reproduce{"s" if len(stages) == 1 else ""} it (same machine type, one thread).
 
 ## Data
 `scripts/demo_data.py`, {IMAGE}x{IMAGE} RGB scenes drawn from a seed: 1-4 shapes ({", ".join(dd.SHAPES)}) in
@@ -590,7 +645,7 @@ target a Gaussian over the bins, sigma {summ.get("loc_sigma", 0)} bins) plus {su
 of two training-only linear probes (not in the checkpoint) that predict, from each projected image token and from
 the same token after the text encoder, the shape class, colour, word and object box at its 2x2 sub-cell
 centres{lm_aux}. The location tokens' embeddings start as a projection of Fourier features of the bin
-index{loc_init}.
+index{loc_init}.{staged}
 
 What mattered (per-task held-out diagnostics of `print_diagnostics`; "blind" = the held-out loss does not change
 when the images of a batch are shuffled): at lr 5e-4 the earlier 1500-step run stayed blind (loss plateau ~2.5,
