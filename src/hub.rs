@@ -75,6 +75,54 @@ pub fn classify(s: &str) -> ModelRef {
     }
 }
 
+/// Whether the file at `url` may change: a hub file URL (`.../resolve/REV/FILE`) whose revision is a
+/// branch or tag (`main`, `v1.0`, `refs%2Fpr%2F1`); a 40-hex commit never changes, and other URLs are
+/// not checked (a cached copy of them is used as it is).
+pub fn revision_may_change(url: &str) -> bool {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let mut parts = path.split('/');
+    while let Some(p) = parts.next() {
+        if p == "resolve" {
+            return parts.next().is_some_and(|rev| {
+                !(rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+        }
+    }
+    false
+}
+
+/// A file's HTTP validators: what a cache stored, or what a `HEAD` answered.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Validators<'a> {
+    pub etag: Option<&'a str>,
+    pub last_modified: Option<&'a str>,
+    pub length: Option<u64>,
+}
+
+impl Validators<'_> {
+    /// Whether both describe the same file: by ETag when both have one (weak or strong, quotes
+    /// ignored), else by Last-Modified, else by length; `None` when nothing can be compared.
+    pub fn same_file(&self, other: &Validators) -> Option<bool> {
+        let norm = |e: &str| {
+            let e = e.trim();
+            e.strip_prefix("W/")
+                .unwrap_or(e)
+                .trim_matches('"')
+                .to_owned()
+        };
+        if let (Some(a), Some(b)) = (self.etag, other.etag) {
+            return Some(norm(a) == norm(b));
+        }
+        if let (Some(a), Some(b)) = (self.last_modified, other.last_modified) {
+            return Some(a.trim() == b.trim());
+        }
+        match (self.length, other.length) {
+            (Some(a), Some(b)) => Some(a == b),
+            _ => None,
+        }
+    }
+}
+
 /// `encodeURIComponent` (a revision such as `refs/pr/1` becomes `refs%2Fpr%2F1`, as the hub expects).
 pub fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -236,6 +284,67 @@ mod tests {
 
     fn d() -> HubOptions {
         HubOptions::default()
+    }
+
+    #[test]
+    fn only_branch_and_tag_revisions_of_hub_urls_may_change() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        for (url, may) in [
+            (
+                "https://huggingface.co/m/F/resolve/main/model.safetensors",
+                true,
+            ),
+            ("https://huggingface.co/m/F/resolve/v1.0/config.json", true),
+            (
+                "https://huggingface.co/m/F/resolve/refs%2Fpr%2F1/config.json",
+                true,
+            ),
+            (
+                &format!("https://huggingface.co/m/F/resolve/{commit}/config.json"),
+                false,
+            ),
+            (
+                &format!("https://huggingface.co/m/F/resolve/{}/x", &commit[..39]),
+                true,
+            ),
+            ("https://host/models/tiny/config.json", false),
+            ("/model/config.json?resolve/main", false),
+        ] {
+            assert_eq!(revision_may_change(url), may, "{url}");
+        }
+    }
+
+    #[test]
+    fn validators_compare_by_etag_then_last_modified_then_length() {
+        let v = |etag, lm, len| Validators {
+            etag,
+            last_modified: lm,
+            length: len,
+        };
+        let stored = v(
+            Some("\"abc\""),
+            Some("Mon, 01 Jan 2024 00:00:00 GMT"),
+            Some(10),
+        );
+        assert_eq!(
+            stored.same_file(&v(Some("W/\"abc\""), None, Some(11))),
+            Some(true)
+        );
+        assert_eq!(
+            stored.same_file(&v(
+                Some("abd"),
+                Some("Mon, 01 Jan 2024 00:00:00 GMT"),
+                Some(10)
+            )),
+            Some(false)
+        );
+        assert_eq!(
+            stored.same_file(&v(None, Some("Tue, 02 Jan 2024 00:00:00 GMT"), Some(10))),
+            Some(false)
+        );
+        assert_eq!(stored.same_file(&v(None, None, Some(10))), Some(true));
+        assert_eq!(stored.same_file(&v(None, None, Some(9))), Some(false));
+        assert_eq!(stored.same_file(&v(None, None, None)), None);
     }
 
     #[test]

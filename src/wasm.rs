@@ -79,6 +79,8 @@ struct LoadArgs {
     /// Task markers from the `tasks` option (the model's own are read from its files at each load).
     tasks: CustomTasks,
     use_cache: bool,
+    /// `revalidate`: check cached files of branch revisions against the server (see `fetch`).
+    revalidate: bool,
     limits: ImageLimits,
     tuning: Tuning,
     dtype: WeightDType,
@@ -339,6 +341,7 @@ impl JsFlorence2 {
 async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     let source = Source::from_js(source, options)?;
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
+    let revalidate = opt_bool(options, "revalidate")?.unwrap_or(true);
     if opt_bool(options, "persist")?.unwrap_or(false) {
         // The browser's answer shows in `cacheInfo().storage.persisted`; a refusal is not an error.
         cache::request_persist().await;
@@ -383,6 +386,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         source,
         tasks: tasks::option_tasks(options)?,
         use_cache,
+        revalidate,
         limits,
         tuning,
         dtype,
@@ -424,7 +428,8 @@ async fn open_pipeline(
         signal,
         on_progress,
     )
-    .await?;
+    .await?
+    .with_revalidate(args.revalidate);
     f.check_abort("loading")?;
     let gpu = match args.device {
         Device::Gpu => {

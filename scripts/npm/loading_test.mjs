@@ -15,13 +15,16 @@
 //     `--spa-fallback octet`) by content; a probed file sniffed as HTML by content counts as absent;
 //   - hub model ids: "test-org/tiny2" via remoteHost (default revision main, a given revision, a custom
 //     remotePathTemplate), and a hub page URL of the mirror;
+//   - revalidation of cached files of branch revisions (HEAD, Last-Modified here): a changed file is
+//     fetched again, the others stay cached; `revalidate: false`, commit revisions and a stopped server
+//     use the cached copies;
 //   - clearCache() for one model and for all; cacheInfo() afterwards.
 //   - cache writes that fail (Cache.prototype.put rejecting with QuotaExceededError) with `persist: true`:
 //     the answer is the CLI's, one `cache_error` progress event per file, cacheInfo() lists the failures
 //     and reports the origin's storage usage, quota and persistence.
 // Cold- and cached-load wall times of the fixture are printed (figures, not assertions).
 import { createRequire } from "node:module";
-import { readFileSync, statSync, mkdirSync, copyFileSync, writeFileSync, readdirSync } from "node:fs";
+import { readFileSync, statSync, mkdirSync, copyFileSync, writeFileSync, readdirSync, utimesSync } from "node:fs";
 import { spawn } from "node:child_process";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -306,6 +309,42 @@ try {
   const badTemplate = await ev(() => fail("a/b", { remotePathTemplate: "{revision}/" }));
   assert.equal(badTemplate.name, "Florence2InputError");
   step("hub ids: revision, remoteHost, remotePathTemplate, page URL of the mirror; a template without {model} is refused");
+
+  // ---- revalidation: a branch revision's cached file that changed on the server is fetched again
+  const hubOpts = { remoteHost: `${location.origin}/hub/` };
+  const genPath = join(hub, "tiny2", "generation_config.json");
+  const genText = readFileSync(genPath, "utf8");
+  const touch = (text, when) => { writeFileSync(genPath, text); utimesSync(genPath, when, when); };
+  const cachedOf = (events) => Object.fromEntries(events.filter((e) => e.status === "done").map((e) => [e.file, e.cached]));
+  await ev((o) => F.clearCache("test-org/tiny2", o), hubOpts);
+  const warm = await ev((o) => run("test-org/tiny2", o), hubOpts);
+  assert.ok(Object.values(cachedOf(warm.events)).every((c) => !c), "cold load");
+  // The same settings in other bytes, with another modification time (Last-Modified is what this server
+  // sends as a validator).
+  touch(`${genText.trimEnd()}\n\n`, new Date("2030-01-02T03:04:05Z"));
+  const stale = await ev((o) => run("test-org/tiny2", { ...o, revalidate: false }), hubOpts);
+  assert.ok(Object.values(cachedOf(stale.events)).every((c) => c), "revalidate: false uses the cached copies");
+  const fresh = await ev((o) => run("test-org/tiny2", o), hubOpts);
+  sameAsCli(fresh.out, want("<CAPTION>", null), "revalidated");
+  const got = cachedOf(fresh.events);
+  assert.equal(got["generation_config.json"], false, "the changed file is downloaded again");
+  assert.ok(Object.entries(got).every(([f, c]) => f === "generation_config.json" || c), JSON.stringify(got));
+  info = await ev((o) => F.cacheInfo("test-org/tiny2", o), hubOpts);
+  assert.equal(info.files.find((f) => f.url.endsWith("/generation_config.json")).bytes, statSync(genPath).size);
+  // A commit revision never changes: no check, the cached copy is used even when the server's differs.
+  const commit = "0123456789abcdef0123456789abcdef01234567";
+  await ev((o) => run("test-org/tiny2", o), { ...hubOpts, revision: commit });
+  touch(genText, new Date("2031-01-02T03:04:05Z"));
+  const pinned = await ev((o) => run("test-org/tiny2", o), { ...hubOpts, revision: commit });
+  assert.ok(Object.values(cachedOf(pinned.events)).every((c) => c), "a commit revision is not revalidated");
+  // Server down: a branch revision's cached copies still load.
+  await stopServer();
+  const down = await ev((o) => run("test-org/tiny2", o), hubOpts);
+  sameAsCli(down.out, want("<CAPTION>", null), "revalidation offline");
+  assert.ok(Object.values(cachedOf(down.events)).every((c) => c), "offline: the cached copies");
+  await startServer("html");
+  step("revalidation: a branch revision's changed file is fetched again (others stay cached), revalidate: false " +
+    "and commit revisions use the cache, an unreachable server keeps the cached copies");
 
   // ---- image inputs
   const im = await ev(() => images());

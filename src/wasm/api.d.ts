@@ -211,6 +211,11 @@ export interface LoadOptions {
    * model is not evicted under storage pressure; default false. The answer shows in
    * `Florence2.cacheInfo().storage.persisted`; a refusal is not an error. */
   persist?: boolean;
+  /** Check cached files of a branch or tag revision (`.../resolve/main/...`) against the server before
+   * using them: one `HEAD` request per file; a file whose ETag (else Last-Modified, else length) changed
+   * is downloaded again. Commit revisions never change and are not checked; offline, the cached copies
+   * are used. Default true. */
+  revalidate?: boolean;
   /** Task markers of a fine-tuned model, on top of the 15 built-in ones and those its processor config
    * declares (`task_prompts_without_inputs`, `task_prompts_with_input`, `tasks`): a list of markers
    * (the prompt goes to the encoder as written), or `{marker: text}` where the text replaces the marker and

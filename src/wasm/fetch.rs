@@ -22,6 +22,13 @@
 //! is deleted and fetched again. Once any file came from the cache, a network failure on an optional file
 //! counts as absent (so a cached model loads offline). `blob:` and `data:` URLs are never cached. With
 //! the cache off it is neither read nor written.
+//!
+//! Revalidation (the `revalidate` option, on by default): a cached file whose URL names a branch or tag
+//! of a hub repository (`.../resolve/REV/...` where REV is not a 40-hex commit, which never changes) is
+//! checked with a `HEAD` request (`cache: "no-cache"`, no custom header, so no CORS preflight) before it
+//! is used: when the server's `ETag` (else `Last-Modified`, else `Content-Length`) differs from the
+//! stored record's, the cached copy is dropped and the file downloaded again (its events then say
+//! `cached: false`). A failed or unanswered `HEAD` (offline) keeps the cached copy.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +45,7 @@ use web_sys::{
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::hub::{revision_may_change, Validators};
 use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
 use crate::wasm::source::Source;
@@ -134,6 +142,17 @@ pub struct Fetcher {
     refetch: RefCell<BTreeSet<String>>,
     /// (loaded, total) bytes per file so far, for the aggregate `progress_total` events.
     files: RefCell<BTreeMap<String, (u64, u64)>>,
+    /// Check cached files of branch revisions against the server before using them.
+    revalidate: bool,
+}
+
+/// What a `HEAD` says about a cached copy.
+#[derive(Debug, PartialEq, Eq)]
+enum Freshness {
+    Fresh,
+    Stale,
+    /// No answer or nothing to compare: the cached copy is used.
+    Unknown,
 }
 
 impl Fetcher {
@@ -168,7 +187,55 @@ impl Fetcher {
             any_cached: Cell::new(false),
             refetch: RefCell::new(BTreeSet::new()),
             files: RefCell::new(BTreeMap::new()),
+            revalidate: true,
         })
+    }
+
+    /// Whether cached files of branch revisions are checked against the server (default on).
+    pub fn with_revalidate(mut self, on: bool) -> Self {
+        self.revalidate = on;
+        self
+    }
+
+    /// `HEAD url`: whether the cached copy described by `meta` still matches the server's file.
+    async fn freshness(&self, url: &str, meta: &Meta) -> Freshness {
+        let init = RequestInit::new();
+        init.set_method("HEAD");
+        init.set_cache(web_sys::RequestCache::NoCache);
+        init.set_signal(self.signal.as_ref());
+        let Ok(resp) = JsFuture::from(self.fetch_url(url, &init)).await else {
+            return Freshness::Unknown;
+        };
+        let Ok(resp) = resp.dyn_into::<Response>() else {
+            return Freshness::Unknown;
+        };
+        if !resp.ok() {
+            // Gone (404/410) or failing: the load decides with the cached copy; a later GET reports it.
+            return Freshness::Unknown;
+        }
+        let headers = resp.headers();
+        let header = |k: &str| headers.get(k).ok().flatten();
+        let encoded = header("content-encoding")
+            .is_some_and(|e| !e.trim().is_empty() && !e.eq_ignore_ascii_case("identity"));
+        let length = header("content-length")
+            .filter(|_| !encoded)
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let stored = Validators {
+            etag: meta.etag.as_deref(),
+            last_modified: meta.last_modified.as_deref(),
+            length: Some(meta.bytes),
+        };
+        let (etag, last_modified) = (header("etag"), header("last-modified"));
+        let now = Validators {
+            etag: etag.as_deref(),
+            last_modified: last_modified.as_deref(),
+            length,
+        };
+        match stored.same_file(&now) {
+            Some(true) => Freshness::Fresh,
+            Some(false) => Freshness::Stale,
+            None => Freshness::Unknown,
+        }
     }
 
     /// `fetch(url, init)`: the `fetch` option's, else the global one. A synchronous throw or a value that
@@ -277,7 +344,7 @@ impl Fetcher {
 
     /// A cached copy of `url` and its byte count: `Some(None)` for a remembered absent optional file,
     /// `None` when it must come from the network.
-    async fn open_cached(&self, url: &str, required: bool) -> Option<Option<(Response, u64)>> {
+    async fn open_cached(&self, url: &str, required: bool) -> Option<Option<(Response, Meta)>> {
         let c = self.cache_for(url)?;
         if self.refetch.borrow().contains(url) {
             return None;
@@ -293,7 +360,7 @@ impl Fetcher {
                 match hit.dyn_into::<Response>() {
                     Ok(r) => {
                         self.any_cached.set(true);
-                        Some(Some((r, m.bytes)))
+                        Some(Some((r, m)))
                     }
                     Err(_) => {
                         // A record without its body: drop the record, fetch again.
@@ -326,13 +393,24 @@ impl Fetcher {
             };
         };
         self.check_abort(&format!("loading {file}"))?;
-        let cached = self.open_cached(&url, required).await;
+        let mut cached = self.open_cached(&url, required).await;
+        if let Some(Some((_, meta))) = &cached {
+            if self.revalidate
+                && revision_may_change(&url)
+                && self.freshness(&url, meta).await == Freshness::Stale
+            {
+                if let Some(c) = self.cache_for(&url) {
+                    cache::forget(c, &url).await;
+                }
+                cached = None;
+            }
+        }
         self.check_abort(&format!("loading {file}"))?;
         let mut meta_total = None;
         let (resp, cached, put, controller) = match cached {
             Some(None) => return Ok(None),
-            Some(Some((r, bytes))) => {
-                meta_total = Some(bytes);
+            Some(Some((r, meta))) => {
+                meta_total = Some(meta.bytes);
                 (r, true, None, None)
             }
             None => {
