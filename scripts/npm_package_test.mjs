@@ -49,7 +49,8 @@ for (const t of ["TaskOutput", "LoadOptions", "RunTaskOptions", "ProgressEvent",
                  "static load(source: ModelSource, options?: LoadOptions): Promise<Florence2>",
                  "static cacheInfo(source?: ModelSource, options?: LoadOptions): Promise<CacheInfo>",
                  "static clearCache(source?: ModelSource, options?: LoadOptions): Promise<boolean>",
-                 "runTask(image: ImageInput | EncodedImage, prompt: string, options?: RunTaskOptions): Promise<TaskOutput>"]) {
+                 "runTask<P extends string>(image: ImageInput | EncodedImage, prompt: P, options?: RunTaskOptions): Promise<TaskOutputFor<P>>",
+                 "export type TaskOutputFor<P extends string>"]) {
   assert.ok(dts.includes(t), `declarations lack ${t}`);
 }
 const idx = readFileSync(join(pkgDir, "index.d.ts"), "utf8");

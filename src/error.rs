@@ -164,6 +164,12 @@ pub const ERROR_NAMES: &[&str] = &[
     "Florence2InputError",
 ];
 
+/// Names of the errors the package's JavaScript raises itself (never a Rust [`Error`]):
+/// `Florence2InitError` (a static method that needs the wasm module called before `init()`) and
+/// `Florence2WorkerError` (the `florence2-wasm/worker` worker failed). The TypeScript union and
+/// `isFlorence2Error` include them.
+pub const JS_ERROR_NAMES: &[&str] = &["Florence2InitError", "Florence2WorkerError"];
+
 impl Error {
     /// A stable name for the error kind, used as the JS `Error.name` at the wasm boundary.
     /// Every name is in [`ERROR_NAMES`] (and in the TypeScript union `Florence2ErrorName`).
@@ -354,7 +360,8 @@ mod tests {
         assert_eq!(Error::DeviceLost("x".into()).name(), "DeviceLostError");
     }
 
-    /// The TypeScript union the npm package ships (src/wasm/errors.rs) lists exactly ERROR_NAMES.
+    /// The TypeScript union the npm package ships (src/wasm/errors.rs) lists exactly ERROR_NAMES and
+    /// JS_ERROR_NAMES.
     #[test]
     fn typescript_union_lists_every_name() {
         let src = include_str!("wasm/errors.rs");
@@ -365,8 +372,15 @@ mod tests {
         let union = &src[start..end];
         let mut in_ts: Vec<&str> = union.split('"').skip(1).step_by(2).collect();
         in_ts.sort_unstable();
-        let mut names = ERROR_NAMES.to_vec();
+        let mut names = [ERROR_NAMES, JS_ERROR_NAMES].concat();
         names.sort_unstable();
         assert_eq!(in_ts, names);
+        // The package's JavaScript raises exactly its names.
+        for (n, file) in [
+            ("Florence2InitError", include_str!("../scripts/npm/index.js")),
+            ("Florence2WorkerError", include_str!("../scripts/npm/client.js")),
+        ] {
+            assert!(file.contains(&format!("\"{n}\"")), "{n} is not raised where it is documented");
+        }
     }
 }

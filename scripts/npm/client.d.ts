@@ -1,5 +1,5 @@
 import type {
-  LoadOptions, ModelSource, RunTaskOptions, TaskOutput, CacheInfo, ImageInput, GlobalType,
+  LoadOptions, ModelSource, RunTaskOptions, TaskOutputFor, CacheInfo, ImageInput, GlobalType,
 } from "./florence2_wasm.js";
 
 /** The DOM's `Worker` where the program's libs declare it, else `never` (the client is for browsers; it
@@ -20,8 +20,11 @@ export declare class Florence2Worker {
   private constructor();
   /** Load `source` in `worker` (a module worker whose script imports "florence2-wasm/worker"). */
   static load(worker: DomWorker, source: ModelSource, options?: WorkerLoadOptions): Promise<Florence2Worker>;
-  /** `Florence2.runTask` in the worker; `transfer` moves ImageBitmaps/VideoFrames instead of copying. */
-  runTask(image: ImageInput, prompt: string, options?: RunTaskOptions, transfer?: TransferList): Promise<TaskOutput>;
+  /** `Florence2.runTask` in the worker; `transfer` moves ImageBitmaps/VideoFrames instead of copying. The
+   * output type follows the prompt as `Florence2.runTask`'s does (`TaskOutputFor`). */
+  runTask<P extends string>(
+    image: ImageInput, prompt: P, options?: RunTaskOptions, transfer?: TransferList,
+  ): Promise<TaskOutputFor<P>>;
   cacheInfo(source?: ModelSource, options?: LoadOptions): Promise<CacheInfo>;
   clearCache(source?: ModelSource, options?: LoadOptions): Promise<boolean>;
   dispose(): Promise<void>;

@@ -109,6 +109,19 @@ export interface CustomTaskOutput {
 /** What `runTask` resolves to: a union discriminated by `task`. */
 export type TaskOutput = { [T in TaskMarker]: TaskOutputOf<T> }[TaskMarker];
 
+/** The task marker a prompt starts with: `"<OD>"` for `"<OD>"`, `"<CAPTION_TO_PHRASE_GROUNDING>"` for
+ * `"<CAPTION_TO_PHRASE_GROUNDING>a dog"`. */
+export type MarkerOf<P extends string> = P extends `${infer M}>${string}` ? `${M}>` : never;
+/** What `runTask(image, prompt)` resolves to for a prompt of type `P`: a literal prompt that starts with
+ * a built-in marker gives that task's output (`(await model.runTask(img, "<OD>")).result["<OD>"].bboxes`
+ * needs no narrowing); a literal prompt with another marker (a fine-tune's own) gives
+ * `CustomTaskOutput`; a `string` prompt gives the `TaskOutput` union (discriminate on `task`). */
+export type TaskOutputFor<P extends string> = string extends P
+  ? TaskOutput
+  : MarkerOf<P> extends TaskMarker
+    ? TaskOutputOf<MarkerOf<P>>
+    : CustomTaskOutput;
+
 /** Decoded RGBA8 pixels, row by row (`ImageData`'s shape, for runtimes without `ImageData` such as
  * Node.js): `data.length` is `4 * width * height`. */
 export interface RgbaImage {

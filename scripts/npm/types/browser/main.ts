@@ -62,6 +62,9 @@ for (const image of inputs) {
     console.log(od.bboxes.length, out.timings.decode);
   }
 }
+// The worker's output type follows the prompt too.
+const workerBoxes: BoxesResult = (await remote.runTask(canvas, "<OD>")).result["<OD>"];
+console.log(workerBoxes.labels);
 const frame = await createImageBitmap(canvas);
 const moved = await remote.runTask(frame, "<DENSE_REGION_CAPTION>", { signal: AbortSignal.timeout(5000) }, [frame]);
 console.log(moved.text, remote.adapterInfo, (await remote.cacheInfo()).bytes);

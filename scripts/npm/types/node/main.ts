@@ -7,6 +7,7 @@ import {
   Florence2,
   isFlorence2Error,
   type Box,
+  type CustomTaskOutput,
   type Florence2ErrorName,
   type ImageInput,
   type MemoryInfo,
@@ -36,6 +37,24 @@ if (od.task === "<OD>") {
   const labels: string[] = od.result["<OD>"].labels;
   for (const [i, [x1, y1, x2, y2]] of boxes.entries()) console.log(labels[i], x1, y1, x2 - x1, y2 - y1);
 }
+
+// A literal prompt narrows the output to its task; a fine-tune's own marker gives pure text; a `string`
+// prompt gives the union.
+const narrowed = await model.runTask(bytes, "<OD>");
+const narrowedBoxes: Box[] = narrowed.result["<OD>"].bboxes;
+const grounded = await model.runTask(bytes, "<CAPTION_TO_PHRASE_GROUNDING>a red car");
+const phrases: string[] = grounded.result["<CAPTION_TO_PHRASE_GROUNDING>"].labels;
+// @ts-expect-error an <OD> output holds no <CAPTION> result
+console.log(narrowed.result["<CAPTION>"]);
+// @ts-expect-error an <OCR> answer is a string, not boxes
+const notBoxes: Box[] = (await model.runTask(bytes, "<OCR>")).result["<OCR>"];
+const tags: CustomTaskOutput = await model.runTask(bytes, "<GENERATE_TAGS>");
+const someMarker: string = process.argv[2] ?? "<OD>";
+const anyOutput: TaskOutput = await model.runTask(bytes, someMarker);
+console.log(narrowedBoxes.length, phrases, notBoxes, tags.text, anyOutput.task);
+// Errors the package's own JavaScript raises are in the union too.
+const jsErrors: Florence2ErrorName[] = ["Florence2InitError", "Florence2WorkerError"];
+console.log(jsErrors);
 
 // Decoded RGBA pixels.
 const width = 64;
