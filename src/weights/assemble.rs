@@ -4,12 +4,10 @@
 //! converts its bytes to f32 chunk by chunk straight into a GPU buffer, and at the end checks the table
 //! of expected tensors, ties the LM head and synthesizes the temporal table if absent.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::config::tensors::{expected_tensors, optional_tensors};
 use crate::config::Florence2Config;
-use crate::config::QuantizationConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
 use crate::ops::layout::permute;
@@ -18,9 +16,10 @@ use crate::weights::convert::ElemConverter;
 use crate::weights::expected::{
     is_dense_conv_weight, is_matrix_weight, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
 };
-use crate::weights::header::{Header, TensorInfo};
-use crate::weights::names::{canonical_name, detect_layout, Layout, FINAL_LOGITS_BIAS};
-use crate::weights::quantized::{check_rows, quant_err, QWEIGHT_SUFFIX};
+use crate::weights::header::Header;
+use crate::weights::names::{Layout, FINAL_LOGITS_BIAS};
+pub use crate::weights::plan::{Fixup, Planner, TensorPlan};
+use crate::weights::quantized::{check_rows, quant_err};
 use crate::weights::store::Weights;
 
 /// The format the matrix weights are kept in on the GPU (see [`is_matrix_weight`]); the dense
@@ -142,28 +141,6 @@ impl LoadOptions {
     }
 }
 
-/// A layout fix-up applied after a tensor's bytes arrived.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Fixup {
-    None,
-    /// Output dim `i` is source dim `perm[i]` (`[1, 0]`: transpose; `[0, 3, 1, 2]`: channels-last conv
-    /// `(O, kH, kW, I)` to `(O, I, kH, kW)`).
-    Permute(Vec<usize>),
-}
-
-/// What a source tensor becomes.
-#[derive(Clone, Debug)]
-pub struct TensorPlan {
-    pub canonical: String,
-    pub src: TensorInfo,
-    /// Canonical shape (after the fix-up).
-    pub shape: Vec<usize>,
-    pub fixup: Fixup,
-    /// The source holds quantized rows in this format (a `NAME.qweight` U8 tensor of a quantized
-    /// checkpoint, [`crate::weights::quantized`]); `None` for float sources.
-    pub quant: Option<QFormat>,
-}
-
 /// Host-memory accounting of the loader's own buffers (bytes held by the loader, not by wgpu).
 /// `current` is the latest figure, `peak` the largest seen.
 #[derive(Clone, Copy, Debug, Default)]
@@ -228,16 +205,8 @@ impl TensorWriter {
 pub struct Assembler {
     gpu: Arc<Gpu>,
     opts: LoadOptions,
-    /// Canonical name -> (shape, required).
-    table: BTreeMap<String, (Vec<usize>, bool)>,
-    layout: Option<Layout>,
-    /// Channels-last conv weights seen (or declared by metadata): resolves ambiguous conv shapes.
-    channels_last: bool,
-    /// The config's `quantization` entry (quantized checkpoints).
-    quant: Option<QuantizationConfig>,
+    planner: Planner,
     weights: Weights,
-    planned: BTreeSet<String>,
-    ignored: Vec<String>,
     scratch: Vec<f32>,
     since_flush: u64,
     /// Host bytes the caller reported holding (header buffer, the chunk being read).
@@ -247,23 +216,11 @@ pub struct Assembler {
 
 impl Assembler {
     pub fn new(gpu: &Arc<Gpu>, cfg: &Florence2Config, opts: LoadOptions) -> Self {
-        let mut table = BTreeMap::new();
-        for (n, s) in expected_tensors(cfg) {
-            table.insert(n, (s, true));
-        }
-        for (n, s) in optional_tensors(cfg) {
-            table.insert(n, (s, false));
-        }
         Assembler {
             gpu: gpu.clone(),
             opts,
-            table,
-            layout: None,
-            channels_last: false,
-            quant: cfg.quantization.clone(),
+            planner: Planner::new(cfg),
             weights: Weights::new(),
-            planned: BTreeSet::new(),
-            ignored: Vec::new(),
             scratch: Vec::new(),
             since_flush: 0,
             external: 0,
@@ -277,11 +234,11 @@ impl Assembler {
 
     /// Fix the layout (e.g. from an index's names) before any header is planned.
     pub fn set_layout(&mut self, layout: Layout) {
-        self.layout = Some(layout);
+        self.planner.set_layout(layout);
     }
 
     pub fn layout(&self) -> Option<Layout> {
-        self.layout
+        self.planner.layout()
     }
 
     /// Peak host bytes held by the loader's own buffers so far (conversion scratch, partial elements,
@@ -297,201 +254,9 @@ impl Assembler {
         self.stats.set(cur);
     }
 
-    /// Plan every tensor of a header (file order). `None` entries are not needed and are skipped.
+    /// Plan every tensor of a header (file order): [`Planner::plan_header`].
     pub fn plan_header(&mut self, file: &str, header: &Header) -> Result<Vec<Option<TensorPlan>>> {
-        let layout = *self
-            .layout
-            .get_or_insert_with(|| detect_layout(header.tensors.iter().map(|t| t.name.as_str())));
-        if header
-            .metadata
-            .get("format")
-            .is_some_and(|f| f.eq_ignore_ascii_case("mlx"))
-        {
-            self.channels_last = true;
-        }
-        // Pre-pass: an unambiguous channels-last conv anywhere in this file (every DaViT block has
-        // depthwise convs, (C, 1, 3, 3) vs (C, 3, 3, 1)) decides how ambiguous ones (I == kH == kW) read.
-        for t in &header.tensors {
-            let Some(canonical) = canonical_name(layout, &t.name) else {
-                continue;
-            };
-            if let Some((shape, _)) = self.table.get(&canonical) {
-                if let [o, i, kh, kw] = shape.as_slice() {
-                    if t.shape == [*o, *kh, *kw, *i] && t.shape != *shape {
-                        self.channels_last = true;
-                    }
-                }
-            }
-        }
-        let mut plans = Vec::with_capacity(header.tensors.len());
-        for t in &header.tensors {
-            let plan = self.plan_one(file, layout, t)?;
-            if plan.is_none() {
-                log::debug!(
-                    "{file}: ignoring tensor '{}' (not used by the model)",
-                    t.name
-                );
-                self.ignored.push(t.name.clone());
-            }
-            plans.push(plan);
-        }
-        Ok(plans)
-    }
-
-    fn plan_one(
-        &mut self,
-        file: &str,
-        layout: Layout,
-        t: &TensorInfo,
-    ) -> Result<Option<TensorPlan>> {
-        let quantized = t.name.strip_suffix(QWEIGHT_SUFFIX);
-        let base = quantized.unwrap_or(&t.name);
-        let Some(canonical) = canonical_name(layout, base) else {
-            return Ok(None);
-        };
-        let Some((shape, _)) = self.table.get(&canonical) else {
-            return Ok(None);
-        };
-        let shape = shape.clone();
-        let listed = self
-            .quant
-            .as_ref()
-            .is_some_and(|q| q.tensors.contains(base));
-        if let Some(base) = quantized {
-            let fmt = self.check_quantized(layout, t, base, &canonical, &shape)?;
-            if !self.planned.insert(canonical.clone()) {
-                return Err(Error::SafetensorsHeader {
-                    file: file.to_owned(),
-                    msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
-                });
-            }
-            return Ok(Some(TensorPlan {
-                canonical,
-                src: t.clone(),
-                shape,
-                fixup: Fixup::None,
-                quant: Some(fmt),
-            }));
-        }
-        if listed {
-            return Err(quant_err(
-                &t.name,
-                format!(
-                    "config.json lists it as quantized, but the checkpoint stores it as {} (expected '{}{QWEIGHT_SUFFIX}')",
-                    t.dtype.as_str(),
-                    t.name
-                ),
-            ));
-        }
-        if !t.dtype.is_loadable() {
-            return Err(Error::UnsupportedDtype {
-                name: t.name.clone(),
-                dtype: t.dtype.as_str().to_owned(),
-            });
-        }
-        if !self.planned.insert(canonical.clone()) {
-            return Err(Error::SafetensorsHeader {
-                file: file.to_owned(),
-                msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
-            });
-        }
-        let mismatch = || Error::TensorShape {
-            name: canonical.clone(),
-            expected: shape.clone(),
-            got: t.shape.clone(),
-        };
-        let fixup = if canonical == crate::weights::expected::IMAGE_PROJECTION
-            && layout == Layout::Original
-        {
-            // Raw (C_last, D) parameter applied as x @ P; HF-native stores its transpose.
-            match shape.as_slice() {
-                [d, c] if t.shape == [*c, *d] => Fixup::Permute(vec![1, 0]),
-                _ => return Err(mismatch()),
-            }
-        } else if let [o, i, kh, kw] = shape.as_slice() {
-            let cl = [*o, *kh, *kw, *i];
-            let is_cf = t.shape == shape;
-            let is_cl = t.shape == cl;
-            match (is_cf, is_cl) {
-                (true, true) if self.channels_last => Fixup::Permute(vec![0, 3, 1, 2]),
-                (true, _) => Fixup::None,
-                (false, true) => {
-                    self.channels_last = true;
-                    Fixup::Permute(vec![0, 3, 1, 2])
-                }
-                (false, false) => return Err(mismatch()),
-            }
-        } else if t.shape == shape {
-            Fixup::None
-        } else {
-            return Err(mismatch());
-        };
-        Ok(Some(TensorPlan {
-            canonical,
-            src: t.clone(),
-            shape,
-            fixup,
-            quant: None,
-        }))
-    }
-
-    /// Check a `BASE.qweight` source tensor against the config's `quantization` entry and the expected
-    /// `(N, K)` shape of its canonical tensor; returns its format.
-    fn check_quantized(
-        &self,
-        layout: Layout,
-        t: &TensorInfo,
-        base: &str,
-        canonical: &str,
-        shape: &[usize],
-    ) -> Result<QFormat> {
-        let Some(q) = &self.quant else {
-            return Err(quant_err(
-                &t.name,
-                "the checkpoint holds quantized rows but config.json has no quantization entry",
-            ));
-        };
-        if !q.tensors.contains(base) {
-            return Err(quant_err(
-                &t.name,
-                format!("'{base}' is not listed in config.json quantization.tensors"),
-            ));
-        }
-        let fmt = q.format;
-        let permuted =
-            canonical == crate::weights::expected::IMAGE_PROJECTION && layout == Layout::Original;
-        let &[n, k] = shape else {
-            return Err(quant_err(
-                &t.name,
-                format!("'{canonical}' {shape:?} is not a matrix and cannot be quantized"),
-            ));
-        };
-        if !is_matrix_weight(canonical, shape) || permuted || !k.is_multiple_of(QBLOCK) {
-            return Err(quant_err(
-                &t.name,
-                format!(
-                    "'{canonical}' {shape:?} is not a matrix weight with rows of whole {QBLOCK}-weight blocks (only those are quantized)"
-                ),
-            ));
-        }
-        if t.dtype != crate::weights::header::StDtype::U8 {
-            return Err(quant_err(
-                &t.name,
-                format!("stored as {}; quantized rows are U8", t.dtype.as_str()),
-            ));
-        }
-        let rb = fmt.row_bytes(k);
-        if t.shape != [n, rb] {
-            return Err(quant_err(
-                &t.name,
-                format!(
-                    "shape {:?} does not hold {} rows of ({n}, {k}): expected [{n}, {rb}]",
-                    t.shape,
-                    fmt.name()
-                ),
-            ));
-        }
-        Ok(fmt)
+        self.planner.plan_header(file, header)
     }
 
     /// Open a writer for a planned tensor (allocates its GPU buffer in the source layout).
@@ -780,7 +545,7 @@ impl Assembler {
 
     /// Names of source tensors that were skipped as unused.
     pub fn ignored(&self) -> &[String] {
-        &self.ignored
+        self.planner.ignored()
     }
 
     /// Check the table, tie the LM head, synthesize the temporal table if absent; flush the queue.
@@ -788,6 +553,7 @@ impl Assembler {
         // Missing tensors first: nothing is synthesized (allocated) for a checkpoint that is refused
         // anyway. The temporal table is the one required tensor the loader can make itself.
         let missing: BTreeSet<&String> = self
+            .planner
             .table
             .iter()
             .filter(|(n, (_, req))| *req && !self.weights.has(n) && n.as_str() != TEMPORAL_TABLE)
@@ -802,7 +568,7 @@ impl Assembler {
             });
         }
         if !self.weights.has(TEMPORAL_TABLE) {
-            if let Some((shape, _)) = self.table.get(TEMPORAL_TABLE) {
+            if let Some((shape, _)) = self.planner.table.get(TEMPORAL_TABLE) {
                 if let [n, c] = shape.as_slice() {
                     // Bounded by the config's cost checks (Florence2Config::validate).
                     let data = temporal_cosine_table(*n, *c);
@@ -822,11 +588,12 @@ impl Assembler {
             let shared = self.weights.get_any(SHARED)?;
             self.weights.insert(LM_HEAD, shared);
         }
-        if !self.ignored.is_empty() {
+        let ignored = self.planner.ignored();
+        if !ignored.is_empty() {
             log::debug!(
                 "{} checkpoint tensors not used: {:?}",
-                self.ignored.len(),
-                self.ignored
+                ignored.len(),
+                ignored
             );
         }
         self.flush()?;

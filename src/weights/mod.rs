@@ -41,6 +41,7 @@ pub mod header;
 pub mod load;
 pub mod names;
 pub mod pickle;
+pub mod plan;
 pub mod quantized;
 pub mod source;
 pub mod store;
