@@ -13,6 +13,7 @@ use crate::gpu::Gpu;
 use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
 use crate::weights::names::detect_layout;
+use crate::weights::sink::{CheckpointSink, TensorSink};
 use crate::weights::source::{check_relative_name, ByteSource, ModelSource};
 use crate::weights::store::Weights;
 
@@ -151,8 +152,8 @@ pub async fn read_header<S: ByteSource>(src: &mut S) -> Result<(Header, u64)> {
 
 /// Load the tensors of one safetensors source into `asm`, reading only the needed ranges.
 /// `expect_names`: tensors an index places in this file (each must be in its header).
-pub async fn load_source<S: ByteSource>(
-    asm: &mut Assembler,
+pub async fn load_source<S: ByteSource, K: TensorSink>(
+    asm: &mut K,
     src: &mut S,
     expect_names: &[&str],
 ) -> Result<()> {
@@ -167,7 +168,7 @@ pub async fn load_source<S: ByteSource>(
         }
     }
     let plans = asm.plan_header(&file, &header)?;
-    let chunk = asm.options().chunk_bytes.max(16);
+    let chunk = asm.chunk_bytes().max(16);
     for plan in plans.into_iter().flatten() {
         let start = header.data_start + plan.src.start;
         let len = plan.src.byte_len();
@@ -176,7 +177,7 @@ pub async fn load_source<S: ByteSource>(
         while off < len {
             let n = (len - off).min(chunk as u64) as usize;
             let bytes = src.read_range(start + off, n).await?;
-            asm.note_held(bytes.capacity() as u64 + w.host_bytes());
+            asm.note_held(bytes.capacity() as u64 + K::writer_held(&w));
             asm.push(&mut w, &bytes)?;
             off += n as u64;
         }
@@ -224,12 +225,15 @@ pub async fn load_weights<S: ModelSource + ?Sized>(
 /// checkpoint, tried in this order: `model.safetensors.index.json` and the shards it names,
 /// `model.safetensors`, `pytorch_model.bin.index.json` and its `.bin` shards, `pytorch_model.bin` (a
 /// PyTorch checkpoint, read by the restricted pickle reader: [`crate::weights::torch_load`]).
-pub async fn load_checkpoint<S: ModelSource + ?Sized>(src: &S, asm: &mut Assembler) -> Result<()> {
-    if load_indexed(src, asm, INDEX_FILE).await? || src.load_file(SINGLE_FILE, asm, &[]).await? {
+pub async fn load_checkpoint<S: ModelSource + ?Sized, K: CheckpointSink<S>>(
+    src: &S,
+    asm: &mut K,
+) -> Result<()> {
+    if load_indexed(src, asm, INDEX_FILE).await? || asm.load_file(src, SINGLE_FILE, &[]).await? {
         return Ok(());
     }
     if load_indexed(src, asm, TORCH_INDEX_FILE).await?
-        || src.load_file(TORCH_FILE, asm, &[]).await?
+        || asm.load_file(src, TORCH_FILE, &[]).await?
     {
         return Ok(());
     }
@@ -242,9 +246,9 @@ pub async fn load_checkpoint<S: ModelSource + ?Sized>(src: &S, asm: &mut Assembl
 }
 
 /// The shards an index `file` names, if the index exists (`Ok(false)` when it does not).
-async fn load_indexed<S: ModelSource + ?Sized>(
+async fn load_indexed<S: ModelSource + ?Sized, K: CheckpointSink<S>>(
     src: &S,
-    asm: &mut Assembler,
+    asm: &mut K,
     file: &str,
 ) -> Result<bool> {
     let Some(idx) = src.read_small(file, false, MAX_JSON_BYTES).await? else {
@@ -254,7 +258,7 @@ async fn load_indexed<S: ModelSource + ?Sized>(
     asm.set_layout(detect_layout(index.weight_map.keys().map(String::as_str)));
     for shard in &index.shards {
         let names: Vec<&str> = index.names_in(shard).collect();
-        if !src.load_file(shard, asm, &names).await? {
+        if !asm.load_file(src, shard, &names).await? {
             return Err(Error::CheckpointIndex {
                 file: file.into(),
                 msg: format!("shard '{shard}' does not exist"),

@@ -43,6 +43,7 @@ pub mod names;
 pub mod pickle;
 pub mod plan;
 pub mod quantized;
+pub mod sink;
 pub mod source;
 pub mod store;
 pub mod stream;

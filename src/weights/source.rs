@@ -19,6 +19,7 @@ use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::weights::assemble::{Assembler, LoadOptions};
+use crate::weights::sink::TensorSink;
 use crate::weights::store::Weights;
 
 /// A random-access byte source (one file).
@@ -87,16 +88,28 @@ impl<F: ModelFiles> ModelSource for F {
         asm: &mut Assembler,
         expect_names: &[&str],
     ) -> Result<bool> {
-        let Some(mut src) = self.open(name).await? else {
-            return Ok(false);
-        };
-        if crate::weights::torch_load::is_torch_file(name) {
-            crate::weights::torch_load::load_torch_source(asm, &mut src, expect_names).await?;
-        } else {
-            crate::weights::load::load_source(asm, &mut src, expect_names).await?;
-        }
-        Ok(true)
+        load_named_file(self, name, asm, expect_names).await
     }
+}
+
+/// Open the weights file `name` of `files` and read it into `sink` (a PyTorch checkpoint when the name
+/// ends in `.bin`, else safetensors); `expect_names`: tensors an index places in it. `Ok(false)` when the
+/// file is absent.
+pub async fn load_named_file<F: ModelFiles + ?Sized, K: TensorSink>(
+    files: &F,
+    name: &str,
+    sink: &mut K,
+    expect_names: &[&str],
+) -> Result<bool> {
+    let Some(mut src) = files.open(name).await? else {
+        return Ok(false);
+    };
+    if crate::weights::torch_load::is_torch_file(name) {
+        crate::weights::torch_load::load_torch_source(sink, &mut src, expect_names).await?;
+    } else {
+        crate::weights::load::load_source(sink, &mut src, expect_names).await?;
+    }
+    Ok(true)
 }
 
 fn too_large(name: &str, max: u64) -> Error {

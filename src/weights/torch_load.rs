@@ -1,11 +1,13 @@
-//! PyTorch checkpoints (`pytorch_model.bin`, zip or legacy) into an [`Assembler`]: a [`TorchReader`]
+//! PyTorch checkpoints (`pytorch_model.bin`, zip or legacy) into a [`TensorSink`] (the loader's
+//! `Assembler`, the converter's writer): a [`TorchReader`]
 //! reads the file in order and this sink plans the state dict's tensors like a safetensors header's,
 //! then routes each storage's bytes to the writers of the tensors inside it (several at once where
 //! tensors share a storage: tied weights). Natively the file is read in `chunk_bytes` ranges
 //! ([`load_torch_source`]); the browser pushes `fetch()` chunks ([`TorchStreamLoader`]).
 
 use crate::error::{Error, Result};
-use crate::weights::assemble::{Assembler, TensorPlan, TensorWriter};
+use crate::weights::plan::TensorPlan;
+use crate::weights::sink::TensorSink;
 use crate::weights::source::ByteSource;
 use crate::weights::torch::StateDict;
 use crate::weights::torch_reader::{StorageSink, TorchReader};
@@ -17,24 +19,24 @@ pub fn is_torch_file(name: &str) -> bool {
 }
 
 /// A planned tensor inside its storage.
-struct Slot {
+struct Slot<W> {
     /// Byte range inside the storage.
     start: u64,
     end: u64,
     plan: Option<TensorPlan>,
-    writer: Option<TensorWriter>,
+    writer: Option<W>,
 }
 
-/// The [`StorageSink`] that fills an [`Assembler`].
-struct AsmSink<'a> {
-    asm: &'a mut Assembler,
+/// The [`StorageSink`] that fills a [`TensorSink`] (the loader's `Assembler`, the converter's writer).
+struct AsmSink<'a, K: TensorSink> {
+    asm: &'a mut K,
     file: String,
     expect_names: Vec<String>,
     /// Per storage: its planned tensors.
-    slots: Vec<Vec<Slot>>,
+    slots: Vec<Vec<Slot<K::Writer>>>,
 }
 
-impl StorageSink for AsmSink<'_> {
+impl<K: TensorSink> StorageSink for AsmSink<'_, K> {
     fn state_dict(&mut self, sd: &StateDict) -> Result<()> {
         let header = sd.header();
         for n in &self.expect_names {
@@ -94,16 +96,16 @@ impl StorageSink for AsmSink<'_> {
 
 /// Consumes one PyTorch checkpoint pushed in order (the push-style twin of
 /// [`crate::weights::StreamLoader`]).
-pub struct TorchStreamLoader {
+pub struct TorchStreamLoader<W = crate::weights::assemble::TensorWriter> {
     reader: TorchReader,
     file: String,
     total_len: Option<u64>,
     received: u64,
     expect_names: Vec<String>,
-    slots: Vec<Vec<Slot>>,
+    slots: Vec<Vec<Slot<W>>>,
 }
 
-impl TorchStreamLoader {
+impl<W> TorchStreamLoader<W> {
     /// `total_len`: the file's length if known (Content-Length).
     pub fn new(file: &str, total_len: Option<u64>) -> Self {
         TorchStreamLoader {
@@ -127,7 +129,7 @@ impl TorchStreamLoader {
         self.received
     }
 
-    fn sink<'a>(&mut self, asm: &'a mut Assembler) -> AsmSink<'a> {
+    fn sink<'a, K: TensorSink<Writer = W>>(&mut self, asm: &'a mut K) -> AsmSink<'a, K> {
         AsmSink {
             asm,
             file: self.file.clone(),
@@ -137,7 +139,7 @@ impl TorchStreamLoader {
     }
 
     /// Push the next bytes of the file.
-    pub fn feed(&mut self, asm: &mut Assembler, chunk: &[u8]) -> Result<()> {
+    pub fn feed<K: TensorSink<Writer = W>>(&mut self, asm: &mut K, chunk: &[u8]) -> Result<()> {
         self.received = self.received.saturating_add(chunk.len() as u64);
         if self.total_len.is_some_and(|t| self.received > t) {
             return Err(Error::TorchCheckpoint {
@@ -155,7 +157,7 @@ impl TorchStreamLoader {
     }
 
     /// The file ended: every storage must be complete.
-    pub fn finish(mut self, asm: &mut Assembler) -> Result<()> {
+    pub fn finish<K: TensorSink<Writer = W>>(mut self, asm: &mut K) -> Result<()> {
         let mut sink = self.sink(asm);
         self.reader.finish(&mut sink)?;
         if let Some(s) = sink
@@ -176,8 +178,8 @@ impl TorchStreamLoader {
 }
 
 /// Load one PyTorch checkpoint from a ranged source: read in order, `chunk_bytes` at a time.
-pub async fn load_torch_source<S: ByteSource>(
-    asm: &mut Assembler,
+pub async fn load_torch_source<S: ByteSource, K: TensorSink>(
+    asm: &mut K,
     src: &mut S,
     expect_names: &[&str],
 ) -> Result<()> {
@@ -185,7 +187,7 @@ pub async fn load_torch_source<S: ByteSource>(
     let file = src.name().to_owned();
     let mut loader = TorchStreamLoader::new(&file, Some(len))
         .expect_names(expect_names.iter().map(|s| s.to_string()));
-    let chunk = asm.options().chunk_bytes.max(16) as u64;
+    let chunk = asm.chunk_bytes().max(16) as u64;
     let mut off = 0u64;
     while off < len {
         let n = (len - off).min(chunk) as usize;
