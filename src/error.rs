@@ -105,6 +105,10 @@ pub enum Error {
     #[error("cannot read {file}: {msg}")]
     FileRead { file: String, msg: String },
 
+    /// Writing a converted checkpoint (`florence2 convert`) failed.
+    #[error("cannot write {file}: {msg}")]
+    FileWrite { file: String, msg: String },
+
     // ---- tasks -------------------------------------------------------------------------------------
     /// A task prompt failed validation (unknown marker, missing/unexpected input, bad region, ...).
     #[error("invalid task prompt: {0}")]
@@ -195,7 +199,8 @@ impl Error {
             | Error::PickleGlobal { .. }
             | Error::PickleRefused { .. }
             | Error::TorchCheckpoint { .. }
-            | Error::FileRead { .. } => "Florence2LoadError",
+            | Error::FileRead { .. }
+            | Error::FileWrite { .. } => "Florence2LoadError",
             Error::Prompt(_) => "Florence2PromptError",
             Error::Image(_) => "Florence2ImageError",
             Error::ImageTooLarge { .. } => "Florence2ImageTooLargeError",
@@ -286,6 +291,10 @@ mod tests {
                 file: s(),
                 msg: s(),
             },
+            Error::FileWrite {
+                file: s(),
+                msg: s(),
+            },
             Error::Prompt(s()),
             Error::Image(s()),
             Error::ImageTooLarge {
@@ -325,6 +334,7 @@ mod tests {
                 | Error::PickleRefused { .. }
                 | Error::TorchCheckpoint { .. }
                 | Error::FileRead { .. }
+                | Error::FileWrite { .. }
                 | Error::Prompt(_)
                 | Error::Image(_)
                 | Error::ImageTooLarge { .. }

@@ -234,6 +234,81 @@ impl Florence2Tokenizer {
 
 /// `Tokenizer::from_bytes`, with a panic inside the `tokenizers` crate turned into an error where
 /// unwinding exists (native; on wasm32 a panic aborts). Malformed JSON is an ordinary error there.
+/// A `tokenizer.json` for a converted checkpoint: the file as it is when it already carries every
+/// Florence-2 token, else the file with the missing ones added exactly as [`Florence2Tokenizer`] adds
+/// them at load (so the ids are the ones the loader would give).
+pub fn complete_tokenizer_json(bytes: &[u8]) -> Result<Vec<u8>> {
+    let tok = Florence2Tokenizer::from_json_bytes(bytes)?;
+    if tok.florence_tokens == FlorenceTokens::Present {
+        return Ok(bytes.to_vec());
+    }
+    let mut s = tok
+        .inner
+        .to_string(true)
+        .map_err(|e| tok_err(format!("cannot write tokenizer.json: {e}")))?;
+    s.push('\n');
+    Ok(s.into_bytes())
+}
+
+/// BART's byte-level BPE tokenizer from a `vocab.json` and `merges.txt` (the original checkpoints' GPT-2
+/// style files), with the structure of the hub's `tokenizer.json` files: byte-level pre-tokenizer and
+/// decoder (no prefix space), RoBERTa post-processor (`<s>` .. `</s>`), `<s> <pad> </s> <unk>` special
+/// and `<mask>` special with lstrip; then completed like [`complete_tokenizer_json`].
+pub fn tokenizer_json_from_vocab_merges(vocab: &[u8], merges: &[u8]) -> Result<Vec<u8>> {
+    use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+    use tokenizers::processors::roberta::RobertaProcessing;
+
+    let v: std::collections::HashMap<String, u32> =
+        serde_json::from_slice(vocab).map_err(|e| tok_err(format!("vocab.json: {e}")))?;
+    let text = std::str::from_utf8(merges).map_err(|e| tok_err(format!("merges.txt: {e}")))?;
+    let mut pairs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("#version") || line.trim().is_empty() {
+            continue;
+        }
+        let (a, b) = line
+            .split_once(' ')
+            .ok_or_else(|| tok_err(format!("merges.txt line {}: not two tokens", i + 1)))?;
+        pairs.push((a.to_owned(), b.to_owned()));
+    }
+    let id = |t: &str| {
+        v.get(t)
+            .copied()
+            .ok_or_else(|| tok_err(format!("vocab.json has no {t}")))
+    };
+    let (bos, eos) = (id("<s>")?, id("</s>")?);
+    let bpe = BPE::builder()
+        .vocab_and_merges(
+            v.iter()
+                .map(|(k, i)| (k.clone(), *i))
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            pairs,
+        )
+        .build()
+        .map_err(|e| tok_err(format!("vocab.json + merges.txt: {e}")))?;
+    let mut tok = Tokenizer::new(bpe);
+    tok.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
+    tok.with_decoder(Some(ByteLevelDecoder::default()));
+    tok.with_post_processor(Some(
+        RobertaProcessing::new(("</s>".into(), eos), ("<s>".into(), bos)).add_prefix_space(false),
+    ));
+    let specials: Vec<AddedToken> = ["<s>", "<pad>", "</s>", "<unk>"]
+        .iter()
+        .filter(|t| v.contains_key(**t))
+        .map(|t| AddedToken::from(*t, true))
+        .collect();
+    tok.add_special_tokens(&specials);
+    if v.contains_key("<mask>") {
+        tok.add_special_tokens(&[AddedToken::from("<mask>", true).lstrip(true)]);
+    }
+    let json = tok
+        .to_string(false)
+        .map_err(|e| tok_err(format!("cannot write tokenizer.json: {e}")))?;
+    complete_tokenizer_json(json.as_bytes())
+}
+
 fn parse_guarded(bytes: &[u8]) -> Result<Tokenizer> {
     match std::panic::catch_unwind(|| Tokenizer::from_bytes(bytes)) {
         Ok(Ok(t)) => Ok(t),

@@ -37,6 +37,8 @@
 pub mod assemble;
 pub mod convert;
 pub mod expected;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod export;
 pub mod header;
 pub mod load;
 pub mod names;

@@ -285,4 +285,15 @@ impl Planner {
         }
         Ok(fmt)
     }
+
+    /// The first required tensor no header held (the temporal table excepted: the loader makes it).
+    pub fn first_missing(&self) -> Option<&str> {
+        self.table
+            .iter()
+            .find(|(n, (_, req))| {
+                *req && !self.planned.contains(*n)
+                    && n.as_str() != crate::weights::expected::TEMPORAL_TABLE
+            })
+            .map(|(n, _)| n.as_str())
+    }
 }

@@ -1,0 +1,358 @@
+//! Converting a checkpoint into the package's own format (`florence2 convert`): any checkpoint the
+//! loader reads (safetensors single or sharded, PyTorch `pytorch_model.bin` zip/legacy or sharded;
+//! HF-native, original or mlx names; f32/f16/bf16; our q8/q4 `florence2-wasm-block` files) becomes a
+//! directory of safetensors in a target [`WeightDType`], read by the loader's own readers
+//! ([`crate::weights::load::load_checkpoint`] into an [`Exporter`], a [`TensorSink`]) and planned by
+//! its [`Planner`].
+//!
+//! Guarantee: loading the output with dtype D gives bit for bit the resident weights of loading the
+//! source with D (each tensor is stored in the format the loader keeps it in for D, [`encode`]). Names
+//! and layouts are kept; tensors the model does not use are left out, and an LM head equal to the
+//! shared embedding (a tied copy) is dropped: the loader ties it itself.
+//!
+//! Streaming: one read chunk and one copy chunk at a time ([`shards`]); everything is written into a
+//! hidden sibling directory that is renamed to the output only when complete.
+//!
+//! - [`encode`]: what each tensor becomes, and its streaming conversion.
+//! - [`shards`]: the safetensors files and the shard index.
+//! - [`side`]: config.json, tokenizer.json and the other small files.
+//! - [`sizes`]: the checkpoint size per dtype, from a config's shapes.
+
+pub mod encode;
+pub mod shards;
+pub mod side;
+pub mod sizes;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::config::Florence2Config;
+use crate::error::{Error, Result};
+use crate::quant::QFormat;
+use crate::weights::assemble::WeightDType;
+use crate::weights::expected::{LM_HEAD, SHARED};
+use crate::weights::header::Header;
+use crate::weights::load::{load_checkpoint, CONFIG_FILE, MAX_JSON_BYTES};
+use crate::weights::names::Layout;
+use crate::weights::plan::{Planner, TensorPlan};
+use crate::weights::quantized::QWEIGHT_SUFFIX;
+use crate::weights::sink::{CheckpointSink, TensorSink};
+use crate::weights::source::{load_named_file, DirFiles, ModelFiles};
+use encode::{out_tensor, Encoder};
+use shards::{write_err, ShardWriter, WrittenFile};
+
+/// What to write.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// Target format of the matrix weights.
+    pub dtype: WeightDType,
+    /// Split the weights into files of at most this many bytes (a tensor larger than that gets a file
+    /// of its own); `None`: one `model.safetensors`.
+    pub shard_size: Option<u64>,
+    /// Largest range read from the source at once.
+    pub chunk_bytes: usize,
+}
+
+impl ExportOptions {
+    pub fn new(dtype: WeightDType) -> Self {
+        ExportOptions {
+            dtype,
+            shard_size: None,
+            chunk_bytes: 8 << 20,
+        }
+    }
+}
+
+/// What a conversion wrote.
+#[derive(Clone, Debug)]
+pub struct ExportSummary {
+    pub dtype: WeightDType,
+    /// The weights files, in order.
+    pub files: Vec<WrittenFile>,
+    /// Source tensors the model does not use (left out).
+    pub ignored: Vec<String>,
+    /// Tied copies of the shared embedding left out.
+    pub dropped: Vec<String>,
+    /// Notes on the side files (tokenizer completed, defaults written).
+    pub notes: Vec<String>,
+}
+
+impl ExportSummary {
+    /// Tensors written.
+    pub fn tensors(&self) -> usize {
+        self.files.iter().map(|f| f.tensors.len()).sum()
+    }
+
+    /// Tensor count and bytes per output format (`f32`, `f16`, `bf16`, `q8`, `q4`).
+    pub fn by_format(&self) -> BTreeMap<&'static str, (usize, u64)> {
+        let mut m = BTreeMap::new();
+        for (_, label, b) in self.files.iter().flat_map(|f| &f.tensors) {
+            let e = m.entry(*label).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += b;
+        }
+        m
+    }
+
+    /// Bytes of the weights files (headers included).
+    pub fn file_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.file_bytes).sum()
+    }
+}
+
+/// The [`TensorSink`] that writes converted tensors.
+pub struct Exporter {
+    planner: Planner,
+    dtype: WeightDType,
+    chunk_bytes: usize,
+    writer: ShardWriter,
+    /// Writers open (tensors sharing a PyTorch storage are open together).
+    open: usize,
+    /// Slots of the shared embedding and the LM head in the current shard.
+    shared: Option<usize>,
+    lm_head: Option<usize>,
+    quantized: Vec<String>,
+    dropped: Vec<String>,
+}
+
+/// One tensor being converted.
+pub struct ExportWriter {
+    enc: Encoder,
+    slot: usize,
+    buf: Vec<u8>,
+}
+
+impl Exporter {
+    /// An exporter writing into the directory `dir` (which must exist).
+    pub fn new(cfg: &Florence2Config, dir: &Path, opts: &ExportOptions) -> Result<Self> {
+        Ok(Exporter {
+            planner: Planner::new(cfg),
+            dtype: opts.dtype,
+            chunk_bytes: opts.chunk_bytes,
+            writer: ShardWriter::new(dir, opts.shard_size)?,
+            open: 0,
+            shared: None,
+            lm_head: None,
+            quantized: Vec::new(),
+            dropped: Vec::new(),
+        })
+    }
+
+    /// Close the files; fails if a required tensor never came.
+    pub fn finish(mut self) -> Result<(Vec<WrittenFile>, Option<(QFormat, Vec<String>)>, LeftOut)> {
+        if let Some(name) = self.planner.first_missing() {
+            return Err(Error::MissingTensor {
+                name: name.to_owned(),
+            });
+        }
+        if self.planner.channels_last() {
+            self.writer.format = "mlx".into();
+        }
+        let files = self.writer.close()?;
+        let quant = match self.dtype {
+            WeightDType::Q8 => Some(QFormat::Q8),
+            WeightDType::Q4 => Some(QFormat::Q4),
+            _ => None,
+        };
+        let dropped = &self.dropped;
+        self.quantized.retain(|n| {
+            !dropped
+                .iter()
+                .any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n))
+        });
+        self.quantized.sort();
+        let q = quant.map(|f| (f, self.quantized));
+        Ok((
+            files,
+            q,
+            LeftOut {
+                ignored: self.planner.ignored().to_vec(),
+                dropped: self.dropped,
+            },
+        ))
+    }
+
+    /// An LM head byte for byte equal to the shared embedding is a tied copy: dropped.
+    fn check_tied(&mut self) -> Result<()> {
+        if let (Some(s), Some(l)) = (self.shared, self.lm_head) {
+            if self.writer.drop_if_equal(s, l)? {
+                if let Some(t) = self.writer.tensor(l) {
+                    self.dropped.push(t.name.clone());
+                }
+                self.lm_head = None;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the exporter left out: unused source tensors, tied copies.
+pub struct LeftOut {
+    pub ignored: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+impl TensorSink for Exporter {
+    type Writer = ExportWriter;
+
+    fn plan_header(&mut self, file: &str, header: &Header) -> Result<Vec<Option<TensorPlan>>> {
+        if header
+            .metadata
+            .get("format")
+            .is_some_and(|f| f.eq_ignore_ascii_case("mlx"))
+        {
+            self.writer.format = "mlx".into();
+        }
+        self.planner.plan_header(file, header)
+    }
+
+    fn set_layout(&mut self, layout: Layout) {
+        self.planner.set_layout(layout)
+    }
+
+    fn begin(&mut self, plan: TensorPlan) -> Result<ExportWriter> {
+        let out = out_tensor(&plan, self.dtype)?;
+        let enc = Encoder::new(&plan, &out)?;
+        if out.name.ends_with(QWEIGHT_SUFFIX) {
+            let base = out.name.trim_end_matches(QWEIGHT_SUFFIX).to_owned();
+            self.quantized.push(base);
+        }
+        let canonical = out.canonical.clone();
+        let before = self.writer_shards();
+        let slot = self.writer.reserve(out, self.open)?;
+        if self.writer_shards() != before {
+            // A new shard began: slots of the previous one are gone.
+            self.shared = None;
+            self.lm_head = None;
+        }
+        if canonical == SHARED {
+            self.shared = Some(slot);
+        } else if canonical == LM_HEAD {
+            self.lm_head = Some(slot);
+        }
+        self.open += 1;
+        Ok(ExportWriter {
+            enc,
+            slot,
+            buf: Vec::new(),
+        })
+    }
+
+    fn push(&mut self, w: &mut ExportWriter, bytes: &[u8]) -> Result<()> {
+        w.buf.clear();
+        w.enc.push(bytes, &mut w.buf)?;
+        self.writer.write(w.slot, &w.buf)
+    }
+
+    fn finish_tensor(&mut self, w: ExportWriter) -> Result<()> {
+        w.enc.finish()?;
+        self.writer.finish(w.slot)?;
+        self.open = self.open.saturating_sub(1);
+        if Some(w.slot) == self.shared || Some(w.slot) == self.lm_head {
+            self.check_tied()?;
+        }
+        Ok(())
+    }
+
+    fn note_held(&mut self, _bytes: u64) {}
+
+    fn writer_held(w: &ExportWriter) -> u64 {
+        w.enc.held() + w.buf.capacity() as u64
+    }
+
+    fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
+    }
+}
+
+impl Exporter {
+    fn writer_shards(&self) -> usize {
+        self.writer.shards_closed()
+    }
+}
+
+impl<F: ModelFiles> CheckpointSink<F> for Exporter {
+    async fn load_file(&mut self, src: &F, name: &str, expect_names: &[&str]) -> Result<bool> {
+        load_named_file(src, name, self, expect_names).await
+    }
+}
+
+/// The hidden sibling directory a conversion writes into before it is renamed to `out`.
+fn partial_dir(out: &Path) -> Result<PathBuf> {
+    let name = out
+        .file_name()
+        .ok_or_else(|| Error::InvalidInput(format!("{}: not a directory name", out.display())))?;
+    Ok(out.with_file_name(format!(
+        ".{}.partial-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    )))
+}
+
+/// Convert the checkpoint in directory `src` into the new directory `out` (which must not exist, or be
+/// empty). On failure nothing is left at `out`.
+pub fn convert_dir(src: &Path, out: &Path, opts: &ExportOptions) -> Result<ExportSummary> {
+    if !src.is_dir() {
+        return Err(Error::FileRead {
+            file: src.display().to_string(),
+            msg: "not a directory".into(),
+        });
+    }
+    if out.exists() {
+        let empty = std::fs::read_dir(out)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if !empty {
+            return Err(Error::InvalidInput(format!(
+                "{} exists and is not an empty directory",
+                out.display()
+            )));
+        }
+    }
+    let config = crate::files::read_capped_opt(&src.join(CONFIG_FILE), MAX_JSON_BYTES)?
+        .ok_or_else(|| Error::FileRead {
+            file: src.join(CONFIG_FILE).display().to_string(),
+            msg: "not found".into(),
+        })?;
+    let text = std::str::from_utf8(&config)
+        .map_err(|e| Error::Config(format!("config.json is not UTF-8: {e}")))?;
+    let cfg = Florence2Config::from_json_str(text)?;
+    let tmp = partial_dir(out)?;
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| write_err(&tmp, e))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(|e| write_err(&tmp, e))?;
+    let res = convert_into(src, &tmp, &cfg, &config, opts);
+    let res = res.and_then(|summary| {
+        if out.exists() {
+            std::fs::remove_dir(out).map_err(|e| write_err(out, e))?;
+        }
+        std::fs::rename(&tmp, out).map_err(|e| write_err(out, e))?;
+        Ok(summary)
+    });
+    if res.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    res
+}
+
+fn convert_into(
+    src: &Path,
+    tmp: &Path,
+    cfg: &Florence2Config,
+    config: &[u8],
+    opts: &ExportOptions,
+) -> Result<ExportSummary> {
+    let mut ex = Exporter::new(cfg, tmp, opts)?;
+    pollster::block_on(load_checkpoint(&DirFiles::new(src), &mut ex))?;
+    let (files, quantized, left) = ex.finish()?;
+    side::write_config(config, quantized, tmp)?;
+    let notes = side::write_side_files(src, tmp)?;
+    Ok(ExportSummary {
+        dtype: opts.dtype,
+        files,
+        ignored: left.ignored,
+        dropped: left.dropped,
+        notes,
+    })
+}
