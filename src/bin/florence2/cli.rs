@@ -11,6 +11,7 @@
 //!               [--tuning auto|off|exhaustive] [--profile]
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
+//! florence2 convert --model SRC --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
 //!
@@ -30,6 +31,10 @@
 //! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
 //! error (clap's message naming the flag, then the subcommand's usage).
+//! `convert` writes any checkpoint the loader reads as safetensors in the package's format for a
+//! resident dtype (q8/q4: `florence2-wasm-block`), optionally sharded (`500MB`, `100MiB`, bytes), with
+//! the configs and a completed tokenizer.json, into a new directory, and prints tensors and bytes per
+//! format; loading the output with the same `--dtype` gives exactly the weights of loading SRC.
 //!
 //! `--model` takes a directory or a hub id (`org/name[@revision]`), resolved by [`model_dir`] through the
 //! Hugging Face cache (see `florence2_wasm::hub_cache`); `--offline` (any subcommand) reads the cache only.
@@ -37,6 +42,7 @@
 //! Adding a subcommand: a variant of [`Command`] with its `Args` struct, and an arm in [`dispatch`].
 
 mod batch;
+mod convert;
 mod parse;
 mod run;
 mod serve;
@@ -86,6 +92,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Time the candidate kernels for a model's shapes on this GPU and print the table (cached choice).
     Tune(tune::TuneArgs),
+    /// Convert a checkpoint into the package's safetensors format for a weight dtype (fp32, fp16, q8, q4).
+    Convert(convert::ConvertArgs),
 }
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
@@ -109,6 +117,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run(a) => run::run_cmd(a),
         Command::Serve(a) => serve::main(a).map_err(Failure::Run),
         Command::Tune(a) => tune::tune_cmd(a),
+        Command::Convert(a) => convert::convert_cmd(a),
     }
 }
 

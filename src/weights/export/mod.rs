@@ -108,9 +108,10 @@ pub struct Exporter {
     writer: ShardWriter,
     /// Writers open (tensors sharing a PyTorch storage are open together).
     open: usize,
-    /// Slots of the shared embedding and the LM head in the current shard.
-    shared: Option<usize>,
-    lm_head: Option<usize>,
+    /// The shared embedding's output (id, entry), and the LM head's id: the LM head is held back until
+    /// the end, then dropped if it equals the shared embedding byte for byte (a tied copy).
+    shared: Option<(u64, encode::OutTensor)>,
+    lm_head: Option<u64>,
     quantized: Vec<String>,
     dropped: Vec<String>,
 }
@@ -118,7 +119,9 @@ pub struct Exporter {
 /// One tensor being converted.
 pub struct ExportWriter {
     enc: Encoder,
-    slot: usize,
+    id: u64,
+    /// Held back (the LM head): not counted as open in the shard.
+    held: bool,
     buf: Vec<u8>,
 }
 
@@ -145,6 +148,13 @@ impl Exporter {
                 name: name.to_owned(),
             });
         }
+        if let (Some((sid, st)), Some(_)) = (&self.shared, self.lm_head) {
+            if self.writer.held_equals(*sid, st)? {
+                if let Some(name) = self.writer.drop_held()? {
+                    self.dropped.push(name);
+                }
+            }
+        }
         if self.planner.channels_last() {
             self.writer.format = "mlx".into();
         }
@@ -155,11 +165,8 @@ impl Exporter {
             _ => None,
         };
         let dropped = &self.dropped;
-        self.quantized.retain(|n| {
-            !dropped
-                .iter()
-                .any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n))
-        });
+        self.quantized
+            .retain(|n| !dropped.iter().any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n)));
         self.quantized.sort();
         let q = quant.map(|f| (f, self.quantized));
         Ok((
@@ -170,19 +177,6 @@ impl Exporter {
                 dropped: self.dropped,
             },
         ))
-    }
-
-    /// An LM head byte for byte equal to the shared embedding is a tied copy: dropped.
-    fn check_tied(&mut self) -> Result<()> {
-        if let (Some(s), Some(l)) = (self.shared, self.lm_head) {
-            if self.writer.drop_if_equal(s, l)? {
-                if let Some(t) = self.writer.tensor(l) {
-                    self.dropped.push(t.name.clone());
-                }
-                self.lm_head = None;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -213,27 +207,27 @@ impl TensorSink for Exporter {
     fn begin(&mut self, plan: TensorPlan) -> Result<ExportWriter> {
         let out = out_tensor(&plan, self.dtype)?;
         let enc = Encoder::new(&plan, &out)?;
-        if out.name.ends_with(QWEIGHT_SUFFIX) {
-            let base = out.name.trim_end_matches(QWEIGHT_SUFFIX).to_owned();
-            self.quantized.push(base);
+        if let Some(base) = out.name.strip_suffix(QWEIGHT_SUFFIX) {
+            self.quantized.push(base.to_owned());
         }
-        let canonical = out.canonical.clone();
-        let before = self.writer_shards();
-        let slot = self.writer.reserve(out, self.open)?;
-        if self.writer_shards() != before {
-            // A new shard began: slots of the previous one are gone.
-            self.shared = None;
-            self.lm_head = None;
-        }
-        if canonical == SHARED {
-            self.shared = Some(slot);
-        } else if canonical == LM_HEAD {
-            self.lm_head = Some(slot);
-        }
-        self.open += 1;
+        let held = out.canonical == LM_HEAD;
+        let id = if held {
+            let id = self.writer.reserve_held(out)?;
+            self.lm_head = Some(id);
+            id
+        } else {
+            let shared = (out.canonical == SHARED).then(|| out.clone());
+            let id = self.writer.reserve(out, self.open)?;
+            self.open += 1;
+            if let Some(t) = shared {
+                self.shared = Some((id, t));
+            }
+            id
+        };
         Ok(ExportWriter {
             enc,
-            slot,
+            id,
+            held,
             buf: Vec::new(),
         })
     }
@@ -241,15 +235,14 @@ impl TensorSink for Exporter {
     fn push(&mut self, w: &mut ExportWriter, bytes: &[u8]) -> Result<()> {
         w.buf.clear();
         w.enc.push(bytes, &mut w.buf)?;
-        self.writer.write(w.slot, &w.buf)
+        self.writer.write(w.id, &w.buf)
     }
 
     fn finish_tensor(&mut self, w: ExportWriter) -> Result<()> {
         w.enc.finish()?;
-        self.writer.finish(w.slot)?;
-        self.open = self.open.saturating_sub(1);
-        if Some(w.slot) == self.shared || Some(w.slot) == self.lm_head {
-            self.check_tied()?;
+        self.writer.finish(w.id)?;
+        if !w.held {
+            self.open = self.open.saturating_sub(1);
         }
         Ok(())
     }
@@ -262,12 +255,6 @@ impl TensorSink for Exporter {
 
     fn chunk_bytes(&self) -> usize {
         self.chunk_bytes
-    }
-}
-
-impl Exporter {
-    fn writer_shards(&self) -> usize {
-        self.writer.shards_closed()
     }
 }
 
@@ -355,4 +342,64 @@ fn convert_into(
         dropped: left.dropped,
         notes,
     })
+}
+
+/// A shard size: bytes (`123456`), or a number with a unit: `KB`/`MB`/`GB` (powers of 1000),
+/// `KiB`/`MiB`/`GiB` (powers of 1024), `B`; case-insensitive, a fraction allowed (`1.5GB`). Positive.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let bad = || Error::InvalidInput(format!("not a size: {s:?} (e.g. 500MB, 100MiB, 123456)"));
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    let n = if num.contains('.') {
+        let x: f64 = num.parse().map_err(|_| bad())?;
+        let b = x * mult as f64;
+        if !b.is_finite() || b >= u64::MAX as f64 {
+            return Err(bad());
+        }
+        b as u64
+    } else {
+        num.parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(mult))
+            .ok_or_else(bad)?
+    };
+    if n == 0 {
+        return Err(Error::InvalidInput(format!(
+            "the shard size must be positive, got {s:?}"
+        )));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_decimal_and_binary_units() {
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("100MiB").unwrap(), 100 << 20);
+        assert_eq!(parse_size("123456").unwrap(), 123_456);
+        assert_eq!(parse_size("1.5gb").unwrap(), 1_500_000_000);
+        assert_eq!(parse_size("64 KiB").unwrap(), 65_536);
+        for bad in ["", "MB", "0", "0MB", "12XB", "-5MB", "1e9", "99999999999999999999GB"] {
+            assert!(
+                matches!(parse_size(bad), Err(Error::InvalidInput(_))),
+                "{bad}"
+            );
+        }
+    }
 }

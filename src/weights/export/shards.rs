@@ -24,13 +24,30 @@ pub(crate) fn write_err(path: &Path, e: impl std::fmt::Display) -> Error {
 
 #[derive(Debug)]
 struct Entry {
+    id: u64,
     t: OutTensor,
     /// Offset in the spill file.
     off: u64,
     written: u64,
     done: bool,
-    /// A tied copy found equal to another tensor: not written.
-    dropped: bool,
+}
+
+/// A tensor held back in a file of its own until the end (the LM head, until it is known whether it
+/// is a tied copy of the shared embedding).
+#[derive(Debug)]
+struct Held {
+    id: u64,
+    t: OutTensor,
+    path: PathBuf,
+    file: File,
+    written: u64,
+}
+
+/// Where a tensor's bytes are.
+enum Place<'a> {
+    Spill(u64),
+    File(&'a Path, u64),
+    Held(&'a File),
 }
 
 /// A finished shard: its temporary file, its tensors (name, output label, bytes).
@@ -59,6 +76,11 @@ pub struct ShardWriter {
     spill: File,
     spill_len: u64,
     entries: Vec<Entry>,
+    /// Id of the next tensor.
+    next_id: u64,
+    /// Tensors of closed shards: id -> (file, offset of its bytes).
+    placed: std::collections::BTreeMap<u64, (PathBuf, u64)>,
+    held: Option<Held>,
     shards: Vec<Shard>,
     /// The safetensors `format` metadata written in every file (`pt`, or `mlx` for channels-last convs).
     pub format: String,
@@ -80,6 +102,9 @@ impl ShardWriter {
             spill,
             spill_len: 0,
             entries: Vec::new(),
+            next_id: 0,
+            placed: std::collections::BTreeMap::new(),
+            held: None,
             shards: Vec::new(),
             format: "pt".into(),
         })
@@ -91,16 +116,12 @@ impl ShardWriter {
     }
 
     fn current_bytes(&self) -> u64 {
-        self.entries
-            .iter()
-            .filter(|e| !e.dropped)
-            .map(|e| e.t.byte_len())
-            .sum()
+        self.entries.iter().map(|e| e.t.byte_len()).sum()
     }
 
     /// Reserve the next tensor's place; `open`: tensors still being written (a shard only closes when
-    /// none is). Returns its slot.
-    pub fn reserve(&mut self, t: OutTensor, open: usize) -> Result<usize> {
+    /// none is). Returns its id.
+    pub fn reserve(&mut self, t: OutTensor, open: usize) -> Result<u64> {
         let len = t.byte_len();
         if let Some(limit) = self.shard_size {
             let cur = self.current_bytes();
@@ -108,27 +129,74 @@ impl ShardWriter {
                 self.close_shard()?;
             }
         }
+        let id = self.next_id;
+        self.next_id += 1;
         self.entries.push(Entry {
+            id,
             t,
             off: self.spill_len,
             written: 0,
             done: false,
-            dropped: false,
         });
         self.spill_len += len;
-        Ok(self.entries.len() - 1)
+        Ok(id)
     }
 
-    fn entry(&mut self, slot: usize) -> Result<&mut Entry> {
-        self.entries.get_mut(slot).ok_or_else(|| Error::FileWrite {
-            file: SINGLE_FILE.into(),
-            msg: format!("no tensor in slot {slot}"),
-        })
+    /// Reserve a tensor held back in a file of its own until [`ShardWriter::close`] (at most one).
+    pub fn reserve_held(&mut self, t: OutTensor) -> Result<u64> {
+        if let Some(h) = &self.held {
+            return Err(Error::FileWrite {
+                file: t.name,
+                msg: format!("'{}' is already held back", h.t.name),
+            });
+        }
+        let path = self.dir.join(".held.spill");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| write_err(&path, e))?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.held = Some(Held {
+            id,
+            t,
+            path,
+            file,
+            written: 0,
+        });
+        Ok(id)
     }
 
-    /// The next output bytes of the tensor in `slot`.
-    pub fn write(&mut self, slot: usize, bytes: &[u8]) -> Result<()> {
-        let e = self.entry(slot)?;
+    fn entry(&mut self, id: u64) -> Result<&mut Entry> {
+        self.entries
+            .iter_mut()
+            .rev()
+            .find(|e| e.id == id)
+            .ok_or_else(|| Error::FileWrite {
+                file: SINGLE_FILE.into(),
+                msg: format!("no open tensor {id}"),
+            })
+    }
+
+    /// The next output bytes of tensor `id`.
+    pub fn write(&mut self, id: u64, bytes: &[u8]) -> Result<()> {
+        if let Some(h) = self.held.as_mut().filter(|h| h.id == id) {
+            let len = h.t.byte_len();
+            if h.written + bytes.len() as u64 > len {
+                return Err(Error::FileWrite {
+                    file: h.t.name.clone(),
+                    msg: format!("more than its {len} bytes"),
+                });
+            }
+            h.file
+                .write_all_at(bytes, h.written)
+                .map_err(|e| write_err(&h.path, e))?;
+            h.written += bytes.len() as u64;
+            return Ok(());
+        }
+        let e = self.entry(id)?;
         let (off, name, len) = (e.off + e.written, e.t.name.clone(), e.t.byte_len());
         if e.written + bytes.len() as u64 > len {
             return Err(Error::FileWrite {
@@ -142,61 +210,134 @@ impl ShardWriter {
             .map_err(|e| write_err(&self.spill_path, e))
     }
 
-    /// The tensor in `slot` is complete.
-    pub fn finish(&mut self, slot: usize) -> Result<()> {
-        let e = self.entry(slot)?;
-        if e.written != e.t.byte_len() {
+    /// Tensor `id` is complete.
+    pub fn finish(&mut self, id: u64) -> Result<()> {
+        let (name, len, written) = match self.held.as_ref().filter(|h| h.id == id) {
+            Some(h) => (h.t.name.clone(), h.t.byte_len(), h.written),
+            None => {
+                let e = self.entry(id)?;
+                e.done = true;
+                (e.t.name.clone(), e.t.byte_len(), e.written)
+            }
+        };
+        if written != len {
             return Err(Error::Truncated {
-                file: e.t.name.clone(),
-                expected: e.t.byte_len(),
-                got: e.written,
+                file: name,
+                expected: len,
+                got: written,
             });
         }
-        e.done = true;
         Ok(())
     }
 
-    /// The output tensor of `slot` (while its shard is open).
-    pub fn tensor(&self, slot: usize) -> Option<&OutTensor> {
-        self.entries.get(slot).map(|e| &e.t)
+    /// The output tensor of `id`, while it is in the open shard or held back, and whether it is
+    /// complete.
+    fn find(&self, id: u64) -> Option<(&OutTensor, bool, Place<'_>)> {
+        if let Some(h) = self.held.as_ref().filter(|h| h.id == id) {
+            let done = h.written == h.t.byte_len();
+            return Some((&h.t, done, Place::Held(&h.file)));
+        }
+        self.entries
+            .iter()
+            .find(|e| e.id == id)
+            .map(|e| (&e.t, e.done, Place::Spill(e.off)))
     }
 
-    /// Drop the tensor in `copy` if it is complete and byte for byte the one in `orig` (same dtype and
-    /// shape): a tied copy. Returns whether it was dropped.
-    pub fn drop_if_equal(&mut self, orig: usize, copy: usize) -> Result<bool> {
-        let (Some(a), Some(b)) = (self.entries.get(orig), self.entries.get(copy)) else {
+    /// Whether tensor `a` (complete, in the open shard, held back, or in a closed shard with `a_t` its
+    /// entry) and the held-back tensor are byte for byte equal, with the same dtype and shape.
+    pub fn held_equals(&self, a: u64, a_t: &OutTensor) -> Result<bool> {
+        let Some(h) = self.held.as_ref() else {
             return Ok(false);
         };
-        if !(a.done && b.done) || a.t.dtype != b.t.dtype || a.t.shape != b.t.shape {
+        if h.written != h.t.byte_len() || h.t.dtype != a_t.dtype || h.t.shape != a_t.shape {
             return Ok(false);
         }
-        let (ao, bo, len) = (a.off, b.off, a.t.byte_len());
+        let place = match self.find(a) {
+            Some((_, false, _)) => return Ok(false),
+            Some((_, true, p)) => p,
+            None => match self.placed.get(&a) {
+                Some((path, off)) => Place::File(path, *off),
+                None => return Ok(false),
+            },
+        };
+        let opened;
+        let (src, base, src_path): (&File, u64, &Path) = match place {
+            Place::Spill(off) => (&self.spill, off, &self.spill_path),
+            Place::Held(f) => (f, 0, &h.path),
+            Place::File(path, off) => {
+                opened = File::open(path).map_err(|e| write_err(path, e))?;
+                (&opened, off, path)
+            }
+        };
+        let len = h.t.byte_len();
         let mut x = vec![0u8; COPY_CHUNK.min(len as usize)];
         let mut y = x.clone();
         let mut pos = 0u64;
         while pos < len {
             let n = (len - pos).min(COPY_CHUNK as u64) as usize;
-            let rd = |buf: &mut [u8], at: u64| {
-                self.spill
-                    .read_exact_at(buf, at)
-                    .map_err(|e| write_err(&self.spill_path, e))
-            };
-            rd(&mut x[..n], ao + pos)?;
-            rd(&mut y[..n], bo + pos)?;
+            src.read_exact_at(&mut x[..n], base + pos)
+                .map_err(|e| write_err(src_path, e))?;
+            h.file
+                .read_exact_at(&mut y[..n], pos)
+                .map_err(|e| write_err(&h.path, e))?;
             if x[..n] != y[..n] {
                 return Ok(false);
             }
             pos += n as u64;
         }
-        if let Some(b) = self.entries.get_mut(copy) {
-            b.dropped = true;
-        }
         Ok(true)
+    }
+
+    /// Forget the held-back tensor (a tied copy); returns its name.
+    pub fn drop_held(&mut self) -> Result<Option<String>> {
+        let Some(h) = self.held.take() else {
+            return Ok(None);
+        };
+        drop(h.file);
+        std::fs::remove_file(&h.path).map_err(|e| write_err(&h.path, e))?;
+        Ok(Some(h.t.name))
+    }
+
+    /// Move the held-back tensor into the open shard (closing the shard first if it would pass the size).
+    fn place_held(&mut self) -> Result<()> {
+        let Some(h) = self.held.take() else {
+            return Ok(());
+        };
+        let len = h.t.byte_len();
+        if h.written != len {
+            return Err(Error::Truncated {
+                file: h.t.name,
+                expected: len,
+                got: h.written,
+            });
+        }
+        let id = h.id;
+        let t = h.t.clone();
+        self.next_id = self.next_id.max(id + 1);
+        let new = self.reserve(t, 0)?;
+        let off = self.entry(new)?.off;
+        let mut buf = vec![0u8; COPY_CHUNK.min(len as usize)];
+        let mut pos = 0u64;
+        while pos < len {
+            let n = (len - pos).min(COPY_CHUNK as u64) as usize;
+            h.file
+                .read_exact_at(&mut buf[..n], pos)
+                .map_err(|e| write_err(&h.path, e))?;
+            self.spill
+                .write_all_at(&buf[..n], off + pos)
+                .map_err(|e| write_err(&self.spill_path, e))?;
+            pos += n as u64;
+        }
+        let e = self.entry(new)?;
+        e.written = len;
+        e.done = true;
+        drop(h.file);
+        std::fs::remove_file(&h.path).map_err(|e| write_err(&h.path, e))
     }
 
     /// Write the current shard's file (header, then its tensors from the spill) under a temporary name.
     fn close_shard(&mut self) -> Result<()> {
-        let kept: Vec<&Entry> = self.entries.iter().filter(|e| !e.dropped).collect();
+        let kept: Vec<&Entry> = self.entries.iter().collect();
         if kept.is_empty() {
             self.entries.clear();
             return Ok(());
@@ -213,7 +354,9 @@ impl ShardWriter {
         meta.insert("format".into(), self.format.clone().into());
         header.insert("__metadata__".into(), meta.into());
         let mut pos = 0u64;
+        let mut offsets = Vec::with_capacity(kept.len());
         for e in &kept {
+            offsets.push((e.id, pos));
             let end = pos + e.t.byte_len();
             header.insert(
                 e.t.name.clone(),
@@ -256,6 +399,10 @@ impl ShardWriter {
             tensors.push((e.t.name.clone(), e.t.label, len));
         }
         f.sync_all().map_err(werr)?;
+        let data_start = 8 + json.len() as u64;
+        for (id, off) in offsets {
+            self.placed.insert(id, (tmp.clone(), data_start + off));
+        }
         self.shards.push(Shard { tmp, tensors });
         self.entries.clear();
         self.spill
@@ -268,6 +415,7 @@ impl ShardWriter {
     /// Write the last shard, name the files (`model.safetensors`, or `model-0000i-of-0000n.safetensors`
     /// and `model.safetensors.index.json`) and remove the spill file.
     pub fn close(mut self) -> Result<Vec<WrittenFile>> {
+        self.place_held()?;
         self.close_shard()?;
         drop(self.spill);
         std::fs::remove_file(&self.spill_path).map_err(|e| write_err(&self.spill_path, e))?;
