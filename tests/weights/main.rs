@@ -4,6 +4,7 @@
 #[path = "../weights_util/mod.rs"]
 mod weights_util;
 
+mod convert;
 mod errors;
 mod fixtures;
 mod header;

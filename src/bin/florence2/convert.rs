@@ -53,7 +53,10 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<(), Failure> {
         println!("tied copies dropped: {}", s.dropped.join(", "));
     }
     if !s.ignored.is_empty() {
-        println!("{} source tensors the model does not use left out", s.ignored.len());
+        println!(
+            "{} source tensors the model does not use left out",
+            s.ignored.len()
+        );
     }
     for (label, (n, bytes)) in s.by_format() {
         println!("{label:>5}: {n:4} tensors, {bytes:>12} bytes");

@@ -85,7 +85,12 @@ pub fn out_tensor(plan: &TensorPlan, dtype: WeightDType) -> Result<OutTensor> {
         OutTensor {
             name: base.clone(),
             dtype: d,
-            shape: plan.shape.clone(),
+            // A float source keeps its layout (the loader's fix-up permutes it again); quantized rows
+            // become the matrix they stand for.
+            shape: match plan.quant {
+                Some(_) => plan.shape.clone(),
+                None => src.shape.clone(),
+            },
             kind,
             canonical: plan.canonical.clone(),
             label: label(d),

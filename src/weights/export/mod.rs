@@ -165,8 +165,11 @@ impl Exporter {
             _ => None,
         };
         let dropped = &self.dropped;
-        self.quantized
-            .retain(|n| !dropped.iter().any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n)));
+        self.quantized.retain(|n| {
+            !dropped
+                .iter()
+                .any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n))
+        });
         self.quantized.sort();
         let q = quant.map(|f| (f, self.quantized));
         Ok((
@@ -197,7 +200,11 @@ impl TensorSink for Exporter {
         {
             self.writer.format = "mlx".into();
         }
-        self.planner.plan_header(file, header)
+        let plans = self.planner.plan_header(file, header)?;
+        if self.planner.channels_last() {
+            self.writer.format = "mlx".into();
+        }
+        Ok(plans)
     }
 
     fn set_layout(&mut self, layout: Layout) {
@@ -395,7 +402,16 @@ mod tests {
         assert_eq!(parse_size("123456").unwrap(), 123_456);
         assert_eq!(parse_size("1.5gb").unwrap(), 1_500_000_000);
         assert_eq!(parse_size("64 KiB").unwrap(), 65_536);
-        for bad in ["", "MB", "0", "0MB", "12XB", "-5MB", "1e9", "99999999999999999999GB"] {
+        for bad in [
+            "",
+            "MB",
+            "0",
+            "0MB",
+            "12XB",
+            "-5MB",
+            "1e9",
+            "99999999999999999999GB",
+        ] {
             assert!(
                 matches!(parse_size(bad), Err(Error::InvalidInput(_))),
                 "{bad}"
