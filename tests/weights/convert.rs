@@ -439,3 +439,165 @@ fn converted_sizes_of_base_and_large() {
     // (norms, biases, depthwise convolutions, position tables), and q8/q4 the dense convolutions as f16.
     assert_eq!(sizes, [(926, 3082), (468, 1548), (259, 852), (147, 481)]);
 }
+
+fn florence2(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .env("NODEVICE_SELECT", "1")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `florence2 run --json` of the first reference case of `cases_of` on the model dir `dir`: token ids.
+fn run_ids(dir: &Path, cases_of: &str, dtype: &str) -> serde_json::Value {
+    let case = &weights_util::common::fixtures::cases(cases_of)[1];
+    let image = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/images")
+        .join(case["image"].as_str().unwrap());
+    let out = florence2(&[
+        "run",
+        "--model",
+        dir.to_str().unwrap(),
+        "--image",
+        image.to_str().unwrap(),
+        "--task",
+        case["task"].as_str().unwrap(),
+        "--max-new-tokens",
+        &case["max_new_tokens"].to_string(),
+        "--dtype",
+        dtype,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "run {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["token_ids"].clone()
+}
+
+/// The subcommand: converts a pickle checkpoint to q4 in shards and prints the summary; the converted
+/// dir answers a task exactly as the source does at that dtype; bad input is a usage error (exit 2)
+/// and an occupied output a run error (exit 1), with nothing written.
+#[test]
+fn cli_convert_answers_like_the_source_and_refuses_bad_input() {
+    let src = model_dir("tiny2-orig-pt-legacy");
+    let out = out_dir("cli-q4");
+    let o = florence2(&[
+        "convert",
+        "--model",
+        src.to_str().unwrap(),
+        "--dtype",
+        "q4",
+        "--shard-size",
+        "100KiB",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for want in [
+        "q4:",
+        "f32:",
+        "tensors (q4)",
+        "model-00001-of-",
+        "tied copies dropped",
+    ] {
+        assert!(stdout.contains(want), "summary lacks {want:?}:\n{stdout}");
+    }
+    assert!(out.join("model.safetensors.index.json").exists());
+    let a = run_ids(&src, "tiny2-orig", "q4");
+    assert!(a.as_array().is_some_and(|v| v.len() > 2), "{a}");
+    assert_eq!(run_ids(&out, "tiny2-orig", "q4"), a);
+    // The q4 file loaded as fp16 holds q4's rounding: not the source's fp16 answer in general, but a
+    // fp16 conversion gives exactly that.
+    let out16 = out_dir("cli-fp16");
+    let o = florence2(&[
+        "convert",
+        "--model",
+        src.to_str().unwrap(),
+        "--dtype",
+        "fp16",
+        "--out",
+        out16.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out16.join("model.safetensors").exists());
+    assert_eq!(
+        run_ids(&out16, "tiny2-orig", "fp16"),
+        run_ids(&src, "tiny2-orig", "fp16")
+    );
+
+    let tiny2 = model_dir("tiny2");
+    let fresh = out_dir("cli-bad");
+    let fresh_s = fresh.to_str().unwrap();
+    let usage: [&[&str]; 5] = [
+        &[
+            "convert",
+            "--model",
+            "/nonexistent/model",
+            "--dtype",
+            "fp16",
+            "--out",
+            fresh_s,
+        ],
+        &[
+            "convert",
+            "--model",
+            tiny2.to_str().unwrap(),
+            "--dtype",
+            "q3",
+            "--out",
+            fresh_s,
+        ],
+        &[
+            "convert",
+            "--model",
+            tiny2.to_str().unwrap(),
+            "--dtype",
+            "fp16",
+            "--shard-size",
+            "12XB",
+            "--out",
+            fresh_s,
+        ],
+        &[
+            "convert",
+            "--model",
+            tiny2.to_str().unwrap(),
+            "--out",
+            fresh_s,
+        ],
+        &[
+            "convert",
+            "--model",
+            tiny2.to_str().unwrap(),
+            "--dtype",
+            "fp16",
+        ],
+    ];
+    for args in usage {
+        let o = florence2(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("usage"), "{args:?}: {err}");
+        assert!(!fresh.exists(), "{args:?}");
+    }
+    // The q4 output exists: converting into it again is refused, and it is left as it was.
+    let before = file_tensors(&out);
+    let o = florence2(&[
+        "convert",
+        "--model",
+        tiny2.to_str().unwrap(),
+        "--dtype",
+        "fp32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not an empty directory"));
+    assert_eq!(file_tensors(&out), before);
+}
