@@ -10,7 +10,11 @@
 //! - [`names`]: layout detection and the original -> HF-native naming rules.
 //! - [`expected`]: the loader's rules per tensor (which the resident dtype applies to) and the temporal
 //!   cosine table.
-//! - [`assemble`]: per-tensor plans (fix-ups: mlx channels-last convs, original transposed
+//! - [`plan`]: the [`plan::Planner`] (no GPU): what each source tensor becomes (canonical name and shape,
+//!   layout fix-up, or ignored).
+//! - [`sink`]: where the readers put tensors ([`sink::TensorSink`]: the [`Assembler`], or the converter).
+//! - [`export`] (native): `florence2 convert`, any checkpoint into the package's format for one dtype.
+//! - [`assemble`]: the planned tensors' fix-ups (mlx channels-last convs, original transposed
 //!   `image_projection`, permuted on the GPU), chunked f32 conversion into GPU buffers, final checks
 //!   (missing tensors, tied LM head).
 //! - [`load`]: which files make a checkpoint ([`load::load_checkpoint`], for every source) and the

@@ -142,7 +142,7 @@ impl Exporter {
     }
 
     /// Close the files; fails if a required tensor never came.
-    pub fn finish(mut self) -> Result<(Vec<WrittenFile>, Option<(QFormat, Vec<String>)>, LeftOut)> {
+    pub fn finish(mut self) -> Result<Exported> {
         if let Some(name) = self.planner.first_missing() {
             return Err(Error::MissingTensor {
                 name: name.to_owned(),
@@ -171,21 +171,23 @@ impl Exporter {
                 .any(|d| d.strip_suffix(QWEIGHT_SUFFIX) == Some(n))
         });
         self.quantized.sort();
-        let q = quant.map(|f| (f, self.quantized));
-        Ok((
+        Ok(Exported {
             files,
-            q,
-            LeftOut {
-                ignored: self.planner.ignored().to_vec(),
-                dropped: self.dropped,
-            },
-        ))
+            quantized: quant.map(|f| (f, self.quantized)),
+            ignored: self.planner.ignored().to_vec(),
+            dropped: self.dropped,
+        })
     }
 }
 
-/// What the exporter left out: unused source tensors, tied copies.
-pub struct LeftOut {
+/// What an [`Exporter`] wrote and left out.
+pub struct Exported {
+    pub files: Vec<WrittenFile>,
+    /// The output's quantization format and its quantized tensors (source names, sorted).
+    pub quantized: Option<(QFormat, Vec<String>)>,
+    /// Source tensors the model does not use.
     pub ignored: Vec<String>,
+    /// Tied copies of the shared embedding.
     pub dropped: Vec<String>,
 }
 
@@ -339,14 +341,14 @@ fn convert_into(
 ) -> Result<ExportSummary> {
     let mut ex = Exporter::new(cfg, tmp, opts)?;
     pollster::block_on(load_checkpoint(&DirFiles::new(src), &mut ex))?;
-    let (files, quantized, left) = ex.finish()?;
-    side::write_config(config, quantized, tmp)?;
+    let done = ex.finish()?;
+    side::write_config(config, done.quantized, tmp)?;
     let notes = side::write_side_files(src, tmp)?;
     Ok(ExportSummary {
         dtype: opts.dtype,
-        files,
-        ignored: left.ignored,
-        dropped: left.dropped,
+        files: done.files,
+        ignored: done.ignored,
+        dropped: done.dropped,
         notes,
     })
 }

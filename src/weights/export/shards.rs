@@ -110,11 +110,6 @@ impl ShardWriter {
         })
     }
 
-    /// Shards written so far.
-    pub fn shards_closed(&self) -> usize {
-        self.shards.len()
-    }
-
     fn current_bytes(&self) -> u64 {
         self.entries.iter().map(|e| e.t.byte_len()).sum()
     }
