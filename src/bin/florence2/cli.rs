@@ -11,7 +11,7 @@
 //!               [--tuning auto|off|exhaustive] [--profile]
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
-//! florence2 convert --model SRC --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
+//! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
 //!

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use florence2_wasm::hub_cache::ModelId;
 use florence2_wasm::weights::export::{convert_dir, parse_size, ExportOptions};
 use florence2_wasm::weights::WeightDType;
 
@@ -12,8 +13,8 @@ use super::Failure;
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// Source model directory (any checkpoint `run` loads: safetensors or pytorch_model.bin, single or
-    /// sharded, any layout, f32/f16/bf16/q8/q4)
-    #[arg(long, value_name = "SRC")]
+    /// sharded, any layout, f32/f16/bf16/q8/q4), or a hub id org/name[@revision] (as for `run`)
+    #[arg(long, value_name = "SRC|ORG/NAME")]
     model: PathBuf,
     /// Target format of the matrix weights (loading the output with this --dtype gives exactly the
     /// weights of loading SRC with it)
@@ -37,15 +38,17 @@ fn parse_shard_size(s: &str) -> Result<u64, String> {
 }
 
 pub fn convert_cmd(a: ConvertArgs) -> Result<(), Failure> {
-    if !a.model.is_dir() {
+    let is_id = a.model.to_str().and_then(ModelId::parse).is_some();
+    if !a.model.is_dir() && !is_id {
         return Err(Failure::Usage(format!(
-            "--model {}: not a directory",
+            "--model {}: not a directory (nor a hub id org/name[@revision])",
             a.model.display()
         )));
     }
+    let src = super::model_dir(&a.model)?;
     let mut opts = ExportOptions::new(a.dtype);
     opts.shard_size = a.shard_size;
-    let s = convert_dir(&a.model, &a.out, &opts)?;
+    let s = convert_dir(&src, &a.out, &opts)?;
     for n in &s.notes {
         println!("{n}");
     }
