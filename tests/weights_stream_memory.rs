@@ -1,7 +1,7 @@
 //! Peak host memory of the streaming loader, measured with a counting global allocator (this binary
 //! holds one test, so nothing else allocates meanwhile): streaming a 16 MiB checkpoint in 256 KiB
 //! chunks (push-style streaming, and the ranged loader) must grow the Rust heap by a small multiple of
-//! the chunk, not by the file.
+//! the chunk, not by the file; so must converting it (`florence2 convert`'s exporter) into every dtype.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod weights_util;
@@ -10,6 +10,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use florence2_wasm::config::Florence2Config;
+use florence2_wasm::weights::export::{ExportOptions, Exporter};
+use florence2_wasm::weights::load::load_checkpoint;
 use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use weights_util::*;
 
@@ -175,4 +177,39 @@ fn peak_host_memory_is_about_one_chunk() {
         assert!(peak < 8 * chunk, "q8 file as {dtype}: peak {peak}");
         drop(w);
     }
+
+    // The converter (`florence2 convert`, the weights part) on the f32 file, into every dtype, in 4 MiB
+    // shards: one chunk read, converted and written at a time, shards assembled chunk by chunk.
+    let dir = std::env::temp_dir().join(format!("f2w-convert-mem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.safetensors"), &file).unwrap();
+    let src = florence2_wasm::weights::DirFiles::new(&dir);
+    for dtype in WeightDType::ALL {
+        let out = dir.join(format!("out-{dtype}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let mut opts = ExportOptions::new(dtype);
+        opts.chunk_bytes = chunk;
+        opts.shard_size = Some(4 << 20);
+        let base = CURRENT.load(Ordering::Relaxed);
+        PEAK.store(base, Ordering::Relaxed);
+        let mut ex = Exporter::new(&cfg, &out, &opts).unwrap();
+        pollster::block_on(load_checkpoint(&src, &mut ex)).unwrap();
+        let done = ex.finish().unwrap();
+        let peak = PEAK.load(Ordering::Relaxed) - base;
+        let written: u64 = done
+            .files
+            .iter()
+            .flat_map(|f| &f.tensors)
+            .map(|t| t.2)
+            .sum();
+        eprintln!(
+            "convert to {dtype}: {} files, {written} bytes of tensors; peak Rust heap growth {peak} bytes",
+            done.files.len()
+        );
+        assert_eq!(done.files.len() > 1, written > 4 << 20, "{dtype}: sharded");
+        assert!(written > (file.len() / 8) as u64, "{dtype}");
+        assert!(peak < 8 * chunk, "convert to {dtype}: peak {peak}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -49,7 +49,7 @@ pub struct ExportOptions {
     /// Split the weights into files of at most this many bytes (a tensor larger than that gets a file
     /// of its own); `None`: one `model.safetensors`.
     pub shard_size: Option<u64>,
-    /// Largest range read from the source at once.
+    /// Largest range read from the source (and copied between files) at once.
     pub chunk_bytes: usize,
 }
 
@@ -132,7 +132,7 @@ impl Exporter {
             planner: Planner::new(cfg),
             dtype: opts.dtype,
             chunk_bytes: opts.chunk_bytes,
-            writer: ShardWriter::new(dir, opts.shard_size)?,
+            writer: ShardWriter::new(dir, opts.shard_size, opts.chunk_bytes)?,
             open: 0,
             shared: None,
             lm_head: None,

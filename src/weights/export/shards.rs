@@ -2,7 +2,7 @@
 //! output bytes go to a spill file at an offset reserved when it begins (tensors sharing a PyTorch
 //! storage fill at once); when a shard is complete (the next tensor would pass `--shard-size` and no
 //! tensor is open) its header is written and its tensors copied after it, chunk by chunk. Host memory:
-//! one copy chunk and the shard's pending header entries.
+//! one copy chunk (the reader's chunk size) and the shard's pending header entries.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::weights::export::encode::OutTensor;
 use crate::weights::load::{INDEX_FILE, SINGLE_FILE};
-
-const COPY_CHUNK: usize = 8 << 20;
 
 pub(crate) fn write_err(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::FileWrite {
@@ -72,6 +70,8 @@ pub struct WrittenFile {
 pub struct ShardWriter {
     dir: PathBuf,
     shard_size: Option<u64>,
+    /// Bytes copied (or compared) at once.
+    copy_chunk: usize,
     spill_path: PathBuf,
     spill: File,
     spill_len: u64,
@@ -87,7 +87,8 @@ pub struct ShardWriter {
 }
 
 impl ShardWriter {
-    pub fn new(dir: &Path, shard_size: Option<u64>) -> Result<Self> {
+    /// `copy_chunk`: bytes copied (or compared) at once.
+    pub fn new(dir: &Path, shard_size: Option<u64>, copy_chunk: usize) -> Result<Self> {
         let spill_path = dir.join(".tensors.spill");
         let spill = File::options()
             .read(true)
@@ -98,6 +99,7 @@ impl ShardWriter {
         Ok(ShardWriter {
             dir: dir.to_path_buf(),
             shard_size,
+            copy_chunk: copy_chunk.max(4096),
             spill_path,
             spill,
             spill_len: 0,
@@ -265,11 +267,11 @@ impl ShardWriter {
             }
         };
         let len = h.t.byte_len();
-        let mut x = vec![0u8; COPY_CHUNK.min(len as usize)];
+        let mut x = vec![0u8; self.copy_chunk.min(len as usize)];
         let mut y = x.clone();
         let mut pos = 0u64;
         while pos < len {
-            let n = (len - pos).min(COPY_CHUNK as u64) as usize;
+            let n = (len - pos).min(self.copy_chunk as u64) as usize;
             src.read_exact_at(&mut x[..n], base + pos)
                 .map_err(|e| write_err(src_path, e))?;
             h.file
@@ -311,10 +313,10 @@ impl ShardWriter {
         self.next_id = self.next_id.max(id + 1);
         let new = self.reserve(t, 0)?;
         let off = self.entry(new)?.off;
-        let mut buf = vec![0u8; COPY_CHUNK.min(len as usize)];
+        let mut buf = vec![0u8; self.copy_chunk.min(len as usize)];
         let mut pos = 0u64;
         while pos < len {
-            let n = (len - pos).min(COPY_CHUNK as u64) as usize;
+            let n = (len - pos).min(self.copy_chunk as u64) as usize;
             h.file
                 .read_exact_at(&mut buf[..n], pos)
                 .map_err(|e| write_err(&h.path, e))?;
@@ -375,7 +377,7 @@ impl ShardWriter {
         f.write_all(&(json.len() as u64).to_le_bytes())
             .map_err(werr)?;
         f.write_all(&json).map_err(werr)?;
-        let mut buf = vec![0u8; COPY_CHUNK];
+        let mut buf = vec![0u8; self.copy_chunk];
         let mut tensors = Vec::with_capacity(kept.len());
         for e in &kept {
             let len = e.t.byte_len();
@@ -384,7 +386,7 @@ impl ShardWriter {
                 .map_err(|x| write_err(&self.spill_path, x))?;
             let mut left = len;
             while left > 0 {
-                let n = left.min(COPY_CHUNK as u64) as usize;
+                let n = left.min(self.copy_chunk as u64) as usize;
                 self.spill
                     .read_exact(&mut buf[..n])
                     .map_err(|x| write_err(&self.spill_path, x))?;
