@@ -366,6 +366,13 @@ pub fn decode_image(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage> {
 /// 16-bit grey is CLIPPED at 255 (Pillow's `I;16 -> RGB`, which saturates rather than scales), and
 /// transparency follows `alpha`. An EXIF orientation is applied (the image comes back as it is meant
 /// to be seen, as the reference's loader returns it).
+///
+/// JPEGs: natively (with the `libjpeg-turbo` feature, on by default) libjpeg-turbo decodes them, the
+/// library Pillow uses, with the same settings (islow IDCT, fancy upsampling), so the pixels are
+/// Pillow's exactly; CMYK/YCCK files are converted with Pillow's formula. The header is read first and
+/// the pixel limit checked as above; the output buffer plus libjpeg's coefficient buffer (progressive
+/// files) must fit `max_alloc_bytes`. In the wasm build (which decodes in the browser when it can) and
+/// without the feature, the image crate's decoder is used: up to 3 grey levels from Pillow's pixels.
 pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -> Result<RgbImage> {
     let format = ::image::guess_format(bytes).map_err(|_| {
         Error::Image(format!(
@@ -387,6 +394,21 @@ pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -
     if format == ImageFormat::Jpeg {
         // Like the reference (Pillow raises on a truncated JPEG); the decoder would fill the rest.
         crate::processor::jpeg::check_complete(bytes).map_err(Error::Image)?;
+        // Natively, libjpeg-turbo: Pillow's own decoder, so Pillow's pixels exactly.
+        #[cfg(all(feature = "libjpeg-turbo", not(target_arch = "wasm32")))]
+        {
+            let headers = crate::processor::jpeg::headers(bytes);
+            let img = crate::processor::turbojpeg::decode(bytes, &headers, limits)?;
+            // Unreadable EXIF counts as "no transform", as in `ImageOps.exif_transpose`.
+            let orientation = headers
+                .exif
+                .as_deref()
+                .and_then(Orientation::from_exif_chunk)
+                .unwrap_or(Orientation::NoTransforms);
+            let mut img = DynamicImage::ImageRgb8(img);
+            img.apply_orientation(orientation);
+            return dynamic_to_rgb(img, alpha);
+        }
     }
     let mut dec_limits = Limits::default();
     dec_limits.max_alloc = Some(limits.max_alloc_bytes);

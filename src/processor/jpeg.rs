@@ -85,6 +85,134 @@ pub fn check_complete(b: &[u8]) -> Result<(), String> {
     }
 }
 
+/// What [`headers`] reads from the segments before the first scan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Headers {
+    /// The EXIF data (the TIFF structure after `Exif\0\0`) of the APP1 segments, concatenated as Pillow
+    /// concatenates them (`info["exif"]`); `None` when there is no EXIF APP1 segment.
+    pub exif: Option<Vec<u8>>,
+    /// The frame header (SOFn), when one comes before the first scan.
+    pub frame: Option<Frame>,
+    /// How many components the first scan codes (its SOS header).
+    pub first_scan_components: Option<u8>,
+}
+
+/// A frame header (SOFn): size and per-component sampling factors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The SOF marker code (`0xC0` baseline, `0xC2` progressive, ...).
+    pub marker: u8,
+    pub width: u16,
+    pub height: u16,
+    /// `(horizontal, vertical)` sampling factor of each component, in frame order.
+    pub sampling: Vec<(u8, u8)>,
+}
+
+impl Frame {
+    /// SOF2, SOF6, SOF10, SOF14: progressive DCT.
+    pub fn progressive(&self) -> bool {
+        matches!(self.marker, 0xC2 | 0xC6 | 0xCA | 0xCE)
+    }
+
+    /// Bytes of the whole-image coefficient buffer a libjpeg decoder allocates for a file it cannot
+    /// decode in one pass (progressive, or whose first scan does not hold every component): for each
+    /// component, its blocks (the image size scaled by its sampling factors, rounded up to whole MCUs)
+    /// times 64 coefficients of 2 bytes. Saturates rather than overflows.
+    pub fn coefficient_bytes(&self) -> u64 {
+        let hmax = self
+            .sampling
+            .iter()
+            .map(|s| u64::from(s.0))
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let vmax = self
+            .sampling
+            .iter()
+            .map(|s| u64::from(s.1))
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let blocks = |size: u16, f: u64, max: u64| {
+            let b = (u64::from(size) * f).div_ceil(8 * max);
+            b.div_ceil(f) * f
+        };
+        self.sampling
+            .iter()
+            .map(|&(h, v)| {
+                let (h, v) = (u64::from(h).max(1), u64::from(v).max(1));
+                blocks(self.width, h, hmax)
+                    .saturating_mul(blocks(self.height, v, vmax))
+                    .saturating_mul(128)
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Reads the segments from SOI up to the first scan's header: the EXIF APP1 data, the frame header and
+/// the first scan's component count. Stops quietly at anything it cannot read (the decoder reports
+/// malformed headers); no decoding, linear in the header bytes.
+pub fn headers(b: &[u8]) -> Headers {
+    let mut out = Headers::default();
+    if b.get(..2) != Some(&[0xFF, 0xD8]) {
+        return out;
+    }
+    let mut i = 2;
+    while b.get(i) == Some(&0xFF) {
+        while b.get(i) == Some(&0xFF) {
+            i += 1;
+        }
+        let Some(&code) = b.get(i) else { break };
+        i += 1;
+        if matches!(code, 0x01 | 0xD0..=0xD7) {
+            continue;
+        }
+        if matches!(code, 0x00 | 0xD8 | 0xD9) {
+            break;
+        }
+        let Some(len) = b
+            .get(i..i + 2)
+            .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+        else {
+            break;
+        };
+        let Some(body) = len.checked_sub(2).and_then(|n| b.get(i + 2..i + 2 + n)) else {
+            break;
+        };
+        i += len;
+        match code {
+            0xE1 => {
+                if let Some(tiff) = body.strip_prefix(b"Exif\0\0") {
+                    out.exif
+                        .get_or_insert_with(Vec::new)
+                        .extend_from_slice(tiff);
+                }
+            }
+            0xC0..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF if out.frame.is_none() => {
+                if let [_precision, h0, h1, w0, w1, n, rest @ ..] = body {
+                    let sampling = rest
+                        .chunks_exact(3)
+                        .take(usize::from(*n))
+                        .map(|c| (c[1] >> 4, c[1] & 0x0F))
+                        .collect();
+                    out.frame = Some(Frame {
+                        marker: code,
+                        width: u16::from_be_bytes([*w0, *w1]),
+                        height: u16::from_be_bytes([*h0, *h1]),
+                        sampling,
+                    });
+                }
+            }
+            0xDA => {
+                out.first_scan_components = body.first().copied();
+                break;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_complete;

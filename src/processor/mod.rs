@@ -6,5 +6,7 @@ pub mod image;
 pub mod jpeg;
 pub mod prompt;
 pub mod tokenizer;
+#[cfg(all(feature = "libjpeg-turbo", not(target_arch = "wasm32")))]
+mod turbojpeg;
 
 pub use prompt::{parse_task_prompt, AnswerType, InputKind, Task, TaskPrompt};

@@ -1,0 +1,238 @@
+//! Native JPEG decoding through libjpeg-turbo (its TurboJPEG API, linked from the system `libturbojpeg`;
+//! see scripts/link_libjpeg_turbo.rs), the decoder Pillow uses: the TurboJPEG defaults are libjpeg's
+//! accurate integer IDCT (`JDCT_ISLOW`) and fancy (triangle-filter) chroma upsampling, which is what
+//! Pillow's `Image.open(f).convert("RGB")` gets, so the pixels are Pillow's exactly (the fixtures of
+//! scripts/make_jpeg_fixtures.py: 4:2:0, 4:2:2, 4:4:4, grey, progressive, restart markers, partial MCUs,
+//! CMYK). Built only with the `libjpeg-turbo` feature (on by default) and never for wasm32.
+//!
+//! Only the TurboJPEG 2.x functions are used (`tjInitDecompress`, `tjDecompressHeader3`,
+//! `tjDecompress2`), which libjpeg-turbo 3 keeps, so Debian 12's 2.1 and newer libraries both work.
+//! libjpeg's errors longjmp back inside those functions; nothing unwinds through Rust frames.
+//!
+//! Colour: YCbCr, RGB and grey files are decoded to RGB by libjpeg (grey replicated, as Pillow's
+//! `L -> RGB`). CMYK and YCCK files are decoded to libjpeg's CMYK, inverted (Pillow's `CMYK;I` raw mode,
+//! which assumes Adobe's inverted samples for every CMYK JPEG) and converted with Pillow's `CMYK -> RGB`
+//! formula (`cmyk2rgb` in Convert.c).
+//!
+//! Warnings (corrupt-data recoveries such as extraneous bytes before a marker) are ignored, as Pillow
+//! ignores them; truncated files never get here ([`super::jpeg::check_complete`] refuses them first).
+//! Files with more than 500 scans are refused (TurboJPEG's `TJFLAG_LIMITSCANS`): no camera writes them,
+//! and each scan can cost a pass over the whole image.
+
+use std::ffi::{c_char, c_int, c_uchar, c_ulong, c_void, CStr};
+
+use super::image::{ImageLimits, RgbImage};
+use super::jpeg::Headers;
+use crate::error::{Error, Result};
+
+type TjHandle = *mut c_void;
+
+// TurboJPEG's constants (turbojpeg.h).
+const TJPF_RGB: c_int = 0;
+const TJPF_CMYK: c_int = 11;
+const TJCS_RGB: c_int = 0;
+const TJCS_YCBCR: c_int = 1;
+const TJCS_GRAY: c_int = 2;
+const TJCS_CMYK: c_int = 3;
+const TJCS_YCCK: c_int = 4;
+const TJERR_WARNING: c_int = 0;
+const TJFLAG_LIMITSCANS: c_int = 32768;
+
+// Linked by scripts/link_libjpeg_turbo.rs (pkg-config's `libturbojpeg`).
+extern "C" {
+    fn tjInitDecompress() -> TjHandle;
+    fn tjDecompressHeader3(
+        handle: TjHandle,
+        jpeg_buf: *const c_uchar,
+        jpeg_size: c_ulong,
+        width: *mut c_int,
+        height: *mut c_int,
+        jpeg_subsamp: *mut c_int,
+        jpeg_colorspace: *mut c_int,
+    ) -> c_int;
+    fn tjDecompress2(
+        handle: TjHandle,
+        jpeg_buf: *const c_uchar,
+        jpeg_size: c_ulong,
+        dst_buf: *mut c_uchar,
+        width: c_int,
+        pitch: c_int,
+        height: c_int,
+        pixel_format: c_int,
+        flags: c_int,
+    ) -> c_int;
+    fn tjGetErrorStr2(handle: TjHandle) -> *mut c_char;
+    fn tjGetErrorCode(handle: TjHandle) -> c_int;
+    fn tjDestroy(handle: TjHandle) -> c_int;
+}
+
+/// A decompressor instance, destroyed on drop.
+struct Decompressor(TjHandle);
+
+impl Decompressor {
+    fn new() -> Result<Self> {
+        // SAFETY: no arguments; returns NULL on failure, checked.
+        let h = unsafe { tjInitDecompress() };
+        if h.is_null() {
+            return Err(Error::Image(
+                "libjpeg-turbo: cannot create a JPEG decompressor".into(),
+            ));
+        }
+        Ok(Decompressor(h))
+    }
+
+    /// The message of the last error on this instance.
+    fn error(&self, what: &str) -> Error {
+        // SAFETY: a live handle; the returned string belongs to the handle (or is static) and is copied
+        // before the handle can change.
+        let msg = unsafe {
+            let p = tjGetErrorStr2(self.0);
+            if p.is_null() {
+                "unknown error".to_string()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        Error::Image(format!("JPEG {what}: {}", msg.trim()))
+    }
+}
+
+impl Drop for Decompressor {
+    fn drop(&mut self) {
+        // SAFETY: a live handle, destroyed once.
+        unsafe {
+            tjDestroy(self.0);
+        }
+    }
+}
+
+/// Decodes JPEG `bytes` (already checked complete) to RGB8 as Pillow's `convert("RGB")` does, before any
+/// EXIF orientation. The header is read first: the pixel limit ([`Error::ImageTooLarge`]) is checked
+/// before any pixel data is decoded, and the memory the decode needs (the output buffer, plus libjpeg's
+/// whole-image coefficient buffer for progressive and multi-scan files, from `headers`) against
+/// `limits.max_alloc_bytes`.
+pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> Result<RgbImage> {
+    let size = c_ulong::try_from(bytes.len())
+        .map_err(|_| Error::Image(format!("JPEG of {} bytes is too large", bytes.len())))?;
+    let tj = Decompressor::new()?;
+    let (mut w, mut h, mut subsamp, mut colorspace): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
+    // SAFETY: a live handle, `bytes` valid for `size` bytes, four valid out-pointers.
+    let r = unsafe {
+        tjDecompressHeader3(
+            tj.0,
+            bytes.as_ptr(),
+            size,
+            &mut w,
+            &mut h,
+            &mut subsamp,
+            &mut colorspace,
+        )
+    };
+    if r != 0 {
+        return Err(tj.error("header"));
+    }
+    let (width, height) = match (u32::try_from(w), u32::try_from(h)) {
+        (Ok(width), Ok(height)) if width > 0 && height > 0 => (width, height),
+        _ => return Err(Error::Image(format!("JPEG has size {w}x{h}"))),
+    };
+    let pixels = u64::from(width) * u64::from(height);
+    if pixels > limits.max_pixels {
+        return Err(Error::ImageTooLarge {
+            width: u64::from(width),
+            height: u64::from(height),
+            max_pixels: limits.max_pixels,
+        });
+    }
+    let (format, channels) = match colorspace {
+        TJCS_RGB | TJCS_YCBCR | TJCS_GRAY => (TJPF_RGB, 3u64),
+        TJCS_CMYK | TJCS_YCCK => (TJPF_CMYK, 4u64),
+        other => {
+            return Err(Error::Image(format!(
+                "JPEG colour space {other} is not supported"
+            )))
+        }
+    };
+    let out_bytes = pixels * channels;
+    let coefficients = match &headers.frame {
+        Some(f)
+            if f.progressive()
+                || headers
+                    .first_scan_components
+                    .is_some_and(|n| usize::from(n) < f.sampling.len()) =>
+        {
+            f.coefficient_bytes()
+        }
+        _ => 0,
+    };
+    let need = out_bytes.saturating_add(coefficients);
+    if need > limits.max_alloc_bytes {
+        return Err(Error::Image(format!(
+            "decoding this {width}x{height} JPEG needs {need} bytes, over the limit of {}",
+            limits.max_alloc_bytes
+        )));
+    }
+    let n = usize::try_from(out_bytes)
+        .map_err(|_| Error::Image("JPEG output buffer too large".into()))?;
+    let mut buf: Vec<u8> = Vec::new();
+    buf.try_reserve_exact(n)
+        .map_err(|e| Error::Image(format!("JPEG output buffer of {n} bytes: {e}")))?;
+    buf.resize(n, 0);
+    // SAFETY: a live handle; `buf` holds width * height * channels bytes, which is what `format` at
+    // pitch 0 (tightly packed rows) writes for a `w` x `h` image.
+    let r = unsafe {
+        tjDecompress2(
+            tj.0,
+            bytes.as_ptr(),
+            size,
+            buf.as_mut_ptr(),
+            w,
+            0,
+            h,
+            format,
+            TJFLAG_LIMITSCANS,
+        )
+    };
+    // SAFETY: a live handle.
+    if r != 0 && unsafe { tjGetErrorCode(tj.0) } != TJERR_WARNING {
+        return Err(tj.error("decode"));
+    }
+    if format == TJPF_CMYK {
+        buf = buf
+            .chunks_exact(4)
+            .flat_map(|p| inverted_cmyk_to_rgb([p[0], p[1], p[2], p[3]]))
+            .collect();
+    }
+    RgbImage::from_raw(width, height, buf)
+        .ok_or_else(|| Error::Image("JPEG pixel buffer size mismatch".into()))
+}
+
+/// One pixel of libjpeg's CMYK output (Adobe-inverted samples) to RGB as Pillow does it: the `CMYK;I`
+/// unpacker inverts each sample, then `cmyk2rgb` computes `nk - nk * c / 255` with `nk = 255 - k`
+/// (the division rounded the way Pillow's `MULDIV255` rounds).
+fn inverted_cmyk_to_rgb(raw: [u8; 4]) -> [u8; 3] {
+    // Inverting k gives k' = 255 - raw_k, so nk = 255 - k' = raw_k.
+    let nk = u32::from(raw[3]);
+    let ch = |raw_c: u8| {
+        let c = 255 - u32::from(raw_c);
+        let t = c * nk + 128;
+        let m = ((t >> 8) + t) >> 8;
+        nk.saturating_sub(m) as u8
+    };
+    [ch(raw[0]), ch(raw[1]), ch(raw[2])]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inverted_cmyk_to_rgb;
+
+    /// Endpoints of Pillow's formula: no ink is white, full black is black, full cyan zeroes red only.
+    #[test]
+    fn cmyk_endpoints() {
+        // Raw (inverted) samples: 255 means no ink.
+        assert_eq!(inverted_cmyk_to_rgb([255, 255, 255, 255]), [255, 255, 255]);
+        assert_eq!(inverted_cmyk_to_rgb([255, 255, 255, 0]), [0, 0, 0]);
+        assert_eq!(inverted_cmyk_to_rgb([0, 255, 255, 255]), [0, 255, 255]);
+        // Half black, no colour: nk = 128.
+        assert_eq!(inverted_cmyk_to_rgb([255, 255, 255, 128]), [128, 128, 128]);
+    }
+}
