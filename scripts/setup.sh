@@ -2,7 +2,9 @@
 # Install what a fresh Debian machine needs to build, serve and test florence2-wasm. Idempotent: every
 # step checks first, so a second run costs seconds.
 #   - Debian: Mesa's lavapipe (Vulkan on the CPU) for native wgpu tests; Chromium + ChromeDriver for the
-#     browser tests (WebGPU on SwiftShader); g++ for libFuzzer (scripts/fuzz.sh).
+#     browser tests (WebGPU on SwiftShader); g++ for libFuzzer (scripts/fuzz.sh); libjpeg-turbo's
+#     TurboJPEG library and headers (libturbojpeg0-dev) and pkg-config, which the native build links for
+#     JPEG decoding (the `libjpeg-turbo` feature; scripts/link_libjpeg_turbo.rs).
 #   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
 #     pinned in Cargo.lock (the CLI and the crate must match).
 #   - npm: the packages the end-to-end tests and the demo server use (www/package.json), and the bundlers
@@ -17,7 +19,8 @@ if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 need=()
 # g++: libFuzzer (C++) is compiled by the fuzz targets' libfuzzer-sys (scripts/fuzz.sh).
-for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++ python3-venv; do
+# libturbojpeg0-dev + pkg-config: native JPEG decoding through libjpeg-turbo (Pillow's decoder).
+for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++ python3-venv libturbojpeg0-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -226,6 +226,34 @@ mod tests {
         v
     }
 
+    /// Two EXIF APP1 segments are concatenated (as Pillow's `info["exif"]`), other APP1 data is skipped;
+    /// the frame header and the first scan's component count are read; nothing after the first scan is.
+    #[test]
+    fn headers_reads_exif_frame_and_first_scan() {
+        let mut v = vec![0xFF, 0xD8];
+        v.extend([0xFF, 0xE1, 0x00, 0x0A]);
+        v.extend(b"Exif\0\0MM");
+        v.extend([0xFF, 0xE1, 0x00, 0x06, b'h', b't', b't', b'p']);
+        v.extend([0xFF, 0xE1, 0x00, 0x0A]);
+        v.extend(b"Exif\0\0ab");
+        // SOF2: 8 bits, 23 rows, 37 columns, 3 components (2x2, 1x1, 1x1).
+        v.extend([0xFF, 0xC2, 0x00, 0x11, 8, 0, 23, 0, 37, 3]);
+        v.extend([1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1]);
+        v.extend([0xFF, 0xDA, 0x00, 0x08, 1, 1, 0, 0, 63, 0]);
+        v.extend([0xFF, 0xE1, 0x00, 0x0A]);
+        v.extend(b"Exif\0\0zz");
+        let h = super::headers(&v);
+        assert_eq!(h.exif.as_deref(), Some(&b"MMab"[..]));
+        assert_eq!(h.first_scan_components, Some(1));
+        let f = h.frame.unwrap();
+        assert_eq!((f.marker, f.width, f.height), (0xC2, 37, 23));
+        assert_eq!(f.sampling, vec![(2, 2), (1, 1), (1, 1)]);
+        assert!(f.progressive());
+        // Luma: ceil(37/8) = 5 -> 6 (whole 2x2 MCUs) by ceil(23/8) = 3 -> 4 blocks; chroma: 3 by 2.
+        assert_eq!(f.coefficient_bytes(), (6 * 4 + 2 * 3 * 2) * 128);
+        assert_eq!(super::headers(&v[..20]).frame, None);
+    }
+
     #[test]
     fn complete_streams_pass_and_every_cut_fails() {
         let v = tiny();

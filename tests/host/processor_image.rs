@@ -214,8 +214,8 @@ fn pixel_values_match_transformers() {
         let d = max_abs(&got, &want);
         println!("{name}: max |ours - transformers| = {d:e}");
         if name.starts_with("jpeg") {
-            // JPEG decoding differs by up to JPEG_MAX_DIFF grey levels (see above): after /255/std that is
-            // at most JPEG_MAX_DIFF / 255 / 0.224.
+            // JPEG decoding differs by up to JPEG_MAX_DIFF grey levels (0 with libjpeg-turbo; see above):
+            // after /255/std that is at most JPEG_MAX_DIFF / 255 / 0.224.
             assert!(
                 d <= JPEG_MAX_DIFF as f32 / 255.0 / 0.224 + 1e-6,
                 "{name}: {d}"
@@ -475,6 +475,9 @@ fn mutated_images_never_panic() {
         "convert/palette_trns.png",
         "jpeg/color420.jpg",
         "jpeg/grey.jpg",
+        "../images/jpeg/progressive420.jpg",
+        "../images/jpeg/cmyk.jpg",
+        "../images/jpeg/restart_blocks420.jpg",
     ] {
         let orig = read(file);
         for _ in 0..150 {
@@ -503,8 +506,9 @@ fn mutated_images_never_panic() {
 /// `Florence2Processor.image_processor` on `tests/fixtures/images/*` with each model dir's
 /// preprocessor_config.json) vs ours from the file bytes. PNG: bit-exact pipeline, tolerance 1e-6 (guard
 /// only; measured 0, including rgba.png, which the reference composites onto white). JPEG (4:4:4): the
-/// decoder difference, bounded by `JPEG_MAX_DIFF` grey levels of the resized image (measured: tiny2 318
-/// of 12288 values differ, max 2; tiny4 481 of 18432, max 3).
+/// decoder difference, bounded by `JPEG_MAX_DIFF` grey levels of the resized image: 0 with libjpeg-turbo
+/// (measured: 0 values differ); with the image crate's decoder tiny2 318 of 12288 values differed, max 2,
+/// tiny4 481 of 18432, max 3.
 #[test]
 fn pixel_values_match_fixture_reference() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -635,4 +639,110 @@ fn webp_bmp_and_gif_decode_to_pillows_pixels() {
             "{rel}"
         );
     }
+}
+
+fn image_fixture(rel: &str) -> Vec<u8> {
+    let images = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images");
+    std::fs::read(format!("{images}/{rel}")).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// `jpg` with the size in its frame header (the first SOFn `marker`) replaced by `w`x`h`.
+fn with_frame_size(mut jpg: Vec<u8>, marker: u8, w: u16, h: u16) -> Vec<u8> {
+    let sof = jpg
+        .windows(2)
+        .position(|p| p == [0xFF, marker])
+        .unwrap_or_else(|| panic!("no SOF marker FF{marker:02X}"));
+    jpg[sof + 5..sof + 7].copy_from_slice(&h.to_be_bytes());
+    jpg[sof + 7..sof + 9].copy_from_slice(&w.to_be_bytes());
+    jpg
+}
+
+/// Progressive and CMYK JPEGs whose frame header claims 60000x50000: `ImageTooLarge`, from the header,
+/// before any decoding (the scan data cannot fill that size). The same files at their own size decode.
+#[test]
+fn oversized_progressive_and_cmyk_jpegs_are_rejected_before_decoding() {
+    let limits = ImageLimits::default();
+    for (rel, marker) in [
+        ("jpeg/progressive420.jpg", 0xC2),
+        ("jpeg/cmyk.jpg", 0xC0),
+        ("jpeg/restart_rows422.jpg", 0xC0),
+    ] {
+        let jpg = image_fixture(rel);
+        assert_eq!(
+            decode_image(&jpg, &limits).unwrap().dimensions(),
+            (64, 48),
+            "{rel}"
+        );
+        match decode_image(&with_frame_size(jpg, marker, 60000, 50000), &limits) {
+            Err(
+                e @ Error::ImageTooLarge {
+                    width: 60000,
+                    height: 50000,
+                    ..
+                },
+            ) => assert_eq!(e.name(), "Florence2ImageTooLargeError"),
+            other => panic!("{rel}: expected ImageTooLarge, got {other:?}"),
+        }
+    }
+}
+
+/// The allocation limit covers what the JPEG decode needs: the RGB output (64x48x3 = 9216 bytes) and,
+/// for a progressive file, libjpeg's whole-image coefficient buffer (4:2:0, 64x48: 48 + 2 x 12 blocks of
+/// 128 bytes = 9216 more). A limit between the two refuses the progressive file only.
+#[test]
+fn jpeg_decoding_respects_the_allocation_limit() {
+    let base = image_fixture("jpeg/s420.jpg");
+    let prog = image_fixture("jpeg/progressive420.jpg");
+    let limit = |bytes: u64| ImageLimits {
+        max_alloc_bytes: bytes,
+        ..ImageLimits::default()
+    };
+    if cfg!(feature = "libjpeg-turbo") {
+        assert!(decode_image(&base, &limit(9216)).is_ok());
+        match decode_image(&prog, &limit(9216)) {
+            Err(Error::Image(m)) => assert!(m.contains("18432 bytes"), "{m}"),
+            other => panic!("expected Error::Image, got {other:?}"),
+        }
+        assert!(decode_image(&prog, &limit(18432)).is_ok());
+        match decode_image(&base, &limit(9215)) {
+            Err(Error::Image(m)) => assert!(m.contains("limit"), "{m}"),
+            other => panic!("expected Error::Image, got {other:?}"),
+        }
+    } else {
+        for jpg in [&base, &prog] {
+            assert!(matches!(
+                decode_image(jpg, &limit(16)),
+                Err(Error::Image(_))
+            ));
+        }
+    }
+}
+
+/// Truncated progressive and CMYK JPEGs are refused like the baseline one (Pillow: "image file is
+/// truncated"); bytes between the last scan and the end-of-image marker (a libjpeg warning, "extraneous
+/// bytes before marker") are ignored, as Pillow ignores them (checked with Pillow 13: same pixels).
+#[test]
+fn truncated_and_padded_jpegs_behave_like_pillow() {
+    let limits = ImageLimits::default();
+    for rel in [
+        "jpeg/progressive420.jpg",
+        "jpeg/cmyk.jpg",
+        "jpeg/odd420.jpg",
+    ] {
+        let jpg = image_fixture(rel);
+        for cut in [jpg.len() - 2, jpg.len() * 2 / 3, jpg.len() / 3] {
+            match decode_image(&jpg[..cut], &limits) {
+                Err(Error::Image(m)) => assert!(m.contains("truncated"), "{rel} cut {cut}: {m}"),
+                other => panic!("{rel} cut {cut}: expected Error::Image, got {other:?}"),
+            }
+        }
+    }
+    let jpg = image_fixture("jpeg/s420.jpg");
+    assert_eq!(&jpg[jpg.len() - 2..], &[0xFF, 0xD9]);
+    let mut padded = jpg[..jpg.len() - 2].to_vec();
+    padded.extend_from_slice(&[0x12, 0x34, 0x56, 0xFF, 0xD9]);
+    assert_eq!(
+        decode_image(&padded, &limits).unwrap(),
+        decode_image(&jpg, &limits).unwrap()
+    );
 }
