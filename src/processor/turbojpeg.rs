@@ -14,8 +14,8 @@
 //! which assumes Adobe's inverted samples for every CMYK JPEG) and converted with Pillow's `CMYK -> RGB`
 //! formula (`cmyk2rgb` in Convert.c).
 //!
-//! Warnings (corrupt-data recoveries such as extraneous bytes before a marker) are ignored, as Pillow
-//! ignores them; truncated files never get here ([`super::jpeg::check_complete`] refuses them first).
+//! Warnings (libjpeg's recoveries: extraneous bytes before a marker, an unknown JFIF revision, ...) are
+//! ignored, in the header as in the data, as Pillow ignores them; truncated files never get here ([`super::jpeg::check_complete`] refuses them first).
 //! Files with more than 500 scans are refused (TurboJPEG's `TJFLAG_LIMITSCANS`): no camera writes them,
 //! and each scan can cost a pass over the whole image.
 
@@ -81,6 +81,14 @@ impl Decompressor {
         Ok(Decompressor(h))
     }
 
+    /// Whether a call's return value `r` means failure: -1 with a fatal error. -1 after a warning (the
+    /// call completed; libjpeg recovered from something, such as an unknown JFIF revision or extraneous
+    /// bytes before a marker) is success, as Pillow ignores libjpeg's warnings.
+    fn failed(&self, r: c_int) -> bool {
+        // SAFETY: a live handle.
+        r != 0 && unsafe { tjGetErrorCode(self.0) } != TJERR_WARNING
+    }
+
     /// The message of the last error on this instance.
     fn error(&self, what: &str) -> Error {
         // SAFETY: a live handle; the returned string belongs to the handle (or is static) and is copied
@@ -128,7 +136,7 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
             &mut colorspace,
         )
     };
-    if r != 0 {
+    if tj.failed(r) {
         return Err(tj.error("header"));
     }
     let (width, height) = match (u32::try_from(w), u32::try_from(h)) {
@@ -192,8 +200,7 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
             TJFLAG_LIMITSCANS,
         )
     };
-    // SAFETY: a live handle.
-    if r != 0 && unsafe { tjGetErrorCode(tj.0) } != TJERR_WARNING {
+    if tj.failed(r) {
         return Err(tj.error("decode"));
     }
     if format == TJPF_CMYK {

@@ -729,8 +729,8 @@ fn jpeg_decoding_respects_the_allocation_limit() {
 }
 
 /// Truncated progressive and CMYK JPEGs are refused like the baseline one (Pillow: "image file is
-/// truncated"); bytes between the last scan and the end-of-image marker (a libjpeg warning, "extraneous
-/// bytes before marker") are ignored, as Pillow ignores them (checked with Pillow 13: same pixels).
+/// truncated"); bytes between the last scan and the end-of-image marker and an unknown JFIF revision
+/// (libjpeg warnings) are ignored, as Pillow ignores them (checked with Pillow 13: same pixels).
 #[test]
 fn truncated_and_padded_jpegs_behave_like_pillow() {
     let limits = ImageLimits::default();
@@ -751,8 +751,12 @@ fn truncated_and_padded_jpegs_behave_like_pillow() {
     assert_eq!(&jpg[jpg.len() - 2..], &[0xFF, 0xD9]);
     let mut padded = jpg[..jpg.len() - 2].to_vec();
     padded.extend_from_slice(&[0x12, 0x34, 0x56, 0xFF, 0xD9]);
-    assert_eq!(
-        decode_image(&padded, &limits).unwrap(),
-        decode_image(&jpg, &limits).unwrap()
-    );
+    let want = decode_image(&jpg, &limits).unwrap();
+    assert_eq!(decode_image(&padded, &limits).unwrap(), want);
+    // A header warning (libjpeg: "unknown JFIF revision number 3.01") is ignored too (Pillow 13: same
+    // pixels).
+    assert_eq!(&jpg[6..13], b"JFIF\0\x01\x01");
+    let mut jfif3 = jpg.clone();
+    jfif3[11] = 3;
+    assert_eq!(decode_image(&jfif3, &limits).unwrap(), want);
 }
