@@ -204,10 +204,18 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
         return Err(tj.error("decode"));
     }
     if format == TJPF_CMYK {
-        buf = buf
-            .chunks_exact(4)
-            .flat_map(|p| inverted_cmyk_to_rgb([p[0], p[1], p[2], p[3]]))
-            .collect();
+        // In place, front to back: pixel i's RGB (bytes 3i..3i+3) never overwrites an unread CMYK
+        // sample (bytes 4i.. onwards).
+        let count = n / 4;
+        for i in 0..count {
+            let Some(&[c, m, y, k]) = buf.get(4 * i..4 * i + 4) else {
+                break;
+            };
+            if let Some(dst) = buf.get_mut(3 * i..3 * i + 3) {
+                dst.copy_from_slice(&inverted_cmyk_to_rgb([c, m, y, k]));
+            }
+        }
+        buf.truncate(count * 3);
     }
     RgbImage::from_raw(width, height, buf)
         .ok_or_else(|| Error::Image("JPEG pixel buffer size mismatch".into()))
