@@ -521,7 +521,7 @@ async fn encode_impl(
     abort()?;
     let encoded = recover::gpu_step(pipeline.gpu(), async {
         let _extra = recover::debug_allocation(&inner, pipeline.gpu())?;
-        pipeline.encode_image(js.as_image())
+        pipeline.encode_image_async(js.as_image()).await
     })
     .await?;
     let id = NEXT_IMAGE_ID.fetch_add(1, Ordering::Relaxed);

@@ -409,6 +409,21 @@ impl Gpu {
         self.check()
     }
 
+    /// Until all submitted work is done: natively [`Gpu::wait_idle`]; in the browser an await of the
+    /// queue's `onSubmittedWorkDone()` (the event loop keeps running). Also surfaces a device loss or an
+    /// uncaptured GPU error.
+    pub async fn finished(&self) -> Result<()> {
+        #[cfg(target_arch = "wasm32")]
+        if let Some(hw) = &self.wgpu {
+            let (tx, rx) = futures_channel::oneshot::channel();
+            hw.queue.on_submitted_work_done(move || {
+                let _ = tx.send(());
+            });
+            let _ = rx.await;
+        }
+        self.wait_idle()
+    }
+
     /// GPU memory held by tensors now, and the peak since the device opened or the last
     /// [`Gpu::reset_peak_memory`].
     /// Bind groups created on this device so far (every [`crate::gpu::Recorder::dispatch`] creates one;

@@ -1,7 +1,6 @@
-//! Stage timings. Natively a stage is timed after waiting for the GPU to finish it (so each stage's
-//! figure is its own work); in the browser `std::time::Instant` panics and waiting is impossible, so
-//! the clock is `performance.now()` and a stage's figure is the time to record and submit it (the GPU
-//! finishes it asynchronously; the decode stage, which awaits readbacks, absorbs the rest).
+//! Stage timings. A stage is timed until the GPU has finished it, so each stage's figure is its own
+//! work: natively by waiting for the device, in the browser by awaiting the queue's
+//! `onSubmittedWorkDone()` (the clock is `performance.now()` there: `std::time::Instant` panics).
 
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -47,10 +46,10 @@ impl Stopwatch {
         (now_ms() - self.0).max(0.0)
     }
 
-    /// Milliseconds since start once the GPU has finished what was submitted (natively; in the
-    /// browser: now). Also surfaces a device loss or an uncaptured GPU error.
-    pub fn ms_after_gpu(self, gpu: &Gpu) -> Result<f64> {
-        gpu.wait_idle()?;
+    /// Milliseconds since start once the GPU has finished what was submitted ([`Gpu::finished`]). Also
+    /// surfaces a device loss or an uncaptured GPU error.
+    pub async fn ms_after_gpu(self, gpu: &Gpu) -> Result<f64> {
+        gpu.finished().await?;
         Ok(self.ms())
     }
 }

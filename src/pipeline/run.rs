@@ -17,11 +17,19 @@ impl Pipeline {
     /// Encode an image once: pixels, then DaViT + projector, the projected features kept on the GPU.
     /// Every task run on the result skips those stages and gives exactly the answer it gives on the
     /// image itself.
+    /// Natively the work is waited for; in the browser use [`Pipeline::encode_image_async`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn encode_image(&self, image: Image<'_>) -> Result<EncodedImage> {
-        self.encode_image_with(image, &|| false, &Callbacks::default())
+        pollster::block_on(self.encode_image_async(image))
     }
 
-    fn encode_image_with(
+    /// [`Pipeline::encode_image`], awaiting the GPU (the browser's event loop keeps running).
+    pub async fn encode_image_async(&self, image: Image<'_>) -> Result<EncodedImage> {
+        self.encode_image_with(image, &|| false, &Callbacks::default())
+            .await
+    }
+
+    async fn encode_image_with(
         &self,
         image: Image<'_>,
         cancel: &dyn Cancel,
@@ -44,7 +52,7 @@ impl Pipeline {
             .model
             .encode_pixels(&px.values, [1, 3, pre.height, pre.width])?; // (1, N, D)
         drop(px.values);
-        let vision_ms = t.ms_after_gpu(gpu)?;
+        let vision_ms = t.ms_after_gpu(gpu).await?;
         Ok(EncodedImage {
             features,
             image_size: px.size,
@@ -93,7 +101,7 @@ impl Pipeline {
         let mut fresh = None;
         let (image, reused) = match input {
             TaskInput::Image(img) => (
-                &*fresh.insert(self.encode_image_with(img, cancel, callbacks)?),
+                &*fresh.insert(self.encode_image_with(img, cancel, callbacks).await?),
                 false,
             ),
             TaskInput::Encoded(e) => (self.owned(e)?, true),
@@ -108,14 +116,14 @@ impl Pipeline {
         callbacks.stage(Stage::Encoder);
         let t = Stopwatch::start();
         let enc = self.model.encode_prompt(&image.features, &ids)?; // (1, S, D) + cross K/V
-        let encoder_ms = t.ms_after_gpu(gpu)?;
+        let encoder_ms = t.ms_after_gpu(gpu).await?;
         // Image features encoded for this task only are dead once the encoder has read them.
         drop(fresh);
 
         callbacks.stage(Stage::Decode);
         let t = Stopwatch::start();
         let token_ids = self.decode(enc, &gen, cancel, callbacks).await?;
-        let decode_ms = t.ms_after_gpu(gpu)?;
+        let decode_ms = t.ms_after_gpu(gpu).await?;
 
         callbacks.stage(Stage::Postprocess);
         let t = Stopwatch::start();

@@ -69,11 +69,10 @@ export type TaskResult = { [T in TaskMarker]: TaskResultOf<T> }[TaskMarker];
 export interface TaskTimings {
   /** Image read/decode + resize + normalise (none on an `EncodedImage`), prompt tokenization. */
   preprocess: number;
-  /** Recording and submitting the vision tower (none on an `EncodedImage`), projector and encoder (the GPU
-   * runs them asynchronously). */
+  /** The vision tower (none on an `EncodedImage`), projector and encoder, until the GPU finished them
+   * (`queue.onSubmittedWorkDone()`), so this is their GPU time, not the time to submit them. */
   encode: number;
-  /** Decoding (greedy or beam search) until the last token was read back (includes waiting for the
-   * encoder). */
+  /** Decoding (greedy or beam search) until the last token was read back. */
   decode: number;
   total: number;
 }
