@@ -243,7 +243,8 @@ fn run_errors_are_named() {
     ]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains("florence2: Florence2LoadError: cannot read config.json"),
+        stderr.contains("florence2: Florence2LoadError: cannot read ")
+            && stderr.contains("no such model directory"),
         "{stderr}"
     );
 }

@@ -174,8 +174,10 @@ pub(super) struct Loaded {
 /// against the model's tasks (its own markers included).
 pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     let t = Stopwatch::start();
+    // A hub id is fetched here, after every usage check (a usage error never downloads a model).
+    let dir = super::model_dir(&a.model)?;
     let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
-    let pipeline = Pipeline::load_dir_with(&gpu, &a.model, LoadOptions::with_dtype(a.dtype))?;
+    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(a.dtype))?;
     let mut sizes = pipeline.tune_sizes();
     sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
     // A failed tuning only costs speed: the static kernel choices run and the report says so.
@@ -203,9 +205,8 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     })
 }
 
-pub fn run_cmd(mut a: RunArgs) -> Result<(), Failure> {
+pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let prompts = a.prompts()?;
-    a.model = super::model_dir(&a.model)?;
     if batch::is_batch(&a) {
         return batch::run_batch(&a, &prompts);
     }
