@@ -2,7 +2,8 @@
 # The main job: build the npm package (wasm-pack -> pkg/) if it is missing or older than the sources, then
 # serve www/ (the demo) and pkg/ on 127.0.0.1 and print the URL to open.
 #   scripts/serve.sh [--port 8080] [--model-dir DIR] [--no-build]
-# --model-dir serves a local model directory at /model/ (use ?model=/model/ in the demo).
+# --model-dir serves a local model directory at /model/ (use ?model=/model/ in the demo). The demo model
+# (www/models/florence2-shapes) is always served with the page: ?model=demo, or its preset in the page.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

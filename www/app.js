@@ -2,8 +2,9 @@
 // detection), overlay drawing, answer/JSON/timings, cancel. The model itself runs in worker.js.
 //
 // Automation hooks (for scripts and the end-to-end tests):
-//   ?model=URL&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0] [&all=1]
+//   ?model=URL|org/name|demo&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0] [&all=1]
 //   [&dtype=fp16|fp32|q8|q4] (resident weight format, default fp16; #memory then shows weights and peak)
+//   [&sample=FILE] opens one of the demo model's sample scenes (and fills the task's phrase or region from it)
 // loads the model, opens the image, runs the task and writes the output JSON into #result-json, whose
 // data-status goes idle -> loading -> running -> "done" or "error" (data-error-name then says which error,
 // e.g. Florence2LoadError, AbortError, WebGPUUnavailableError). With all=1 it then runs every task on the image
@@ -13,6 +14,14 @@
 // A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
 // package loads that layout). See README "Default model".
 export const DEFAULT_MODEL = "https://huggingface.co/mlx-community/Florence-2-base-ft-bf16/resolve/main/";
+// The project's own small trained model, served with the page (www/models/, made by
+// scripts/train_demo_model.py): works offline; its held-out sample scenes and their targets sit beside it.
+export const DEMO_MODEL_PATH = "models/florence2-shapes/";
+const demoModelUrl = () => new URL(DEMO_MODEL_PATH, location.href).href;
+/** `?model=` / the URL field: "demo" names the demo model, anything else is a URL or a hub id. */
+function modelFromParam(v) {
+  return v === "demo" ? demoModelUrl() : v;
+}
 
 const TASKS = {
   caption: [
@@ -44,7 +53,8 @@ const $ = (id) => document.getElementById(id);
 const el = {
   gpuBadge: $("gpu-badge"), gpuMessage: $("gpu-message"),
   modelForm: $("model-form"), modelUrl: $("model-url"), modelCache: $("model-cache"), loadModel: $("load-model"),
-  modelDtype: $("model-dtype"), memory: $("memory"),
+  modelDtype: $("model-dtype"), memory: $("memory"), modelPreset: $("model-preset"), modelNote: $("model-note"),
+  samples: $("samples"), sampleList: $("sample-list"),
   progress: $("progress"), progressText: $("progress-text"), progressFiles: $("progress-files"),
   imageFile: $("image-file"), imageUrlForm: $("image-url-form"), imageUrl: $("image-url"),
   dropzone: $("dropzone"), stage: $("stage"), imageCanvas: $("image-canvas"), overlay: $("overlay"),
@@ -68,6 +78,8 @@ const state = {
   view: "detection",
   lastOutput: null,
   drawn: null,        // the task value drawn on the overlay (redrawn on resize)
+  sample: null,       // the demo sample scene shown ({file, targets}), or null
+  samples: [],        // the demo model's sample scenes (samples/targets.json)
 };
 
 // ---------------------------------------------------------------- worker RPC
@@ -237,7 +249,7 @@ function makeProgressTracker() {
 async function loadModel() {
   let source;
   try {
-    source = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL);
+    source = normalizeModelUrl(modelFromParam(el.modelUrl.value.trim()) || DEFAULT_MODEL);
   } catch (e) {
     const err = new Error(`not a URL: ${el.modelUrl.value}`); err.name = "Florence2LoadError";
     fail(err, "load");
@@ -340,6 +352,7 @@ async function setImage(blob, name) {
     modelImage = await createImageBitmap(blob, { imageOrientation: "from-image" });
   }
   state.image = { blob, modelImage, bitmap, width: bitmap.width, height: bitmap.height, name, key: ++state.imageKey };
+  state.sample = null;
   const c = el.imageCanvas;
   c.width = bitmap.width; c.height = bitmap.height;
   c.getContext("2d").drawImage(bitmap, 0, 0);
@@ -365,6 +378,70 @@ async function openImageUrl(raw) {
   if (!res.ok) throw Object.assign(new Error(`could not fetch the image ${url}: HTTP ${res.status}`), { name: "ImageLoadError" });
   const blob = await res.blob();
   await setImage(blob, url.split("/").pop() || url);
+}
+
+// ---------------------------------------------------------------- demo model + samples
+
+/** Which preset the URL field names: the hub default, the demo model, or something else. */
+function presetOf(url) {
+  const v = url.trim();
+  if (!v || v === DEFAULT_MODEL) return "hub";
+  if (v === "demo") return "demo";
+  try { if (new URL(v, location.href).href === demoModelUrl()) return "demo"; } catch (_) { /* not a URL */ }
+  return "custom";
+}
+
+function syncPreset() {
+  el.modelPreset.value = presetOf(el.modelUrl.value);
+  el.modelNote.hidden = el.modelPreset.value !== "demo";
+}
+
+function onPresetChange() {
+  const p = el.modelPreset.value;
+  if (p === "hub") el.modelUrl.value = DEFAULT_MODEL;
+  else if (p === "demo") el.modelUrl.value = demoModelUrl();
+  else { el.modelUrl.value = ""; el.modelUrl.focus(); }
+  syncPreset();
+}
+
+/** The demo model's held-out samples as thumbnails; hidden when the page is served without them. */
+async function loadSamples() {
+  let list;
+  try {
+    const res = await fetch(new URL(`${DEMO_MODEL_PATH}samples/targets.json`, location.href));
+    if (!res.ok) return;
+    list = await res.json();
+  } catch (_) { return; }
+  if (!Array.isArray(list) || list.length === 0) return;
+  state.samples = list;
+  el.sampleList.replaceChildren(...list.map((s) => {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "sample";
+    b.dataset.file = s.file;
+    const words = s.targets?.["<OCR>"]?.target ?? "";
+    b.title = `${s.file}${words ? `: "${words}"` : ""}`;
+    const img = document.createElement("img");
+    img.src = new URL(`${DEMO_MODEL_PATH}samples/${s.file}`, location.href).href;
+    img.alt = b.title;
+    img.width = 64; img.height = 64;
+    b.append(img);
+    b.addEventListener("click", () => openSample(s).catch(imageError));
+    return b;
+  }));
+  el.samples.hidden = false;
+}
+
+async function openSample(s) {
+  await openImageUrl(new URL(`${DEMO_MODEL_PATH}samples/${s.file}`, location.href).href);
+  state.sample = s;
+  fillSampleInput();
+}
+
+/** With a sample open, a task that takes an input gets the sample's own (its phrase or region). */
+function fillSampleInput() {
+  const t = state.sample?.targets?.[el.task.value];
+  if (t && taskInfo(el.task.value)?.input) el.taskText.value = t.text_input;
 }
 
 function imageError(e) {
@@ -482,6 +559,7 @@ function onTaskChange() {
   el.taskTextWrap.hidden = !input;
   el.taskText.placeholder = input === "region" ? REGION_PLACEHOLDER : info?.placeholder ?? "";
   el.taskTextLabel.textContent = input === "region" ? "Region (four <loc_N> tokens, N in 0..999)" : "Text input";
+  fillSampleInput();
 }
 
 // ---------------------------------------------------------------- running
@@ -562,7 +640,7 @@ function prettyJson(v) {
 /** Load the model when the URL field names another one; false when that failed. */
 async function ensureModel() {
   let wanted = null;
-  try { wanted = normalizeModelUrl(el.modelUrl.value || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
+  try { wanted = normalizeModelUrl(modelFromParam(el.modelUrl.value.trim()) || DEFAULT_MODEL); } catch (_) { /* loadModel reports it */ }
   if (!state.modelSource || state.modelSource !== wanted || state.modelDtype !== selectedDtype()) {
     try { await loadModel(); } catch (_) { return false; }
   }
@@ -684,6 +762,8 @@ function wire() {
   el.cancel.addEventListener("click", cancel);
   el.runAll.addEventListener("click", () => { runAllTasks(); });
   el.task.addEventListener("change", onTaskChange);
+  el.modelPreset.addEventListener("change", onPresetChange);
+  el.modelUrl.addEventListener("input", syncPreset);
   for (const t of el.tabs) t.addEventListener("click", () => setView(t.dataset.view));
   el.imageFile.addEventListener("change", () => {
     const f = el.imageFile.files?.[0];
@@ -722,7 +802,8 @@ function wire() {
 
 async function main() {
   const params = new URLSearchParams(location.search);
-  el.modelUrl.value = params.get("model") || DEFAULT_MODEL;
+  el.modelUrl.value = modelFromParam(params.get("model") || DEFAULT_MODEL);
+  syncPreset();
   if (params.get("cache") === "0") el.modelCache.checked = false;
   if (params.get("dtype")) el.modelDtype.value = params.get("dtype");
   if (params.get("beams")) {
@@ -740,7 +821,17 @@ async function main() {
   wire();
   updateButtons();
 
+  const samples = loadSamples();
   await probeGpu();
+  await samples;
+  if (params.get("sample")) {
+    const s = state.samples.find((x) => x.file === params.get("sample"));
+    try {
+      if (!s) throw Object.assign(new Error(`no sample scene ${params.get("sample")}`), { name: "ImageLoadError" });
+      await openSample(s);
+      if (params.get("text")) el.taskText.value = params.get("text");
+    } catch (e) { imageError(e); if (params.get("autorun") === "1") fail(e, "image"); return; }
+  }
   if (params.get("image")) {
     try { await openImageUrl(params.get("image")); } catch (e) { imageError(e); if (params.get("autorun") === "1") fail(e, "image"); return; }
   }
