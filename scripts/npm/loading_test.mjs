@@ -311,7 +311,7 @@ try {
   step("hub ids: revision, remoteHost, remotePathTemplate, page URL of the mirror; a template without {model} is refused");
 
   // ---- revalidation: a branch revision's cached file that changed on the server is fetched again
-  const hubOpts = { remoteHost: `${location.origin}/hub/` };
+  const hubOpts = { remoteHost: `${origin}/hub/` };
   const genPath = join(hub, "tiny2", "generation_config.json");
   const genText = readFileSync(genPath, "utf8");
   const touch = (text, when) => { writeFileSync(genPath, text); utimesSync(genPath, when, when); };
@@ -343,6 +343,11 @@ try {
   sameAsCli(down.out, want("<CAPTION>", null), "revalidation offline");
   assert.ok(Object.values(cachedOf(down.events)).every((c) => c), "offline: the cached copies");
   await startServer("html");
+  // Both revisions' entries go again, so the cache holds what it held before this step.
+  await ev((o) => F.clearCache("test-org/tiny2", o), hubOpts);
+  await ev((o) => F.clearCache("test-org/tiny2", o), { ...hubOpts, revision: commit });
+  info = await ev(() => F.cacheInfo());
+  assert.deepEqual(info.files.filter((f) => f.url.includes("/hub/test-org/tiny2/")), [], "tiny2's entries cleared");
   step("revalidation: a branch revision's changed file is fetched again (others stay cached), revalidate: false " +
     "and commit revisions use the cache, an unreachable server keeps the cached copies");
 
