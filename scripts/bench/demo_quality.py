@@ -7,7 +7,7 @@ PyTorch reference's row on the same images (from the model's metrics.json, writt
 scripts/train_demo_model.py) and each format's token-id agreement with that reference.
 
     python3 scripts/bench/demo_quality.py [--bin target/debug/florence2] [--model www/models/florence2-shapes]
-        [--dtypes fp32,fp16,q8,q4] [--images 20] [--max-new-tokens 96] [--json OUT] [--markdown OUT]
+        [--devices gpu,cpu] [--dtypes fp32,fp16,q8,q4] [--images 20] [--max-new-tokens 96] [--json OUT] [--markdown OUT]
 
 Needs numpy, pillow, tokenizers (not torch).
 """
@@ -41,7 +41,7 @@ COLUMNS = [
 ]
 
 
-def engine_answerer(binary, model, dtype, max_new, tmp):
+def engine_answerer(binary, model, device, dtype, max_new, tmp):
     """answer(img, task, text_in) for demo_metrics.collect; runs the CLI once per image (all its tasks)."""
     cache = {}
 
@@ -49,17 +49,18 @@ def engine_answerer(binary, model, dtype, max_new, tmp):
         key = id(img)
         if key not in cache:
             cache.clear()
-            cache[key] = run_image(binary, model, dtype, max_new, tmp, img, current_tasks[0])
+            cache[key] = run_image(binary, model, device, dtype, max_new, tmp, img, current_tasks[0])
         return cache[key][task]
 
     current_tasks = [None]
     return answer, current_tasks
 
 
-def run_image(binary, model, dtype, max_new, tmp, img, tasks):
+def run_image(binary, model, device, dtype, max_new, tmp, img, tasks):
     path = os.path.join(tmp, "img.png")
     img.save(path)
-    cmd = [binary, "run", "--model", str(model), "--image", path, "--dtype", dtype, "--max-new-tokens",
+    cmd = [binary, "run", "--model", str(model), "--image", path, "--device", device, "--dtype", dtype,
+           "--max-new-tokens",
            str(max_new), "--json"]
     for task, text_in in tasks:
         cmd += ["--task", task, "--text", text_in]
@@ -73,9 +74,9 @@ def run_image(binary, model, dtype, max_new, tmp, img, tasks):
                         "post_processed": r["result"][r["task"]]} for r in res}
 
 
-def evaluate(binary, model, dtype, examples, max_new):
+def evaluate(binary, model, device, dtype, examples, max_new):
     with tempfile.TemporaryDirectory() as tmp:
-        answer, current = engine_answerer(binary, model, dtype, max_new, tmp)
+        answer, current = engine_answerer(binary, model, device, dtype, max_new, tmp)
         preds, gts, sizes, records = {}, {}, {}, []
         for ex in examples:
             i, scene, img, tg = ex
@@ -124,10 +125,10 @@ def agreement(records, ref):
 
 
 def table(rows):
-    cells = [f"{'':14s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
+    cells = [f"{'':17s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
     lines = ["| " + " | ".join(cells) + " |", "|" + "|".join("-" * (len(c) + 2) for c in cells) + "|"]
     for name, sc, agr, _ in rows:
-        vals = [f"{name:14s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
+        vals = [f"{name:17s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
         vals += [f"{'':9s}", f"{'':10s}"] if agr is None else [f"{agr[0]:9.3f}", f"{agr[1]:10.3f}"]
         lines.append("| " + " | ".join(vals) + " |")
     return lines
@@ -138,6 +139,7 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "target" / "debug" / "florence2"))
     ap.add_argument("--model", default=str(ROOT / "www" / "models" / "florence2-shapes"))
     ap.add_argument("--dtypes", default="fp32,fp16,q8,q4")
+    ap.add_argument("--devices", default="gpu", help="backends, comma-separated: gpu (the wgpu adapter), cpu")
     ap.add_argument("--images", type=int, default=20)
     ap.add_argument("--seed", type=int, default=2, help="held-out split seed (train_demo_model.EVAL_SEED)")
     ap.add_argument("--size", type=int, default=192, help="image size (train_demo_model.IMAGE)")
@@ -150,11 +152,12 @@ def main():
     examples = dm.heldout(args.seed, args.images, args.size, tok)
     rows, out = [], {"images": args.images, "formats": {}}
     runs = []
-    for dtype in args.dtypes.split(","):
-        t0 = time.time()
-        preds, gts, sizes, records = evaluate(args.bin, args.model, dtype, examples, args.max_new_tokens)
-        runs.append((dtype, dm.score(preds, gts, sizes), records, time.time() - t0))
-        print(f"{dtype}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    for device in args.devices.split(","):
+        for dtype in args.dtypes.split(","):
+            t0 = time.time()
+            preds, gts, sizes, records = evaluate(args.bin, args.model, device, dtype, examples, args.max_new_tokens)
+            runs.append((f"{device} {dtype}", dm.score(preds, gts, sizes), records, time.time() - t0))
+            print(f"{device} {dtype}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     # read after the engine runs: a training run may still be writing it
     ref = reference_rows(args.reference or Path(args.model) / "metrics.json", examples)
     if ref is not None:
@@ -165,10 +168,10 @@ def main():
                 gts.setdefault(task, []).append(value)
                 sizes.setdefault(task, []).append(img.size)
         rows.append(("pytorch fp32", dm.score(preds, gts, sizes), (1.0, 1.0), None))
-    for dtype, sc, records, secs in runs:
+    for name, sc, records, secs in runs:
         agr = agreement(records, ref) if ref is not None else None
-        rows.append((f"ours {dtype}", sc, agr, secs))
-        out["formats"][dtype] = {"scores": sc, "ids_equal_to_pytorch": agr and agr[0],
+        rows.append((f"ours {name}", sc, agr, secs))
+        out["formats"][name] = {"scores": sc, "ids_equal_to_pytorch": agr and agr[0],
                                  "post_processed_equal_to_pytorch": agr and agr[1], "seconds": secs,
                                  "records": records}
     lines = table(rows)
@@ -177,7 +180,7 @@ def main():
     if args.markdown:
         Path(args.markdown).write_text(
             f"{args.images} held-out scenes (seed {args.seed}), max_new_tokens {args.max_new_tokens}, "
-            f"`{Path(args.bin).name} run` per image; `ids = ref` / `post = ref`: share of answers whose token ids /"
+            f"`{Path(args.bin).name} run` per image (`gpu`: the wgpu adapter, `cpu`: the CPU backend); `ids = ref` / `post = ref`: share of answers whose token ids /"
             f" post-processed results equal the PyTorch reference's.\n\n" + "\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
