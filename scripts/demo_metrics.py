@@ -291,6 +291,7 @@ def torch_answerer(model_dir, max_new_tokens=96):
         _, pf = mf.post_process(proc, text, task, img.size)
         return {"token_ids": ids, "text": text, "post_processed": pf[task]}
 
+    answer.model = model  # for callers that change its weights between passes
     return answer
 
 
