@@ -2,7 +2,7 @@
 // `init()` and the worker client.
 import type { InitInput, InitOutput, SyncInitInput } from "./florence2_wasm.js";
 export * from "./florence2_wasm.js";
-export { Florence2Worker } from "./client.js";
+export { Florence2Worker, WorkerEncodedImage } from "./client.js";
 
 /** Load and instantiate the wasm module (optional: `Florence2.load` does it on first use). `input`: where
  * the `.wasm` is (default: next to the package's JS file), or the module itself. */

@@ -8,7 +8,7 @@
 import wbgInit, * as wasm from "./florence2_wasm.js";
 
 export * from "./florence2_wasm.js";
-export { Florence2Worker } from "./client.js";
+export { Florence2Worker, WorkerEncodedImage } from "./client.js";
 
 let ready = null;
 let initialised = false;

@@ -18,6 +18,9 @@
 //   - revalidation of cached files of branch revisions (HEAD, Last-Modified here): a changed file is
 //     fetched again, the others stay cached; `revalidate: false`, commit revisions and a stopped server
 //     use the cached copies;
+//   - the package's worker (florence2-wasm/worker + Florence2Worker): isSupported without a model (equal to
+//     the page's), load progress, encoded images (answers equal the CLI's, freed bytes), streamed tokens,
+//     memory, profile, abort, reload (encodings released), dispose; a `fetch` option refused by name;
 //   - clearCache() for one model and for all; cacheInfo() afterwards.
 //   - cache writes that fail (Cache.prototype.put rejecting with QuotaExceededError) with `persist: true`:
 //     the answer is the CLI's, one `cache_error` progress event per file, cacheInfo() lists the failures
@@ -59,7 +62,7 @@ const entry = JSON.parse(readFileSync(join(app, "node_modules/florence2-wasm/pac
 writeFileSync(join(app, "index.html"), `<!doctype html><meta charset="utf-8"><title>loading test</title>
 <script type="importmap">{"imports": {"florence2-wasm": "/app/node_modules/florence2-wasm/${entry}"}}</script>
 <script type="module">
-import { Florence2 } from "florence2-wasm";
+import { Florence2, Florence2Worker } from "florence2-wasm";
 window.F = Florence2;
 window.sceneBlob = await (await fetch("/images/scene.png")).blob();
 window.run = async (source, options = {}, prompt = "<CAPTION>", runOptions = { maxNewTokens: 24 }) => {
@@ -136,6 +139,44 @@ window.fail = async (source, options = {}) => {
     return { name: e.name, message: e.message };
   }
 };
+// The whole API through the package's worker (a module worker does not see the page's import map, so
+// model-worker.js imports the installed file by path).
+window.workerApi = async () => {
+  const w = new Worker("/app/model-worker.js", { type: "module" });
+  const out = { events: [], tokens: "" };
+  out.support = await Florence2Worker.isSupported(w);
+  out.pageSupport = await Florence2.isSupported();
+  const err = async (p) => { try { await p; return null; } catch (e) { return { name: e.name, message: e.message }; } };
+  out.fetchRefused = await err(Florence2Worker.load(w, "/model/", { fetch: (u, i) => fetch(u, i) }));
+  const m = await Florence2Worker.load(w, "/model/", { cache: false, onProgress: (e) => out.events.push(e.status) });
+  out.adapterInfo = m.adapterInfo;
+  out.tuningTable = m.tuningTable;
+  const enc = await m.encodeImage(window.sceneBlob);
+  out.encoded = { width: enc.width, height: enc.height, id: typeof enc.encodingId };
+  out.onEncoding = await m.runTask(enc, "<CAPTION>", { maxNewTokens: 24, numBeams: 1,
+    onToken: (t) => { out.tokens += t; } });
+  out.onEncodingAgain = await m.runTask(enc, "<CAPTION>", { maxNewTokens: 24, numBeams: 1 });
+  out.onBlob = await m.runTask(window.sceneBlob, "<CAPTION>", { maxNewTokens: 24, numBeams: 1 });
+  out.memoryWithEncoding = await m.memory();
+  await enc.dispose();
+  out.memory = await m.memory();
+  out.disposedEncoding = await err(m.runTask(enc, "<CAPTION>"));
+  out.profiled = await m.runTask(window.sceneBlob, "<CAPTION>", { maxNewTokens: 4, numBeams: 1, profile: true });
+  const ctrl = new AbortController();
+  const aborted = m.runTask(window.sceneBlob, "<CAPTION>", { maxNewTokens: 200, numBeams: 1, signal: ctrl.signal,
+    onToken: () => ctrl.abort() });
+  out.abort = await err(aborted);
+  const enc2 = await m.encodeImage(window.sceneBlob);
+  const reloadEvents = [];
+  await m.reload({ onProgress: (e) => reloadEvents.push(e.status) });
+  out.reloadEvents = reloadEvents;
+  out.afterReload = await m.runTask(window.sceneBlob, "<CAPTION>", { maxNewTokens: 24, numBeams: 1 });
+  out.encodingAfterReload = await err(m.runTask(enc2, "<CAPTION>"));
+  await m.dispose();
+  out.afterDispose = await err(m.memory());
+  m.terminate();
+  return out;
+};
 window.ready = true;
 </script>`);
 
@@ -186,6 +227,8 @@ function sameAsCli(out, cli, what) {
 const size = (f) => statSync(join(tiny2, f)).size;
 const files = ["config.json", "generation_config.json", "model.safetensors", "preprocessor_config.json",
   "processor_config.json", "tokenizer.json"];
+
+writeFileSync(join(app, "model-worker.js"), 'import "/app/node_modules/florence2-wasm/worker.js";\n');
 
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
@@ -410,6 +453,27 @@ try {
   assert.equal(sniffFail.name, "Florence2LoadError");
   assert.match(sniffFail.message, /HTML page \(by its content\)/);
   step("SPA fallback served as application/octet-stream: probe sniffed absent, required file errors by content");
+
+  // ---- the worker: the whole API
+  const wk = await ev(() => workerApi());
+  assert.deepEqual(wk.support, wk.pageSupport, "isSupported in the worker: the page's adapter");
+  assert.equal(wk.fetchRefused?.name, "Florence2InputError");
+  assert.ok(wk.events.includes("done"), "load progress reaches the page");
+  assert.ok(wk.adapterInfo.length > 0 && typeof wk.tuningTable === "string", "adapterInfo and tuningTable");
+  const greedy = want("<CAPTION>", 1);
+  for (const k of ["onEncoding", "onEncodingAgain", "onBlob", "afterReload"]) sameAsCli(wk[k], greedy, `worker ${k}`);
+  assert.ok(wk.tokens.length > 0, "streamed tokens reach the page");
+  assert.deepEqual({ w: wk.encoded.width, h: wk.encoded.height, id: wk.encoded.id }, { w: 83, h: 61, id: "number" });
+  assert.ok(wk.memoryWithEncoding.activationsBytes > wk.memory.activationsBytes, "the encoding's bytes are freed");
+  assert.equal(wk.memory.weightsBytes, wk.memoryWithEncoding.weightsBytes);
+  assert.equal(wk.disposedEncoding?.name, "Florence2InputError");
+  assert.equal(typeof wk.profiled.profile?.available, "boolean", "profile: true gives a profile");
+  assert.equal(wk.abort?.name, "AbortError");
+  assert.ok(wk.reloadEvents.length > 0, "reload progress reaches the page");
+  assert.equal(wk.encodingAfterReload?.name, "Florence2InputError", "encodings do not survive a reload");
+  assert.equal(wk.afterDispose?.name, "Florence2DisposedError");
+  step("the worker carries the API: isSupported without a model, encoded images, streamed tokens, memory, " +
+    "profile, abort, reload, dispose; answers equal the CLI's; fetch refused by name");
 
   // ---- cache management
   assert.equal(await ev(() => F.clearCache("/model/")), true);

@@ -5,6 +5,7 @@
 import init, {
   Florence2,
   Florence2Worker,
+  WorkerEncodedImage,
   isFlorence2Error,
   type BoxesResult,
   type ImageInput,
@@ -68,6 +69,18 @@ console.log(workerBoxes.labels);
 const frame = await createImageBitmap(canvas);
 const moved = await remote.runTask(frame, "<DENSE_REGION_CAPTION>", { signal: AbortSignal.timeout(5000) }, [frame]);
 console.log(moved.text, remote.adapterInfo, (await remote.cacheInfo()).bytes);
+// Encoded images, memory, reload, tuning table and support, all through the worker.
+const support = await Florence2Worker.isSupported(worker);
+console.log(support.webgpu, support.device, support.limits.maxBufferSize);
+const encoded: WorkerEncodedImage = await remote.encodeImage(bitmap);
+const onEncoded: BoxesResult = (await remote.runTask(encoded, "<OD>", { profile: true })).result["<OD>"];
+console.log(onEncoded.bboxes, encoded.width, encoded.height, encoded.encodingId);
+await encoded.dispose();
+const mem = await remote.memory();
+console.log(mem.weightsBytes, mem.peakBytes, remote.tuningTable.length);
+await remote.reload({ onProgress: (e) => console.log(e.status) });
+// @ts-expect-error: functions cannot cross to the worker.
+void Florence2Worker.load(worker, "./model/", { fetch: (url: string, init: RequestInit) => fetch(url, init) });
 try {
   await remote.runTask(img, "<NOT_A_TASK>");
 } catch (e) {
