@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
 done
 
 if [ "$build" = 1 ]; then
-  if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
+  if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders scripts/npm/*.js scripts/npm/*.d.ts scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
     scripts/build.sh
   fi
 fi

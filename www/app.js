@@ -1,5 +1,6 @@
 // The demo page: model URL + progress, image input (file, drop, paste, URL), task views (caption, OCR,
-// detection), overlay drawing, answer/JSON/timings, cancel. The model itself runs in worker.js.
+// detection), overlay drawing, answer/JSON/timings, cancel. The model itself runs in worker.js (the
+// package's worker module), driven through the package's `Florence2Worker`.
 //
 // Automation hooks (for scripts and the end-to-end tests):
 //   ?model=URL|org/name|demo&image=URL&task=TASK&text=INPUT&autorun=1   [&beams=N] [&max=N] [&cache=0] [&all=1]
@@ -10,6 +11,8 @@
 // e.g. Florence2LoadError, AbortError, WebGPUUnavailableError). With all=1 it then runs every task on the image
 // ("Run every task": one image encoding for all of them) and writes the JSON array of {prompt, output} into
 // #all-json, whose data-status goes running -> "done".
+
+import { Florence2Worker } from "./pkg/client.js";
 
 // A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
 // package loads that layout). See README "Default model".
@@ -82,45 +85,13 @@ const state = {
   samples: [],        // the demo model's sample scenes (samples/targets.json)
 };
 
-// ---------------------------------------------------------------- worker RPC
+// ---------------------------------------------------------------- the model's worker
 
+// www/worker.js imports the package's worker module (florence2-wasm/worker); Florence2Worker drives it.
 const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
-let nextId = 1;
-const pending = new Map(); // id -> {resolve, reject, onProgress, onToken}
-
-worker.onmessage = (ev) => {
-  const m = ev.data;
-  const p = pending.get(m.id);
-  if (!p) return;
-  switch (m.type) {
-    case "progress": p.onProgress?.(m.event); break;
-    case "token": p.onToken?.(m.text); break;
-    case "probe": pending.delete(m.id); p.resolve(m); break;
-    case "loaded": pending.delete(m.id); p.resolve(m); break;
-    case "result": pending.delete(m.id); p.resolve(m); break;
-    case "error": {
-      pending.delete(m.id);
-      const e = new Error(m.error.message);
-      e.name = m.error.name;
-      p.reject(e);
-      break;
-    }
-  }
-};
-worker.onerror = (ev) => {
-  ev.preventDefault();
-  const e = new Error(`the model worker failed: ${ev.message || "unknown error"}`);
-  e.name = "WorkerError";
-  for (const [, p] of pending) p.reject(e);
-  pending.clear();
-};
-
-function request(msg, handlers = {}, transfer = []) {
-  const id = nextId++;
-  const promise = new Promise((resolve, reject) => pending.set(id, { resolve, reject, ...handlers }));
-  worker.postMessage({ ...msg, id }, transfer);
-  return { id, promise };
-}
+worker.addEventListener("error", (ev) => ev.preventDefault()); // the client rejects the pending calls
+let model = null;    // the Florence2Worker of the loaded model
+let encoding = null; // {key, handle}: the WorkerEncodedImage of the page's current image
 
 // ---------------------------------------------------------------- status helpers
 
@@ -164,22 +135,22 @@ function updateButtons() {
 
 async function probeGpu() {
   let r;
-  if (!navigator.gpu) {
-    r = { ok: false, reason: "no-api", message: "This browser has no WebGPU (navigator.gpu is missing)." };
-  } else {
-    r = await request({ type: "probe" }).promise;
+  try {
+    r = await Florence2Worker.isSupported(worker);
+  } catch (e) {
+    r = { webgpu: false, reason: `${e.name}: ${e.message}`, adapter: null };
   }
   state.gpu = r;
-  if (r.ok) {
+  if (r.webgpu) {
     const a = r.adapter || {};
     el.gpuBadge.dataset.state = "ok";
-    el.gpuBadge.textContent = `WebGPU: ${[a.vendor, a.architecture].filter(Boolean).join(" ") || "ready"}${a.fallback ? " (software)" : ""}`;
+    el.gpuBadge.textContent = `WebGPU: ${[a.vendor, a.architecture].filter(Boolean).join(" ") || "ready"}${a.isFallbackAdapter ? " (software)" : ""}`;
   } else {
     // The package's `device: "auto"` runs the model on its CPU backend (wasm) instead.
     el.gpuBadge.dataset.state = "missing";
     el.gpuBadge.textContent = "CPU (no WebGPU)";
     el.gpuMessage.hidden = false;
-    el.gpuMessage.textContent = `WebGPU is unavailable: ${r.message} The model runs on the CPU instead (slower). ` +
+    el.gpuMessage.textContent = `WebGPU is unavailable: ${r.reason}. The model runs on the CPU instead (slower). ` +
       "For the GPU, use a recent Chrome, Edge or another Chromium-based browser (Safari/Firefox with WebGPU " +
       "enabled), and check that hardware acceleration is on (chrome://gpu).";
   }
@@ -262,15 +233,20 @@ async function loadModel() {
   el.progressText.textContent = `connecting to ${source}…`;
   showMessage("info", "");
   setStatus("loading");
-  const { id, promise } = request({ type: "load", source, cache: el.modelCache.checked, dtype }, { onProgress: tracker.onProgress });
-  state.busy = { kind: "load", id };
+  const ctrl = new AbortController();
+  state.busy = { kind: "load", ctrl };
   updateButtons();
   try {
-    const loaded = await promise;
+    // The worker disposes the previous model (and its encodings) when it loads another.
+    model = null;
+    encoding = null;
+    model = await Florence2Worker.load(worker, source, {
+      cache: el.modelCache.checked, dtype, device: "auto", signal: ctrl.signal, onProgress: tracker.onProgress,
+    });
     tracker.ready();
     state.modelSource = source;
     state.modelDtype = dtype;
-    renderMemory(loaded.memory);
+    renderMemory(await model.memory());
     setStatus("idle");
   } catch (e) {
     el.progress.max = 1; el.progress.value = 0;
@@ -310,34 +286,6 @@ export function renderMemory(mem, task) {
 
 // ---------------------------------------------------------------- images
 
-/** EXIF orientation of a JPEG (1 when absent or not a JPEG). */
-function jpegOrientation(buf) {
-  const v = new DataView(buf);
-  if (v.byteLength < 4 || v.getUint16(0) !== 0xffd8) return 1;
-  let off = 2;
-  while (off + 4 <= v.byteLength) {
-    const marker = v.getUint16(off);
-    const len = v.getUint16(off + 2);
-    if (marker === 0xffe1 && off + 10 <= v.byteLength && v.getUint32(off + 4) === 0x45786966) { // "Exif"
-      const tiff = off + 10;
-      if (tiff + 8 > v.byteLength) return 1;
-      const le = v.getUint16(tiff) === 0x4949;
-      const ifd = tiff + v.getUint32(tiff + 4, le);
-      if (ifd + 2 > v.byteLength) return 1;
-      const n = v.getUint16(ifd, le);
-      for (let i = 0; i < n; i++) {
-        const e = ifd + 2 + i * 12;
-        if (e + 12 > v.byteLength) return 1;
-        if (v.getUint16(e, le) === 0x0112) return v.getUint16(e + 8, le) || 1;
-      }
-      return 1;
-    }
-    if ((marker & 0xff00) !== 0xff00 || marker === 0xffda) return 1;
-    off += 2 + len;
-  }
-  return 1;
-}
-
 async function setImage(blob, name) {
   let bitmap;
   try {
@@ -345,13 +293,9 @@ async function setImage(blob, name) {
   } catch (e) {
     throw new Error(`${name || "the file"} is not an image this browser can decode (${blob.type || "unknown type"})`);
   }
-  // What the model gets: the file's bytes (decoded in wasm exactly like the native CLI) unless the JPEG is
-  // rotated by EXIF, in which case the upright bitmap the user sees (the wasm decoder ignores EXIF).
-  let modelImage = blob;
-  if (blob.type === "image/jpeg" && jpegOrientation(await blob.slice(0, 65536).arrayBuffer()) !== 1) {
-    modelImage = await createImageBitmap(blob, { imageOrientation: "from-image" });
-  }
-  state.image = { blob, modelImage, bitmap, width: bitmap.width, height: bitmap.height, name, key: ++state.imageKey };
+  // The model gets the file itself: the package decodes it as the native CLI does, EXIF orientation
+  // included, so the model sees the upright image the page shows.
+  state.image = { blob, bitmap, width: bitmap.width, height: bitmap.height, name, key: ++state.imageKey };
   state.sample = null;
   const c = el.imageCanvas;
   c.width = bitmap.width; c.height = bitmap.height;
@@ -658,9 +602,26 @@ function decodingOptions() {
   return options;
 }
 
-/** One run in the worker on the current image (its encoding is reused while the image stays). */
+/** One run in the worker on the current image: its encoding (`encodeImage`) is made once per image and
+ * reused while the image stays, so only the first task on an image runs the vision tower. */
 function runRequest(prompt, options, onToken) {
-  return request({ type: "run", prompt, options, image: state.image.modelImage, imageKey: state.image.key }, { onToken });
+  const ctrl = new AbortController();
+  const promise = (async () => {
+    const t0 = performance.now();
+    const reused = encoding !== null && encoding.key === state.image.key;
+    let encodeMs = 0;
+    if (!reused) {
+      encoding?.handle.dispose().catch(() => {});
+      encoding = null;
+      const handle = await model.encodeImage(state.image.blob, { signal: ctrl.signal });
+      encoding = { key: state.image.key, handle };
+      encodeMs = performance.now() - t0;
+    }
+    const output = await model.runTask(encoding.handle, prompt, { ...options, signal: ctrl.signal, onToken });
+    const wallMs = performance.now() - t0;
+    return { output, wallMs, reused, encodeMs, memory: await model.memory() };
+  })();
+  return { ctrl, promise };
 }
 
 /** Every task of the page on the current image, one after the other (the image is encoded once); inputs
@@ -689,8 +650,8 @@ async function runAllTasks() {
     const ms = document.createElement("td");
     tr.append(th, answer, ms);
     el.allTable.tBodies[0].append(tr);
-    const { id, promise } = runRequest(task + text, options, () => {});
-    state.busy = { kind: "run", id };
+    const { ctrl, promise } = runRequest(task + text, options, () => {});
+    state.busy = { kind: "run", ctrl };
     updateButtons();
     try {
       const { output, wallMs, reused, encodeMs } = await promise;
@@ -731,8 +692,8 @@ async function runTask() {
   delete el.answer.dataset.state;
   clearOverlay();
   setStatus("running");
-  const { id, promise } = runRequest(prompt, options, (t) => { el.stream.textContent += t; });
-  state.busy = { kind: "run", id };
+  const { ctrl, promise } = runRequest(prompt, options, (t) => { el.stream.textContent += t; });
+  state.busy = { kind: "run", ctrl };
   updateButtons();
   try {
     const { output, wallMs, reused, encodeMs, memory } = await promise;
@@ -750,7 +711,7 @@ async function runTask() {
 function cancel() {
   if (!state.busy) return;
   state.stopAll = true;
-  worker.postMessage({ type: "cancel", target: state.busy.id });
+  state.busy.ctrl.abort();
   showMessage("warn", "Cancelling…");
 }
 
