@@ -12,11 +12,13 @@
 # scripts/npm/node_test.mjs (the package imported in Node.js on the CPU backend: models from a directory
 # path, a file: URL and an http URL, images as bytes and RGBA, answers equal to the native CLI's
 # `--device cpu`, named errors for hostile input).
+# scripts/npm/docs_test.mjs (`docs`): every JS block of the package README runs as written (or is skipped
+# with its reason), the hub answering with the tiny2 fixture.
 # `types`: the TypeScript samples in scripts/npm/types/ (a Node.js project: ES2022 lib + @types/node, no
 # DOM lib; a browser project: DOM lib, bundler resolution, the worker client) must pass `tsc --noEmit`
 # with skipLibCheck off against the installed tarball (typescript and @types/node pinned in
 # scripts/npm/bundlers/package-lock.json).
-# NPM_TESTS="package node loading bundlers types" (default: all) picks parts.
+# NPM_TESTS="package node loading docs bundlers types" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -30,7 +32,7 @@ tarball=$(cd pkg && npm pack --silent --pack-destination "$scratch" | tail -1)
 echo "packed $tarball ($(du -h "$scratch/$tarball" | cut -f1))"
 mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
-parts=" ${NPM_TESTS:-package node loading bundlers types} "
+parts=" ${NPM_TESTS:-package node loading docs bundlers types} "
 if [[ $parts == *" package "* ]]; then
   node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
@@ -47,6 +49,9 @@ if [[ $parts == *" node "* ]]; then
 fi
 if [[ $parts == *" loading "* ]]; then
   node scripts/npm/loading_test.mjs "$scratch/app"
+fi
+if [[ $parts == *" docs "* ]]; then
+  node scripts/npm/docs_test.mjs "$scratch/app"
 fi
 if [[ $parts == *" bundlers "* ]]; then
   if [ ! -d scripts/npm/bundlers/node_modules/vite ]; then
