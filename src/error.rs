@@ -72,6 +72,10 @@ pub enum Error {
 
     #[error("unknown weight dtype '{0}' (expected fp32, fp16, q8 or q4)")]
     UnknownDType(String),
+    /// `dtype: "auto"` found no weight format whose estimate fits the device (the message names the
+    /// closest format and by how much it misses: [`crate::estimate::choose_dtype`]).
+    #[error("{0}")]
+    NoFittingDType(String),
 
     #[error("bad safetensors header in {file}: {msg}")]
     SafetensorsHeader { file: String, msg: String },
@@ -200,7 +204,8 @@ impl Error {
             | Error::PickleRefused { .. }
             | Error::TorchCheckpoint { .. }
             | Error::FileRead { .. }
-            | Error::FileWrite { .. } => "Florence2LoadError",
+            | Error::FileWrite { .. }
+            | Error::NoFittingDType(_) => "Florence2LoadError",
             Error::Prompt(_) => "Florence2PromptError",
             Error::Image(_) => "Florence2ImageError",
             Error::ImageTooLarge { .. } => "Florence2ImageTooLargeError",
@@ -308,6 +313,7 @@ mod tests {
             Error::Disposed,
             Error::InvalidInput(s()),
             Error::UnknownDType(s()),
+            Error::NoFittingDType(s()),
         ];
         // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
         for e in &all {
@@ -343,7 +349,8 @@ mod tests {
                 | Error::Aborted(_)
                 | Error::Disposed
                 | Error::InvalidInput(_)
-                | Error::UnknownDType(_) => {}
+                | Error::UnknownDType(_)
+                | Error::NoFittingDType(_) => {}
             }
         }
         all

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod cpu;
 pub mod error;
+pub mod estimate;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod files;
 pub mod gpu;

@@ -72,6 +72,13 @@ impl DType {
             None => Ok(numel * self.size()),
         }
     }
+
+    /// Bytes of the GPU buffer a tensor of this shape gets: [`DType::bytes_for`] padded to a multiple
+    /// of 4 (storage bindings need it), at least 4. What [`Tensor::zeros`] allocates and the memory
+    /// accounting counts, and what the memory estimate ([`crate::estimate`]) sums.
+    pub fn buffer_bytes(self, shape: &[usize]) -> Result<u64> {
+        Ok((self.bytes_for(shape)?.div_ceil(4) * 4).max(4) as u64)
+    }
 }
 
 /// What a GPU allocation holds, for the memory accounting ([`MemCounter`]).
@@ -210,7 +217,7 @@ pub struct Tensor {
 
 fn padded_bytes(shape: &[usize], dtype: DType) -> Result<u64> {
     // Storage bindings must be a multiple of 4 bytes; keep at least 4 so empty tensors stay valid.
-    Ok((dtype.bytes_for(shape)?.div_ceil(4) * 4).max(4) as u64)
+    dtype.buffer_bytes(shape)
 }
 
 impl Tensor {

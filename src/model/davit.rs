@@ -30,6 +30,8 @@ use crate::config::tensors::davit_mlp_hidden;
 use crate::config::VisionConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
+use crate::model::davit_plan::{qkv_split_aligned, StageShape};
+pub use crate::model::davit_plan::{ArenaPlan, StageDesc, TowerShape};
 use crate::model::layers::{Conv2d, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
@@ -136,48 +138,6 @@ pub struct DaVit {
     pub fused_window_attention: bool,
 }
 
-/// Element counts of the activation arena one [`DaVit::forward`] allocates (f32 elements per buffer),
-/// planned from the stage shapes before anything is recorded. Three large buffers (four when a
-/// stage's token grid is not a whole number of windows) and a small one serve the whole tower, every
-/// stage and block taking views of them in turn:
-/// - `stream` (x2, `ra` and `rb`): the residual stream and the stream after a positional conv,
-///   ping-ponged (each half's conv reads `ra` and writes `rb`; the LayerNorm output goes back into
-///   `ra`, whose contents are dead by then, and the half's last linear writes `rb` + its output into
-///   `ra` through its residual epilogue). `ra` also takes the windowed tokens (partitioned from `rb`
-///   and normalised in place: LayerNorm is per token, so it commutes with the partition) and the
-///   window / channel attention output (with channel attention's Gram partials before it); `rb` the
-///   pre-norm copy of a stage's input and the NCHW pixels, `ra` their NHWC permutation.
-/// - `windows` (`x`): the zero-padded windows and their attention output, only for stages whose
-///   token grid is not a whole number of windows (padding comes after the LayerNorm there); 0 when
-///   no stage pads.
-/// - `big`: channel attention's q|k then v (or its qkv where the weight cannot be split at aligned
-///   offsets), the window qkv, the window attention output cropped back to the image, the channel
-///   half's output stream, the MLP hidden and the patch-embedding im2col scratch, never live
-///   together. Neither the MLP hidden (4 x C per token) nor the window qkv (3 x C) sizes it: they
-///   run in chunks of rows / whole windows that fit in what the others need ([`mlp_chunk_rows`]).
-/// - `partials`: channel attention's Gram partials where q|k and v are computed apart.
-/// - `split`: separate q, k, v (three buffers) for the generic attention path, 0 when the fused
-///   window kernel runs in every stage.
-///
-/// Every view starts at byte 0 of its buffer except the MLP's row chunks and the window chunks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ArenaPlan {
-    pub stream: usize,
-    pub windows: usize,
-    pub big: usize,
-    pub split: usize,
-    /// Channel attention's Gram partials where q|k and v are computed apart (they cannot share
-    /// `big` with q|k: one dispatch may not read and write one buffer).
-    pub partials: usize,
-}
-
-impl ArenaPlan {
-    /// GPU bytes of the arena (before the 4-byte padding of each buffer).
-    pub fn bytes(&self) -> u64 {
-        4 * (2 * self.stream + self.windows + self.big + 3 * self.split + self.partials) as u64
-    }
-}
-
 /// The whole tower's arena: allocated once per forward, dropped when the forward's output (a view
 /// of `ra`) is the only tensor left.
 struct Arena {
@@ -224,31 +184,6 @@ struct StageBufs {
     /// Channel attention's Gram partials when q|k and v are computed apart
     /// ([`StageShape::channel_split`]); None otherwise.
     partials: Option<Tensor>,
-}
-
-/// The shapes of one stage that the arena is planned from.
-struct StageShape {
-    /// (B, h, w, C) tokens of the stage.
-    dims: (usize, usize, usize, usize),
-    hidden: usize,
-    /// Rows of one MLP chunk (the stage's rows when the MLP runs whole): the hidden activation of a
-    /// chunk fits in `big` as the other tensors size it ([`mlp_chunk_rows`]).
-    mlp_rows: usize,
-    fused: bool,
-    /// f32 elements of the patch embedding's im2col scratch (chunks of rows of `kp`, at most what
-    /// the rest of `big` needs).
-    im2col: usize,
-    kp: usize,
-    /// Whether the token grid is not a whole number of windows (zero-padded windows in `x`).
-    padded: bool,
-    /// Windows per window-attention chunk (qkv + attention run chunk by chunk, the windows in place
-    /// in `ra`, the chunk's qkv in `big`); all windows when it runs whole.
-    win_chunk: usize,
-    /// Channel attention from separate q|k and v Linears (views of the qkv weight, when they can be
-    /// bound at their offsets): `big` holds q|k (2C per token) and then v, the Gram partials (f32
-    /// elements `partials`) their own small buffer; else qkv (3C per token) and the partials in `ra`.
-    channel_split: bool,
-    partials: usize,
 }
 
 fn zeros(rec: &Recorder, shape: &[usize], label: &str) -> Result<Tensor> {
@@ -313,49 +248,31 @@ impl StageBufs {
     }
 }
 
-/// Byte alignment of the MLP's row chunks in the residual-stream buffers: every chunk is bound at
-/// an offset, and 256 is the largest `minStorageBufferOffsetAlignment` WebGPU (and Vulkan) allows,
-/// so a multiple of it is aligned on every device.
-const CHUNK_ALIGN: usize = 256;
-
-/// Rows of one MLP chunk for a stage of `rows` tokens of `c` channels whose hidden is `hidden` wide,
-/// when at most `cap` f32 elements of hidden activation may be live: the rows split into equal chunks
-/// (the last one shorter), each starting on a [`CHUNK_ALIGN`]-byte row offset. Returns `rows` when the
-/// whole hidden fits.
-fn mlp_chunk_rows(rows: usize, c: usize, hidden: usize, cap: usize) -> usize {
-    let hidden = hidden.max(1);
-    let step = CHUNK_ALIGN / gcd(c.max(1) * 4, CHUNK_ALIGN); // rows per aligned offset
-    let per = (cap / hidden) / step * step;
-    if per >= rows {
-        return rows;
-    }
-    let per = per.max(step);
-    let chunks = rows.div_ceil(per);
-    rows.div_ceil(chunks).next_multiple_of(step).min(rows)
-}
-
 /// The q|k rows and the v rows of a channel-attention qkv Linear (weight (3C, C), bias (3C)) as two
 /// Linears viewing its tensors, when both parts can be bound at their byte offsets (multiples of
-/// [`CHUNK_ALIGN`]); None otherwise. Each output column is the same dot product either way.
+/// `davit_plan::CHUNK_ALIGN`); None otherwise. Each output column is the same dot product either way.
 fn split_qkv(l: &Linear, c: usize) -> Option<(Linear, Linear)> {
     let w = &l.weight;
     if w.shape() != [3 * c, c] {
         return None;
     }
-    let aligned = |off: u64| off.is_multiple_of(CHUNK_ALIGN as u64);
-    let v_at = w.offset() + (2 * w.dtype().row_bytes(c)) as u64 * c as u64;
-    if !aligned(w.offset()) || !aligned(v_at) {
+    if l.bias.as_ref().is_some_and(|b| b.dtype() != DType::F32)
+        || !qkv_split_aligned(
+            c,
+            w.dtype(),
+            w.offset(),
+            l.bias.as_ref().map(Tensor::offset),
+        )
+    {
         return None;
     }
+    let v_at = w.offset() + (2 * w.dtype().row_bytes(c)) as u64 * c as u64;
     let qk_w = w.view_at(w.offset(), &[2 * c, c], w.dtype()).ok()?;
     let v_w = w.view_at(v_at, &[c, c], w.dtype()).ok()?;
     let (qk_b, v_b) = match &l.bias {
         None => (None, None),
         Some(b) => {
             let v_at = b.offset() + (8 * c) as u64;
-            if b.dtype() != DType::F32 || !aligned(b.offset()) || !aligned(v_at) {
-                return None;
-            }
             (
                 Some(b.view_at(b.offset(), &[2 * c], DType::F32).ok()?),
                 Some(b.view_at(v_at, &[c], DType::F32).ok()?),
@@ -372,13 +289,6 @@ fn split_qkv(l: &Linear, c: usize) -> Option<(Linear, Linear)> {
             bias: v_b,
         },
     ))
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 fn stage_param(list: &[usize], s: usize, what: &str) -> Result<usize> {
@@ -532,159 +442,53 @@ impl DaVit {
         Ok(())
     }
 
-    /// Token grid (h, w) after every stage for an input of `h` x `w` pixels, or an error if a stage
-    /// would produce no output.
-    pub fn stage_grids(&self, h: usize, w: usize) -> Result<Vec<(usize, usize)>> {
-        let (mut h, mut w) = (h, w);
-        let mut out = Vec::with_capacity(self.convs.len());
-        for (s, ce) in self.convs.iter().enumerate() {
-            let (k, stride, pad) = (ce.conv.kernel_size(), ce.conv.stride, ce.conv.padding);
-            match (
-                ops::conv::conv_out_len(h, k, stride, pad),
-                ops::conv::conv_out_len(w, k, stride, pad),
-            ) {
-                (Some(nh), Some(nw)) if nh > 0 && nw > 0 => {
-                    h = nh;
-                    w = nw;
-                }
-                _ => {
-                    return Err(Error::shape(
-                        "DaVit::forward",
-                        format!("a {h}x{w} input to stage {s} gives no tokens"),
-                    ))
-                }
-            }
-            out.push((h, w));
-        }
-        Ok(out)
-    }
-
-    /// The stage shapes of a `bsz` x `ih` x `iw` input, as [`DaVit::forward`] runs them.
-    fn stage_shapes(
-        &self,
-        max_binding: u64,
-        bsz: usize,
-        (ih, iw): (usize, usize),
-    ) -> Result<Vec<StageShape>> {
-        let grids = self.stage_grids(ih, iw)?;
-        let mut out = Vec::with_capacity(grids.len());
-        for (s, ((ce, stage_blocks), &(nh, nw))) in
-            self.convs.iter().zip(&self.blocks).zip(&grids).enumerate()
-        {
+    /// The shapes the arena is planned from ([`TowerShape`]), read off the loaded tower.
+    pub fn tower_shape(&self) -> Result<TowerShape> {
+        let mut stages = Vec::with_capacity(self.convs.len());
+        for (s, (ce, stage_blocks)) in self.convs.iter().zip(&self.blocks).enumerate() {
             let c = ce.embed_dim;
-            let hidden = stage_blocks
-                .first()
-                .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
-                .unwrap_or(1);
-            let heads = stage_param(&self.num_heads, s, "num_heads")?;
-            let k = ce.in_channels * ce.conv.kernel_size() * ce.conv.kernel_size();
-            let im2col = ops::conv::im2col_scratch_bytes(
-                max_binding,
-                bsz * nh * nw,
-                k,
-                ce.conv.weight.dtype(),
-            ) / 4;
-            let (nwh, nww) = ops::window::window_grid(nh, nw, self.window_size);
-            let groups = stage_param(&self.num_groups, s, "num_groups")?;
-            let d = c / groups.max(1);
-            out.push(StageShape {
-                dims: (bsz, nh, nw, c),
-                hidden,
-                mlp_rows: 0,
-                fused: self.fused_window_attention && ops::window_attn::supported(c, heads),
-                im2col: im2col as usize,
-                kp: ops::conv::gemm_k(k, ce.conv.weight.dtype()).0,
-                padded: nwh * nww * self.window_size * self.window_size != nh * nw,
-                win_chunk: bsz * nwh * nww,
+            stages.push(StageDesc {
+                in_channels: ce.in_channels,
+                embed_dim: c,
+                kernel: ce.conv.kernel_size(),
+                stride: ce.conv.stride,
+                padding: ce.conv.padding,
+                conv_dtype: ce.conv.weight.dtype(),
+                hidden: stage_blocks
+                    .first()
+                    .map(|b| b.spatial_block.ffn.fc1.weight.dim(0))
+                    .unwrap_or(1),
+                heads: stage_param(&self.num_heads, s, "num_heads")?,
+                groups: stage_param(&self.num_groups, s, "num_groups")?,
                 channel_split: stage_blocks
                     .iter()
                     .all(|b| split_qkv(&b.channel_block.channel_attn.qkv, c).is_some()),
-                partials: bsz * (nh * nw).div_ceil(256) * groups * d * d,
             });
         }
-        // The MLP hidden (4 x C per token) would be the largest tensor of `big`: it runs in row chunks
-        // that fit in `big` as the qkv (3 x C per token), the cropped attention output and the im2col
-        // scratch of every stage size it, and in one storage binding.
-        // Window qkv (3C per token) likewise runs in chunks of whole windows where the windows are
-        // whole and the fused kernel runs.
-        let others = out
-            .iter()
-            .map(|st| self.big_without_mlp(st))
-            .max()
-            .unwrap_or(0);
-        let binding = (self.mlp_chunk_bytes.min(max_binding) / 4) as usize;
-        let t = self.window_size * self.window_size;
-        for st in &mut out {
-            let (b, h, w, c) = st.dims;
-            // The convolution's im2col runs in row chunks that fit too (at least one row).
-            st.im2col = st.im2col.min((others / st.kp.max(1)).max(1) * st.kp);
-            st.mlp_rows = mlp_chunk_rows(b * h * w, c, st.hidden, others.min(binding));
-            if st.fused && !st.padded {
-                // A window is t tokens of c channels: chunks start on aligned byte offsets of `ra`.
-                st.win_chunk = mlp_chunk_rows(st.win_chunk, t * c, 3 * t * c, others.min(binding));
-            }
-        }
-        Ok(out)
+        Ok(TowerShape {
+            in_channels: self.in_channels,
+            window_size: self.window_size,
+            stages,
+            mlp_chunk_bytes: self.mlp_chunk_bytes,
+            fused_window_attention: self.fused_window_attention,
+        })
     }
 
-    /// f32 elements of `big` a stage needs besides what runs in chunks (its MLP hidden, its im2col and,
-    /// where it is chunked, its window qkv): channel attention's q|k (or its qkv, 3 x tokens), the
-    /// cropped attention output and the channel half's stream (tokens), and the window qkv (3 x the
-    /// zero-padded windows) where it runs whole.
-    fn big_without_mlp(&self, st: &StageShape) -> usize {
-        let (b, h, w, c) = st.dims;
-        let rows = b * h * w;
-        let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
-        let win = b * nwh * nww * self.window_size * self.window_size * c;
-        let channel = if st.channel_split {
-            2 * rows * c
-        } else {
-            3 * rows * c
-        };
-        let window = if st.fused && !st.padded { 0 } else { 3 * win };
-        channel.max(window).max(rows * c)
+    /// Token grid (h, w) after every stage for an input of `h` x `w` pixels, or an error if a stage
+    /// would produce no output.
+    pub fn stage_grids(&self, h: usize, w: usize) -> Result<Vec<(usize, usize)>> {
+        self.tower_shape()?.stage_grids(h, w)
     }
 
     /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
-    /// whose storage bindings hold at most `max_binding` bytes.
+    /// whose storage bindings hold at most `max_binding` bytes ([`TowerShape::arena_plan`]).
     pub fn arena_plan(
         &self,
         max_binding: u64,
         bsz: usize,
         (ih, iw): (usize, usize),
     ) -> Result<ArenaPlan> {
-        let shapes = self.stage_shapes(max_binding, bsz, (ih, iw))?;
-        let pixels = bsz * ih * iw * self.in_channels;
-        let mut plan = ArenaPlan {
-            stream: pixels,
-            windows: 0,
-            big: 0,
-            split: 0,
-            partials: 0,
-        };
-        for st in &shapes {
-            let (b, h, w, c) = st.dims;
-            let rows = b * h * w;
-            let (nwh, nww) = ops::window::window_grid(h, w, self.window_size);
-            let win = b * nwh * nww * self.window_size * self.window_size * c;
-            plan.stream = plan.stream.max(rows * c);
-            if win != rows * c {
-                plan.windows = plan.windows.max(win);
-            }
-            plan.big = plan
-                .big
-                .max(self.big_without_mlp(st))
-                .max(st.im2col)
-                .max(st.mlp_rows.min(rows) * st.hidden)
-                .max(st.win_chunk * self.window_size * self.window_size * 3 * c);
-            if !st.fused {
-                plan.split = plan.split.max(win);
-            }
-            if st.channel_split {
-                plan.partials = plan.partials.max(st.partials);
-            }
-        }
-        Ok(plan)
+        self.tower_shape()?.arena_plan(max_binding, bsz, (ih, iw))
     }
 
     /// Rows per MLP chunk in each stage for a `bsz` x `ih` x `iw` input (a stage's token count when
@@ -695,11 +499,8 @@ impl DaVit {
         bsz: usize,
         (ih, iw): (usize, usize),
     ) -> Result<Vec<usize>> {
-        Ok(self
-            .stage_shapes(max_binding, bsz, (ih, iw))?
-            .iter()
-            .map(|st| st.mlp_rows)
-            .collect())
+        self.tower_shape()?
+            .mlp_chunk_rows(max_binding, bsz, (ih, iw))
     }
 
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
@@ -788,8 +589,9 @@ impl DaVit {
             ));
         }
         let max_binding = rec.gpu().caps.max_storage_binding;
-        let shapes = self.stage_shapes(max_binding, bsz, (ih, iw))?;
-        let plan = self.arena_plan(max_binding, bsz, (ih, iw))?;
+        let tower = self.tower_shape()?;
+        let shapes = tower.stage_shapes(max_binding, bsz, (ih, iw))?;
+        let plan = tower.arena_plan(max_binding, bsz, (ih, iw))?;
         let arena = Arena {
             ra: zeros(rec, &[plan.stream], "davit.arena.ra")?,
             rb: zeros(rec, &[plan.stream], "davit.arena.rb")?,

@@ -2,6 +2,7 @@
 //! encoder-decoder, generation.
 
 pub mod davit;
+pub mod davit_plan;
 pub mod layers;
 pub mod projector;
 pub mod workloads;

@@ -236,6 +236,14 @@ fn disjoint(op: &'static str, a: (&str, &Tensor), b: (&str, &Tensor)) -> Result<
     Ok(())
 }
 
+/// GPU bytes one channel-attention call allocates for itself while it is recorded, besides its Gram
+/// partials (which the caller's scratch may hold): the transposed attention `attn_t` and, on a GPU,
+/// the reduction's `scratch`, each (B, groups, d, d) f32 ([`logits_impl`]).
+pub fn logits_scratch_bytes(b: usize, groups: usize, d: usize, host: bool) -> Result<u64> {
+    let one = DType::F32.buffer_bytes(&[b.max(1), groups, d, d])?;
+    Ok(if host { one } else { 2 * one })
+}
+
 /// Gram partials, reduction and softmax for q | k in the first 2C columns of `src`'s rows.
 fn logits_impl(
     rec: &mut Recorder,

@@ -153,6 +153,22 @@ pub fn conv2d(
     record_conv2d(rec, x, &w2, kp, bias, &args, &g, budget, out)
 }
 
+/// The buffer [`prepare_conv2d_weight`] allocates for a dense conv weight of `shape` (Cout, Cin, kh, kw)
+/// and `dtype`: the zero-padded f32 (Cout, Kp) when K = Cin*kh*kw needs padding on a GPU ([`gemm_k`]);
+/// `None` when the checkpoint tensor is kept as it is (reshaped), as on the CPU backend (`host`).
+pub fn padded_conv2d_weight(
+    shape: &[usize],
+    dtype: DType,
+    host: bool,
+) -> Option<([usize; 2], DType)> {
+    let &[cout, cin, kh, kw] = shape else {
+        return None;
+    };
+    let k = cin * kh * kw;
+    let (kp, _) = gemm_k(k, dtype);
+    (kp != k && !host).then_some(([cout, kp], DType::F32))
+}
+
 /// The weight (Cout, Cin, kh, kw) of a dense convolution in the layout [`Conv2dWeight::Prepared`] is:
 /// (Cout, K) for the im2col GEMM, with K padded as [`gemm_k`] pads it (then a new f32 tensor, counted
 /// as weights, recorded into `rec`; otherwise a reshape of `w`, no copy). Done once at load, it spares
@@ -166,20 +182,13 @@ pub fn prepare_conv2d_weight(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
         ));
     }
     let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
-    let k = cin * kh * kw;
-    let (kp, _) = gemm_k(k, w.dtype());
-    if kp == k || rec.gpu().is_host() {
+    let Some((padded, dtype)) = padded_conv2d_weight(w.shape(), w.dtype(), rec.gpu().is_host())
+    else {
         // (Cout, Cin*kh*kw): a Linear weight (the CPU GEMM takes any K).
-        return w.reshape(&[cout, k]);
-    }
+        return w.reshape(&[cout, cin * kh * kw]);
+    };
     let gpu = rec.gpu().clone();
-    let wp = Tensor::zeros_kind(
-        &gpu,
-        &[cout, kp],
-        DType::F32,
-        "conv2d.w_padded",
-        MemKind::Weights,
-    )?;
+    let wp = Tensor::zeros_kind(&gpu, &padded, dtype, "conv2d.w_padded", MemKind::Weights)?;
     pad_weight(rec, w, &wp)?;
     Ok(wp) // (Cout, Kp)
 }

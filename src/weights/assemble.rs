@@ -76,6 +76,41 @@ impl WeightDType {
         }
     }
 
+    /// The buffer a planned tensor's bytes are loaded into (shape, element type): matrix weights in
+    /// [`WeightDType::matrix_dtype`], dense convolutions in [`WeightDType::conv_dtype`], everything else
+    /// f32; a tensor with a layout fix-up arrives as f32 in its source shape (the f32 layout kernels
+    /// permute it on the GPU).
+    pub fn load_layout(self, plan: &TensorPlan) -> (&[usize], DType) {
+        match plan.fixup {
+            Fixup::None => (
+                &plan.shape,
+                self.resident_dtype(&plan.canonical, &plan.shape),
+            ),
+            Fixup::Permute(_) => (&plan.src.shape, DType::F32),
+        }
+    }
+
+    /// The buffer a planned tensor stays in once loaded (shape, element type): as loaded
+    /// ([`WeightDType::load_layout`]), or f32 in the canonical shape after a fix-up's permutation.
+    pub fn resident_layout(self, plan: &TensorPlan) -> (&[usize], DType) {
+        match plan.fixup {
+            Fixup::None => self.load_layout(plan),
+            Fixup::Permute(_) => (&plan.shape, DType::F32),
+        }
+    }
+
+    /// The element type a tensor of canonical `name` and `shape` is kept in when it arrives in the
+    /// canonical layout.
+    pub fn resident_dtype(self, name: &str, shape: &[usize]) -> DType {
+        if is_matrix_weight(name, shape) {
+            self.matrix_dtype(shape.last().copied().unwrap_or(0))
+        } else if is_dense_conv_weight(name, shape) {
+            self.conv_dtype()
+        } else {
+            DType::F32
+        }
+    }
+
     /// The GPU element type of a matrix weight with rows of `k` elements.
     pub fn matrix_dtype(self, k: usize) -> DType {
         let whole_blocks = k > 0 && k.is_multiple_of(QBLOCK);
@@ -92,6 +127,12 @@ impl WeightDType {
 impl std::fmt::Display for WeightDType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for WeightDType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -271,20 +312,7 @@ impl Assembler {
                     }
                 })?),
             };
-        let (shape, dtype) = match plan.fixup {
-            Fixup::None if is_matrix_weight(&plan.canonical, &plan.shape) => (
-                &plan.shape,
-                self.opts
-                    .dtype
-                    .matrix_dtype(plan.shape.last().copied().unwrap_or(0)),
-            ),
-            Fixup::None if is_dense_conv_weight(&plan.canonical, &plan.shape) => {
-                (&plan.shape, self.opts.dtype.conv_dtype())
-            }
-            Fixup::None => (&plan.shape, DType::F32),
-            // Permuted on the GPU by the f32 layout kernels.
-            Fixup::Permute(_) => (&plan.src.shape, DType::F32),
-        };
+        let (shape, dtype) = self.opts.dtype.load_layout(&plan);
         let dest = Tensor::zeros_kind(&self.gpu, shape, dtype, &plan.canonical, MemKind::Weights)?;
         Ok(TensorWriter {
             plan,
@@ -526,13 +554,9 @@ impl Assembler {
             Fixup::None => dest,
             Fixup::Permute(perm) => {
                 // On the GPU: the staged source-layout tensor is permuted into the canonical one.
-                let out = Tensor::zeros_kind(
-                    &self.gpu,
-                    &plan.shape,
-                    DType::F32,
-                    &plan.canonical,
-                    MemKind::Weights,
-                )?;
+                let (shape, dtype) = self.opts.dtype.resident_layout(&plan);
+                let out =
+                    Tensor::zeros_kind(&self.gpu, shape, dtype, &plan.canonical, MemKind::Weights)?;
                 let mut rec = Recorder::new(&self.gpu);
                 permute(&mut rec, &dest, perm, &out)?;
                 rec.submit()?;

@@ -14,6 +14,7 @@ mod custom_tasks;
 mod decode_plan;
 mod demo_model;
 mod dtype_fidelity;
+mod estimate;
 mod gpu_errors;
 mod layers;
 mod pipeline;

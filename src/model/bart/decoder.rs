@@ -272,6 +272,33 @@ impl Decoder {
         Ok(CrossKv { k, v, len: s })
     }
 
+    /// GPU bytes of what [`Decoder::new_state`] allocates for a decoder of `cfg`'s shapes, `batch` rows,
+    /// `max_len` positions and caches of `kv_dtype` (the self-attention caches, the per-step scratch,
+    /// the logits and the step buffer; the cross K/V are the caller's), plus the reorder spare
+    /// [`DecoderState::reorder`] adds on its first use when `reorders` (beam search). Each buffer is
+    /// counted as allocated ([`DType::buffer_bytes`]).
+    pub fn state_bytes(
+        cfg: &TextConfig,
+        batch: usize,
+        max_len: usize,
+        kv_dtype: DType,
+        reorders: bool,
+    ) -> Result<u64> {
+        let (b, d) = (batch, cfg.d_model);
+        let caches = 2 * cfg.decoder_layers as u64 * kv_dtype.buffer_bytes(&[b, max_len, d])?;
+        let scratch = 6 * DType::F32.buffer_bytes(&[b, d])?
+            + DType::F32.buffer_bytes(&[b, cfg.decoder_ffn_dim])?
+            + DType::F32.buffer_bytes(&[b, cfg.vocab_size])?
+            + DType::U32.buffer_bytes(&[b])?
+            + DType::U32.buffer_bytes(&[4])?;
+        let spare = if reorders {
+            kv_dtype.buffer_bytes(&[b, REORDER_CHUNK_ROWS.clamp(1, max_len), d])?
+        } else {
+            0
+        };
+        Ok(caches + scratch + spare)
+    }
+
     /// Allocate the caches and scratch buffers for `batch` rows (beams) and at most `max_len` decoder
     /// positions (<= max_position_embeddings).
     pub fn new_state(
@@ -569,7 +596,7 @@ impl DecoderState {
 
 /// The KV element type for weights whose LM head is `weights` and rows of `d` channels: f32 with f32
 /// weights, f16 otherwise (a row of f16 must fill whole u32 words for the byte copies: d even).
-fn default_kv_dtype(weights: DType, d: usize) -> DType {
+pub fn default_kv_dtype(weights: DType, d: usize) -> DType {
     if weights == DType::F32 || !d.is_multiple_of(2) {
         DType::F32
     } else {

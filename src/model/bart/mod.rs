@@ -9,7 +9,7 @@
 mod decoder;
 mod encoder;
 
-pub use decoder::{CrossKv, Decoder, DecoderState, REORDER_CHUNK_ROWS};
+pub use decoder::{default_kv_dtype, CrossKv, Decoder, DecoderState, REORDER_CHUNK_ROWS};
 pub use encoder::Encoder;
 
 use crate::error::{Error, Result};
