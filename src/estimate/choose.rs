@@ -116,17 +116,15 @@ pub fn fits(e: &Estimate, limits: &DeviceLimits) -> (bool, String) {
     }
     if e.peak_bytes > budget {
         over.push(format!(
-            "its peak {} exceeds the {} budget of {} for a {} device",
+            "its peak {} exceeds the {} budget of {}",
             mb(e.peak_bytes),
             limits.class,
-            mb(budget),
-            limits.class
+            mb(budget)
         ));
     }
     if over.is_empty() {
         let msg = format!(
-            "{}: peak {} within the {} budget of {}, largest buffer {} within {}",
-            e.dtype,
+            "peak {} within the {} budget of {}, largest buffer {} within the {} buffer limit",
             mb(e.peak_bytes),
             limits.class,
             mb(budget),
@@ -135,7 +133,7 @@ pub fn fits(e: &Estimate, limits: &DeviceLimits) -> (bool, String) {
         );
         (true, msg)
     } else {
-        (false, format!("{}: {}", e.dtype, over.join("; ")))
+        (false, over.join("; "))
     }
 }
 
@@ -162,13 +160,13 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
         };
         let (ok, why) = fits(e, limits);
         if ok {
-            let mut reason = format!("auto chose {d} for a {} device: {why}", limits.class);
+            let mut reason = format!("auto chose {d} for this {} device: {why}", limits.class);
             if !tried.is_empty() {
                 reason.push_str(&format!(" (not {})", tried.join("; not ")));
             }
             return Ok(Choice { dtype: d, reason });
         }
-        tried.push(why);
+        tried.push(format!("{d}: {why}"));
     }
     let closest = preference(limits.class)
         .iter()
@@ -176,19 +174,29 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
         .min_by(|a, b| overshoot(a, limits).total_cmp(&overshoot(b, limits)));
     let msg = match closest {
         Some(e) => {
-            let (peak_over, buf_over) = (
-                e.peak_bytes.saturating_sub(limits.class.budget()),
-                e.largest_buffer_bytes.saturating_sub(limits.buffer_cap()),
-            );
+            let mut short = Vec::new();
+            if e.peak_bytes > limits.class.budget() {
+                short.push(format!(
+                    "its peak {} is {} over the budget",
+                    mb(e.peak_bytes),
+                    mb(e.peak_bytes - limits.class.budget())
+                ));
+            }
+            if e.largest_buffer_bytes > limits.buffer_cap() {
+                short.push(format!(
+                    "its largest buffer {} is {} over the buffer limit",
+                    mb(e.largest_buffer_bytes),
+                    mb(e.largest_buffer_bytes - limits.buffer_cap())
+                ));
+            }
             format!(
-                "no weight format fits this {} device ({} budget, {} buffer limit): {} came closest, \
-                 {} over the budget and {} over the buffer limit ({})",
+                "no weight format fits this {} device ({} budget, {} buffer limit): {} came closest \
+                 ({}); {}",
                 limits.class,
                 mb(limits.class.budget()),
                 mb(limits.buffer_cap()),
                 e.dtype,
-                mb(peak_over),
-                mb(buf_over),
+                short.join(", "),
                 tried.join("; ")
             )
         }

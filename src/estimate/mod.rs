@@ -272,3 +272,6 @@ pub fn find(all: &[Estimate], dtype: WeightDType) -> Result<&Estimate> {
         .find(|e| e.dtype == dtype)
         .ok_or_else(|| Error::InvalidInput(format!("no estimate for {dtype}")))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The estimate on Florence-2-base and -large shapes (config only, no files) against the README's
+//! measured table ("GPU memory per weight format": base-shaped checkpoints, 768x768, 3 beams,
+//! `max_new_tokens` 1024, lavapipe's 128 MiB binding limit), and the chooser on mocked devices.
+
+use super::*;
+
+/// Florence-2-base's shapes (HF-native config, as ../shared/FLORENCE2.md lists them).
+pub(crate) fn base_json() -> serde_json::Value {
+    serde_json::json!({
+        "model_type": "florence2",
+        "image_token_id": 51289,
+        "text_config": {
+            "d_model": 768, "encoder_layers": 6, "decoder_layers": 6,
+            "encoder_attention_heads": 12, "decoder_attention_heads": 12,
+            "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "vocab_size": 51328,
+            "max_position_embeddings": 1024, "activation_function": "gelu",
+            "bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2,
+            "forced_eos_token_id": 2, "scale_embedding": false
+        },
+        "vision_config": {
+            "model_type": "florence_vision", "in_channels": 3, "depths": [1, 1, 9, 1],
+            "embed_dim": [128, 256, 512, 1024], "num_heads": [4, 8, 16, 32],
+            "num_groups": [4, 8, 16, 32], "patch_size": [7, 3, 3, 3], "patch_stride": [4, 2, 2, 2],
+            "patch_padding": [3, 1, 1, 1], "patch_prenorm": [false, true, true, true],
+            "window_size": 12, "mlp_ratio": 4.0, "qkv_bias": true, "projection_dim": 768,
+            "max_position_embeddings": 50, "max_temporal_embeddings": 100
+        }
+    })
+}
+
+/// Florence-2-large's shapes: d_model 1024, 12 + 12 layers, 16 heads, ffn 4096; DaViT dims
+/// 256/512/1024/2048, heads and groups 8/16/32/64.
+pub(crate) fn large_json() -> serde_json::Value {
+    let mut c = base_json();
+    let t = &mut c["text_config"];
+    t["d_model"] = 1024.into();
+    t["encoder_layers"] = 12.into();
+    t["decoder_layers"] = 12.into();
+    t["encoder_attention_heads"] = 16.into();
+    t["decoder_attention_heads"] = 16.into();
+    t["encoder_ffn_dim"] = 4096.into();
+    t["decoder_ffn_dim"] = 4096.into();
+    let v = &mut c["vision_config"];
+    v["embed_dim"] = serde_json::json!([256, 512, 1024, 2048]);
+    v["num_heads"] = serde_json::json!([8, 16, 32, 64]);
+    v["num_groups"] = serde_json::json!([8, 16, 32, 64]);
+    v["projection_dim"] = 1024.into();
+    c
+}
+
+pub(crate) fn facts(json: &serde_json::Value) -> ModelFacts {
+    let cfg = Florence2Config::from_json(json).unwrap();
+    ModelFacts::from_config(cfg).unwrap()
+}
+
+fn mb(b: u64) -> f64 {
+    b as f64 / 1e6
+}
+
+#[test]
+fn base_and_large_match_the_readme_memory_table() {
+    // (model, dtype, resident MB, peak <OD> MB) from the README table.
+    let table = [
+        ("base", WeightDType::Fp32, 926.2, 1064.7),
+        ("base", WeightDType::Fp16, 467.7, 547.3),
+        ("base", WeightDType::Q8, 258.6, 338.2),
+        ("base", WeightDType::Q4, 147.1, 226.7),
+        ("large", WeightDType::Fp16, 1548.1, 1732.0),
+    ];
+    for (model, dtype, weights, peak) in table {
+        let f = facts(&if model == "base" {
+            base_json()
+        } else {
+            large_json()
+        });
+        let e = f.estimate(dtype, &EstimateOptions::default()).unwrap();
+        eprintln!(
+            "{model} {dtype}: weights {:.1} MB (README {weights}), peak {:.1} MB (README {peak}), \
+             vision {:.1}, encoder {:.1}, decode {:.1}, largest buffer {:.1} MB",
+            mb(e.weights_bytes),
+            mb(e.peak_bytes),
+            mb(e.vision_bytes),
+            mb(e.encoder_bytes),
+            mb(e.decode_bytes),
+            mb(e.largest_buffer_bytes)
+        );
+        // The README rounds to 0.1 MB.
+        assert!(
+            (mb(e.weights_bytes) - weights).abs() <= 0.05,
+            "{model} {dtype}"
+        );
+        // At or above the measured peak, by at most the features kept through decoding and the
+        // prompt's room (2 MB) plus the README's rounding.
+        let over = mb(e.peak_bytes) - peak;
+        assert!(
+            (-0.05..=2.05).contains(&over),
+            "{model} {dtype}: {over:+.2} MB"
+        );
+    }
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+fn device(class: DeviceClass, max_buffer: u64, max_binding: u64) -> DeviceLimits {
+    DeviceLimits {
+        class,
+        max_buffer,
+        max_binding,
+    }
+}
+
+fn choose(json: &serde_json::Value, limits: &DeviceLimits) -> Result<Choice> {
+    let all = facts(json)
+        .estimate_all(&EstimateOptions::default())
+        .unwrap();
+    choose_dtype(&all, limits)
+}
+
+#[test]
+fn auto_picks_the_best_format_that_fits_each_device() {
+    // (device, base, large): iPhone-like (1 GB buffers, 1 GB budget), integrated, discrete, CPU.
+    let cases = [
+        // Large q8 peaks at 1037.4 MB, over the phone's 1.0 GB budget.
+        (
+            device(DeviceClass::Mobile, GIB, GIB),
+            WeightDType::Fp16,
+            WeightDType::Q4,
+        ),
+        (
+            device(DeviceClass::Integrated, 2 * GIB, GIB),
+            WeightDType::Fp16,
+            WeightDType::Fp16,
+        ),
+        (
+            device(DeviceClass::Discrete, 4 * GIB, 2 * GIB),
+            WeightDType::Fp16,
+            WeightDType::Fp16,
+        ),
+        (
+            device(DeviceClass::Cpu, u64::MAX, u64::MAX),
+            WeightDType::Fp16,
+            WeightDType::Fp16,
+        ),
+        // Android-like: 256 MB buffers, WebGPU's default 128 MiB bindings: every fp16 buffer of base
+        // and large fits (the largest, large's shared embedding, is 105.1 MB); the budget decides.
+        (
+            device(DeviceClass::Mobile, 256 * MIB, 128 * MIB),
+            WeightDType::Fp16,
+            WeightDType::Q4,
+        ),
+    ];
+    for (limits, base, large) in cases {
+        let b = choose(&base_json(), &limits).unwrap();
+        let l = choose(&large_json(), &limits).unwrap();
+        eprintln!(
+            "{limits:?}: base {} ({}), large {} ({})",
+            b.dtype, b.reason, l.dtype, l.reason
+        );
+        assert_eq!((b.dtype, l.dtype), (base, large), "{limits:?}");
+        assert!(b.reason.contains(limits.class.as_str()), "{}", b.reason);
+    }
+}
+
+#[test]
+fn small_buffer_limits_force_the_quantized_formats() {
+    // Base: fp16's largest buffer is the 78.8 MB shared embedding, q8's 41.9 MB, q4's the vision
+    // arena's 37.7 MB buffer. Large: fp16's 105.1 MB embedding.
+    let at = |mb: u64| device(DeviceClass::Discrete, mb * 1_000_000, GIB);
+    assert_eq!(
+        choose(&base_json(), &at(64)).unwrap().dtype,
+        WeightDType::Q8
+    );
+    assert_eq!(
+        choose(&base_json(), &at(40)).unwrap().dtype,
+        WeightDType::Q4
+    );
+    assert_eq!(
+        choose(&large_json(), &at(100)).unwrap().dtype,
+        WeightDType::Q8
+    );
+    let q8 = choose(&base_json(), &at(64)).unwrap();
+    assert!(q8.reason.contains("not fp16"), "{}", q8.reason);
+}
+
+#[test]
+fn nothing_fits_names_the_closest_format_and_the_shortfall() {
+    // 30 MB buffers: even q4's 37.7 MB arena buffer is over, by 7.7 MB.
+    let limits = device(DeviceClass::Mobile, 30_000_000, GIB);
+    let e = choose(&base_json(), &limits).unwrap_err();
+    assert!(matches!(e, Error::NoFittingDType(_)), "{e}");
+    assert_eq!(e.name(), "Florence2LoadError");
+    let msg = e.to_string();
+    eprintln!("{msg}");
+    assert!(msg.contains("q4 came closest"), "{msg}");
+    assert!(
+        msg.contains("its largest buffer 37.7 MB is 7.7 MB over"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn fp32_is_never_chosen_and_device_classes_come_from_the_adapter() {
+    let all = facts(&base_json())
+        .estimate_all(&EstimateOptions::default())
+        .unwrap();
+    let only_fp32: Vec<Estimate> = all
+        .into_iter()
+        .filter(|e| e.dtype == WeightDType::Fp32)
+        .collect();
+    let limits = device(DeviceClass::Discrete, 4 * GIB, 4 * GIB);
+    assert!(choose_dtype(&only_fp32, &limits).is_err());
+    assert_eq!(
+        DeviceClass::of_adapter("DiscreteGpu", false, false),
+        DeviceClass::Discrete
+    );
+    assert_eq!(
+        DeviceClass::of_adapter("IntegratedGpu", false, false),
+        DeviceClass::Integrated
+    );
+    assert_eq!(
+        DeviceClass::of_adapter("", false, true),
+        DeviceClass::Mobile
+    );
+    assert_eq!(
+        DeviceClass::of_adapter("Cpu", false, false),
+        DeviceClass::Cpu
+    );
+    assert_eq!(
+        DeviceClass::of_adapter("DiscreteGpu", true, false),
+        DeviceClass::Cpu
+    );
+    assert_eq!(
+        DeviceClass::of_adapter("", false, false),
+        DeviceClass::Integrated
+    );
+}
