@@ -12,14 +12,16 @@
 //! - [`resident`]: resident weight bytes per format.
 //! - [`phases`]: a request's activation bytes per phase.
 //! - [`choose`]: device classes, their budgets, and the `auto` weight format.
+//! - [`auto`]: `dtype: "auto"` at load (the device's limits, the model's files, the choice).
 
+pub mod auto;
 pub mod checkpoint;
 pub mod choose;
 pub mod phases;
 pub mod resident;
 
 use crate::config::Florence2Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::bart::default_kv_dtype;
 use crate::model::davit_plan::TowerShape;
 use crate::model::generate::GenerateOptions;
@@ -28,6 +30,7 @@ use crate::processor::image::ImageProcessorConfig;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
 use crate::weights::source::ModelFiles;
 use crate::weights::WeightDType;
+pub use auto::{device_limits, resolve_dtype, DTypeRequest};
 pub use checkpoint::CheckpointFacts;
 pub use choose::{choose_dtype, fits, Choice, DeviceClass, DeviceLimits};
 use phases::{phase_bytes, Request};
@@ -246,31 +249,32 @@ impl ModelFacts {
     }
 }
 
-/// What the download is, for `dtype` resident weights from a checkpoint stored as `stored`.
-fn download_note(stored: &str, dtype: WeightDType, bytes: u64) -> String {
-    let mb = bytes as f64 / 1e6;
-    let converted = match (stored, dtype) {
-        ("f32", WeightDType::Fp32) | ("f16" | "bf16", WeightDType::Fp16) => false,
-        ("q8", WeightDType::Q8) | ("q4", WeightDType::Q4) => false,
-        ("unknown", _) => return format!("downloads {mb:.1} MB"),
-        _ => true,
-    };
-    if converted {
-        format!(
-            "downloads the {stored} checkpoint as stored ({mb:.1} MB) and converts it to {dtype} while it \
-             streams; a checkpoint stored as {dtype} (`florence2 convert --dtype {dtype}`) downloads a \
-             different size"
-        )
-    } else {
-        format!("downloads the {stored} checkpoint ({mb:.1} MB), loaded as stored")
+/// Bits per matrix weight of a stored or resident format (q8/q4 with their f16 block scales).
+fn bits(format: &str) -> Option<f64> {
+    match format {
+        "f32" | "fp32" => Some(32.0),
+        "f16" | "bf16" | "fp16" => Some(16.0),
+        "q8" => Some(8.5),
+        "q4" => Some(4.5),
+        _ => None,
     }
 }
 
-/// The estimate of `dtype` in `all`, or a named error.
-pub fn find(all: &[Estimate], dtype: WeightDType) -> Result<&Estimate> {
-    all.iter()
-        .find(|e| e.dtype == dtype)
-        .ok_or_else(|| Error::InvalidInput(format!("no estimate for {dtype}")))
+/// What the download is, for `dtype` resident weights from a checkpoint stored as `stored`.
+fn download_note(stored: &str, dtype: WeightDType, bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    match (bits(stored), bits(dtype.as_str())) {
+        (Some(s), Some(d)) if s > d => format!(
+            "downloads the {stored} checkpoint as stored ({mb:.1} MB) and converts it to {dtype} while \
+             it streams; a checkpoint stored as {dtype} (`florence2 convert --dtype {dtype}`) downloads less"
+        ),
+        (Some(s), Some(d)) if s < d => format!(
+            "downloads the {stored} checkpoint as stored ({mb:.1} MB) and widens it to {dtype} while it \
+             streams"
+        ),
+        (Some(_), Some(_)) => format!("downloads the {stored} checkpoint ({mb:.1} MB), loaded as stored"),
+        _ => format!("downloads {mb:.1} MB"),
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! `max_new_tokens` 1024, lavapipe's 128 MiB binding limit), and the chooser on mocked devices.
 
 use super::*;
+use crate::error::Error;
 
 /// Florence-2-base's shapes (HF-native config, as ../shared/FLORENCE2.md lists them).
 pub(crate) fn base_json() -> serde_json::Value {

@@ -48,6 +48,9 @@ pub struct Caps {
     pub backend: String,
     /// True for CPU adapters (lavapipe, SwiftShader, WARP).
     pub is_cpu: bool,
+    /// The adapter's type as wgpu names it ("DiscreteGpu", "IntegratedGpu", "VirtualGpu", "Cpu",
+    /// "Other"; the browser does not say, and wgpu reports "Other" there); "Cpu" on the CPU backend.
+    pub device_type: String,
     /// Everything that identifies this adapter for a cached kernel choice: vendor, device, architecture
     /// (the device id), driver and its description, backend, the features in use and the limits.
     pub adapter_key: String,
@@ -177,6 +180,7 @@ impl Gpu {
             adapter_name: format!("CPU ({threads} threads)"),
             backend: "cpu".into(),
             is_cpu: true,
+            device_type: "Cpu".into(),
             adapter_key: format!("cpu threads={threads}"),
         };
         Arc::new(Gpu {
@@ -301,6 +305,7 @@ impl Gpu {
             uniform_offset_alignment: limits.min_uniform_buffer_offset_alignment,
             is_cpu: info.device_type == wgpu::DeviceType::Cpu
                 || is_software_adapter(&format!("{} {web}", info.name)),
+            device_type: format!("{:?}", info.device_type),
             adapter_name,
             backend: format!("{:?}", info.backend),
             adapter_key: format!(

@@ -159,3 +159,108 @@ fn peak_bytes_bound_a_whole_request() {
         }
     }
 }
+
+#[test]
+fn the_cpu_backend_holds_what_its_estimate_says() {
+    // The CPU backend pads no convolution weight and allocates one channel-attention scratch less.
+    let g = Gpu::cpu(1);
+    let image = std::fs::read(fixtures().join("images").join("scene.png")).unwrap();
+    for dir in ["tiny2", "tiny4"] {
+        let f = facts(dir);
+        for dtype in [WeightDType::Fp32, WeightDType::Q4] {
+            let p = Pipeline::load_dir_with(
+                &g,
+                &fixtures().join("models").join(dir),
+                LoadOptions::with_dtype(dtype),
+            )
+            .unwrap();
+            let base = g.memory();
+            g.reset_peak_memory();
+            let out = p
+                .run_task_blocking(
+                    Image::Encoded(&image).into(),
+                    "<OD>",
+                    &TaskOptions::default(),
+                    &NeverCancel,
+                    &Callbacks::default(),
+                )
+                .unwrap();
+            let peak = g.memory().peak_bytes - base.activations_bytes;
+            let o = EstimateOptions {
+                prompt_tokens: out.usage.prompt_tokens,
+                host: true,
+                max_binding: g.caps.max_storage_binding,
+                ..Default::default()
+            };
+            let est = f.estimate(dtype, &o).unwrap();
+            let features = (4
+                * (out.usage.encoder_tokens - out.usage.prompt_tokens)
+                * f.config.text.d_model) as u64;
+            eprintln!(
+                "cpu {dir} {dtype}: weights {} / {} B, peak {} / {peak} B",
+                est.weights_bytes, base.weights_bytes, est.peak_bytes
+            );
+            assert_eq!(est.weights_bytes, base.weights_bytes, "{dir} {dtype}");
+            assert!(
+                est.peak_bytes >= peak && est.peak_bytes - peak <= features,
+                "{dir} {dtype}: {} vs {peak}",
+                est.peak_bytes
+            );
+        }
+    }
+}
+
+/// `florence2` with `args` (the kernel cache under target/), its stdout as JSON.
+fn cli(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn cli_dtype_auto_reports_its_choice_and_estimate_agrees_with_the_load() {
+    let model = fixtures().join("models").join("tiny2");
+    let model = model.to_str().unwrap();
+    let image = fixtures().join("images").join("scene.png");
+    let run = cli(&[
+        "run",
+        "--model",
+        model,
+        "--image",
+        image.to_str().unwrap(),
+        "--task",
+        "<OD>",
+        "--dtype",
+        "auto",
+        "--device",
+        "gpu",
+        "--tuning",
+        "off",
+        "--json",
+    ]);
+    // Every format fits a tiny model: auto takes fp16.
+    assert_eq!(run["dtype"], "fp16");
+    let reason = run["dtype_reason"].as_str().unwrap();
+    assert!(reason.starts_with("auto chose fp16"), "{reason}");
+    let est = cli(&["estimate", "--model", model, "--device", "gpu"]);
+    assert_eq!(est["auto"]["dtype"], "fp16");
+    let fp16 = est["estimates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["dtype"] == "fp16")
+        .unwrap();
+    assert_eq!(fp16["weights_bytes"], run["memory"]["weights_bytes"]);
+    assert_eq!(fp16["fits"], true);
+    assert_eq!(est["estimates"].as_array().unwrap().len(), 4);
+    let one = cli(&[
+        "estimate", "--model", model, "--device", "gpu", "--dtype", "q4",
+    ]);
+    assert_eq!(one["estimates"].as_array().unwrap().len(), 1);
+    assert!(one.get("auto").is_none());
+}

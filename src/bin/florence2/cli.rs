@@ -10,8 +10,11 @@
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
 //!               [--tuning auto|off|exhaustive] [--profile]
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
+//!                [--dtype auto|fp32|fp16|q8|q4]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
 //! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
+//! florence2 estimate --model DIR|ORG/NAME[@REV] [--dtype auto|fp32|fp16|q8|q4] [--device auto|gpu|cpu]
+//!                    [--max-new-tokens N] [--num-beams N]
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
 //!
@@ -36,6 +39,11 @@
 //! the configs and a completed tokenizer.json, into a new directory, and prints tensors and bytes per
 //! format; loading the output with the same `--dtype` gives exactly the weights of loading SRC.
 //!
+//! `--dtype auto` (`run`, `serve`, `tune`) picks the best-quality weight format whose estimate fits the
+//! adapter (`florence2_wasm::estimate`: fp16, then q8, then q4, from the config and file sizes before
+//! any weight is read), prints the choice and its reason on stderr, and `run --json` reports it as
+//! `dtype` with `dtype_reason`.
+//!
 //! `--model` takes a directory or a hub id (`org/name[@revision]`), resolved by [`model_dir`] through the
 //! Hugging Face cache (see `florence2_wasm::hub_cache`); `--offline` (any subcommand) reads the cache only.
 //!
@@ -43,6 +51,7 @@
 
 mod batch;
 mod convert;
+mod estimate;
 mod parse;
 mod run;
 mod serve;
@@ -94,6 +103,9 @@ pub enum Command {
     Tune(tune::TuneArgs),
     /// Convert a checkpoint into the package's safetensors format for a weight dtype (fp32, fp16, q8, q4).
     Convert(convert::ConvertArgs),
+    /// Estimate a model's memory per weight format on this device before loading it, and what
+    /// --dtype auto picks (JSON).
+    Estimate(estimate::EstimateArgs),
 }
 
 /// A failure: a usage error (exit 2) or a runtime error (exit 1).
@@ -118,6 +130,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Serve(a) => serve::main(a).map_err(Failure::Run),
         Command::Tune(a) => tune::tune_cmd(a),
         Command::Convert(a) => convert::convert_cmd(a),
+        Command::Estimate(a) => estimate::estimate_cmd(a),
     }
 }
 
@@ -172,6 +185,29 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 /// `--device`: auto, gpu (or webgpu) or cpu.
 pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::Device, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
+}
+
+/// `--dtype` of `run`, `serve` and `tune`: a weight format or `auto`.
+pub fn parse_dtype_request(s: &str) -> Result<florence2_wasm::estimate::DTypeRequest, String> {
+    s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
+}
+
+/// `--dtype` resolved for the model in `dir` on `gpu`: a fixed format as it is; `auto`'s choice with
+/// its reason, printed on stderr (`florence2: dtype auto: ...`) and returned for the JSON.
+pub fn resolve_dtype(
+    request: florence2_wasm::estimate::DTypeRequest,
+    dir: &std::path::Path,
+    gpu: &florence2_wasm::gpu::Gpu,
+    who: &str,
+) -> Result<(florence2_wasm::weights::WeightDType, Option<String>), Failure> {
+    let files = florence2_wasm::weights::DirFiles::new(dir);
+    let (dtype, reason) = pollster::block_on(florence2_wasm::estimate::resolve_dtype(
+        request, &files, gpu, false,
+    ))?;
+    if let Some(r) = &reason {
+        eprintln!("{who}: dtype auto: {r}");
+    }
+    Ok((dtype, reason))
 }
 
 pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {

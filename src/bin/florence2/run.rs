@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
@@ -79,9 +80,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "X", allow_negative_numbers = true, value_parser = parse_finite)]
     length_penalty: Option<f32>,
     /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
-    /// 32 weights per f16 scale); any checkpoint converts on load
-    #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
-    pub(super) dtype: WeightDType,
+    /// 32 weights per f16 scale); any checkpoint converts on load. auto: the best of fp16, q8, q4 whose
+    /// estimated memory fits the device (printed on stderr with the reason)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp16", value_parser = super::parse_dtype_request)]
+    pub(super) dtype: DTypeRequest,
     /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
     /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
     #[arg(long)]
@@ -97,10 +99,6 @@ pub struct RunArgs {
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
-}
-
-fn parse_dtype(s: &str) -> Result<WeightDType, String> {
-    s.parse::<WeightDType>().map_err(|e| e.to_string())
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -168,6 +166,10 @@ pub(super) struct Loaded {
     pub pipeline: Pipeline,
     /// Opening the GPU, loading and tuning, in ms.
     pub load_ms: f64,
+    /// The resident format (`--dtype`, or what `auto` chose).
+    pub dtype: WeightDType,
+    /// Why `auto` chose it (None for a fixed `--dtype`).
+    pub dtype_reason: Option<String>,
 }
 
 /// Open the GPU, load `--model` with `--dtype`, tune the kernels (`--tuning`), and check `prompts`
@@ -177,7 +179,8 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     // A hub id is fetched here, after every usage check (a usage error never downloads a model).
     let dir = super::model_dir(&a.model)?;
     let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
-    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(a.dtype))?;
+    let (dtype, dtype_reason) = super::resolve_dtype(a.dtype, &dir, &gpu, "florence2")?;
+    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype))?;
     let mut sizes = pipeline.tune_sizes();
     sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
     // A failed tuning only costs speed: the static kernel choices run and the report says so.
@@ -202,6 +205,8 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
         gpu,
         pipeline,
         load_ms,
+        dtype,
+        dtype_reason,
     })
 }
 
@@ -220,6 +225,8 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         gpu,
         pipeline,
         load_ms,
+        dtype,
+        dtype_reason,
     } = load(&a, &prompts)?;
     if a.profile {
         gpu.profiler.enable(&gpu, true)?;
@@ -260,7 +267,10 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 } else {
                     (0.0, 0.0)
                 };
-                let mut v = json_of(out, a.dtype, load_ms, pre, vision);
+                let mut v = json_of(out, dtype, load_ms, pre, vision);
+                if let Some(r) = &dtype_reason {
+                    v["dtype_reason"] = serde_json::json!(r);
+                }
                 v["device"] = serde_json::json!(if gpu.is_host() { "cpu" } else { "gpu" });
                 v["adapter"] = serde_json::json!(gpu.describe());
                 v

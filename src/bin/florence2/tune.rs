@@ -7,9 +7,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::gpu::GpuOptions;
 use florence2_wasm::pipeline::{open_device, Device, Pipeline};
+use florence2_wasm::weights::LoadOptions;
 
 use super::Failure;
 
@@ -36,6 +38,9 @@ pub struct TuneArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
     device: Device,
+    /// Resident weight format the shapes are tuned with (as for `run`; auto: the best that fits)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp32", value_parser = super::parse_dtype_request)]
+    dtype: DTypeRequest,
 }
 
 fn parse_budget(s: &str) -> Result<f64, String> {
@@ -51,7 +56,9 @@ pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
 
 pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
     let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
-    let pipeline = Pipeline::load_dir(&gpu, &super::model_dir(&a.model)?)?;
+    let dir = super::model_dir(&a.model)?;
+    let (dtype, _) = super::resolve_dtype(a.dtype, &dir, &gpu, "florence2 tune")?;
+    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype))?;
     let mut sizes = pipeline.tune_sizes();
     if let Some(n) = a.image_size {
         (sizes.height, sizes.width) = (n as usize, n as usize);
@@ -64,6 +71,7 @@ pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
         &CacheLocation::Default,
     ));
     println!("adapter: {}", gpu.describe());
+    println!("weights: {dtype}");
     println!(
         "image {w}x{h}, decode rows 1 and {beams}, tuning {}; cache: {}",
         a.tuning.name(),

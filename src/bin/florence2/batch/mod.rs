@@ -71,6 +71,8 @@ fn plan(a: &RunArgs, prompts: &[String], done: &output::Done) -> Result<Vec<Work
 /// What every answer line says about the run: the weight format, the device and its adapter.
 struct Stamp {
     dtype: WeightDType,
+    /// Why `--dtype auto` chose it.
+    dtype_reason: Option<String>,
     device: &'static str,
     adapter: String,
 }
@@ -112,9 +114,12 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         gpu,
         pipeline,
         load_ms,
+        dtype,
+        dtype_reason,
     } = load(a, prompts)?;
     let stamp = Stamp {
-        dtype: a.dtype,
+        dtype,
+        dtype_reason,
         device: if gpu.is_host() { "cpu" } else { "gpu" },
         adapter: gpu.describe(),
     };
@@ -221,6 +226,9 @@ fn run_image(
                     (0.0, 0.0)
                 };
                 let mut v = json_of(&out, stamp.dtype, 0.0, pre, vision);
+                if let Some(r) = &stamp.dtype_reason {
+                    v["dtype_reason"] = json!(r);
+                }
                 if let Some(t) = v.get_mut("timings_ms").and_then(Value::as_object_mut) {
                     t.remove("load");
                 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use image::RgbImage;
 
+use florence2_wasm::estimate::{resolve_dtype, DTypeRequest};
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::GpuOptions;
 use florence2_wasm::pipeline::{
@@ -23,6 +24,9 @@ use florence2_wasm::Result;
 /// What the HTTP side needs to know about the loaded model.
 #[derive(Clone, Debug)]
 pub struct ModelInfo {
+    /// The resident weight format (`--dtype`, or what `auto` chose), and why `auto` chose it (/health).
+    pub dtype: WeightDType,
+    pub dtype_reason: Option<String>,
     /// Largest effective `max_tokens`: the decoder's positions minus the start token.
     pub max_new_tokens: usize,
     /// What the kernel tuner did at load (reported by /health).
@@ -60,20 +64,29 @@ pub struct Answer {
 pub struct Engine {
     pipeline: Pipeline,
     tuning: TuningInfo,
+    /// Why `--dtype auto` chose the resident format.
+    dtype_reason: Option<String>,
 }
 
 impl Engine {
-    /// Open the GPU, load `dir` into a pipeline with `dtype` resident weights and tune the kernels for
+    /// Open the GPU, load `dir` into a pipeline with `dtype` resident weights (`auto`: the choice is
+    /// printed on stderr) and tune the kernels for
     /// its shapes (as `florence2 run` does; cached per adapter in the user's cache directory). A failed
     /// tuning only costs speed: the static choices stay and a warning is printed.
     pub fn load(
         dir: &Path,
-        dtype: WeightDType,
+        dtype: DTypeRequest,
         tuning: Tuning,
         device: Device,
     ) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
             let gpu = pollster::block_on(open_device(device, GpuOptions::default()))?;
+            let files = florence2_wasm::weights::DirFiles::new(dir);
+            let (dtype, dtype_reason) =
+                pollster::block_on(resolve_dtype(dtype, &files, &gpu, false))?;
+            if let Some(r) = &dtype_reason {
+                eprintln!("florence2 serve: dtype auto: {r}");
+            }
             let pipeline = Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?;
             // A failed tuning only costs speed: the static choices stay and the report says so.
             let r = pollster::block_on(pipeline.tune(
@@ -102,6 +115,7 @@ impl Engine {
             Ok(Engine {
                 pipeline,
                 tuning: info,
+                dtype_reason,
             })
         };
         load().map_err(|e| format!("loading {}: {e}", dir.display()))
@@ -111,6 +125,8 @@ impl Engine {
         let positions = self.pipeline.model().config.text.max_position_embeddings;
         ModelInfo {
             max_new_tokens: positions.saturating_sub(1).max(1),
+            dtype: self.pipeline.weight_dtype(),
+            dtype_reason: self.dtype_reason.clone(),
             tuning: self.tuning.clone(),
             tasks: Arc::new(self.pipeline.tasks().clone()),
         }

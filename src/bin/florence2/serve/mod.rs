@@ -1,7 +1,7 @@
 //! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
 //!
 //! ```text
-//! florence2 serve --model DIR [--dtype fp16] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
+//! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]
@@ -36,10 +36,10 @@ use std::time::Duration;
 use clap::Args;
 use tokio::sync::Semaphore;
 
+use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::pipeline::Device;
 use florence2_wasm::processor::image::ImageLimits;
-use florence2_wasm::weights::WeightDType;
 
 use metrics::Metrics;
 use routes::AppState;
@@ -53,9 +53,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
     /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
-    /// q4 (block-quantized); any checkpoint converts on load
-    #[arg(long, value_name = "fp32|fp16|q8|q4", default_value = "fp16", value_parser = parse_dtype)]
-    dtype: WeightDType,
+    /// q4 (block-quantized); any checkpoint converts on load; auto: the best of fp16, q8, q4 that fits
+    /// the device (the choice on stderr and in /health)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp16", value_parser = super::parse_dtype_request)]
+    dtype: DTypeRequest,
     /// Kernel tuning at load, as for `florence2 run`: auto (time what the per-adapter cache lacks,
     /// within a time budget; later starts continue), off (static kernel choices), exhaustive
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::tune::parse_tuning)]
@@ -120,10 +121,6 @@ pub struct ServeArgs {
     max_queued_image_bytes: u64,
 }
 
-fn parse_dtype(s: &str) -> Result<WeightDType, String> {
-    s.parse::<WeightDType>().map_err(|e| e.to_string())
-}
-
 fn positive_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 3600.0 => Ok(x),
@@ -142,7 +139,7 @@ fn positive(s: &str) -> Result<usize, String> {
 #[derive(Debug)]
 struct ServeOptions {
     model: PathBuf,
-    dtype: WeightDType,
+    dtype: DTypeRequest,
     tuning: Tuning,
     device: Device,
     addr: SocketAddr,
@@ -348,7 +345,6 @@ fn app_state(
     AppState {
         shared,
         model_id: opts.model_id.clone(),
-        dtype: opts.dtype,
         api_key: opts.api_key.clone(),
         max_body_bytes: opts.max_body_bytes,
         max_image_bytes: opts.max_image_bytes,

@@ -40,8 +40,6 @@ use super::worker::{Event, Job, Shared, FAILED};
 pub struct AppState {
     pub shared: Arc<Shared>,
     pub model_id: String,
-    /// Resident weight format (`--dtype`), reported by /health.
-    pub dtype: florence2_wasm::weights::WeightDType,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
     pub max_image_bytes: usize,
@@ -169,7 +167,8 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             Json(json!({
                 "status": "ok",
                 "model": state.model_id,
-                "dtype": state.dtype.as_str(),
+                "dtype": shared.info().map(|i| i.dtype),
+                "dtype_reason": shared.info().and_then(|i| i.dtype_reason),
                 "tuning": shared.info().map(|i| i.tuning),
             })),
         )

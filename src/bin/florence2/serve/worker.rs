@@ -19,10 +19,10 @@ use image::RgbImage;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
+use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::pipeline::Device;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
-use florence2_wasm::weights::WeightDType;
 
 use super::engine::{Answer, Engine, ModelInfo};
 use super::error::ApiError;
@@ -135,7 +135,7 @@ fn injected_oom(shared: &Shared) -> bool {
 /// The worker thread: load, report, then serve jobs until the channel closes.
 pub fn run(
     dir: PathBuf,
-    (dtype, tuning, device): (WeightDType, Tuning, Device),
+    (dtype, tuning, device): (DTypeRequest, Tuning, Device),
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
