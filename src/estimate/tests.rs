@@ -236,3 +236,37 @@ fn fp32_is_never_chosen_and_device_classes_come_from_the_adapter() {
         DeviceClass::Integrated
     );
 }
+
+#[test]
+fn the_smaller_formats_change_the_weights_only() {
+    // fp16, q8 and q4 share the f16 KV caches and every activation: their peaks differ by their
+    // weights alone; fp32's f32 caches make its decode phase larger.
+    for json in [base_json(), large_json()] {
+        let all = facts(&json)
+            .estimate_all(&EstimateOptions::default())
+            .unwrap();
+        for e in &all {
+            eprintln!(
+                "{} {}: weights {:.1} MB, peak {:.1} MB, largest buffer {:.1} MB",
+                json["text_config"]["d_model"],
+                e.dtype,
+                mb(e.weights_bytes),
+                mb(e.peak_bytes),
+                mb(e.largest_buffer_bytes)
+            );
+        }
+        let act = |d: WeightDType| {
+            let e = all.iter().find(|e| e.dtype == d).unwrap();
+            (e.peak_bytes - e.weights_bytes, e.weights_bytes)
+        };
+        let (fp16, q8, q4, fp32) = (
+            act(WeightDType::Fp16),
+            act(WeightDType::Q8),
+            act(WeightDType::Q4),
+            act(WeightDType::Fp32),
+        );
+        assert_eq!((fp16.0, q8.0), (q4.0, q4.0));
+        assert!(fp32.0 > fp16.0);
+        assert!(fp32.1 > fp16.1 && fp16.1 > q8.1 && q8.1 > q4.1);
+    }
+}

@@ -976,6 +976,24 @@ fn dtype_is_the_pipelines_load_option() {
     assert_ne!(ids[0], ids[1], "q4 and fp32 answers differ on tiny4");
 }
 
+/// `--dtype auto`: the server loads the format the estimate chooses for its device (every format fits
+/// tiny4, so fp16) and /health reports it with the reason; a fixed format reports no reason.
+#[test]
+fn dtype_auto_reports_its_choice_in_health() {
+    let server = Server::start("tiny4", &["--dtype", "auto"], &[]);
+    server.wait_ready();
+    let health = server.get("/health").json();
+    assert_eq!(health["dtype"], "fp16", "{health}");
+    let reason = health["dtype_reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("auto chose fp16 for this "), "{health}");
+    drop(server);
+    let server = Server::start("tiny4", &["--dtype", "q8"], &[]);
+    server.wait_ready();
+    let health = server.get("/health").json();
+    assert_eq!(health["dtype"], "q8", "{health}");
+    assert!(health["dtype_reason"].is_null(), "{health}");
+}
+
 /// `--tuning`: the server runs the kernel tuner at load as `florence2 run` does, reports what it did in
 /// /health, caches the choices per adapter (here under a fresh XDG_CACHE_HOME), and a second start
 /// reads them; `--tuning off` times and writes nothing.
