@@ -26,12 +26,14 @@
 
 mod cache;
 mod errors;
+mod estimate;
 mod fetch;
 mod image;
 mod js;
 mod profile;
 mod queue;
 mod recover;
+mod remote_files;
 mod source;
 mod support;
 mod tasks;
@@ -48,6 +50,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
+use crate::estimate::{choose_dtype, DTypeRequest};
 use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
@@ -83,7 +86,10 @@ struct LoadArgs {
     revalidate: bool,
     limits: ImageLimits,
     tuning: Tuning,
-    dtype: WeightDType,
+    /// `dtype`: a format, or `auto` (chosen at each open, for the device opened).
+    dtype: DTypeRequest,
+    /// `adapterLimits`: what `auto` judges the device by, over the adapter's own limits.
+    adapter_limits: estimate::LimitsOverride,
     /// `device`: auto (WebGPU on a hardware adapter, else the CPU backend), webgpu or cpu.
     device: Device,
     /// `fetch`: what fetches the model files instead of the global `fetch` (Node's entry passes one that
@@ -360,13 +366,8 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
             })?
             .parse::<Tuning>()?,
     };
-    let dtype = match opt_get(options, "dtype") {
-        None => WeightDType::default(),
-        Some(v) => v
-            .as_string()
-            .ok_or_else(|| Error::InvalidInput("option dtype must be a string".into()))?
-            .parse::<WeightDType>()?,
-    };
+    let dtype = estimate::dtype_option(options)?;
+    let adapter_limits = estimate::LimitsOverride::from_options(options)?;
     let device = match opt_get(options, "device") {
         None => Device::Auto,
         Some(v) => v
@@ -390,6 +391,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
         limits,
         tuning,
         dtype,
+        adapter_limits,
         device,
         fetch: opt_fn(options, "fetch")?,
     };
@@ -442,8 +444,20 @@ async fn open_pipeline(
         Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
     };
 
+    // The resident format: as asked, or what fits this device (estimated from the files' sizes and
+    // headers before any weight is downloaded).
+    let (dtype, reason) = match args.dtype.fixed() {
+        Some(d) => (d, String::new()),
+        None => {
+            let limits = estimate::limits_of(&gpu, args.adapter_limits);
+            let all = estimate::estimates(&f, &limits, gpu.is_host()).await?;
+            let c = choose_dtype(&all, &limits)?;
+            (c.dtype, c.reason)
+        }
+    };
+    f.dtype_event(dtype.as_str(), &reason);
     let opts = PipelineOptions {
-        weights: LoadOptions::with_dtype(args.dtype),
+        weights: LoadOptions::with_dtype(dtype),
         tasks: args.tasks.clone(),
         limits: args.limits,
     };

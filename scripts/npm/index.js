@@ -1,8 +1,8 @@
 // florence2-wasm: the package entry (`import { Florence2 } from "florence2-wasm"`).
 //
 // Re-exports the wasm-bindgen module (florence2_wasm.js) and makes its `init()` optional: the async static
-// methods (`Florence2.load`, `cacheInfo`, `clearCache`, ...) initialise the module on first use, fetching
-// `florence2_wasm_bg.wasm` next to this file (`new URL(..., import.meta.url)`, which webpack 5, Vite's
+// methods (`Florence2.load`, `estimate`, `cacheInfo`, `clearCache`, ...) initialise the module on first
+// use, fetching `florence2_wasm_bg.wasm` next to this file (`new URL(..., import.meta.url)`, which webpack 5, Vite's
 // production build, Rollup and Parcel follow by themselves). `init(input)` still exists for pages that want
 // to start the download early or serve the wasm from elsewhere (`init("/assets/florence2_wasm_bg.wasm")`).
 import wbgInit, * as wasm from "./florence2_wasm.js";
@@ -40,7 +40,7 @@ export function initSync(module) {
 
 const { Florence2 } = wasm;
 // Async statics: initialise first. Names another part of the package adds later are wrapped when present.
-for (const name of ["load", "cacheInfo", "clearCache", "isSupported"]) {
+for (const name of ["load", "estimate", "cacheInfo", "clearCache", "isSupported"]) {
   const raw = Florence2[name];
   if (typeof raw !== "function" || raw.__florence2Wrapped) continue;
   const wrapped = async function (...args) {

@@ -4,9 +4,10 @@
 //
 // On top of index.js it
 // - instantiates the wasm from the file next to this module (Node's `fetch` cannot read `file:` URLs);
-// - loads models from a directory path or a `file:` URL: `Florence2.load` turns a path into a `file:`
-//   URL and passes the wasm a `fetch` that streams `file:` URLs from disk (404 for a missing file) and
-//   hands any other URL to the caller's `fetch` option or `globalThis.fetch`;
+// - loads models from a directory path or a `file:` URL: `Florence2.load` (and `Florence2.estimate`)
+//   turns a path into a `file:` URL and passes the wasm a `fetch` that streams `file:` URLs from disk
+//   (404 for a missing file; `HEAD` and `Range` requests served) and hands any other URL to the
+//   caller's `fetch` option or `globalThis.fetch`;
 // - reads an image given as a path or a `file:` URL (`runTask`, `encodeImage`) into bytes.
 // Node has no Cache API: models are read from their source at every load, without an error.
 import { open, readFile } from "node:fs/promises";
@@ -70,7 +71,20 @@ function abortError(signal) {
   return new DOMException("the operation was aborted", "AbortError");
 }
 
-/** A `Response` streaming the file a `file:` URL names: 404 when there is no such file. */
+/** The byte range a `Range: bytes=A-B` (or `bytes=A-`) header asks of a `size`-byte file, or null for
+ * none (or one this reader does not serve: the whole file is answered then, as HTTP allows). */
+function byteRange(init, size) {
+  const h = init && init.headers ? new Headers(init.headers).get("range") : null;
+  const m = h && /^bytes=(\d+)-(\d*)$/.exec(h.trim());
+  if (!m) return null;
+  const start = Number(m[1]);
+  const end = m[2] === "" ? size - 1 : Math.min(Number(m[2]), size - 1);
+  return start <= end ? { start, end } : null;
+}
+
+/** A `Response` streaming the file a `file:` URL names: 404 when there is no such file. `HEAD` answers
+ * the headers only; a `Range: bytes=A-B` request gets 206 and only those bytes (the memory estimate reads
+ * the safetensors headers this way without reading the weights). */
 async function fileResponse(url, init) {
   const signal = init && init.signal;
   if (signal && signal.aborted) throw abortError(signal);
@@ -102,6 +116,16 @@ async function fileResponse(url, init) {
     await fh.close().catch(() => {});
     throw new TypeError(`cannot read ${path}: ${e.message}`);
   }
+  if (init && String(init.method || "GET").toUpperCase() === "HEAD") {
+    await fh.close();
+    return new Response(null, {
+      status: 200,
+      headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+    });
+  }
+  const range = byteRange(init, size);
+  let position = range ? range.start : 0;
+  let left = range ? range.end - range.start + 1 : size;
   let closed = false;
   const close = () => {
     if (closed) return;
@@ -112,13 +136,16 @@ async function fileResponse(url, init) {
     async pull(controller) {
       try {
         if (signal && signal.aborted) throw abortError(signal);
-        const buf = new Uint8Array(CHUNK);
-        const { bytesRead } = await fh.read(buf, 0, CHUNK, null);
+        const n = Math.min(CHUNK, left);
+        const buf = new Uint8Array(n);
+        const { bytesRead } = n === 0 ? { bytesRead: 0 } : await fh.read(buf, 0, n, position);
         if (bytesRead === 0) {
           close();
           controller.close();
         } else {
-          controller.enqueue(bytesRead === CHUNK ? buf : buf.slice(0, bytesRead));
+          position += bytesRead;
+          left -= bytesRead;
+          controller.enqueue(bytesRead === n ? buf : buf.slice(0, bytesRead));
         }
       } catch (e) {
         close();
@@ -127,6 +154,16 @@ async function fileResponse(url, init) {
     },
     cancel: close,
   });
+  if (range) {
+    return new Response(body, {
+      status: 206,
+      headers: {
+        "content-type": "application/octet-stream",
+        "content-length": String(range.end - range.start + 1),
+        "content-range": `bytes ${range.start}-${range.end}/${size}`,
+      },
+    });
+  }
   return new Response(body, {
     status: 200,
     headers: { "content-type": "application/octet-stream", "content-length": String(size) },
@@ -168,6 +205,10 @@ function wrap(obj, name, make) {
 
 // Statics: instantiate from the file first; sources may be paths.
 wrap(Florence2, "load", (raw) => async function (source, options) {
+  await init();
+  return raw.call(this, nodeSource(source), nodeOptions(options));
+});
+wrap(Florence2, "estimate", (raw) => async function (source, options) {
   await init();
   return raw.call(this, nodeSource(source), nodeOptions(options));
 });

@@ -9,7 +9,12 @@
 //   - isSupported() reports the CPU backend; cacheInfo()/clearCache() work without a Cache API;
 //   - hostile input rejects with a named error and leaves the model answering as before: an unknown
 //     task, empty/garbage/truncated image bytes, RGBA of the wrong length, a missing model directory,
-//     `device: "webgpu"`, an aborted load, a hub id the (local) hub does not have.
+//     `device: "webgpu"`, an aborted load, a hub id the (local) hub does not have;
+//   - `Florence2.estimate` equals `florence2 estimate --device cpu` for every format, over http without
+//     the weights being sent (the server's log: HEAD and ranged GETs of the safetensors header only);
+//     mocked `adapterLimits` (a phone with a small budget) make `dtype: "auto"` choose q8, then q4, then
+//     reject naming the closest (also for buffers over the limit); `load` with `dtype: "auto"` reports its choice in a `dtype` progress
+//     event and `memory()`, holds the estimated weight bytes, and a forced q8 answers as the CLI's q8.
 // The wall time of one task here and in the CLI is printed (a figure, not an assertion).
 import { readFileSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
@@ -106,9 +111,13 @@ function decodePng(buf) {
 
 // ---- a loopback server of the fixtures -------------------------------------------------------------
 const served = [];
+/** Every request: {method, path, range, bytes} (body bytes sent). */
+const requests = [];
 const server = createServer((req, res) => {
   const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
   served.push(path);
+  const log = { method: req.method, path, range: req.headers.range || null, bytes: 0 };
+  requests.push(log);
   const file = normalize(join(root, "tests/fixtures", path));
   if (relative(join(root, "tests/fixtures"), file).startsWith("..")) {
     res.writeHead(403).end();
@@ -121,6 +130,23 @@ const server = createServer((req, res) => {
     res.writeHead(404, { "content-type": "text/plain" }).end("not found");
     return;
   }
+  if (req.method === "HEAD") {
+    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length }).end();
+    return;
+  }
+  const m = /^bytes=(\d+)-(\d+)$/.exec(log.range || "");
+  if (m) {
+    const [start, end] = [Number(m[1]), Math.min(Number(m[2]), body.length - 1)];
+    const part = body.subarray(start, end + 1);
+    log.bytes = part.length;
+    res.writeHead(206, {
+      "content-type": "application/octet-stream",
+      "content-length": part.length,
+      "content-range": `bytes ${start}-${end}/${body.length}`,
+    }).end(part);
+    return;
+  }
+  log.bytes = body.length;
   res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length }).end(body);
 });
 await new Promise((r) => server.listen(0, "127.0.0.1", r));
@@ -230,6 +256,118 @@ await step("load an http URL; the Node fetch reaches the caller's fetch option",
       `process (both tasks, load included; per task: ${JSON.stringify(want.jpg.byTask["<OCR>"].ms)})`);
   } finally {
     m.dispose();
+  }
+});
+
+// ---- the memory estimate and dtype: "auto" -----------------------------------------------------------
+/** `florence2 estimate --device cpu --json` on tiny4: the native estimates per format. */
+const nativeEstimate = JSON.parse(
+  execFileSync(cliBin, ["estimate", "--model", modelDir, "--device", "cpu"], { encoding: "utf8" }),
+);
+const nativeOf = (dtype) => nativeEstimate.estimates.find((e) => e.dtype === dtype);
+
+await step("estimate over http: the native CLI's figures, no weight downloaded", async () => {
+  requests.length = 0;
+  const events = [];
+  const e = await Florence2.estimate(`${origin}/models/tiny4/`, {
+    dtype: "auto",
+    onProgress: (ev) => events.push(ev.status),
+  });
+  // On the CPU backend every format fits tiny4: auto takes fp16.
+  assert.equal(e.dtype, "fp16", JSON.stringify(e));
+  assert.equal(e.fits, true);
+  assert.match(e.reason, /^auto chose fp16 for this cpu device/);
+  assert.equal(e.device.class, "cpu");
+  assert.equal(e.estimates.length, 4);
+  for (const x of e.estimates) {
+    const n = nativeOf(x.dtype);
+    assert.deepEqual(
+      [x.weightsBytes, x.peakBytes, x.largestBufferBytes, x.downloadBytes],
+      [n.weights_bytes, n.peak_bytes, n.largest_buffer_bytes, n.download_bytes],
+      x.dtype,
+    );
+  }
+  const weights = requests.filter((r) => r.path === "/models/tiny4/model.safetensors");
+  const size = readFileSync(join(modelDir, "model.safetensors")).length;
+  const headerLen = 8 + Number(readFileSync(join(modelDir, "model.safetensors")).readBigUInt64LE(0));
+  const sent = weights.reduce((s, r) => s + r.bytes, 0);
+  console.log(`     weights file: ${weights.map((r) => `${r.method} ${r.range || ""}`.trim()).join(", ")}; ` +
+    `${sent} of ${size} bytes sent (header ${headerLen})`);
+  assert.ok(weights.every((r) => r.method === "HEAD" || r.range), JSON.stringify(weights));
+  assert.ok(sent <= headerLen + 8, `${sent} bytes of the weights file were sent`);
+  assert.ok(!events.includes("tuning") && !events.includes("ready"), events.join(" "));
+});
+
+await step("estimate with mocked adapter limits: a small budget forces q8, then q4; nothing fits names the closest", async () => {
+  const fixed = {};
+  for (const d of ["fp16", "q8", "q4"]) fixed[d] = await Florence2.estimate(modelDir, { dtype: d });
+  assert.equal(fixed.q8.weightsBytes, nativeOf("q8").weights_bytes);
+  const peak = (d) => fixed[d].peakBytes;
+  assert.ok(peak("fp16") > peak("q8") && peak("q8") > peak("q4"), JSON.stringify([peak("fp16"), peak("q8"), peak("q4")]));
+  // A phone whose budget is just under a format's peak (tiny4's formats share their largest buffer, the
+  // vision arena's: buffers cannot tell them apart here).
+  const phone = (budgetBytes, maxBufferSize = 1 << 30) =>
+    ({ class: "mobile", budgetBytes, maxBufferSize, maxStorageBufferBindingSize: 1 << 30 });
+  const q8 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("fp16") - 1) });
+  assert.equal(q8.dtype, "q8", q8.reason);
+  assert.equal(q8.device.class, "mobile");
+  assert.equal(q8.device.budgetBytes, peak("fp16") - 1);
+  assert.match(q8.reason, /not fp16: its peak .* exceeds the mobile budget/);
+  const q4 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q8") - 1) });
+  assert.equal(q4.dtype, "q4", q4.reason);
+  const over = await rejects(
+    Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q4") - 100) }),
+    "Florence2LoadError",
+    "nothing fits the budget",
+    /q4 came closest \(its peak [0-9.]+ MB is 0\.0 MB over the budget\)/,
+  );
+  assert.match(over.message, /no weight format fits this mobile device/);
+  const small = fixed.q4.largestBufferBytes - 1;
+  await rejects(
+    Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(1 << 30, small) }),
+    "Florence2LoadError",
+    "nothing fits the buffers",
+    /came closest \(its largest buffer [0-9.]+ MB is 0\.0 MB over the buffer limit\)/,
+  );
+  await rejects(Florence2.estimate(modelDir, { dtype: "q5" }), "Florence2InputError", "a bad dtype", /auto/);
+  await rejects(
+    Florence2.estimate(modelDir, { adapterLimits: { class: "tablet" } }),
+    "Florence2InputError",
+    "a bad class",
+  );
+});
+
+await step("load with dtype auto: the choice in the progress events and memory(), the estimate's bytes", async () => {
+  const events = [];
+  const m = await Florence2.load(modelDir, { dtype: "auto", onProgress: (e) => events.push({ ...e }) });
+  try {
+    const ev = events.find((e) => e.status === "dtype");
+    assert.ok(ev, events.map((e) => e.status).join(" "));
+    assert.equal(ev.dtype, "fp16");
+    assert.match(ev.reason, /^auto chose fp16/);
+    const weightsDone = events.findIndex((e) => e.status === "done" && e.file === "model.safetensors");
+    assert.ok(events.indexOf(ev) < weightsDone, "the dtype event comes before the weights");
+    assert.equal(m.memory().dtype, "fp16");
+    assert.equal(m.memory().weightsBytes, nativeOf("fp16").weights_bytes);
+  } finally {
+    m.dispose();
+  }
+  const q8Budget = (await Florence2.estimate(modelDir, { dtype: "fp16" })).peakBytes - 1;
+  const small = await Florence2.load(modelDir, {
+    dtype: "auto",
+    adapterLimits: { class: "mobile", budgetBytes: q8Budget },
+  });
+  try {
+    assert.equal(small.memory().dtype, "q8");
+    assert.equal(small.memory().weightsBytes, nativeOf("q8").weights_bytes);
+    // The q8 answer equals the native CLI's with --dtype q8.
+    const cliQ8 = JSON.parse(execFileSync(cliBin, ["run", "--model", modelDir, "--image", join(images, "scene.png"),
+      "--json", "--device", "cpu", "--max-new-tokens", String(MAX_NEW), "--task", "<OD>", "--dtype", "q8"],
+    { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+    const out = await small.runTask(pngBytes, "<OD>", runOpts);
+    assert.deepEqual(out.tokenIds, cliQ8.token_ids);
+  } finally {
+    small.dispose();
   }
 });
 

@@ -62,8 +62,10 @@ impl std::str::FromStr for DTypeRequest {
 /// its buffer limits.
 pub fn device_limits(gpu: &Gpu, mobile: bool) -> DeviceLimits {
     let c = &gpu.caps;
+    let class = DeviceClass::of_adapter(&c.device_type, c.is_cpu || gpu.is_host(), mobile);
     DeviceLimits {
-        class: DeviceClass::of_adapter(&c.device_type, c.is_cpu || gpu.is_host(), mobile),
+        class,
+        budget: class.budget(),
         max_buffer: c.max_buffer,
         max_binding: c.max_storage_binding,
     }

@@ -6,12 +6,13 @@
 //! A format fits when its largest buffer fits the device's `min(maxBufferSize,
 //! maxStorageBufferBindingSize)` and its peak fits the budget of the device's class:
 //!
-//! | class | budget (peak bytes) | why |
-//! |---|---|---|
-//! | mobile | 1.0 GB | iOS Safari kills a tab at about 1.5 GB (community measurements, e.g. blog.blancosoft.dev "Browser Memory Management": iPhone 12+ ~1.5-2 GB, Android Chrome ~0.3-0.5 GB reliable), and the page, the wasm heap and the decoded image need the rest |
-//! | integrated | 2.0 GB | the GPU shares system memory with the browser and the OS (8 GB laptops) |
-//! | discrete | 4.0 GB | the smallest common dedicated memory |
-//! | cpu | 3.0 GB | the CPU backend's tensors live in wasm memory, at most 4 GiB (wasm32; V8 "Up to 4GB of memory in WebAssembly", 2020) |
+//! - mobile, 1.0 GB: iOS Safari kills a tab at about 1.5 GB (community measurements, e.g.
+//!   blog.blancosoft.dev "Browser Memory Management": iPhone 12+ ~1.5-2 GB, Android Chrome ~0.3-0.5 GB
+//!   reliable); the page, the wasm heap and the decoded image need the rest.
+//! - integrated, 2.0 GB: the GPU shares system memory with the browser and the OS (8 GB laptops).
+//! - discrete, 4.0 GB: the smallest common dedicated memory.
+//! - cpu, 3.0 GB: the CPU backend's tensors live in wasm memory, at most 4 GiB (wasm32; V8, "Up to 4GB
+//!   of memory in WebAssembly", 2020).
 
 use crate::error::{Error, Result};
 use crate::estimate::Estimate;
@@ -79,6 +80,8 @@ impl std::fmt::Display for DeviceClass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {
     pub class: DeviceClass,
+    /// Peak bytes a request may hold: the class's [`DeviceClass::budget`] unless overridden.
+    pub budget: u64,
     /// `maxBufferSize`.
     pub max_buffer: u64,
     /// `maxStorageBufferBindingSize`.
@@ -105,7 +108,7 @@ fn mb(b: u64) -> String {
 
 /// Whether `e` fits `limits`, and a sentence saying so (or what is over).
 pub fn fits(e: &Estimate, limits: &DeviceLimits) -> (bool, String) {
-    let (cap, budget) = (limits.buffer_cap(), limits.class.budget());
+    let (cap, budget) = (limits.buffer_cap(), limits.budget);
     let mut over = Vec::new();
     if e.largest_buffer_bytes > cap {
         over.push(format!(
@@ -140,7 +143,7 @@ pub fn fits(e: &Estimate, limits: &DeviceLimits) -> (bool, String) {
 /// How far `e` is from fitting: the larger of its peak over the budget and its largest buffer over
 /// the buffer cap, as a ratio (<= 1 fits).
 fn overshoot(e: &Estimate, limits: &DeviceLimits) -> f64 {
-    let peak = e.peak_bytes as f64 / limits.class.budget() as f64;
+    let peak = e.peak_bytes as f64 / limits.budget as f64;
     let buf = e.largest_buffer_bytes as f64 / limits.buffer_cap().max(1) as f64;
     peak.max(buf)
 }
@@ -175,11 +178,11 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
     let msg = match closest {
         Some(e) => {
             let mut short = Vec::new();
-            if e.peak_bytes > limits.class.budget() {
+            if e.peak_bytes > limits.budget {
                 short.push(format!(
                     "its peak {} is {} over the budget",
                     mb(e.peak_bytes),
-                    mb(e.peak_bytes - limits.class.budget())
+                    mb(e.peak_bytes - limits.budget)
                 ));
             }
             if e.largest_buffer_bytes > limits.buffer_cap() {
@@ -193,7 +196,7 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
                 "no weight format fits this {} device ({} budget, {} buffer limit): {} came closest \
                  ({}); {}",
                 limits.class,
-                mb(limits.class.budget()),
+                mb(limits.budget),
                 mb(limits.buffer_cap()),
                 e.dtype,
                 short.join(", "),

@@ -106,6 +106,7 @@ const MIB: u64 = 1 << 20;
 fn device(class: DeviceClass, max_buffer: u64, max_binding: u64) -> DeviceLimits {
     DeviceLimits {
         class,
+        budget: class.budget(),
         max_buffer,
         max_binding,
     }

@@ -5,10 +5,12 @@
 use crate::config::VisionConfig;
 use crate::error::{Error, Result};
 use crate::gpu::DType;
+#[cfg(doc)]
+use crate::model::davit::DaVit;
 use crate::ops;
 
-/// Element counts of the activation arena one [`DaVit::forward`](crate::model::davit::DaVit::forward) allocates (f32 elements per buffer),
-/// planned from the stage shapes before anything is recorded. Three large buffers (four when a
+/// Element counts of the activation arena one [`DaVit::forward`] allocates (f32 elements per
+/// buffer), planned from the stage shapes before anything is recorded. Three large buffers (four when a
 /// stage's token grid is not a whole number of windows) and a small one serve the whole tower, every
 /// stage and block taking views of them in turn:
 /// - `stream` (x2, `ra` and `rb`): the residual stream and the stream after a positional conv,
@@ -235,7 +237,7 @@ impl TowerShape {
         Ok(out)
     }
 
-    /// The stage shapes of a `bsz` x `ih` x `iw` input, as [`DaVit::forward`](crate::model::davit::DaVit::forward) runs them.
+    /// The stage shapes of a `bsz` x `ih` x `iw` input, as [`DaVit::forward`] runs them.
     pub(crate) fn stage_shapes(
         &self,
         max_binding: u64,
@@ -307,7 +309,7 @@ impl TowerShape {
         channel.max(window).max(rows * c)
     }
 
-    /// The activation arena [`DaVit::forward`](crate::model::davit::DaVit::forward) allocates for a `bsz` x `ih` x `iw` input on a device
+    /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
     /// whose storage bindings hold at most `max_binding` bytes.
     pub fn arena_plan(
         &self,

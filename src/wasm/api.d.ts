@@ -152,7 +152,7 @@ export type ModelSource = string | URL | Record<string, string | URL>;
  * and `total` are their sums and `files` holds each one's bytes, for one progress bar over the whole
  * model. */
 export interface ProgressEvent {
-  status: "initiate" | "download" | "progress" | "done" | "tuning" | "ready" | "progress_total" | "cache_error";
+  status: "initiate" | "download" | "progress" | "done" | "dtype" | "tuning" | "ready" | "progress_total" | "cache_error";
   /** The model source (base URL). */
   name: string;
   /** The file this event is about (empty for `ready` and `progress_total`). */
@@ -172,6 +172,10 @@ export interface ProgressEvent {
   /** `cache_error` only: why storing `file` in the Cache API failed (e.g. `QuotaExceededError: ...`); the
    * load goes on, the file is not cached, and `Florence2.cacheInfo()` lists the failure. */
   message?: string;
+  /** `dtype` only (sent before the weights download): the resident format the load uses, and with
+   * `dtype: "auto"` why it was chosen (`reason`; empty for an explicit format). */
+  dtype?: WeightDType;
+  reason?: string;
 }
 
 export interface LoadLimits {
@@ -183,6 +187,12 @@ export interface LoadLimits {
  * block-quantized 8-bit / 4-bit (32 weights per block, one f16 scale). Any checkpoint converts into any
  * of them while it streams in. */
 export type WeightDType = "fp32" | "fp16" | "q8" | "q4";
+
+/** A `dtype` option: a format, or "auto": the best-quality format whose estimate
+ * (`Florence2.estimate`) fits the device, fp16 then q8 then q4 (fp32 only when asked for), judged
+ * against the adapter's buffer limits and the device class's memory budget (README "Weight
+ * precision"). Nothing fitting rejects with a `Florence2LoadError` that names the closest format. */
+export type WeightDTypeOption = WeightDType | "auto";
 
 /** GPU bytes held by the model's tensors, counted by the engine. */
 export interface MemoryInfo {
@@ -207,8 +217,13 @@ export interface MemoryInfo {
 export interface LoadOptions {
   /** Resident weight format; default "fp16". Any checkpoint loads into any format; a quantized checkpoint
    * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
-   * dequantized while it streams into the others. */
-  dtype?: WeightDType;
+   * dequantized while it streams into the others. "auto" picks the format that fits the device before
+   * anything is downloaded (the choice is in the `dtype` progress event and `memory().dtype`). */
+  dtype?: WeightDTypeOption;
+  /** Advanced (tests, or a page that knows its platform better): the device limits `dtype: "auto"` judges
+   * against, over what the adapter reports (`class`, `budgetBytes`, `maxBufferSize`,
+   * `maxStorageBufferBindingSize`). */
+  adapterLimits?: AdapterLimits;
   /** Where the model runs: "auto" (default) takes WebGPU on a hardware adapter and the CPU backend
    * otherwise (no `navigator.gpu`, no adapter, or only a software/fallback one); "webgpu" requires WebGPU
    * (`WebGPUUnavailableError` without it); "cpu" runs the same model on the CPU backend (wasm, one
@@ -256,6 +271,22 @@ export interface LoadOptions {
    * Cache API when `cache` is on, so without a download); default true. With false, calls reject with
    * `DeviceLostError` until `reload()`. */
   autoRecover?: boolean;
+}
+
+/** Options of `Florence2.estimate`: the load's source settings, the device it would run on, and the
+ * format (default "fp16"; "auto": the one `load` would choose). */
+export interface EstimateOptions {
+  dtype?: WeightDTypeOption;
+  device?: "auto" | "webgpu" | "cpu";
+  adapterLimits?: AdapterLimits;
+  revision?: string;
+  remoteHost?: string;
+  remotePathTemplate?: string;
+  fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /** Read the small files from (and write them to) the Cache API, as `load` does; default true. */
+  cache?: boolean;
+  signal?: AbortSignal;
+  onProgress?: (event: ProgressEvent) => void;
 }
 
 /** Options of `reload()`. */

@@ -240,7 +240,7 @@ impl Fetcher {
 
     /// `fetch(url, init)`: the `fetch` option's, else the global one. A synchronous throw or a value that
     /// is not a promise settles the promise the same way.
-    fn fetch_url(&self, url: &str, init: &RequestInit) -> Promise {
+    pub(crate) fn fetch_url(&self, url: &str, init: &RequestInit) -> Promise {
         match &self.fetch {
             None => global_fetch(url, init),
             Some(f) => match f.call2(&JsValue::UNDEFINED, &JsValue::from_str(url), init) {
@@ -291,6 +291,17 @@ impl Fetcher {
         );
         set(&ev, "files", &per_file);
         call1(f, &ev);
+    }
+
+    /// `{status: "dtype", dtype, reason, ...}`: the resident format the load uses, and why `auto` chose it
+    /// (empty for an explicit format).
+    pub fn dtype_event(&self, dtype: &str, reason: &str) {
+        if let Some(f) = &self.on_progress {
+            let ev = self.event("dtype", "", 0, 0, false);
+            set(&ev, "dtype", &JsValue::from_str(dtype));
+            set(&ev, "reason", &JsValue::from_str(reason));
+            call1(f, &ev);
+        }
     }
 
     /// A cache write of `file` (at `url`) failed: remember it for `cacheInfo()` and tell `onProgress`

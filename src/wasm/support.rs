@@ -94,7 +94,7 @@ fn navigator_gpu() -> std::result::Result<JsValue, String> {
 
 /// `navigator.gpu.requestAdapter({powerPreference: "high-performance"})` (the preference the engine
 /// uses), or why it gave none.
-async fn request_adapter() -> std::result::Result<JsValue, String> {
+pub(crate) async fn request_adapter() -> std::result::Result<JsValue, String> {
     let gpu = navigator_gpu()?;
     let f: Function = get(&gpu, "requestAdapter")
         .dyn_into()

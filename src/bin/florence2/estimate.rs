@@ -64,7 +64,7 @@ pub fn estimate_cmd(a: EstimateArgs) -> Result<(), Failure> {
         "adapter": gpu.describe(),
         "device": {
             "class": limits.class,
-            "budget_bytes": limits.class.budget(),
+            "budget_bytes": limits.budget,
             "max_buffer_bytes": limits.max_buffer,
             "max_binding_bytes": limits.max_binding,
         },

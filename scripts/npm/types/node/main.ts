@@ -10,6 +10,7 @@ import {
   type CustomTaskOutput,
   type Florence2ErrorName,
   type ImageInput,
+  type MemoryEstimate,
   type MemoryInfo,
   type ProgressEvent,
   type RgbaImage,
@@ -27,6 +28,20 @@ const model: Florence2 = await Florence2.load("./models/Florence-2-base-ft", {
   signal: AbortSignal.timeout(60_000),
 });
 console.log(model.adapterInfo, device);
+
+// The memory per format before loading; "auto" picks the format that fits, and load takes "auto" too.
+const est: MemoryEstimate = await Florence2.estimate("./models/Florence-2-base-ft", {
+  dtype: "auto",
+  adapterLimits: { class: "mobile", maxBufferSize: 256 << 20 },
+});
+const fits: boolean = est.fits && est.peakBytes <= est.device.budgetBytes;
+console.log(est.dtype, est.weightsBytes, est.estimates?.length, fits);
+const auto: Florence2 = await Florence2.load("./models/Florence-2-base-ft", { dtype: "auto" });
+// @ts-expect-error "q2" is not a weight format
+await Florence2.estimate("./models/Florence-2-base-ft", { dtype: "q2" });
+// @ts-expect-error "tablet" is not a device class
+await Florence2.estimate("./models/Florence-2-base-ft", { adapterLimits: { class: "tablet" } });
+console.log(auto.memory().dtype);
 
 // Encoded bytes: a Buffer is a Uint8Array.
 const png: Buffer = await readFile("scene.png");
