@@ -70,6 +70,8 @@ pub async fn read_checkpoint<F: ModelFiles>(
     // The loader's order: a safetensors index, the single file, a PyTorch index, the single .bin.
     let mut weights: Vec<String> = Vec::new();
     let mut index_names: Vec<String> = Vec::new();
+    // The single weights file, opened once (its size asked once).
+    let mut single_file = None;
     for index in [INDEX_FILE, TORCH_INDEX_FILE] {
         let single = if index == INDEX_FILE {
             SINGLE_FILE
@@ -84,7 +86,8 @@ pub async fn read_checkpoint<F: ModelFiles>(
             weights = idx.shards;
             break;
         }
-        if size_of(files, single).await?.is_some() {
+        if let Some(src) = files.open(single).await? {
+            single_file = Some(src);
             weights = vec![single.to_owned()];
             break;
         }
@@ -99,7 +102,11 @@ pub async fn read_checkpoint<F: ModelFiles>(
     }
     let mut from_headers = true;
     for name in &weights {
-        let Some(mut src) = files.open(name).await? else {
+        let opened = match single_file.take() {
+            Some(src) => Some(src),
+            None => files.open(name).await?,
+        };
+        let Some(mut src) = opened else {
             return Err(Error::CheckpointIndex {
                 file: name.clone(),
                 msg: format!("shard '{name}' does not exist"),
