@@ -455,7 +455,7 @@ async fn open_pipeline(
             (c.dtype, c.reason)
         }
     };
-    f.dtype_event(dtype.as_str(), &reason);
+    f.set_dtype_reason(reason);
     let opts = PipelineOptions {
         weights: LoadOptions::with_dtype(dtype),
         tasks: args.tasks.clone(),

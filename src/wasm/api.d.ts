@@ -172,8 +172,8 @@ export interface ProgressEvent {
   /** `cache_error` only: why storing `file` in the Cache API failed (e.g. `QuotaExceededError: ...`); the
    * load goes on, the file is not cached, and `Florence2.cacheInfo()` lists the failure. */
   message?: string;
-  /** `dtype` only (sent before the weights download): the resident format the load uses, and with
-   * `dtype: "auto"` why it was chosen (`reason`; empty for an explicit format). */
+  /** `dtype` only (sent when the weights start, after the small files): the resident format the load
+   * uses, and with `dtype: "auto"` why it was chosen (`reason`; empty for an explicit format). */
   dtype?: WeightDType;
   reason?: string;
 }

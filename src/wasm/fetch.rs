@@ -144,6 +144,9 @@ pub struct Fetcher {
     files: RefCell<BTreeMap<String, (u64, u64)>>,
     /// Check cached files of branch revisions against the server before using them.
     revalidate: bool,
+    /// Why `dtype: "auto"` chose the resident format (empty for an explicit one), for the `dtype`
+    /// progress event sent when the weights start.
+    dtype_reason: RefCell<String>,
 }
 
 /// What a `HEAD` says about a cached copy.
@@ -188,6 +191,7 @@ impl Fetcher {
             refetch: RefCell::new(BTreeSet::new()),
             files: RefCell::new(BTreeMap::new()),
             revalidate: true,
+            dtype_reason: RefCell::new(String::new()),
         })
     }
 
@@ -293,9 +297,14 @@ impl Fetcher {
         call1(f, &ev);
     }
 
+    /// Why `dtype: "auto"` chose the format the weights load in: the `reason` of the `dtype` event.
+    pub fn set_dtype_reason(&self, reason: String) {
+        *self.dtype_reason.borrow_mut() = reason;
+    }
+
     /// `{status: "dtype", dtype, reason, ...}`: the resident format the load uses, and why `auto` chose it
     /// (empty for an explicit format).
-    pub fn dtype_event(&self, dtype: &str, reason: &str) {
+    fn dtype_event(&self, dtype: &str, reason: &str) {
         if let Some(f) = &self.on_progress {
             let ev = self.event("dtype", "", 0, 0, false);
             set(&ev, "dtype", &JsValue::from_str(dtype));
@@ -834,6 +843,8 @@ impl ModelSource for Fetcher {
         cfg: &Florence2Config,
         opts: LoadOptions,
     ) -> Result<Weights> {
+        // The format, before the first weights byte arrives.
+        self.dtype_event(opts.dtype.as_str(), &self.dtype_reason.borrow());
         let mut retried = false;
         loop {
             let before = self.refetch.borrow().len();
