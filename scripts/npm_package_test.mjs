@@ -1,7 +1,9 @@
 // Driven by scripts/npm_package_test.sh: node scripts/npm_package_test.mjs APP_DIR TARBALL.
 // APP_DIR is a scratch npm project with the packed florence2-wasm installed. Checks the installed package
 // (name, license, README, types without `any`), then serves a plain ES-module page importing
-// "florence2-wasm" through an import map and runs the tiny2 fixture model in headless Chromium's WebGPU.
+// "florence2-wasm" through an import map and runs the tiny2 fixture model in headless Chromium's WebGPU,
+// after `Florence2.estimate(..., {dtype: "auto"})`, whose resident bytes must equal the load's and which
+// may read only the safetensors header of the weights file (the server serves HEAD and Range and logs).
 import { createRequire } from "node:module";
 import { readFileSync, existsSync, statSync } from "node:fs";
 import { createServer } from "node:http";
@@ -67,14 +69,16 @@ import init, { Florence2 } from "florence2-wasm";
 window.__result = (async () => {
   await init();
   const events = [];
+  const est = await Florence2.estimate("/model/tiny2/", { dtype: "auto", cache: false });
   const model = await Florence2.load("/model/tiny2/", { cache: false, onProgress: (e) => events.push(e.status) });
+  const memory = model.memory();
   const blob = await (await fetch("/images/scene.png")).blob();
   const out = await model.runTask(blob, "<CAPTION>", { maxNewTokens: 24 });
   const pp = Florence2.postProcess(out.generatedText, "<CAPTION>", 83, 61);
   let promptError = null;
   try { await model.runTask(blob, "<NOPE>"); } catch (e) { promptError = e.name; }
   model.dispose();
-  return { out, events, pp, promptError };
+  return { out, events, pp, promptError, est, memory };
 })().catch((e) => ({ error: String((e && e.stack) || e), name: e && e.name }));
 </script>`;
 const types = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
@@ -84,6 +88,8 @@ const mounts = [
   ["/model/tiny2/", join(root, "tests/fixtures/models/tiny2")],
   ["/images/", join(root, "tests/fixtures/images")],
 ];
+/** Requests of the mounted files: {method, path, range, bytes} (body bytes sent). */
+const requests = [];
 const server = createServer((req, res) => {
   const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
   if (path === "/" || path === "/index.html") {
@@ -95,8 +101,24 @@ const server = createServer((req, res) => {
     const file = normalize(join(dir, path.slice(prefix.length)));
     if (!file.startsWith(dir) || !existsSync(file) || !statSync(file).isFile()) break;
     const body = readFileSync(file);
-    res.writeHead(200, { "content-type": types[extname(file)] || "application/octet-stream",
-                         "content-length": body.length });
+    const type = types[extname(file)] || "application/octet-stream";
+    const log = { method: req.method, path, range: req.headers.range || null, bytes: 0 };
+    requests.push(log);
+    if (req.method === "HEAD") {
+      res.writeHead(200, { "content-type": type, "content-length": body.length });
+      return res.end();
+    }
+    const m = /^bytes=(\d+)-(\d+)$/.exec(log.range || "");
+    if (m) {
+      const [start, end] = [Number(m[1]), Math.min(Number(m[2]), body.length - 1)];
+      const part = body.subarray(start, end + 1);
+      log.bytes = part.length;
+      res.writeHead(206, { "content-type": type, "content-length": part.length,
+                           "content-range": `bytes ${start}-${end}/${body.length}` });
+      return res.end(part);
+    }
+    log.bytes = body.length;
+    res.writeHead(200, { "content-type": type, "content-length": body.length });
     return res.end(body);
   }
   res.writeHead(404);
@@ -130,6 +152,22 @@ try {
   assert.equal(r.promptError, "Florence2PromptError");
   assert.equal(r.events[0], "initiate");
   assert.equal(r.events.at(-1), "ready");
+  assert.ok(r.events.indexOf("dtype") > 0 && r.events.indexOf("dtype") < r.events.lastIndexOf("done"), r.events.join(" "));
+  // Florence2.estimate in the browser: every format fits tiny2, so auto says fp16, and the resident bytes
+  // it estimates are what the fp16 load then holds, on the same device; only the safetensors header was
+  // sent for it (the load's GET is the one request of the whole weights file).
+  assert.equal(r.est.dtype, "fp16", JSON.stringify(r.est));
+  assert.equal(r.est.fits, true);
+  assert.equal(r.est.estimates.length, 4);
+  assert.equal(r.est.weightsBytes, r.memory.weightsBytes, JSON.stringify([r.est, r.memory]));
+  const weights = requests.filter((q) => q.path === "/model/tiny2/model.safetensors");
+  const whole = weights.filter((q) => q.method === "GET" && !q.range);
+  const ranged = weights.filter((q) => q.range).reduce((s, q) => s + q.bytes, 0);
+  const header = 8 + Number(readFileSync(join(root, "tests/fixtures/models/tiny2/model.safetensors")).readBigUInt64LE(0));
+  assert.equal(whole.length, 1, JSON.stringify(weights));
+  assert.ok(ranged <= header + 8, `${ranged} bytes sent for the estimate`);
+  console.log(`page ok: estimate ${r.est.dtype} on a ${r.est.device.class} device, ${r.est.weightsBytes} weight bytes ` +
+              `(the load holds ${r.memory.weightsBytes}); ${ranged} bytes of the weights file read for it`);
   console.log(`page ok: "${want.task}" answered like the CLI (${r.out.tokenIds.length} tokens, ` +
               `${r.out.timings.total.toFixed(0)} ms)`);
 } finally {

@@ -4,14 +4,16 @@
 # import it from a plain ES-module page (an import map names the installed package) served on loopback, and
 # in headless Chromium's WebGPU (playwright-core from www/package.json) load the tiny2 fixture model over
 # http and run `<CAPTION>` on scene.png: the answer must equal the native CLI's
-# (tests/fixtures/browser/cli_expected.json). Also checks the tarball's contents and that the public
+# (tests/fixtures/browser/cli_expected.json); before it, `Florence2.estimate` with `dtype: "auto"` must
+# estimate the resident bytes the load holds, reading only the weights file's safetensors header. Also checks the tarball's contents and that the public
 # TypeScript declarations contain no `any`. Then, on the same tarball: `npm publish --dry-run` must be clean;
 # scripts/npm/loading_test.mjs (SPA-fallback server, offline reload with the server stopped, cache API,
 # corrupted cache entry, hub model ids); scripts/npm/bundler_test.mjs (the app in scripts/npm/app/ built
 # with Vite (build + dev server) and webpack 5, page and worker answers equal to the CLI's);
 # scripts/npm/node_test.mjs (the package imported in Node.js on the CPU backend: models from a directory
 # path, a file: URL and an http URL, images as bytes and RGBA, answers equal to the native CLI's
-# `--device cpu`, named errors for hostile input).
+# `--device cpu`, named errors for hostile input; `Florence2.estimate` equal to `florence2 estimate` without
+# the weights sent, `dtype: "auto"` under mocked adapter limits).
 # scripts/npm/docs_test.mjs (`docs`): every JS block of the package README runs as written (or is skipped
 # with its reason), the hub answering with the tiny2 fixture.
 # `types`: the TypeScript samples in scripts/npm/types/ (a Node.js project: ES2022 lib + @types/node, no
