@@ -450,7 +450,7 @@ async fn open_pipeline(
         Some(d) => (d, String::new()),
         None => {
             let limits = estimate::limits_of(&gpu, args.adapter_limits);
-            let all = estimate::estimates(&f, &limits, gpu.is_host()).await?;
+            let all = estimate::estimates(&f, &limits, gpu.is_host(), Default::default()).await?;
             let c = choose_dtype(&all, &limits)?;
             (c.dtype, c.reason)
         }

@@ -337,6 +337,15 @@ await step("estimate with mocked adapter limits: a small budget forces q8, then 
   );
 });
 
+await step("estimate for shorter requests: maxNewTokens and numBeams shrink the decode phase as natively", async () => {
+  const native = JSON.parse(execFileSync(cliBin, ["estimate", "--model", modelDir, "--device", "cpu", "--dtype",
+    "fp32", "--max-new-tokens", "8", "--num-beams", "1"], { encoding: "utf8" })).estimates[0];
+  const short = await Florence2.estimate(modelDir, { dtype: "fp32", maxNewTokens: 8, numBeams: 1 });
+  assert.deepEqual([short.decodeBytes, short.peakBytes], [native.decode_bytes, native.peak_bytes]);
+  assert.ok(short.decodeBytes < nativeOf("fp32").decode_bytes);
+  await rejects(Florence2.estimate(modelDir, { numBeams: 0 }), "Florence2InputError", "numBeams 0");
+});
+
 await step("load with dtype auto: the choice in the progress events and memory(), the estimate's bytes", async () => {
   const events = [];
   const m = await Florence2.load(modelDir, { dtype: "auto", onProgress: (e) => events.push({ ...e }) });

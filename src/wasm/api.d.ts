@@ -283,6 +283,10 @@ export interface EstimateOptions {
   remoteHost?: string;
   remotePathTemplate?: string;
   fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  /** The requests the peak is for: new tokens (default 1024, capped by the position table) and beams
+   * (default: the model's generation config). */
+  maxNewTokens?: number;
+  numBeams?: number;
   /** Read the small files from (and write them to) the Cache API, as `load` does; default true. */
   cache?: boolean;
   signal?: AbortSignal;

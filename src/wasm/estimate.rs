@@ -252,13 +252,18 @@ async fn probe_limits(device: Device, over: LimitsOverride) -> (DeviceLimits, bo
 }
 
 /// The estimates of every format for the model `f` serves, for a device of `limits` (`host`: the CPU
-/// backend).
-pub async fn estimates(f: &Fetcher, limits: &DeviceLimits, host: bool) -> Result<Vec<Estimate>> {
+/// backend) and requests of `request` (its `max_binding` and `host` are set here).
+pub async fn estimates(
+    f: &Fetcher,
+    limits: &DeviceLimits,
+    host: bool,
+    request: EstimateOptions,
+) -> Result<Vec<Estimate>> {
     let facts = ModelFacts::read(&RemoteFiles { fetcher: f }).await?;
     let opts = EstimateOptions {
         max_binding: limits.max_binding,
         host,
-        ..Default::default()
+        ..request
     };
     facts.estimate_all(&opts)
 }
@@ -286,7 +291,19 @@ async fn estimate_impl(source: &JsValue, options: &JsValue) -> Result<JsValue> {
     )
     .await?;
     let (limits, host) = probe_limits(device, over).await;
-    let all = estimates(&f, &limits, host).await?;
+    let request = EstimateOptions {
+        max_new_tokens: opt_uint(options, "maxNewTokens", MAX_SAFE)?.map(|n| n as usize),
+        num_beams: match opt_uint(options, "numBeams", 64.0)? {
+            Some(0) => {
+                return Err(Error::InvalidInput(
+                    "option numBeams must be between 1 and 64".into(),
+                ))
+            }
+            n => n.map(|n| n as usize),
+        },
+        ..Default::default()
+    };
+    let all = estimates(&f, &limits, host, request).await?;
     let out = match dtype.fixed() {
         Some(d) => all
             .iter()
@@ -315,7 +332,8 @@ impl JsFlorence2 {
     /// `load` would choose, with every format's estimate), from config.json, generation_config.json,
     /// preprocessor_config.json and the sizes (and safetensors headers) of the weights files: no weight
     /// is downloaded. Takes the load's source and options (`revision`, `remoteHost`, `fetch`, `cache`,
-    /// `device`, `adapterLimits`, `signal`, `onProgress`).
+    /// `device`, `adapterLimits`, `signal`, `onProgress`) and the requests' `maxNewTokens` and
+    /// `numBeams`.
     #[wasm_bindgen(js_name = estimate, unchecked_return_type = "MemoryEstimate")]
     pub async fn estimate(
         #[wasm_bindgen(unchecked_param_type = "ModelSource")] source: JsValue,
