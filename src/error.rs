@@ -70,8 +70,9 @@ pub enum Error {
     #[error("quantized tensor '{name}': {msg}")]
     QuantizedTensor { name: String, msg: String },
 
-    #[error("unknown weight dtype '{0}' (expected fp32, fp16, q8 or q4)")]
-    UnknownDType(String),
+    /// `expected`: the names accepted where it was given.
+    #[error("unknown weight dtype '{got}' (expected {expected})")]
+    UnknownDType { got: String, expected: &'static str },
     /// `dtype: "auto"` found no weight format whose estimate fits the device (the message names the
     /// closest format and by how much it misses: [`crate::estimate::choose_dtype`]).
     #[error("{0}")]
@@ -213,7 +214,7 @@ impl Error {
             Error::Cancelled => "Florence2CancelledError",
             Error::Aborted(_) => "AbortError",
             Error::Disposed => "Florence2DisposedError",
-            Error::InvalidInput(_) | Error::UnknownDType(_) => "Florence2InputError",
+            Error::InvalidInput(_) | Error::UnknownDType { .. } => "Florence2InputError",
         }
     }
 
@@ -312,7 +313,10 @@ mod tests {
             Error::Aborted(s()),
             Error::Disposed,
             Error::InvalidInput(s()),
-            Error::UnknownDType(s()),
+            Error::UnknownDType {
+                got: s(),
+                expected: "",
+            },
             Error::NoFittingDType(s()),
         ];
         // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
@@ -349,7 +353,7 @@ mod tests {
                 | Error::Aborted(_)
                 | Error::Disposed
                 | Error::InvalidInput(_)
-                | Error::UnknownDType(_)
+                | Error::UnknownDType { .. }
                 | Error::NoFittingDType(_) => {}
             }
         }

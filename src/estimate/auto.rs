@@ -48,11 +48,9 @@ impl std::str::FromStr for DTypeRequest {
         }
         s.parse::<WeightDType>()
             .map(DTypeRequest::Fixed)
-            .map_err(|_| {
-                Error::InvalidInput(format!(
-                    "unknown weight dtype '{}' (expected auto, fp32, fp16, q8 or q4)",
-                    s.chars().take(32).collect::<String>()
-                ))
+            .map_err(|_| Error::UnknownDType {
+                got: s.chars().take(32).collect(),
+                expected: "auto, fp32, fp16, q8 or q4",
             })
     }
 }

@@ -145,7 +145,10 @@ impl std::str::FromStr for WeightDType {
             "fp16" | "f16" | "float16" => Ok(WeightDType::Fp16),
             "q8" | "int8" => Ok(WeightDType::Q8),
             "q4" | "int4" => Ok(WeightDType::Q4),
-            _ => Err(Error::UnknownDType(s.chars().take(32).collect())),
+            _ => Err(Error::UnknownDType {
+                got: s.chars().take(32).collect(),
+                expected: "fp32, fp16, q8 or q4",
+            }),
         }
     }
 }
@@ -653,7 +656,7 @@ mod tests {
         assert_eq!("F16".parse::<WeightDType>().unwrap(), WeightDType::Fp16);
         assert!(matches!(
             "int3".parse::<WeightDType>(),
-            Err(Error::UnknownDType(_))
+            Err(Error::UnknownDType { .. })
         ));
         assert_eq!(LoadOptions::default().dtype, WeightDType::Fp16);
     }
