@@ -1,6 +1,6 @@
 import type {
   LoadOptions, ModelSource, RunTaskOptions, TaskOutputFor, CacheInfo, ImageInput, GlobalType, SupportInfo,
-  MemoryInfo, ReloadOptions, EncodeImageOptions,
+  MemoryInfo, ReloadOptions, EncodeImageOptions, EstimateOptions, MemoryEstimate,
 } from "./florence2_wasm.js";
 
 /** The DOM's `Worker` where the program's libs declare it, else `never` (the client is for browsers; it
@@ -37,6 +37,8 @@ export declare class Florence2Worker {
   /** `Florence2.isSupported()` as seen in `worker` (WebGPU in workers can differ from the page's); loads no
    * model. */
   static isSupported(worker: DomWorker): Promise<SupportInfo>;
+  /** `Florence2.estimate` as `worker`'s device sees it; loads no model (`fetch` is refused, as for `load`). */
+  static estimate(worker: DomWorker, source: ModelSource, options?: Omit<EstimateOptions, "fetch">): Promise<MemoryEstimate>;
   /** Load `source` in `worker` (a module worker whose script imports "florence2-wasm/worker"). */
   static load(worker: DomWorker, source: ModelSource, options?: WorkerLoadOptions): Promise<Florence2Worker>;
   /** `Florence2.encodeImage` in the worker. */

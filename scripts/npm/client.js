@@ -46,6 +46,15 @@ function cloneableLoadOptions(options) {
   return { signal, onProgress, rest };
 }
 
+/** A model source with relative URLs resolved against the page (the worker's base is its script's). */
+function sourceUrls(source) {
+  const src = pageUrl(source);
+  if (src && typeof src === "object") {
+    return Object.fromEntries(Object.entries(src).map(([k, v]) => [k, pageUrl(v)]));
+  }
+  return src;
+}
+
 /** One worker's messages, shared by every client of that worker. */
 class Channel {
   static #channels = new WeakMap();
@@ -153,6 +162,15 @@ export class Florence2Worker {
     return (await Channel.of(worker).request({ type: "supported" })).value;
   }
 
+  /** `Florence2.estimate` as the worker's device sees it: the model's memory per format, or the format
+   * `dtype: "auto"` would load there, before anything but its small files and headers is read. */
+  static async estimate(worker, source, options = {}) {
+    const { signal, onProgress, rest } = cloneableLoadOptions(options);
+    const m = await Channel.of(worker).request({ type: "estimate", source: sourceUrls(source), options: rest },
+      { signal, onProgress });
+    return m.value;
+  }
+
   /** Load a model in `worker` (a module Worker that imports "florence2-wasm/worker"). */
   static async load(worker, source, options = {}) {
     const client = new Florence2Worker(worker);
@@ -166,11 +184,8 @@ export class Florence2Worker {
 
   async #load(source, options) {
     const { signal, onProgress, rest } = cloneableLoadOptions(options);
-    let src = pageUrl(source);
-    if (src && typeof src === "object") {
-      src = Object.fromEntries(Object.entries(src).map(([k, v]) => [k, pageUrl(v)]));
-    }
-    const m = await this.#channel.request({ type: "load", source: src, options: rest }, { signal, onProgress });
+    const m = await this.#channel.request({ type: "load", source: sourceUrls(source), options: rest },
+      { signal, onProgress });
     this.#state = m.state;
   }
 

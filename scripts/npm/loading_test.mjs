@@ -145,6 +145,7 @@ window.workerApi = async () => {
   const w = new Worker("/app/model-worker.js", { type: "module" });
   const out = { events: [], tokens: "" };
   out.support = await Florence2Worker.isSupported(w);
+  out.estimate = await Florence2Worker.estimate(w, "/model/", { dtype: "auto", cache: false });
   out.pageSupport = await Florence2.isSupported();
   const err = async (p) => { try { await p; return null; } catch (e) { return { name: e.name, message: e.message }; } };
   out.fetchRefused = await err(Florence2Worker.load(w, "/model/", { fetch: (u, i) => fetch(u, i) }));
@@ -472,8 +473,12 @@ try {
   assert.ok(wk.reloadEvents.length > 0, "reload progress reaches the page");
   assert.equal(wk.encodingAfterReload?.name, "Florence2InputError", "encodings do not survive a reload");
   assert.equal(wk.afterDispose?.name, "Florence2DisposedError");
-  step("the worker carries the API: isSupported without a model, encoded images, streamed tokens, memory, " +
-    "profile, abort, reload, dispose; answers equal the CLI's; fetch refused by name");
+  // The estimate in the worker: tiny2 fits, auto says fp16, whose resident bytes the worker's load holds.
+  assert.equal(wk.estimate.dtype, "fp16", JSON.stringify(wk.estimate));
+  assert.equal(wk.estimate.estimates.length, 4);
+  assert.equal(wk.estimate.weightsBytes, wk.memory.weightsBytes, "the estimate's weights are the load's");
+  step("the worker carries the API: isSupported without a model, estimate, encoded images, streamed tokens, " +
+    "memory, profile, abort, reload, dispose; answers equal the CLI's; fetch refused by name");
 
   // ---- cache management
   assert.equal(await ev(() => F.clearCache("/model/")), true);

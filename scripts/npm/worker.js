@@ -13,6 +13,7 @@
 // Protocol (every message carries the request id it answers; errors travel as {name, message} because
 // structured cloning would drop the package's error names; `state` is {adapterInfo, tuningTable}):
 //   {type: "supported", id}                          -> {type: "result", id, value: SupportInfo}
+//   {type: "estimate", id, source, options}          -> {type: "progress", id, event}*, {type: "result", id, value: MemoryEstimate}
 //   {type: "load", id, source, options}              -> {type: "progress", id, event}*, {type: "result", id, state}
 //   {type: "encode", id, image, options}             -> {type: "result", id, value: {encodingId, width, height}}
 //   {type: "release", id, encodingId}                -> {type: "result", id}
@@ -67,6 +68,13 @@ export function expose(scope = globalThis) {
     try {
       if (type === "supported") {
         post({ type: "result", id, value: await Florence2.isSupported() });
+      } else if (type === "estimate") {
+        const value = await Florence2.estimate(msg.source, {
+          ...msg.options,
+          signal: ctrl.signal,
+          onProgress: (event) => post({ type: "progress", id, event: { ...event } }),
+        });
+        post({ type: "result", id, value });
       } else if (type === "load") {
         release();
         model = await Florence2.load(msg.source, {

@@ -55,7 +55,10 @@ if (caption.task === "<CAPTION>") console.log(caption.result["<CAPTION>"], strea
 
 // The same model in a Web Worker (model-worker.ts imports "florence2-wasm/worker").
 const worker = new Worker(new URL("./model-worker.ts", import.meta.url), { type: "module" });
-const remote: Florence2Worker = await Florence2Worker.load(worker, "./model/", { dtype: "fp16" });
+const fitting = await Florence2Worker.estimate(worker, "./model/", { dtype: "auto" });
+const remote: Florence2Worker = await Florence2Worker.load(worker, "./model/", { dtype: fitting.dtype });
+// @ts-expect-error a fetch option cannot cross threads
+await Florence2Worker.estimate(worker, "./model/", { fetch: (u: string) => fetch(u) });
 for (const image of inputs) {
   const out = await remote.runTask(image, "<OD>", { onToken: (text) => console.log(text) });
   if (out.task === "<OD>") {
