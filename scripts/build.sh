@@ -58,8 +58,8 @@ fs.writeFileSync(f, out + merged);
 
 # The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
-# README and LICENSE.
-for f in README.md LICENSE index.js node.js index.d.ts client.js client.d.ts worker.js worker.d.ts; do
+# the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
+for f in README.md LICENSE index.js node.js index.d.ts client.js client.d.ts worker.js worker.d.ts support.js; do
   cp "scripts/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
@@ -94,7 +94,7 @@ const out = {
   },
   engines: { node: ">=20" },
   files: [
-    "index.js", "node.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
+    "index.js", "node.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],

@@ -31,7 +31,7 @@ assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")),
   ["./index.js", "./node.js", "./worker.js"]);
 const entry = pkg.exports["."].default.replace(/^\.\//, "");
 for (const f of [entry, pkg.exports["."].node, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
-                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "README.md", "LICENSE"]) {
+                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "support.js", "README.md", "LICENSE"]) {
   assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
 }
 assert.match(readFileSync(join(pkgDir, "LICENSE"), "utf8"), /^MIT License/);
@@ -67,7 +67,12 @@ const page = `<!doctype html><meta charset="utf-8"><title>florence2-wasm package
 <script type="module">
 import init, { Florence2 } from "florence2-wasm";
 window.__result = (async () => {
-  await init();
+  // isSupported() before anything else: it must not fetch (or instantiate) the wasm.
+  const support = await Florence2.isSupported();
+  const wasmBeforeInit = performance.getEntriesByType("resource").filter((e) => e.name.endsWith(".wasm")).length;
+  const exports = await init();
+  // The wasm's own isSupported export runs the same probe (support.js as a wasm-bindgen snippet).
+  const wasmSupport = await exports.florence2_isSupported();
   const events = [];
   const est = await Florence2.estimate("/model/tiny2/", { dtype: "auto", cache: false });
   const model = await Florence2.load("/model/tiny2/", { cache: false, onProgress: (e) => events.push(e.status) });
@@ -78,7 +83,7 @@ window.__result = (async () => {
   let promptError = null;
   try { await model.runTask(blob, "<NOPE>"); } catch (e) { promptError = e.name; }
   model.dispose();
-  return { out, events, pp, promptError, est, memory };
+  return { out, events, pp, promptError, est, memory, support, wasmSupport, wasmBeforeInit };
 })().catch((e) => ({ error: String((e && e.stack) || e), name: e && e.name }));
 </script>`;
 const types = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
@@ -150,6 +155,13 @@ try {
   assert.equal(r.out.text, want.text);
   assert.deepEqual(r.pp, want.result);
   assert.equal(r.promptError, "Florence2PromptError");
+  // isSupported(): answered by support.js without the wasm, equal to the wasm's own answer.
+  assert.equal(r.wasmBeforeInit, 0, "isSupported() fetched the wasm");
+  assert.deepEqual(r.support, r.wasmSupport);
+  assert.equal(r.support.webgpu, true, JSON.stringify(r.support));
+  assert.equal(r.support.adapter.isFallbackAdapter, true, "SwiftShader is a fallback adapter");
+  assert.equal(r.support.device, "cpu", "auto passes over a fallback adapter");
+  assert.ok(r.support.limits.maxBufferSize > 0 && r.support.features.every((f) => typeof f === "string"));
   assert.equal(r.events[0], "initiate");
   assert.equal(r.events.at(-1), "ready");
   assert.ok(r.events.indexOf("dtype") > 0 && r.events.indexOf("dtype") < r.events.lastIndexOf("done"), r.events.join(" "));

@@ -6,6 +6,7 @@
 // production build, Rollup and Parcel follow by themselves). `init(input)` still exists for pages that want
 // to start the download early or serve the wasm from elsewhere (`init("/assets/florence2_wasm_bg.wasm")`).
 import wbgInit, * as wasm from "./florence2_wasm.js";
+import { isSupported as probeSupport } from "./support.js";
 
 export * from "./florence2_wasm.js";
 export { Florence2Worker, WorkerEncodedImage } from "./client.js";
@@ -40,7 +41,7 @@ export function initSync(module) {
 
 const { Florence2 } = wasm;
 // Async statics: initialise first. Names another part of the package adds later are wrapped when present.
-for (const name of ["load", "estimate", "cacheInfo", "clearCache", "isSupported"]) {
+for (const name of ["load", "estimate", "cacheInfo", "clearCache"]) {
   const raw = Florence2[name];
   if (typeof raw !== "function" || raw.__florence2Wrapped) continue;
   const wrapped = async function (...args) {
@@ -50,6 +51,12 @@ for (const name of ["load", "estimate", "cacheInfo", "clearCache", "isSupported"
   wrapped.__florence2Wrapped = true;
   Object.defineProperty(Florence2, name, { value: wrapped, writable: true, configurable: true });
 }
+// `isSupported` probes WebGPU without the wasm (support.js, the code the wasm's own `isSupported` runs).
+const supported = async function isSupported() {
+  return probeSupport();
+};
+supported.__florence2Wrapped = true;
+Object.defineProperty(Florence2, "isSupported", { value: supported, writable: true, configurable: true });
 // Synchronous statics cannot wait: they say so instead of failing inside the glue code.
 for (const name of ["postProcess"]) {
   const raw = Florence2[name];

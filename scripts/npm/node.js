@@ -218,10 +218,6 @@ for (const name of ["cacheInfo", "clearCache"]) {
     return raw.call(this, nodeSource(source), options);
   });
 }
-wrap(Florence2, "isSupported", (raw) => async function (...args) {
-  await init();
-  return raw.apply(this, args);
-});
 // Images from paths: the file is read before the call joins the model's queue (other images join it at
 // once, in call order).
 for (const name of ["runTask", "encodeImage"]) {
