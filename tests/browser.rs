@@ -5,6 +5,7 @@
 //! references the native tests use. Natively this file compiles to nothing.
 #![cfg(target_arch = "wasm32")]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
@@ -64,6 +65,40 @@ async fn browser_add() {
     let got = readback::to_f32(&g, &to).await.unwrap();
     let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     assert_eq!(max_diff(&got, &want), 0.0);
+}
+
+/// `Gpu::finished()` (what every stage's timing awaits before it reads the clock: `Stopwatch::ms_after_gpu`)
+/// resolves only once the queue has finished the work submitted before it. The queue's own
+/// `onSubmittedWorkDone` callback, registered first, has run by then (WebGPU resolves them in order); a
+/// `finished()` that returned at once (timing the submission, not the GPU's work) would beat it, since
+/// the queue answers no sooner than a later task.
+#[wasm_bindgen_test]
+async fn browser_finished_waits_for_the_submitted_work() {
+    let g = gpu().await;
+    let n = 1 << 20;
+    let a = rand_vec(3, n);
+    let ta = Tensor::from_f32(&g, &[n], &a, "a").unwrap();
+    let to = Tensor::zeros(&g, &[n], DType::F32, "o").unwrap();
+    let mut rec = Recorder::new(&g);
+    for _ in 0..8 {
+        ops::elementwise::add(&mut rec, &ta, &ta, &to).unwrap();
+    }
+    rec.submit().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    g.wgpu()
+        .unwrap()
+        .queue
+        .on_submitted_work_done(move || flag.store(true, Ordering::SeqCst));
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "the queue answered synchronously"
+    );
+    g.finished().await.unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "finished() resolved before the submitted work was done"
+    );
 }
 
 // ---- DaViT kernels (vision) --------------------------------------------------------------------------
