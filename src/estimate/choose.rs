@@ -6,9 +6,9 @@
 //! A format fits when its largest buffer fits the device's `min(maxBufferSize,
 //! maxStorageBufferBindingSize)` and its peak fits the budget of the device's class:
 //!
-//! - mobile, 1.0 GB: iOS Safari kills a tab at about 1.5 GB (community measurements, e.g.
-//!   blog.blancosoft.dev "Browser Memory Management": iPhone 12+ ~1.5-2 GB, Android Chrome ~0.3-0.5 GB
-//!   reliable); the page, the wasm heap and the decoded image need the rest.
+//! - mobile, 1.0 GB: iOS kills the web content process at about 1.5 GB, which is why WebKit caps WebGPU
+//!   buffers at 1 GB there (WebKit/WebKit#49472); Android Chrome tabs are usually given less (older
+//!   phones far less); the page, the wasm heap and the decoded image need the rest.
 //! - integrated, 2.0 GB: the GPU shares system memory with the browser and the OS (8 GB laptops).
 //! - discrete, 4.0 GB: the smallest common dedicated memory.
 //! - cpu, 3.0 GB: the CPU backend's tensors live in wasm memory, at most 4 GiB (wasm32; V8, "Up to 4GB
