@@ -368,15 +368,7 @@ async fn load_impl(source: &JsValue, options: &JsValue) -> Result<JsFlorence2> {
     };
     let dtype = estimate::dtype_option(options)?;
     let adapter_limits = estimate::LimitsOverride::from_options(options)?;
-    let device = match opt_get(options, "device") {
-        None => Device::Auto,
-        Some(v) => v
-            .as_string()
-            .ok_or_else(|| {
-                Error::InvalidInput("option device must be \"auto\", \"webgpu\" or \"cpu\"".into())
-            })?
-            .parse::<Device>()?,
-    };
+    let device = estimate::device_option(options)?;
     let mut limits = ImageLimits::default();
     if let Some(l) = opt_get(options, "limits") {
         if let Some(p) = opt_uint(&l, "maxImagePixels", MAX_SAFE)? {

@@ -319,21 +319,7 @@ fn tap(
 impl DaVit {
     /// Load every tensor under `w` (the `model.vision_tower` view), checking each shape against `cfg`.
     pub fn new(cfg: &VisionConfig, w: WeightsView) -> Result<Self> {
-        let stages = cfg.embed_dim.len();
-        let lens = [
-            cfg.depths.len(),
-            cfg.num_heads.len(),
-            cfg.num_groups.len(),
-            cfg.patch_size.len(),
-            cfg.patch_stride.len(),
-            cfg.patch_padding.len(),
-            cfg.patch_prenorm.len(),
-        ];
-        if stages == 0 || lens.iter().any(|&l| l != stages) {
-            return Err(Error::Config(format!(
-                "vision_config lists disagree on the stage count {stages}"
-            )));
-        }
+        let stages = crate::model::davit_plan::stage_count(cfg)?;
         let mut convs = Vec::with_capacity(stages);
         let mut blocks = Vec::with_capacity(stages);
         for s in 0..stages {

@@ -152,6 +152,26 @@ pub fn qkv_split_aligned(
     aligned(w_offset) && aligned(v_at) && bias_ok
 }
 
+/// The number of DaViT stages, once every per-stage list of `cfg` has that many entries.
+pub fn stage_count(cfg: &VisionConfig) -> Result<usize> {
+    let n = cfg.embed_dim.len();
+    let lens = [
+        cfg.depths.len(),
+        cfg.num_heads.len(),
+        cfg.num_groups.len(),
+        cfg.patch_size.len(),
+        cfg.patch_stride.len(),
+        cfg.patch_padding.len(),
+        cfg.patch_prenorm.len(),
+    ];
+    if n == 0 || lens.iter().any(|&l| l != n) {
+        return Err(Error::Config(format!(
+            "vision_config lists disagree on the stage count {n}"
+        )));
+    }
+    Ok(n)
+}
+
 impl TowerShape {
     /// The tower a config implies once its weights are loaded: dense convolutions of element type
     /// `conv_dtype(stage)` as loaded (prepared as [`ops::conv::padded_conv2d_weight`] says: padded f32
@@ -165,20 +185,7 @@ impl TowerShape {
         qkv_dtype: impl Fn(usize) -> DType,
         host: bool,
     ) -> Result<TowerShape> {
-        let n = cfg.embed_dim.len();
-        let lens = [
-            cfg.depths.len(),
-            cfg.num_heads.len(),
-            cfg.num_groups.len(),
-            cfg.patch_size.len(),
-            cfg.patch_stride.len(),
-            cfg.patch_padding.len(),
-        ];
-        if n == 0 || lens.iter().any(|&l| l != n) {
-            return Err(Error::Config(format!(
-                "vision_config lists disagree on the stage count {n}"
-            )));
-        }
+        let n = stage_count(cfg)?;
         let mut stages = Vec::with_capacity(n);
         let mut cin = cfg.in_channels;
         for s in 0..n {

@@ -146,6 +146,19 @@ pub fn dtype_option(options: &JsValue) -> Result<DTypeRequest> {
     }
 }
 
+/// The `device` option (absent: auto).
+pub fn device_option(options: &JsValue) -> Result<Device> {
+    match opt_get(options, "device") {
+        None => Ok(Device::Auto),
+        Some(v) => v
+            .as_string()
+            .ok_or_else(|| {
+                Error::InvalidInput("option device must be \"auto\", \"webgpu\" or \"cpu\"".into())
+            })?
+            .parse::<Device>(),
+    }
+}
+
 /// The `adapterLimits` option, checked.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LimitsOverride {
@@ -271,15 +284,7 @@ pub async fn estimates(
 async fn estimate_impl(source: &JsValue, options: &JsValue) -> Result<JsValue> {
     let src = Source::from_js(source, options)?;
     let dtype = dtype_option(options)?;
-    let device = match opt_get(options, "device") {
-        None => Device::Auto,
-        Some(v) => v
-            .as_string()
-            .ok_or_else(|| {
-                Error::InvalidInput("option device must be \"auto\", \"webgpu\" or \"cpu\"".into())
-            })?
-            .parse::<Device>()?,
-    };
+    let device = device_option(options)?;
     let over = LimitsOverride::from_options(options)?;
     let use_cache = opt_bool(options, "cache")?.unwrap_or(true);
     let f = Fetcher::new(

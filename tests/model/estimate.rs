@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use common::fixtures::fixtures;
 use florence2_wasm::estimate::{EstimateOptions, ModelFacts};
-use florence2_wasm::gpu::Gpu;
-use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+use florence2_wasm::gpu::{Gpu, MemReport};
+use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, Usage};
 use florence2_wasm::weights::{DirFiles, LoadOptions, WeightDType};
 
 /// A device of this file's own, one user at a time.
@@ -101,6 +101,35 @@ fn weights_bytes_equal_what_the_engine_holds_after_loading() {
     assert_eq!((exact, with_bias), (4 * 5, 4 * 5));
 }
 
+/// Load `dir` as `dtype` on `g` and run `<OD>` on `image` (3 beams, the defaults): the memory held
+/// before the request (the weights), the request's peak above it, and its token usage.
+fn od_request(
+    g: &Arc<Gpu>,
+    dir: &str,
+    dtype: WeightDType,
+    image: &[u8],
+) -> (MemReport, u64, Usage) {
+    let p = Pipeline::load_dir_with(
+        g,
+        &fixtures().join("models").join(dir),
+        LoadOptions::with_dtype(dtype),
+    )
+    .unwrap();
+    let base = g.memory();
+    g.reset_peak_memory();
+    let out = p
+        .run_task_blocking(
+            Image::Encoded(image).into(),
+            "<OD>",
+            &TaskOptions::default(),
+            &NeverCancel,
+            &Callbacks::default(),
+        )
+        .unwrap();
+    let peak = g.memory().peak_bytes - base.activations_bytes;
+    (base, peak, out.usage)
+}
+
 #[test]
 fn peak_bytes_bound_a_whole_request() {
     let g = device();
@@ -108,32 +137,14 @@ fn peak_bytes_bound_a_whole_request() {
     for dir in ["tiny2", "tiny4"] {
         let f = facts(dir);
         for dtype in WeightDType::ALL {
-            let p = Pipeline::load_dir_with(
-                &g,
-                &fixtures().join("models").join(dir),
-                LoadOptions::with_dtype(dtype),
-            )
-            .unwrap();
-            let base = g.memory();
-            g.reset_peak_memory();
-            let out = p
-                .run_task_blocking(
-                    Image::Encoded(&image).into(),
-                    "<OD>",
-                    &TaskOptions::default(),
-                    &NeverCancel,
-                    &Callbacks::default(),
-                )
-                .unwrap();
-            let peak = g.memory().peak_bytes - base.activations_bytes;
-            drop(p);
+            let (_, peak, usage) = od_request(&g, dir, dtype, &image);
             // The estimate for this request's prompt length.
             let o = EstimateOptions {
-                prompt_tokens: out.usage.prompt_tokens,
+                prompt_tokens: usage.prompt_tokens,
                 ..opts(&g)
             };
             let est = f.estimate(dtype, &o).unwrap();
-            let image_tokens = out.usage.encoder_tokens - out.usage.prompt_tokens;
+            let image_tokens = usage.encoder_tokens - usage.prompt_tokens;
             let features = (4 * image_tokens * f.config.text.d_model) as u64;
             eprintln!(
                 "{dir} {dtype}: peak estimate {} B (weights {}, vision {}, encoder {}, decode {}), \
@@ -168,34 +179,16 @@ fn the_cpu_backend_holds_what_its_estimate_says() {
     for dir in ["tiny2", "tiny4"] {
         let f = facts(dir);
         for dtype in [WeightDType::Fp32, WeightDType::Q4] {
-            let p = Pipeline::load_dir_with(
-                &g,
-                &fixtures().join("models").join(dir),
-                LoadOptions::with_dtype(dtype),
-            )
-            .unwrap();
-            let base = g.memory();
-            g.reset_peak_memory();
-            let out = p
-                .run_task_blocking(
-                    Image::Encoded(&image).into(),
-                    "<OD>",
-                    &TaskOptions::default(),
-                    &NeverCancel,
-                    &Callbacks::default(),
-                )
-                .unwrap();
-            let peak = g.memory().peak_bytes - base.activations_bytes;
+            let (base, peak, usage) = od_request(&g, dir, dtype, &image);
             let o = EstimateOptions {
-                prompt_tokens: out.usage.prompt_tokens,
+                prompt_tokens: usage.prompt_tokens,
                 host: true,
                 max_binding: g.caps.max_storage_binding,
                 ..Default::default()
             };
             let est = f.estimate(dtype, &o).unwrap();
-            let features = (4
-                * (out.usage.encoder_tokens - out.usage.prompt_tokens)
-                * f.config.text.d_model) as u64;
+            let features =
+                (4 * (usage.encoder_tokens - usage.prompt_tokens) * f.config.text.d_model) as u64;
             eprintln!(
                 "cpu {dir} {dtype}: weights {} / {} B, peak {} / {peak} B",
                 est.weights_bytes, base.weights_bytes, est.peak_bytes
