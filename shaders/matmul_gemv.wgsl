@@ -1,5 +1,5 @@
 #include matmul_common
-// Matrix-vector linear for decode (M <= 4 rows: one token per beam), K % 8 == 0, portable. One output
+// Matrix-vector linear for decode (a few rows: one token per beam or per request), K % 8 == 0, portable. One output
 // column per invocation: a single fma chain over K reading the weight row w[j, :] as vec4 (the (N, K)
 // checkpoint layout is already the right one: each lane streams its own contiguous row). The MR rows of x
 // are the same for every lane (they stay in cache). Memory-bound: the weights are read exactly once.
@@ -9,7 +9,19 @@
 // `linear_gemv` and `linear_gemv_wg`; MAX_MR, the most rows of x; RW, the output columns per workgroup of
 // `linear_gemv_wg`.
 override WG: u32 = GEMV_WG;
-override MR: u32 = 1u; // rows of x handled (1..MAX_MR), = M
+override MR: u32 = 1u; // rows of x per row group (1..MAX_MR), = min(M, MAX_MR)
+
+// Row groups: M rows run as ceil(M / MR) groups of MR along grid z (a batched decode step: the rows of
+// several requests). Row r of group g is x row g * MR + r; a row past M reads row M - 1 again and stores
+// nothing. Every row goes through the same arithmetic whatever M is, so a row's result does not depend
+// on the other rows (the batched decoder's bit-identity rests on this).
+fn gemv_row(g: u32, r: u32) -> u32 {
+    return min(g * MR + r, p.m - 1u);
+}
+
+fn gemv_stores(g: u32, r: u32) -> bool {
+    return g * MR + r < p.m;
+}
 
 @compute @workgroup_size(WG)
 fn linear_gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -24,15 +36,18 @@ fn linear_gemv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     for (var k8 = 0u; k8 < p.k / 8u; k8++) {
         let b = w_load8(wb, k8);
         for (var r = 0u; r < MR; r++) {
-            let xi = r * kq + 2u * k8;
+            let xi = gemv_row(wid.z, r) * kq + 2u * k8;
             acc[r] = fma(x[xi], b[0], acc[r]);
             acc[r] = fma(x[xi + 1u], b[1], acc[r]);
         }
     }
     let col = p.n_off + j;
     for (var r = 0u; r < MR; r++) {
-        let a = acc[r];
-        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
+        if (gemv_stores(wid.z, r)) {
+            let a = acc[r];
+            let row = wid.z * MR + r;
+            out[row * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), row, col);
+        }
     }
 }
 
@@ -64,7 +79,7 @@ fn linear_gemv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             for (var c = 0u; c < RW; c++) {
                 let b = w_load8(wb[c], k8);
                 for (var r = 0u; r < MR; r++) {
-                    let xi = r * kq + 2u * k8;
+                    let xi = gemv_row(wid.z, r) * kq + 2u * k8;
                     acc[r][c] += dot(x[xi], b[0]) + dot(x[xi + 1u], b[1]);
                 }
             }
@@ -85,9 +100,10 @@ fn linear_gemv_wg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (valid && lid < MR * RW) {
         let r = lid / RW;
         let j = j0 + lid % RW;
-        if (j < p.n_rows) {
+        if (j < p.n_rows && gemv_stores(wid.z, r)) {
             let col = p.n_off + j;
-            out[r * p.n + col] = epilogue(part[r * WG][lid % RW], r, col);
+            let row = wid.z * MR + r;
+            out[row * p.n + col] = epilogue(part[r * WG][lid % RW], row, col);
         }
     }
 }
@@ -178,7 +194,7 @@ fn linear_gemv_blk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
                 let wq = w_block(wb, kb);
                 for (var r = 0u; r < MR; r++) {
 #if SG
-                    let v = x[r * kq + 8u * kb + (sl & 7u)];
+                    let v = x[gemv_row(wid.z, r) * kq + 8u * kb + (sl & 7u)];
                     var s = subgroupBroadcast(v, 0u) * wq[0];
                     s = fma(subgroupBroadcast(v, 1u), wq[1], s);
                     s = fma(subgroupBroadcast(v, 2u), wq[2], s);
@@ -188,7 +204,7 @@ fn linear_gemv_blk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
                     s = fma(subgroupBroadcast(v, 6u), wq[6], s);
                     s = fma(subgroupBroadcast(v, 7u), wq[7], s);
 #else
-                    let xb = r * kq + 8u * kb;
+                    let xb = gemv_row(wid.z, r) * kq + 8u * kb;
                     var s = x[xb] * wq[0];
                     for (var i = 1u; i < 8u; i++) {
                         s = fma(x[xb + i], wq[i], s);
@@ -206,8 +222,11 @@ fn linear_gemv_blk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
         if (j < p.n_rows) {
             let col = p.n_off + j;
             for (var r = 0u; r < MR; r++) {
-                let a = acc[r];
-                out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
+                if (gemv_stores(wid.z, r)) {
+                    let a = acc[r];
+                    let row = wid.z * MR + r;
+                    out[row * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), row, col);
+                }
             }
         }
     }

@@ -13,9 +13,9 @@
 // every access below must be provably in bounds. The launcher (`ops::matmul::linear_variant`) guarantees:
 // M >= 1, K >= 8 and K % 8 == 0 (K % 32 == 0 for `linear_gemv_sg`), 1 <= n_rows, n_off + n_rows <= N,
 // x bound whole with M*K f32, w bound with n_rows*K f32 (n_rows*K/8 vec4<u32> for f16), out (M, N) whole,
-// bias (N) bound whenever flags & 1, MR = M <= 4 for the GEMV. With kq = K/4:
+// bias (N) bound whenever flags & 1, MR = min(M, 4) for the GEMV (its row groups along grid z). With kq = K/4:
 // - x: row indices are clamped to min(row, M-1); the largest index read is (M-1)*kq + 2*(K/8 - 1) + 1 =
-//   M*kq - 1 (GEMV: r*kq + 8*(K/32 - 1) + 7 <= M*kq - 1 for r < MR = M).
+//   M*kq - 1 (GEMV: gemv_row(g, r) <= M - 1, so gemv_row*kq + 8*(K/32 - 1) + 7 <= M*kq - 1).
 // - w: weight rows are clamped to min(j, n_rows-1); `w_load8(base, k8)` reads base + 2*k8 + 1 (f32,
 //   base = row*kq) or base + k8 (f16, base = row*K/8), with k8 < K/8: below n_rows*kq or n_rows*K/8.
 //   Quantized (W_Q = 8 or 4, K % 32 == 0): base = row*R with R = QW + SW row words (QW = K*W_Q/128 quant
@@ -150,7 +150,11 @@ fn linear_sg_c4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
 // Decode GEMV (M <= 4, K % 32 == 0) with x shared through the subgroup: one output column per lane, as
 // `matmul_gemv.wgsl`, but lane l loads only x's k-quad (l mod 8) of each 32-wide k step and the others get
 // it by `subgroupBroadcast`, so the MR rows of x cost one gather per 32 k instead of eight.
-override MR: u32 = 1u;
+override MR: u32 = 1u; // rows of x per row group (grid z), = min(M, 4); see matmul_gemv.wgsl's gemv_row
+
+fn gemv_row(g: u32, r: u32) -> u32 {
+    return min(g * MR + r, p.m - 1u);
+}
 
 
 @compute @workgroup_size(WG)
@@ -165,7 +169,7 @@ fn linear_gemv_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     for (var k32 = 0u; k32 < p.k / 32u; k32++) {
         var xv: array<vec4<f32>, 4>;
         for (var r = 0u; r < MR; r++) {
-            xv[r] = x[r * kq + 8u * k32 + q];
+            xv[r] = x[gemv_row(wid.z, r) * kq + 8u * k32 + q];
         }
         let k8 = 4u * k32;
         let b0 = w_load8(wb, k8);
@@ -191,8 +195,11 @@ fn linear_gemv_sg(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let col = p.n_off + j;
     for (var r = 0u; r < MR; r++) {
-        let a = acc[r];
-        out[r * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), r, col);
+        let row = wid.z * MR + r;
+        if (row < p.m) {
+            let a = acc[r];
+            out[row * p.n + col] = epilogue((a.x + a.y) + (a.z + a.w), row, col);
+        }
     }
 }
 

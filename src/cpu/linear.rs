@@ -47,6 +47,20 @@ pub fn linear_residual(
     residual: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<()> {
+    linear_rows(l, x, act, residual, out, false)
+}
+
+/// [`linear_residual`]; with `per_row` every M takes the GEMV path (in groups of [`GEMV_MAX_ROWS`] x
+/// rows per weight row), so that each row's result equals a one-row call's whatever M is (the batched
+/// decoder's bit-identity).
+pub fn linear_rows(
+    l: &LinearRef,
+    x: &[f32],
+    act: Act,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    per_row: bool,
+) -> Result<()> {
     const OP: &str = "cpu linear";
     let (n, k) = (l.n, l.k);
     l.w.check(OP, n, k)?;
@@ -67,7 +81,7 @@ pub fn linear_residual(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if m <= GEMV_MAX_ROWS {
+    if m <= GEMV_MAX_ROWS || per_row {
         gemv(l, x, m, out);
     } else {
         gemm_panels(l, x, m, out)?;
@@ -99,16 +113,20 @@ fn gemm_panels(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) -> Result<()
     Ok(())
 }
 
-/// The GEMV path (M <= 4): dots of every weight row with the M x rows, threads over N; the (N, M)
+/// The GEMV path (M <= 4, or any M row by row): dots of every weight row with the M x rows (in groups
+/// of [`GEMV_MAX_ROWS`], the weight row still in cache for the next group), threads over N; the (N, M)
 /// results then transposed into out (M, N).
 fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) {
     let (n, k) = (l.n, l.k);
     let mut t = vec![0f32; n * m]; // (N, M)
     let task = par::task_len(n, 16);
+    let group = GEMV_MAX_ROWS * k;
     par::chunks_mut(&mut t, task * m, |ti, tc| {
         let mut scratch = vec![0f32; k];
         for (r, dst) in tc.chunks_exact_mut(m).enumerate() {
-            row_dots(&l.w, k, ti * task + r, x, dst, &mut scratch);
+            for (xg, dg) in x.chunks(group).zip(dst.chunks_mut(GEMV_MAX_ROWS)) {
+                row_dots(&l.w, k, ti * task + r, xg, dg, &mut scratch);
+            }
         }
     });
     for (j, d) in t.chunks_exact(m).enumerate() {

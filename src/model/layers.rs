@@ -115,6 +115,30 @@ impl Linear {
             out,
         )
     }
+
+    /// out (R, out_features) = act(x @ weight^T + bias) (+ residual), each row computed as a one-row
+    /// call computes it ([`ops::matmul::LinearArgs::per_row`]): a decode step's rows, whose results must
+    /// not depend on how many requests share the step.
+    pub fn forward_rows(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        act: Act,
+        residual: Option<&Tensor>,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::matmul::linear(
+            rec,
+            x,
+            &self.weight,
+            ops::matmul::LinearArgs::default()
+                .bias(self.bias.as_ref())
+                .act(act)
+                .residual(residual)
+                .per_row(),
+            out,
+        )
+    }
 }
 
 /// `nn.LayerNorm` over the last dimension: `weight` (C), `bias` (C), `eps`.

@@ -372,9 +372,15 @@ pub struct LinearArgs<'a> {
     pub residual: Option<&'a Tensor>,
     /// The kernel; `None`: the registry's choice for the call's shape class, else
     /// [`choose_linear_variant_for`]. A forced variant fails with [`Error::Shape`] if it cannot run the
-    /// shape (K % 8 != 0 for the vec4 kernels, M > [`GEMV_MAX_ROWS`] for the GEMV) and with
+    /// shape (K % 8 != 0 for the vec4 kernels; the GEMV runs any M, in row groups) and with
     /// [`Error::Limit`] if the device lacks what it needs (subgroups of >= 8 lanes).
     pub variant: Option<LinearVariant>,
+    /// Compute every row as a one-row call would: the kernel is the one chosen for M = 1 (unless
+    /// `variant` forces one) and runs all M rows, the GEMV in row groups of [`GEMV_MAX_ROWS`]; on the CPU
+    /// backend the GEMV path takes every M. A row's result then does not depend on M or on the other
+    /// rows, which the batched decoder ([`crate::model::bart::Decoder::step_batch`]) relies on for
+    /// answers bit-identical to unbatched runs.
+    pub per_row: bool,
 }
 
 impl<'a> LinearArgs<'a> {
@@ -396,6 +402,13 @@ impl<'a> LinearArgs<'a> {
             ..self
         }
     }
+
+    pub fn per_row(self) -> Self {
+        LinearArgs {
+            per_row: true,
+            ..self
+        }
+    }
 }
 
 /// out (M, N) = act(x (M, K) @ w (N, K)^T + bias (N)) (+ residual (M, N)), as `args` says. `w` is f32,
@@ -414,7 +427,8 @@ pub fn linear(
     }
     let variant = match args.variant {
         Some(v) => v,
-        None => chosen_variant(rec, x, w),
+        None if args.per_row => chosen_variant_for(rec, 1, x.dim(-1), w),
+        None => chosen_variant_for(rec, x.dim(0), x.dim(-1), w),
     };
     let Some((m, n, k)) = check_linear(rec.gpu(), variant, x, w, &args, out)? else {
         return Ok(());
@@ -422,10 +436,9 @@ pub fn linear(
     record_linear(rec, variant, x, w, &args, out, (m, n, k))
 }
 
-/// The registry's choice for the call's shape class when the tuner made one that runs it, else
-/// [`choose_linear_variant_for`]. Shapes are checked later.
-fn chosen_variant(rec: &Recorder, x: &Tensor, w: &Tensor) -> LinearVariant {
-    let (m, k) = (x.dim(0), x.dim(-1));
+/// The registry's choice for the shape class of an (M, K) input when the tuner made one that runs it,
+/// else [`choose_linear_variant_for`]. Shapes are checked later.
+fn chosen_variant_for(rec: &Recorder, m: usize, k: usize, w: &Tensor) -> LinearVariant {
     let caps = &rec.gpu().caps;
     let class = ShapeClass::linear(m, w.dim(0), k, w.dtype());
     rec.gpu()
@@ -498,7 +511,7 @@ fn check_linear(
     if let Some(q) = w.dtype().qformat() {
         q.check_k("linear weight", k)?;
     }
-    check_variant(gpu, variant, m, k)?;
+    check_variant(gpu, variant, k)?;
     Ok(Some((m, n, k)))
 }
 
@@ -532,7 +545,7 @@ fn check_epilogue(args: &LinearArgs, n: usize, out: &Tensor) -> Result<()> {
 
 /// Whether `variant` runs an (M, K) input on this device (the rules of [`LinearVariant::supports`],
 /// as errors).
-fn check_variant(gpu: &crate::gpu::Gpu, variant: LinearVariant, m: usize, k: usize) -> Result<()> {
+fn check_variant(gpu: &crate::gpu::Gpu, variant: LinearVariant, k: usize) -> Result<()> {
     if !k.is_multiple_of(variant.k_multiple()) {
         return Err(Error::shape(
             OP,
@@ -540,12 +553,6 @@ fn check_variant(gpu: &crate::gpu::Gpu, variant: LinearVariant, m: usize, k: usi
                 "{variant:?} kernel needs K % {} == 0, K = {k}",
                 variant.k_multiple()
             ),
-        ));
-    }
-    if variant.is_gemv() && m > GEMV_MAX_ROWS {
-        return Err(Error::shape(
-            OP,
-            format!("GEMV kernel handles M <= {GEMV_MAX_ROWS}, M = {m}"),
         ));
     }
     if variant.needs_subgroups() && !(gpu.caps.subgroups && gpu.caps.subgroup_min_size >= 8) {
@@ -594,11 +601,11 @@ fn launch(variant: LinearVariant, w_dtype: DType, m: usize, n: usize) -> Launch 
         V::Tiled128 => vec![("RM", TILED_MAX_RM as f64)],
         V::Subgroup => vec![wg(SG_WG)],
         V::SubgroupC4 | V::SubgroupR16 => vec![wg(SG4_WG)],
-        V::Gemv | V::GemvSubgroup | V::GemvWorkgroup => vec![wg(GEMV_WG), ("MR", m as f64)],
+        V::Gemv | V::GemvSubgroup | V::GemvWorkgroup => vec![wg(GEMV_WG), ("MR", gemv_mr(m))],
         // From the whole weight's N: every row chunk runs the same kernel.
         V::GemvBlock | V::GemvBlockSubgroup => vec![
             wg(gemv_blk_wg(n)),
-            ("MR", m as f64),
+            ("MR", gemv_mr(m)),
             ("RL", GEMV_BLK_ROWS as f64),
         ],
         V::Reg4x4 | V::Reg8x8 | V::Reg16x8 | V::Reg16x16 => {
@@ -618,8 +625,23 @@ fn launch(variant: LinearVariant, w_dtype: DType, m: usize, n: usize) -> Launch 
     }
 }
 
+/// Rows of x per row group of the GEMV kernels (`MR`): M up to [`GEMV_MAX_ROWS`], in groups of it past.
+fn gemv_mr(m: usize) -> f64 {
+    m.clamp(1, GEMV_MAX_ROWS) as f64
+}
+
 /// The grid of `variant` over `rows` weight rows (one chunk) of a weight with N rows, for M rows of x.
+/// The GEMV kernels take their row groups along z.
 fn grid(variant: LinearVariant, m: usize, rows: usize, n: usize) -> [u32; 3] {
+    let g = grid_2d(variant, m, rows, n);
+    if variant.is_gemv() {
+        [g[0], g[1], ceil_div(m, GEMV_MAX_ROWS)]
+    } else {
+        g
+    }
+}
+
+fn grid_2d(variant: LinearVariant, m: usize, rows: usize, n: usize) -> [u32; 3] {
     use LinearVariant as V;
     match variant {
         V::Scalar => [

@@ -257,3 +257,50 @@ fn f16_gemv_equals_f32_gemv_on_the_widened_weights() {
         }
     }
 }
+
+/// `linear_rows(.., per_row = true)`: every M takes the GEMV path, so each row equals, bit for bit, the
+/// row run alone (what the batched decoder relies on), in every weight format; and it stays within the
+/// reference bound.
+#[test]
+fn per_row_results_do_not_depend_on_m() {
+    use florence2_wasm::cpu::linear::linear_rows;
+    for m in [1, 5, 9] {
+        let c = Case::new(900 + m as u64, (m, 40, 96), true, Act::Gelu, true);
+        let (_, n, k) = c.mnk;
+        let h: Vec<f16> = c.w.iter().map(|&v| f16::from_f32(v)).collect();
+        let mut q8 = Vec::new();
+        quantize_rows(QFormat::Q8, k, &c.w, &mut q8).unwrap();
+        let mut q4 = Vec::new();
+        quantize_rows(QFormat::Q4, k, &c.w, &mut q4).unwrap();
+        for w in [
+            Weight::F32(&c.w),
+            Weight::F16(&h),
+            Weight::Quant(QFormat::Q8, &q8),
+            Weight::Quant(QFormat::Q4, &q4),
+        ] {
+            let l = LinearRef {
+                w,
+                n,
+                k,
+                bias: c.bias.as_deref(),
+            };
+            let res = c.residual.as_deref().unwrap();
+            let mut all = vec![f32::NAN; m * n];
+            linear_rows(&l, &c.x, c.act, Some(res), &mut all, true).unwrap();
+            for r in 0..m {
+                let mut one = vec![f32::NAN; n];
+                let (x, rr) = (&c.x[r * k..(r + 1) * k], &res[r * n..(r + 1) * n]);
+                linear_rows(&l, x, c.act, Some(rr), &mut one, true).unwrap();
+                let same = all[r * n..(r + 1) * n]
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "row {r} of M = {m} differs from the row alone");
+            }
+            if let Weight::F32(_) = w {
+                let (want, bound) = c.reference(&c.w);
+                check_bounds(&format!("per-row M{m}"), &all, &want, &bound);
+            }
+        }
+    }
+}

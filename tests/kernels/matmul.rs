@@ -707,3 +707,60 @@ fn reference_erf_is_accurate() {
         assert!((erf64(x) - want).abs() < 1e-13, "erf({x}) = {}", erf64(x));
     }
 }
+
+/// `LinearArgs::per_row`: a row's result does not depend on M. Every variant that runs one row (the
+/// decode GEMVs too, whose M > 4 goes in row groups along grid z), every weight format, with bias and
+/// residual: M = 1..=9 rows in one call equal, bit for bit, each row run alone (the batched decoder's
+/// answers are bit-identical to unbatched ones because of this). Any tolerance would hide the bug this
+/// test exists for, hence exact equality.
+#[test]
+fn linear_per_row_results_do_not_depend_on_m() {
+    let g = gpu();
+    let (n, k) = (75, 64);
+    let mut rng = Rng::new(4242);
+    for format in [DType::F32, DType::F16, DType::Q8, DType::Q4] {
+        let w = rng.vec(n * k, 0.5);
+        let tw = match format.qformat() {
+            Some(q) => Tensor::from_f32_quantized(&g, &[n, k], &w, q, "w").unwrap(),
+            None if format == DType::F16 => Tensor::from_f32_as_f16(&g, &[n, k], &w, "w").unwrap(),
+            None => Tensor::from_f32(&g, &[n, k], &w, "w").unwrap(),
+        };
+        let tb = Tensor::from_f32(&g, &[n], &rng.vec(n, 1.0), "bias").unwrap();
+        for v in variants(&g, 1, k, format) {
+            for m in 1..=9usize {
+                let x = rng.vec(m * k, 1.0);
+                let res = rng.vec(m * n, 1.0);
+                let run = |x: &[f32], res: &[f32], rows: usize| {
+                    let tx = Tensor::from_f32(&g, &[rows, k], x, "x").unwrap();
+                    let tr = Tensor::from_f32(&g, &[rows, n], res, "res").unwrap();
+                    let to = Tensor::zeros(&g, &[rows, n], DType::F32, "out").unwrap();
+                    let mut args = matmul::LinearArgs::default()
+                        .bias(Some(&tb))
+                        .act(Act::Gelu)
+                        .residual(Some(&tr))
+                        .per_row();
+                    if let Some(v) = v {
+                        args = args.variant(v);
+                    }
+                    let mut rec = Recorder::new(&g);
+                    matmul::linear(&mut rec, &tx, &tw, args, &to).unwrap();
+                    rec.submit().unwrap();
+                    readback::to_f32_blocking(&g, &to).unwrap()
+                };
+                let all = run(&x, &res, m);
+                for r in 0..m {
+                    let one = run(&x[r * k..(r + 1) * k], &res[r * n..(r + 1) * n], 1);
+                    let got = &all[r * n..(r + 1) * n];
+                    let same = got
+                        .iter()
+                        .zip(&one)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{v:?} {format:?}: row {r} of M = {m} differs from the row alone"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -55,7 +55,8 @@ pub fn linear(x: &Tensor, w: &Tensor, args: &LinearArgs, out: &Tensor) -> Result
             k,
             bias,
         };
-        cpu::linear_residual(&l, f32_in(x, i[0])?, args.act, residual, f32_out(out, o)?)
+        let (x, out) = (f32_in(x, i[0])?, f32_out(out, o)?);
+        cpu::linear_rows(&l, x, args.act, residual, out, args.per_row)
     })
 }
 
