@@ -2,10 +2,9 @@
 //! (beams) decode independently against one shared cross-attention K/V, and reordering the caches by beam
 //! index on the GPU is exactly equivalent to having decoded the reordered histories.
 //!
-//! The reorder comparison is between two runs with the same batch size, i.e. the same arithmetic per row
-//! in the same order: it must agree exactly (tolerance 0). Batch-of-2 vs batch-of-1 may pick different
-//! matmul variants (row blocking depends on M), so that comparison allows f32 reordering noise: 1e-4 on
-//! logits of magnitude ~50 (~2e-6 relative; a row mix-up would move logits by O(1)).
+//! Every comparison here is exact (tolerance 0): the decoder's Linears run per row
+//! (`LinearArgs::per_row`), so a row's logits do not depend on the batch size, on the other rows, or on
+//! which requests share a batched step ([`Decoder::step_batch`]); a reorder moves whole rows.
 //!
 //! The reorder and cache-sizing tests run with f32 and with f16 KV caches (the caches of the non-fp32
 //! weight formats): a reorder moves whole rows of bytes in the caches' dtype, so it stays exact.
@@ -61,15 +60,93 @@ fn batch_rows_decode_independently_with_shared_cross_kv() {
             &seq.iter().map(|&t| vec![t]).collect::<Vec<_>>(),
             0,
         );
-        assert_close(
+        assert_bits(
             &format!("batch row {row}"),
             &got[row * v..(row + 1) * v],
             &want,
-            1e-4,
         );
     }
     // The two rows really differ (the test would be vacuous otherwise).
     assert_ne!(&got[..v], &got[v..]);
+}
+
+fn assert_bits(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!("{what}: element {i}: {} vs {}", got[i], want[i]);
+    }
+}
+
+/// `step_batch` over three requests (1, 3 and 2 rows; different images, prompt lengths and positions;
+/// one joins late and one leaves early, as in continuous batching) gives each request's logits bit for
+/// bit as its own `step_planned` does, on lavapipe and on the CPU backend, with f32 and f16 caches.
+#[test]
+fn batched_step_equals_each_request_alone() {
+    for g in [gpu(), florence2_wasm::pipeline::cpu_device()] {
+        for kv in [DType::F32, DType::F16] {
+            batched_step_equals_alone(&g, kv);
+        }
+    }
+}
+
+fn batched_step_equals_alone(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>, kv: DType) {
+    let what = format!("{} {kv:?}", g.describe());
+    let (dec, c0) = common::fixtures::tiny2_decoder_kv(g, 9, |i| (i as f32 * 0.37).sin(), kv);
+    let c1 = common::fixtures::tiny2_decoder_kv(g, 5, |i| (i as f32 * 0.11).cos(), kv).1;
+    let c2 = common::fixtures::tiny2_decoder_kv(g, 12, |i| ((i * 7 % 13) as f32) / 6.0 - 1.0, kv).1;
+    let v = dec.vocab_size();
+    // (cross K/V, rows, first step it runs, steps it runs)
+    let plan = [
+        (&c0, 1usize, 0usize, 6usize),
+        (&c1, 3, 0, 3),
+        (&c2, 2, 2, 4),
+    ];
+    let tok = |req: usize, row: usize, pos: usize| ((req * 11 + row * 5 + pos * 3) % v) as u32;
+    let scratch = dec.batch_scratch(g, 6).unwrap();
+    let batched: Vec<DecoderState> = plan
+        .iter()
+        .map(|&(c, rows, _, n)| dec.new_state(g, c, rows, n).unwrap())
+        .collect();
+    let mut alone: Vec<DecoderState> = plan
+        .iter()
+        .map(|&(c, rows, _, n)| dec.new_state(g, c, rows, n).unwrap())
+        .collect();
+    let mut compared = 0;
+    for step in 0..6 {
+        let live: Vec<usize> = (0..plan.len())
+            .filter(|&r| (plan[r].2..plan[r].2 + plan[r].3).contains(&step))
+            .collect();
+        for &r in &live {
+            let pos = step - plan[r].2;
+            let toks: Vec<u32> = (0..plan[r].1).map(|row| tok(r, row, pos)).collect();
+            for s in [&batched[r], &alone[r]] {
+                s.write_tokens(&toks).unwrap();
+                s.write_step(pos as u32).unwrap();
+            }
+        }
+        let mut rec = Recorder::new(g);
+        let states: Vec<&DecoderState> = live.iter().map(|&r| &batched[r]).collect();
+        dec.step_batch(&mut rec, &states, &scratch).unwrap();
+        rec.submit().unwrap();
+        for &r in &live {
+            let pos = (step - plan[r].2) as u32;
+            let mut rec = Recorder::new(g);
+            let want = dec.step_planned(&mut rec, pos, &mut alone[r]).unwrap();
+            rec.submit().unwrap();
+            let want = readback::to_f32_blocking(g, &want).unwrap();
+            let got = readback::to_f32_blocking(g, batched[r].logits()).unwrap();
+            assert_bits(&format!("{what}: request {r} at step {step}"), &got, &want);
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 13);
+    // Too many rows for the scratch: a named shape error.
+    let all: Vec<&DecoderState> = batched.iter().collect();
+    let small = dec.batch_scratch(g, 5).unwrap();
+    let err = dec
+        .step_batch(&mut Recorder::new(g), &all, &small)
+        .unwrap_err();
+    assert!(matches!(err, florence2_wasm::Error::Shape { .. }), "{err}");
 }
 
 #[test]

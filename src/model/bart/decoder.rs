@@ -32,9 +32,12 @@ use crate::model::bart::encoder::POS_OFFSET;
 use crate::model::bart::{ffn_act, Attention};
 use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
-use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
 use crate::weights::WeightsView;
+
+mod batch;
+
+pub use batch::BatchScratch;
 
 #[derive(Clone, Debug)]
 struct DecoderLayer {
@@ -413,49 +416,37 @@ impl Decoder {
         let q3 = s.q.reshape(&[b, 1, d])?;
         let a3 = s.a.reshape(&[b, 1, d])?;
         // kv_len / q_offset come from the step buffer.
-        let self_opts = AttnOpts {
-            heads: self.heads,
-            scale,
-            causal: false,
-            kv_len: None,
-            q_offset: 0,
-            mask: None,
-            dyn_len: Some(&s.step),
-            variant: None,
-        };
-        let cross_opts = AttnOpts {
-            heads: self.heads,
-            scale,
-            ..Default::default()
-        };
+        let self_opts = self.self_opts(scale, &s.step);
+        let cross_opts = self.cross_opts(scale);
         for (i, l) in self.layers.iter().enumerate() {
             let (ck, cv) = (&s.self_k[i], &s.self_v[i]);
             // Self-attention with the cache.
             let sa = &l.self_attn;
-            sa.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
-            sa.k_proj.forward(rec, &s.x, Act::None, &s.kn)?; // (B, D)
-            sa.v_proj.forward(rec, &s.x, Act::None, &s.vn)?; // (B, D)
+            sa.q_proj.forward_rows(rec, &s.x, Act::None, None, &s.q)?; // (B, D)
+            sa.k_proj.forward_rows(rec, &s.x, Act::None, None, &s.kn)?; // (B, D)
+            sa.v_proj.forward_rows(rec, &s.x, Act::None, None, &s.vn)?; // (B, D)
             ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
             ops::attention::attention(rec, &q3, ck, cv, &self_opts, &a3)?; // (B, 1, D)
             sa.out_proj
-                .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
+                .forward_rows(rec, &s.a, Act::None, Some(&s.x), &s.t)?; // (B, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
 
             // Cross-attention to the image + prompt (K/V shared by all rows: Bk = 1).
-            l.encoder_attn.q_proj.forward(rec, &s.x, Act::None, &s.q)?; // (B, D)
+            let ea = &l.encoder_attn;
+            ea.q_proj.forward_rows(rec, &s.x, Act::None, None, &s.q)?; // (B, D)
             let (xk, xv) = (&s.cross.k[i], &s.cross.v[i]);
             ops::attention::attention(rec, &q3, xk, xv, &cross_opts, &a3)?; // (B, 1, D)
-            l.encoder_attn
-                .out_proj
-                .forward_residual(rec, &s.a, Act::None, &s.x, &s.t)?; // (B, D) = x + out_proj(a)
+            ea.out_proj
+                .forward_rows(rec, &s.a, Act::None, Some(&s.x), &s.t)?; // (B, D) = x + out_proj(a)
             l.encoder_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
 
             // Feed-forward.
-            l.fc1.forward(rec, &s.x, self.act, &s.f)?; // (B, F)
-            l.fc2.forward_residual(rec, &s.f, Act::None, &s.x, &s.t)?; // (B, D) = x + fc2(f)
+            l.fc1.forward_rows(rec, &s.x, self.act, None, &s.f)?; // (B, F)
+            l.fc2.forward_rows(rec, &s.f, Act::None, Some(&s.x), &s.t)?; // (B, D) = x + fc2(f)
             l.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
         }
-        self.lm_head.forward(rec, &s.x, Act::None, &s.logits)?; // (B, V)
+        self.lm_head
+            .forward_rows(rec, &s.x, Act::None, None, &s.logits)?; // (B, V)
         Ok(())
     }
 }
@@ -500,6 +491,11 @@ impl DecoderState {
         v[STEP_CACHE_ROW] = pos;
         self.step
             .write_bytes(&self.gpu, 0, bytemuck::cast_slice(&v))
+    }
+
+    /// The logits (B, V) the last step wrote ([`Decoder::step_planned`] returns the same buffer).
+    pub fn logits(&self) -> &Tensor {
+        &self.logits
     }
 
     /// The recorded step, once [`Decoder::step_planned`] has built it.

@@ -9,7 +9,9 @@
 mod decoder;
 mod encoder;
 
-pub use decoder::{default_kv_dtype, CrossKv, Decoder, DecoderState, REORDER_CHUNK_ROWS};
+pub use decoder::{
+    default_kv_dtype, BatchScratch, CrossKv, Decoder, DecoderState, REORDER_CHUNK_ROWS,
+};
 pub use encoder::Encoder;
 
 use crate::error::{Error, Result};
