@@ -31,8 +31,9 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Plan, Recorder, Staging, Tensor};
+use crate::gpu::{staging_buffer, DType, Gpu, Pending, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
+use crate::model::generate::job::DecodeJob;
 use crate::model::generate::processors::{NextToken, Processors};
 use crate::model::generate::{EarlyStopping, GenerateOptions, TOPK_MAX};
 use crate::ops;
@@ -387,6 +388,49 @@ impl BeamSearch {
     }
 }
 
+/// The inputs of one search step that runs the decoder (see [`StepSource::step`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepInputs {
+    pub src: Vec<usize>,
+    pub tokens: Vec<u32>,
+    pub pos: usize,
+    pub want: Vec<usize>,
+}
+
+/// The next step of a search: the processors' rule per beam, and the decoder inputs unless the step
+/// needs no decoder run (every beam's final token is forced).
+#[derive(Clone, Debug)]
+pub struct StepPlan {
+    pub rules: Vec<NextToken>,
+    pub run: Option<StepInputs>,
+}
+
+impl BeamSearch {
+    /// What the next step needs (call while not [`BeamSearch::is_done`]); then [`BeamSearch::advance`]
+    /// with its rules and the step source's rows (empty rows when `run` is `None`).
+    pub fn plan(&self) -> StepPlan {
+        let rules = self.rules();
+        let cur_len = self.cur_len();
+        let all_forced = rules.iter().all(|r| matches!(r, NextToken::Forced(_)));
+        let run = if all_forced && cur_len + 1 >= self.cfg.max_length {
+            // The final forced token needs no decoder run.
+            None
+        } else {
+            Some(StepInputs {
+                tokens: self
+                    .running()
+                    .iter()
+                    .map(|s| *s.last().unwrap_or(&self.cfg.decoder_start_token_id))
+                    .collect(),
+                want: self.want(&rules),
+                src: self.src().to_vec(),
+                pos: cur_len - 1,
+            })
+        };
+        StepPlan { rules, run }
+    }
+}
+
 /// Run beam search to the end against `source`. `cancel` is polled before every step.
 pub async fn run<S: StepSource>(
     cfg: BeamConfig,
@@ -398,23 +442,12 @@ pub async fn run<S: StepSource>(
         if cancel() {
             return Err(Error::Cancelled);
         }
-        let rules = bs.rules();
-        let cur_len = bs.cur_len();
-        let all_forced = rules.iter().all(|r| matches!(r, NextToken::Forced(_)));
-        let rows = if all_forced && cur_len + 1 >= bs.cfg.max_length {
-            // The final forced token needs no decoder run.
-            vec![Vec::new(); rules.len()]
-        } else {
-            let tokens: Vec<u32> = bs
-                .running()
-                .iter()
-                .map(|s| *s.last().unwrap_or(&bs.cfg.decoder_start_token_id))
-                .collect();
-            let want = bs.want(&rules);
-            let src = bs.src().to_vec();
-            source.step(&src, &tokens, cur_len - 1, &want).await?
+        let plan = bs.plan();
+        let rows = match &plan.run {
+            None => vec![Vec::new(); plan.rules.len()],
+            Some(s) => source.step(&s.src, &s.tokens, s.pos, &s.want).await?,
         };
-        bs.advance(&rules, &rows)?;
+        bs.advance(&plan.rules, &rows)?;
     }
     Ok(bs.best())
 }
@@ -473,34 +506,45 @@ impl<'a> GpuSource<'a> {
     }
 }
 
-impl StepSource for GpuSource<'_> {
-    async fn step(
-        &mut self,
-        src: &[usize],
-        tokens: &[u32],
-        pos: usize,
-        want: &[usize],
-    ) -> Result<Vec<Vec<(u32, f32)>>> {
-        let b = self.state.batch();
+/// What a step recorded for the search: nothing to read (every beam forced), the top-k ids and
+/// log-probs, or whole log-prob rows.
+pub enum BeamPicked {
+    Nothing,
+    TopK(Pending, Pending),
+    Full(Pending),
+}
+
+impl GpuSource<'_> {
+    /// Before the decoder step: check and write the tokens and position, and record the cache reorder
+    /// into `rec` (positions 0..pos hold the previous tokens' K/V).
+    pub fn begin(&mut self, rec: &mut Recorder, s: &StepInputs) -> Result<()> {
         let v = self.decoder.vocab_size();
-        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= v) {
+        if let Some(bad) = s.tokens.iter().find(|&&t| t as usize >= v) {
             return Err(Error::shape(
                 "beam search",
                 format!("token {bad} >= vocab {v}"),
             ));
         }
-        self.state.write_tokens(tokens)?;
-        let mut rec = Recorder::new(&self.gpu);
-        rec.set_phase("decode");
-        // Positions 0..pos hold the previous tokens' K/V.
-        self.state.reorder(&mut rec, src, pos)?;
-        let logits = self
-            .decoder
-            .step_planned(&mut rec, pos as u32, &mut self.state)?; // (B, V)
+        self.state.write_tokens(&s.tokens)?;
+        self.state.write_step(s.pos as u32)?;
+        self.state.reorder(rec, &s.src, s.pos)
+    }
+
+    pub fn state(&self) -> &DecoderState {
+        &self.state
+    }
+
+    pub fn state_mut(&mut self) -> &mut DecoderState {
+        &mut self.state
+    }
+
+    /// After the decoder step (its logits in the state): record log-softmax and top-k (or whole rows)
+    /// and their readback, as `want` needs.
+    pub fn record_pick(&mut self, rec: &mut Recorder, want: &[usize]) -> Result<BeamPicked> {
         let need = want.iter().copied().max().unwrap_or(0);
+        let logits = self.state.logits().clone();
         if need == 0 {
-            rec.submit()?;
-            return Ok(vec![Vec::new(); b]);
+            return Ok(BeamPicked::Nothing);
         }
         if need <= self.k && !self.force_full_rows {
             let (lp, k, tv, ti) = (&self.logp, self.k, &self.tk_vals, &self.tk_ids);
@@ -510,24 +554,7 @@ impl StepSource for GpuSource<'_> {
             })?;
             let pv = rec.read_back_into(&self.tk_vals, &self.st_vals)?;
             let pi = rec.read_back_into(&self.tk_ids, &self.st_ids)?;
-            rec.submit()?;
-            let vals = pv.f32s(&self.gpu).await?;
-            let ids = pi.u32s(&self.gpu).await?;
-            let k = self.k;
-            Ok((0..b)
-                .map(|r| {
-                    if want.get(r).copied().unwrap_or(0) == 0 {
-                        return Vec::new();
-                    }
-                    let lo = r * k;
-                    ids.get(lo..lo + k)
-                        .unwrap_or(&[])
-                        .iter()
-                        .copied()
-                        .zip(vals.get(lo..lo + k).unwrap_or(&[]).iter().copied())
-                        .collect()
-                })
-                .collect())
+            Ok(BeamPicked::TopK(pv, pi))
         } else {
             self.full_reads += 1;
             let lp = &self.logp;
@@ -538,24 +565,178 @@ impl StepSource for GpuSource<'_> {
             let st = self
                 .st_full
                 .get_or_insert_with(|| staging_buffer(&self.gpu, bytes));
-            let p = rec.read_back_into(&self.logp, st)?;
-            rec.submit()?;
-            let all = p.f32s(&self.gpu).await?;
-            Ok((0..b)
-                .map(|r| {
-                    if want.get(r).copied().unwrap_or(0) == 0 {
-                        return Vec::new();
-                    }
-                    all.get(r * v..(r + 1) * v)
-                        .unwrap_or(&[])
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &x)| (i as u32, x))
-                        .collect()
-                })
-                .collect())
+            Ok(BeamPicked::Full(rec.read_back_into(&self.logp, st)?))
         }
     }
+
+    /// After the submit: every beam's candidates (see [`StepSource::step`]).
+    pub async fn resolve(
+        &self,
+        picked: BeamPicked,
+        want: &[usize],
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        let b = self.state.batch();
+        let wanted = |r: usize| want.get(r).copied().unwrap_or(0) > 0;
+        match picked {
+            BeamPicked::Nothing => Ok(vec![Vec::new(); b]),
+            BeamPicked::TopK(pv, pi) => {
+                let vals = pv.f32s(&self.gpu).await?;
+                let ids = pi.u32s(&self.gpu).await?;
+                let k = self.k;
+                Ok((0..b)
+                    .map(|r| {
+                        if !wanted(r) {
+                            return Vec::new();
+                        }
+                        let lo = r * k;
+                        ids.get(lo..lo + k)
+                            .unwrap_or(&[])
+                            .iter()
+                            .copied()
+                            .zip(vals.get(lo..lo + k).unwrap_or(&[]).iter().copied())
+                            .collect()
+                    })
+                    .collect())
+            }
+            BeamPicked::Full(p) => {
+                let v = self.decoder.vocab_size();
+                let all = p.f32s(&self.gpu).await?;
+                Ok((0..b)
+                    .map(|r| {
+                        if !wanted(r) {
+                            return Vec::new();
+                        }
+                        all.get(r * v..(r + 1) * v)
+                            .unwrap_or(&[])
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &x)| (i as u32, x))
+                            .collect()
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+impl StepSource for GpuSource<'_> {
+    async fn step(
+        &mut self,
+        src: &[usize],
+        tokens: &[u32],
+        pos: usize,
+        want: &[usize],
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        let inputs = StepInputs {
+            src: src.to_vec(),
+            tokens: tokens.to_vec(),
+            pos,
+            want: want.to_vec(),
+        };
+        let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("decode");
+        self.begin(&mut rec, &inputs)?;
+        self.decoder
+            .step_planned(&mut rec, pos as u32, &mut self.state)?; // (B, V)
+        let picked = self.record_pick(&mut rec, want)?;
+        rec.submit()?;
+        self.resolve(picked, want).await
+    }
+}
+
+/// One beam search as steps a driver runs ([`crate::model::generate::DecodeJob`]): the bookkeeping
+/// ([`BeamSearch`]) over a [`GpuSource`] whose decoder step the driver records.
+pub struct BeamJob<'a> {
+    bs: BeamSearch,
+    source: GpuSource<'a>,
+    plan: Option<StepPlan>,
+    pending: Option<BeamPicked>,
+}
+
+impl<'a> BeamJob<'a> {
+    pub fn new(
+        decoder: &'a Decoder,
+        gpu: &Arc<Gpu>,
+        cross: &CrossKv,
+        opts: &GenerateOptions,
+    ) -> Result<Self> {
+        let cfg = BeamConfig::new(opts, decoder.max_positions());
+        opts.check_fed_ids(decoder.vocab_size())?;
+        let source = GpuSource::new(decoder, gpu, cross, cfg.num_beams, cfg.max_length)?;
+        Ok(BeamJob {
+            bs: BeamSearch::new(cfg),
+            source,
+            plan: None,
+            pending: None,
+        })
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.bs.is_done()
+    }
+
+    pub fn state(&self) -> &DecoderState {
+        self.source.state()
+    }
+
+    pub fn state_mut(&mut self) -> &mut DecoderState {
+        self.source.state_mut()
+    }
+
+    /// Plan the next step; with a decoder run, write its inputs and record the reorder into `rec`.
+    /// A step without one (forced final tokens) is taken at once.
+    pub fn begin(&mut self, rec: &mut Recorder) -> Result<Option<usize>> {
+        let plan = self.bs.plan();
+        let pos = match &plan.run {
+            None => {
+                let rows = vec![Vec::new(); plan.rules.len()];
+                self.bs.advance(&plan.rules, &rows)?;
+                return Ok(None);
+            }
+            Some(s) => {
+                self.source.begin(rec, s)?;
+                s.pos
+            }
+        };
+        self.plan = Some(plan);
+        Ok(Some(pos))
+    }
+
+    pub fn record_pick(&mut self, rec: &mut Recorder) -> Result<()> {
+        let want = self.want()?.to_vec();
+        self.pending = Some(self.source.record_pick(rec, &want)?);
+        Ok(())
+    }
+
+    pub async fn resolve(&mut self) -> Result<()> {
+        let (Some(plan), Some(p)) = (self.plan.take(), self.pending.take()) else {
+            return Err(out_of_order());
+        };
+        let want = plan
+            .run
+            .as_ref()
+            .map(|s| s.want.clone())
+            .unwrap_or_default();
+        let rows = self.source.resolve(p, &want).await?;
+        self.bs.advance(&plan.rules, &rows)
+    }
+
+    fn want(&self) -> Result<&[usize]> {
+        self.plan
+            .as_ref()
+            .and_then(|p| p.run.as_ref())
+            .map(|s| s.want.as_slice())
+            .ok_or_else(out_of_order)
+    }
+
+    /// The best hypothesis, the start token first.
+    pub fn best(&self) -> Vec<u32> {
+        self.bs.best()
+    }
+}
+
+fn out_of_order() -> Error {
+    Error::shape("beam search", "a step out of order")
 }
 
 /// Beam search from `opts.decoder_start_token_id` against one image's cross-attention K/V (shared by all
@@ -567,13 +748,11 @@ pub async fn beam_search(
     opts: &GenerateOptions,
     cancel: &dyn Fn() -> bool,
 ) -> Result<Vec<u32>> {
-    let cfg = BeamConfig::new(opts, decoder.max_positions());
-    if cfg.max_length <= 1 {
+    if opts.max_length(decoder.max_positions()) <= 1 {
         return Ok(vec![opts.decoder_start_token_id]);
     }
-    opts.check_fed_ids(decoder.vocab_size())?;
-    let mut source = GpuSource::new(decoder, gpu, cross, cfg.num_beams, cfg.max_length)?;
-    run(cfg, &mut source, cancel).await
+    let job = DecodeJob::Beam(BeamJob::new(decoder, gpu, cross, opts)?);
+    job.run_alone(decoder, gpu, cancel, &|_| {}).await
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 pub mod beam;
 pub mod greedy;
+pub mod job;
 pub mod processors;
 
 use serde_json::Value;
@@ -19,6 +20,7 @@ use crate::error::{Error, Result};
 
 pub use beam::beam_search;
 pub use greedy::greedy;
+pub use job::{Begin, DecodeJob};
 pub use processors::{NextToken, Processors};
 
 /// Largest k the GPU top-k supports; with more bans than this a step reads its full logits row.
@@ -291,15 +293,12 @@ pub async fn generate(
     obs: Observer<'_>,
 ) -> Result<Vec<u32>> {
     opts.validate()?;
-    if opts.num_beams <= 1 {
-        greedy::greedy_observed(decoder, gpu, cross, opts, obs.cancel, obs.on_token).await
-    } else {
-        let ids = beam_search(decoder, gpu, cross, opts, obs.cancel).await?;
-        for &t in ids.iter().skip(1) {
-            (obs.on_token)(t);
-        }
-        Ok(ids)
+    if opts.max_length(decoder.max_positions()) <= 1 {
+        return Ok(vec![opts.decoder_start_token_id]);
     }
+    DecodeJob::new(decoder, gpu, cross, opts)?
+        .run_alone(decoder, gpu, obs.cancel, obs.on_token)
+        .await
 }
 
 #[cfg(test)]
