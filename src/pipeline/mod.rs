@@ -34,6 +34,7 @@
 //! Threads: natively the pipeline is `Send + Sync` (wgpu's device, queue and buffers are), so a server
 //! shares it in an `Arc` and runs tasks on worker threads; cancel them with a [`CancelToken`].
 
+mod batch;
 mod cancel;
 mod clock;
 mod device;
@@ -48,6 +49,7 @@ mod tune;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use batch::{BatchEvent, DecodeBatch};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
 pub use device::{cpu_device, open_device, Device};
@@ -56,6 +58,7 @@ pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{StopReason, TaskOutput, Timings, Usage};
+pub use run::Prepared;
 pub use settings::Settings;
 pub use tune::TuneSizes;
 

@@ -55,12 +55,33 @@ impl Callbacks<'_> {
     }
 }
 
-/// Turns ids into the text each one adds (decoding with special tokens kept, as the answer is).
+/// Turns ids into the text each one adds (decoding with special tokens kept, as the answer is): the
+/// decoded text grows by a piece per id, empty while a multi-byte character is incomplete.
+#[derive(Default)]
+pub(crate) struct Pieces {
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl Pieces {
+    pub fn push(&mut self, tok: &Florence2Tokenizer, id: u32) -> String {
+        self.ids.push(id);
+        let text = tok.decode(&self.ids, false).unwrap_or_default();
+        if text.ends_with('\u{FFFD}') || text.len() < self.emitted {
+            String::new()
+        } else {
+            let piece = text.get(self.emitted..).unwrap_or_default().to_owned();
+            self.emitted = text.len();
+            piece
+        }
+    }
+}
+
+/// [`Pieces`] feeding an [`OnToken`] callback.
 pub(crate) struct TokenStreamer<'a> {
     tok: &'a Florence2Tokenizer,
     on_token: Option<OnToken<'a>>,
-    ids: RefCell<Vec<u32>>,
-    emitted: RefCell<usize>,
+    pieces: RefCell<Pieces>,
 }
 
 impl<'a> TokenStreamer<'a> {
@@ -68,26 +89,13 @@ impl<'a> TokenStreamer<'a> {
         TokenStreamer {
             tok,
             on_token,
-            ids: RefCell::new(Vec::new()),
-            emitted: RefCell::new(0),
+            pieces: RefCell::new(Pieces::default()),
         }
     }
 
     pub fn push(&self, id: u32) {
         let Some(f) = self.on_token else { return };
-        let piece = {
-            let mut ids = self.ids.borrow_mut();
-            ids.push(id);
-            let text = self.tok.decode(&ids, false).unwrap_or_default();
-            let mut emitted = self.emitted.borrow_mut();
-            if text.ends_with('\u{FFFD}') || text.len() < *emitted {
-                String::new()
-            } else {
-                let piece = text.get(*emitted..).unwrap_or_default().to_owned();
-                *emitted = text.len();
-                piece
-            }
-        };
+        let piece = self.pieces.borrow_mut().push(self.tok, id);
         f(&piece, id);
     }
 }

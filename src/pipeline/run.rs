@@ -2,6 +2,7 @@
 //! ids -> encoder -> decoder -> ids -> text -> answer ([`Pipeline::run_task`]).
 
 use crate::error::{Error, Result};
+use crate::model::bart::CrossKv;
 use crate::model::florence2::EncoderOutput;
 use crate::model::generate::{GenerateOptions, Observer};
 use crate::pipeline::cancel::Cancel;
@@ -91,6 +92,25 @@ impl Pipeline {
         cancel: &dyn Cancel,
         callbacks: &Callbacks<'_>,
     ) -> Result<TaskOutput> {
+        let Prepared { meta, cross } = self.prepare(input, tp, options, cancel, callbacks).await?;
+        callbacks.stage(Stage::Decode);
+        let t = Stopwatch::start();
+        let token_ids = self.decode(cross, &meta.gen, cancel, callbacks).await?;
+        let decode_ms = t.ms_after_gpu(self.model.gpu()).await?;
+        self.finish_task(meta, token_ids, decode_ms, callbacks)
+    }
+
+    /// Everything of a task before decoding: the prompt tokenized, the image encoded (unless it was),
+    /// the encoder run and its cross-attention K/V projected. Decode the result alone
+    /// ([`Pipeline::run_prompt`] does) or beside other tasks ([`crate::pipeline::DecodeBatch`]).
+    pub async fn prepare(
+        &self,
+        input: TaskInput<'_>,
+        tp: AnyTaskPrompt,
+        options: &TaskOptions,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<Prepared> {
         // Everything that can be refused without the GPU, first.
         let gen = options.resolve(&self.generation)?;
         check(cancel)?;
@@ -117,45 +137,72 @@ impl Pipeline {
         let t = Stopwatch::start();
         let enc = self.model.encode_prompt(&image.features, &ids)?; // (1, S, D) + cross K/V
         let encoder_ms = t.ms_after_gpu(gpu).await?;
-        // Image features encoded for this task only are dead once the encoder has read them.
+        // Image features encoded for this task only are dead once the encoder has read them; the
+        // decoder reads only the cross-attention K/V, so the encoder's input and output (2 x (1, S, D))
+        // are released before any KV cache is allocated.
         drop(fresh);
-
-        callbacks.stage(Stage::Decode);
-        let t = Stopwatch::start();
-        let token_ids = self.decode(enc, &gen, cancel, callbacks).await?;
-        let decode_ms = t.ms_after_gpu(gpu).await?;
-
-        callbacks.stage(Stage::Postprocess);
-        let t = Stopwatch::start();
-        let generated_text = self.tokenizer.decode(&token_ids, false)?;
-        let (task, marker) = (tp.answer_task(), tp.marker().to_owned());
-        let (result, text) = finish(task, &generated_text, image_size)?;
-        let postprocess_ms = t.ms();
+        let EncoderOutput { cross, .. } = enc;
         let (preprocess_ms, vision_ms) = if reused {
             (tokenize_ms, 0.0)
         } else {
             (image_preprocess_ms + tokenize_ms, image_vision_ms)
         };
-        let usage = Usage::of(&ids, image_tokens, &token_ids, &gen.eos_token_ids);
+        Ok(Prepared {
+            meta: TaskMeta {
+                tp,
+                ids,
+                gen,
+                image_size,
+                image_tokens,
+                reused,
+                preprocess_ms,
+                vision_ms,
+                encoder_ms,
+            },
+            cross,
+        })
+    }
+
+    /// The task's answer from its generated ids (start token first): decoded, post-processed, with the
+    /// stage timings (`decode_ms` measured by the caller).
+    pub(crate) fn finish_task(
+        &self,
+        meta: TaskMeta,
+        token_ids: Vec<u32>,
+        decode_ms: f64,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TaskOutput> {
+        callbacks.stage(Stage::Postprocess);
+        let t = Stopwatch::start();
+        let generated_text = self.tokenizer.decode(&token_ids, false)?;
+        let (task, marker) = (meta.tp.answer_task(), meta.tp.marker().to_owned());
+        let (result, text) = finish(task, &generated_text, meta.image_size)?;
+        let postprocess_ms = t.ms();
+        let usage = Usage::of(
+            &meta.ids,
+            meta.image_tokens,
+            &token_ids,
+            &meta.gen.eos_token_ids,
+        );
         Ok(TaskOutput {
             task,
             marker,
-            prompt: tp,
+            prompt: meta.tp,
             result,
             text,
             generated_text,
             token_ids,
             usage,
-            image_size,
-            reused_image: reused,
+            image_size: meta.image_size,
+            reused_image: meta.reused,
             timings: Timings {
-                preprocess_ms,
-                vision_ms,
-                encoder_ms,
+                preprocess_ms: meta.preprocess_ms,
+                vision_ms: meta.vision_ms,
+                encoder_ms: meta.encoder_ms,
                 decode_ms,
                 postprocess_ms,
             },
-            memory: gpu.memory(),
+            memory: self.model.gpu().memory(),
         })
     }
 
@@ -169,12 +216,11 @@ impl Pipeline {
         Ok(e)
     }
 
-    /// The decode stage: token ids from the encoder output, streamed through `callbacks.on_token`,
-    /// `cancel` asked before every step. The decoder reads only the cross-attention K/V: the encoder's
-    /// input and output (2 x (1, S, D)) are released before the KV caches are allocated.
+    /// The decode stage: token ids from the cross-attention K/V, streamed through
+    /// `callbacks.on_token`, `cancel` asked before every step.
     async fn decode(
         &self,
-        enc: EncoderOutput,
+        cross: CrossKv,
         gen: &GenerateOptions,
         cancel: &dyn Cancel,
         callbacks: &Callbacks<'_>,
@@ -186,13 +232,6 @@ impl Pipeline {
             cancel: &stop,
             on_token: &push,
         };
-        let EncoderOutput {
-            cross,
-            hidden,
-            inputs_embeds,
-            ..
-        } = enc;
-        drop((hidden, inputs_embeds));
         let token_ids = self.model.generate_with(&cross, gen, obs).await?;
         drop(cross);
         Ok(token_ids)
@@ -219,4 +258,31 @@ fn check(cancel: &dyn Cancel) -> Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// A task ready to decode ([`Pipeline::prepare`]): its cross-attention K/V on the GPU and what its answer
+/// needs afterwards.
+pub struct Prepared {
+    pub(crate) meta: TaskMeta,
+    pub(crate) cross: CrossKv,
+}
+
+impl Prepared {
+    /// The generation settings the task resolved (its beams, its token limit).
+    pub fn generation(&self) -> &GenerateOptions {
+        &self.meta.gen
+    }
+}
+
+/// What a task's answer needs besides its ids.
+pub(crate) struct TaskMeta {
+    tp: AnyTaskPrompt,
+    ids: Vec<u32>,
+    pub(crate) gen: GenerateOptions,
+    image_size: (u32, u32),
+    image_tokens: usize,
+    reused: bool,
+    preprocess_ms: f64,
+    vision_ms: f64,
+    encoder_ms: f64,
 }

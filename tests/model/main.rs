@@ -11,6 +11,7 @@ mod beam_parity;
 mod beam_scripted;
 mod cli_batch;
 mod custom_tasks;
+mod decode_batch;
 mod decode_plan;
 mod demo_model;
 mod dtype_fidelity;

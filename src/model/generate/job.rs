@@ -70,7 +70,7 @@ impl<'a> DecodeJob<'a> {
         }
     }
 
-    fn state_mut(&mut self) -> Option<&mut DecoderState> {
+    pub fn state_mut(&mut self) -> Option<&mut DecoderState> {
         match self {
             DecodeJob::Greedy(j) => j.state_mut(),
             DecodeJob::Beam(j) => Some(j.state_mut()),
