@@ -751,7 +751,7 @@ pub async fn beam_search(
     if opts.max_length(decoder.max_positions()) <= 1 {
         return Ok(vec![opts.decoder_start_token_id]);
     }
-    let job = DecodeJob::Beam(BeamJob::new(decoder, gpu, cross, opts)?);
+    let job = DecodeJob::Beam(Box::new(BeamJob::new(decoder, gpu, cross, opts)?));
     job.run_alone(decoder, gpu, cancel, &|_| {}).await
 }
 

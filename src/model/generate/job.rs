@@ -29,7 +29,7 @@ pub enum Begin {
 /// A greedy or beam-search generation, stepped by a driver.
 pub enum DecodeJob<'a> {
     Greedy(GreedyJob),
-    Beam(BeamJob<'a>),
+    Beam(Box<BeamJob<'a>>),
 }
 
 impl<'a> DecodeJob<'a> {
@@ -46,7 +46,9 @@ impl<'a> DecodeJob<'a> {
                 decoder, gpu, cross, opts,
             )?))
         } else {
-            Ok(DecodeJob::Beam(BeamJob::new(decoder, gpu, cross, opts)?))
+            Ok(DecodeJob::Beam(Box::new(BeamJob::new(
+                decoder, gpu, cross, opts,
+            )?)))
         }
     }
 
