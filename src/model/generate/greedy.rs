@@ -34,7 +34,7 @@ pub async fn greedy_observed(
     cancel: &dyn Fn() -> bool,
     on_token: &dyn Fn(u32),
 ) -> Result<Vec<u32>> {
-    let job = DecodeJob::Greedy(GreedyJob::new(decoder, gpu, cross, opts)?);
+    let job = DecodeJob::Greedy(Box::new(GreedyJob::new(decoder, gpu, cross, opts)?));
     job.run_alone(decoder, gpu, cancel, on_token).await
 }
 

@@ -28,7 +28,7 @@ pub enum Begin {
 
 /// A greedy or beam-search generation, stepped by a driver.
 pub enum DecodeJob<'a> {
-    Greedy(GreedyJob),
+    Greedy(Box<GreedyJob>),
     Beam(Box<BeamJob<'a>>),
 }
 
