@@ -42,9 +42,8 @@ impl<'a> DecodeJob<'a> {
     ) -> Result<Self> {
         opts.validate()?;
         if opts.num_beams <= 1 {
-            Ok(DecodeJob::Greedy(GreedyJob::new(
-                decoder, gpu, cross, opts,
-            )?))
+            let job = GreedyJob::new(decoder, gpu, cross, opts)?;
+            Ok(DecodeJob::Greedy(Box::new(job)))
         } else {
             Ok(DecodeJob::Beam(Box::new(BeamJob::new(
                 decoder, gpu, cross, opts,
