@@ -18,6 +18,7 @@ mod common;
 #[path = "../serve_util/mod.rs"]
 mod serve_util;
 
+mod batching;
 mod guards;
 mod web_clients;
 
@@ -555,9 +556,10 @@ fn loading_queue_full_and_disconnect_cancellation() {
     std::fs::create_dir_all(&dir).unwrap();
     let hold = dir.join("hold");
     std::fs::write(&hold, "").unwrap();
+    // One request at a time (--max-batch 1): capacity is 1 running + 1 waiting.
     let server = Server::start(
         "tiny4",
-        &["--max-queue", "1"],
+        &["--max-queue", "1", "--max-batch", "1"],
         &[("FLORENCE2_SERVE_HOLD_FILE", hold.to_str().unwrap())],
     );
     let url = data_url("scene.png");

@@ -5,7 +5,7 @@
 //! florence2 parse --task TASK --image-size W,H --text RAW [--json]
 //! florence2 run --model DIR|ORG/NAME[@REV] --image FILE --task PROMPT [--task PROMPT ...] [--text INPUT ...]
 //!               [--image FILE|DIR ...] [--recursive] [--images-from FILE|-] [--jsonl] [--output FILE]
-//!               [--resume] [--shard INDEX/COUNT]
+//!               [--resume] [--shard INDEX/COUNT] [--max-batch N]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
 //!               [--tuning auto|off|exhaustive] [--profile]

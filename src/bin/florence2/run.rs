@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// arguments in order, directories sorted by name, then --images-from)
     #[arg(long, value_name = "INDEX/COUNT", value_parser = super::batch::inputs::parse_shard)]
     pub(super) shard: Option<(usize, usize)>,
+    /// In a batch: tasks decoded together (continuous batching; 1 runs one task at a time). Answers
+    /// are the same either way
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(super) max_batch: u64,
     /// Task prompt, e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats'; repeat to run several tasks
     /// on one image (encoded once; --json then prints an array)
     #[arg(long = "task", value_name = "PROMPT", required = true)]

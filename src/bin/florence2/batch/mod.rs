@@ -1,5 +1,7 @@
 //! `florence2 run` over many images: the model is loaded and tuned once, images decode on other threads
-//! while it works, and each (image, task) answer is one JSON Lines object, written as soon as it is done:
+//! while it works, up to `--max-batch` tasks decode together (continuous batching, answers equal to
+//! unbatched ones), and each (image, task) answer is one JSON Lines object, written in input order as
+//! soon as it and the answers before it are done:
 //! `{"image": PATH AS GIVEN, "prompt", "task", "result", "text", "generated_text", "token_ids",
 //! "timings_ms", "dtype", "memory", "device", "adapter"}` (the `--json` object's fields, `load` time
 //! aside, plus `image` and `prompt`). An image
@@ -15,9 +17,13 @@ pub mod inputs;
 mod output;
 mod progress;
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions};
+use florence2_wasm::pipeline::{
+    BatchEvent, Callbacks, DecodeBatch, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions,
+    TaskOutput,
+};
 use florence2_wasm::weights::WeightDType;
 use florence2_wasm::Error;
 use serde_json::{json, Value};
@@ -124,7 +130,8 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         adapter: gpu.describe(),
     };
     let t = Stopwatch::start();
-    let stats = run_all(&pipeline, &work, &a.options(), &stamp, &mut sink)?;
+    let options = (&a.options(), a.max_batch as usize);
+    let stats = run_all(&pipeline, &work, options, &stamp, &mut sink)?;
     let s = t.ms() / 1e3;
     eprintln!(
         "florence2: {} image(s), {} answer(s), {} failed in {s:.2} s ({:.2} images/s; load {load_ms:.0} ms)",
@@ -142,89 +149,154 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     }
 }
 
-/// Every image of `work`, decoded ahead on other threads.
+/// Every image of `work`, decoded ahead on other threads; up to `max_batch` tasks decode together
+/// (continuous batching: an image's tasks join the running batch as earlier ones leave).
 fn run_all(
     p: &Pipeline,
     work: &[Work],
-    options: &TaskOptions,
+    (options, max_batch): (&TaskOptions, usize),
     stamp: &Stamp,
     sink: &mut Sink,
 ) -> Result<Stats, Failure> {
     let paths: Vec<PathBuf> = work.iter().map(|w| w.path.clone()).collect();
-    let mut progress = Progress::new(work.len() as u64);
-    let mut stats = Stats::default();
+    let mut run = Runner {
+        p,
+        work,
+        options,
+        stamp,
+        sink,
+        batch: DecodeBatch::new(p),
+        images: Vec::new(),
+        finished: BTreeMap::new(),
+        flushed: 0,
+        tasks: HashMap::new(),
+        next_tag: 0,
+        progress: Progress::new(work.len() as u64),
+        stats: Stats::default(),
+    };
     let result = decode::with_decoded(&paths, *p.limits(), decode::default_threads(), |decoded| {
-        for w in work {
-            let image = decoded.next_image();
-            let r = run_image(p, w, image, options, stamp, sink)?;
-            stats.images += 1;
-            stats.answers += r.answers;
-            if let Some(e) = &r.error {
-                stats.failed += 1;
-                progress.note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
-                if matches!(e, Error::DeviceLost(_)) {
-                    return Err(Failure::Run(format!(
-                        "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
-                        e.name(),
-                        stats.images,
-                        work.len()
-                    )));
+        let mut next = 0;
+        loop {
+            while next < work.len() && run.batch.len() < max_batch.max(1) {
+                let image = decoded.next_image();
+                run.start_image(next, image)?;
+                next += 1;
+            }
+            if run.batch.is_empty() {
+                if next == work.len() {
+                    return Ok(());
+                }
+                continue;
+            }
+            for ev in pollster::block_on(run.batch.step()) {
+                if let BatchEvent::Done(tag, out) = ev {
+                    run.task_done(tag, *out)?;
                 }
             }
-            progress.image_done(r.error.is_some());
+        }
+    });
+    run.progress.finish();
+    result.map(|()| run.stats)
+}
+
+/// An image whose tasks are in flight.
+struct InFlight {
+    /// Tasks not answered yet.
+    left: usize,
+    /// Its first error.
+    error: Option<Error>,
+    /// Preprocess and vision ms, counted in its first task's answer.
+    pre_vision: (f64, f64),
+    /// Its output lines, in prompt order, as its tasks finish.
+    lines: Vec<Option<Value>>,
+}
+
+/// The batch loop's state: the running batch, the images in flight and what each task belongs to.
+struct Runner<'a, 'p> {
+    p: &'p Pipeline,
+    work: &'a [Work],
+    options: &'a TaskOptions,
+    stamp: &'a Stamp,
+    sink: &'a mut Sink,
+    batch: DecodeBatch<'p, u64>,
+    images: Vec<Option<InFlight>>,
+    /// Lines of finished images not yet written (an earlier image is still running), by image index.
+    finished: BTreeMap<usize, Vec<Value>>,
+    /// Images whose lines are written: lines go out in input order.
+    flushed: usize,
+    /// Tag -> (image index, prompt index).
+    tasks: HashMap<u64, (usize, usize)>,
+    next_tag: u64,
+    progress: Progress,
+    stats: Stats,
+}
+
+impl Runner<'_, '_> {
+    /// Encode image `i` and add its tasks to the batch (error lines for what fails).
+    fn start_image(
+        &mut self,
+        i: usize,
+        image: florence2_wasm::Result<image::RgbImage>,
+    ) -> Result<(), Failure> {
+        let (p, w) = (self.p, &self.work[i]);
+        self.images.resize_with(i + 1, || None);
+        let encoded = match image.and_then(|rgb| p.encode_image(Image::Rgb(&rgb))) {
+            Ok(e) => e,
+            Err(e) => {
+                self.images[i] = Some(InFlight {
+                    left: 0,
+                    lines: vec![Some(error_line(&w.shown, None, &e))],
+                    error: Some(e),
+                    pre_vision: (0.0, 0.0),
+                });
+                return self.image_done(i);
+            }
+        };
+        self.images[i] = Some(InFlight {
+            left: w.prompts.len(),
+            error: None,
+            pre_vision: (encoded.preprocess_ms(), encoded.vision_ms()),
+            lines: vec![None; w.prompts.len()],
+        });
+        for (j, prompt) in w.prompts.iter().enumerate() {
+            let prepared = p.tasks().parse(prompt).and_then(|tp| {
+                pollster::block_on(p.prepare(
+                    (&encoded).into(),
+                    tp,
+                    self.options,
+                    &NeverCancel,
+                    &Callbacks::default(),
+                ))
+            });
+            let tag = self.next_tag;
+            self.next_tag += 1;
+            self.tasks.insert(tag, (i, j));
+            if let Err(e) = prepared.and_then(|pr| self.batch.add(tag, pr)) {
+                self.task_done(tag, Err(e))?;
+            }
         }
         Ok(())
-    });
-    progress.finish();
-    result.map(|()| stats)
-}
+    }
 
-/// How one image went: answers written, and its first error.
-struct ImageResult {
-    answers: usize,
-    error: Option<Error>,
-}
-
-/// Encode one image and run its prompts, writing a line for each (or one error line for the image).
-fn run_image(
-    p: &Pipeline,
-    w: &Work,
-    image: florence2_wasm::Result<image::RgbImage>,
-    options: &TaskOptions,
-    stamp: &Stamp,
-    sink: &mut Sink,
-) -> Result<ImageResult, Failure> {
-    let encoded = image.and_then(|rgb| p.encode_image(Image::Rgb(&rgb)));
-    let encoded = match encoded {
-        Ok(e) => e,
-        Err(e) => {
-            sink.line(&error_line(&w.shown, None, &e))?;
-            return Ok(ImageResult {
-                answers: 0,
-                error: Some(e),
-            });
-        }
-    };
-    let mut r = ImageResult {
-        answers: 0,
-        error: None,
-    };
-    for (i, prompt) in w.prompts.iter().enumerate() {
-        let out = p.run_task_blocking(
-            (&encoded).into(),
-            prompt,
-            options,
-            &NeverCancel,
-            &Callbacks::default(),
-        );
+    /// Keep a task's line; when it was its image's last, the image is done.
+    fn task_done(
+        &mut self,
+        tag: u64,
+        out: florence2_wasm::Result<TaskOutput>,
+    ) -> Result<(), Failure> {
+        let Some((i, j)) = self.tasks.remove(&tag) else {
+            return Ok(());
+        };
+        let (w, stamp) = (&self.work[i], self.stamp);
+        let prompt = &w.prompts[j];
+        let Some(img) = self.images.get_mut(i).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        img.left = img.left.saturating_sub(1);
         match out {
             Ok(out) => {
-                // The image's own stages are counted in its first answer.
-                let (pre, vision) = if i == 0 {
-                    (encoded.preprocess_ms(), encoded.vision_ms())
-                } else {
-                    (0.0, 0.0)
-                };
+                // The image's own stages are counted in its first task's answer.
+                let (pre, vision) = if j == 0 { img.pre_vision } else { (0.0, 0.0) };
                 let mut v = json_of(&out, stamp.dtype, 0.0, pre, vision);
                 if let Some(r) = &stamp.dtype_reason {
                     v["dtype_reason"] = json!(r);
@@ -236,20 +308,50 @@ fn run_image(
                 v["prompt"] = json!(prompt);
                 v["device"] = json!(stamp.device);
                 v["adapter"] = json!(stamp.adapter);
-                sink.line(&v)?;
-                r.answers += 1;
+                img.lines[j] = Some(v);
+                self.stats.answers += 1;
             }
             Err(e) => {
-                sink.line(&error_line(&w.shown, Some(prompt), &e))?;
-                let fatal = matches!(e, Error::DeviceLost(_));
-                r.error.get_or_insert(e);
-                if fatal {
-                    break;
-                }
+                img.lines[j] = Some(error_line(&w.shown, Some(prompt), &e));
+                img.error.get_or_insert(e);
             }
         }
+        if img.left == 0 {
+            self.image_done(i)?;
+        }
+        Ok(())
     }
-    Ok(r)
+
+    fn image_done(&mut self, i: usize) -> Result<(), Failure> {
+        let Some(img) = self.images.get_mut(i).and_then(Option::take) else {
+            return Ok(());
+        };
+        let w = &self.work[i];
+        self.stats.images += 1;
+        self.finished
+            .insert(i, img.lines.iter().flatten().cloned().collect());
+        while let Some(lines) = self.finished.remove(&self.flushed) {
+            for l in &lines {
+                self.sink.line(l)?;
+            }
+            self.flushed += 1;
+        }
+        if let Some(e) = &img.error {
+            self.stats.failed += 1;
+            self.progress
+                .note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
+            if matches!(e, Error::DeviceLost(_)) {
+                return Err(Failure::Run(format!(
+                    "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
+                    e.name(),
+                    self.stats.images,
+                    self.work.len()
+                )));
+            }
+        }
+        self.progress.image_done(img.error.is_some());
+        Ok(())
+    }
 }
 
 /// `{"image", "error": {"name", "message"}}`, with `prompt` and `task` for a task's failure.

@@ -1,7 +1,6 @@
 //! The model behind the server: a thin adapter over the library [`Pipeline`] (no model sequencing here).
 //! It loads a model directory and runs one (image, prompt) request, returning what the response needs.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use florence2_wasm::estimate::{resolve_dtype, DTypeRequest};
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::GpuOptions;
 use florence2_wasm::pipeline::{
-    open_device, Callbacks, Device, Image, Pipeline, TaskInput, TaskOptions, TaskOutput,
+    open_device, Callbacks, Device, Image, Pipeline, Prepared, TaskInput, TaskOptions, TaskOutput,
 };
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
@@ -132,54 +131,58 @@ impl Engine {
         }
     }
 
-    /// Run one request. `cancel` is asked between stages and before every decode step (the caller also
-    /// asks it before calling, so a request cancelled while queued never reaches the GPU). With greedy
-    /// decoding of a text task, `on_text` receives the answer as it grows (see [`TextStream`]).
-    pub fn run(
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// Everything of one request before decoding (image, prompt, encoder): the task for a
+    /// [`florence2_wasm::pipeline::DecodeBatch`], and the streamer of its text when `stream` asks for
+    /// one and the answer can stream (greedy decoding of a text task). `cancel` is asked between stages
+    /// (the caller also asks it before calling, so a request cancelled while queued never reaches the
+    /// GPU).
+    pub fn prepare(
         &self,
         image: &RgbImage,
         prompt: &AnyTaskPrompt,
-        max_tokens: Option<usize>,
-        num_beams: Option<usize>,
+        (max_tokens, num_beams): (Option<usize>, Option<usize>),
         cancel: &dyn Fn() -> bool,
-        on_text: Option<&dyn Fn(&str)>,
-    ) -> Result<Answer> {
-        let p = &self.pipeline;
-        let greedy = num_beams.unwrap_or(p.generation().num_beams) == 1;
-        let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
-        let streamer = TextStream {
-            task: prompt,
-            image_size: (image.width(), image.height()),
-            raw: RefCell::new(String::new()),
-            emitted: RefCell::new(String::new()),
-            on_text: on_text.filter(|_| greedy && text_task),
-        };
-        let on_token = |piece: &str, _id: u32| streamer.push(piece);
-        let encoded = p.encode_image(Image::Rgb(image))?;
+        stream: bool,
+    ) -> Result<(Prepared, Option<TextStream>)> {
         let options = TaskOptions {
             max_new_tokens: max_tokens,
             num_beams,
             ..TaskOptions::default()
         };
-        let out = pollster::block_on(p.run_prompt(
-            TaskInput::Encoded(&encoded),
+        let input = TaskInput::Image(Image::Rgb(image));
+        let prepared = pollster::block_on(self.pipeline.prepare(
+            input,
             prompt.clone(),
             &options,
             &cancel,
-            &Callbacks {
-                on_token: streamer.on_text.map(|_| &on_token as &dyn Fn(&str, u32)),
-                ..Callbacks::default()
-            },
+            &Callbacks::default(),
         ))?;
+        let greedy = prepared.generation().num_beams == 1;
+        let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
+        let streamer = (stream && greedy && text_task).then(|| TextStream {
+            task: prompt.clone(),
+            image_size: (image.width(), image.height()),
+            raw: String::new(),
+            emitted: String::new(),
+        });
+        Ok((prepared, streamer))
+    }
+}
+
+impl Answer {
+    /// The answer to a request from its task output and what its stream delivered.
+    pub fn new(out: TaskOutput, streamed: String) -> Answer {
         let t = &out.timings;
-        let encode_ms =
-            encoded.preprocess_ms() + encoded.vision_ms() + t.preprocess_ms + t.encoder_ms;
-        Ok(Answer {
-            encode_s: encode_ms / 1e3,
+        Answer {
+            encode_s: (t.preprocess_ms + t.vision_ms + t.encoder_ms) / 1e3,
             generate_s: t.decode_ms / 1e3,
-            streamed: streamer.emitted.into_inner(),
+            streamed,
             out,
-        })
+        }
     }
 }
 
@@ -188,28 +191,31 @@ impl Engine {
 /// sent. For text answers (special tokens removed, whitespace stripped, control characters escaped) the
 /// rendering of a prefix is a prefix of the final rendering, so the deltas concatenate to the final
 /// content; anything that would break that is held back and sent with the final chunk instead.
-struct TextStream<'a> {
-    task: &'a AnyTaskPrompt,
+pub struct TextStream {
+    task: AnyTaskPrompt,
     image_size: (u32, u32),
-    raw: RefCell<String>,
-    emitted: RefCell<String>,
-    on_text: Option<&'a dyn Fn(&str)>,
+    raw: String,
+    emitted: String,
 }
 
-impl TextStream<'_> {
-    fn push(&self, piece: &str) {
-        let Some(f) = self.on_text else { return };
-        let mut raw = self.raw.borrow_mut();
-        raw.push_str(piece);
-        let Ok(result) = post_process_generation(&raw, self.task.answer_task(), self.image_size)
-        else {
-            return;
-        };
+impl TextStream {
+    /// Add a token's text; returns what extends the text already sent, if anything.
+    pub fn push(&mut self, piece: &str) -> Option<String> {
+        self.raw.push_str(piece);
+        let result =
+            post_process_generation(&self.raw, self.task.answer_task(), self.image_size).ok()?;
         let text = render(&result);
-        let mut emitted = self.emitted.borrow_mut();
-        if text.len() > emitted.len() && text.starts_with(emitted.as_str()) {
-            f(&text[emitted.len()..]);
-            *emitted = text;
+        if text.len() > self.emitted.len() && text.starts_with(self.emitted.as_str()) {
+            let delta = text[self.emitted.len()..].to_string();
+            self.emitted = text;
+            Some(delta)
+        } else {
+            None
         }
+    }
+
+    /// Everything sent so far.
+    pub fn emitted(self) -> String {
+        self.emitted
     }
 }

@@ -103,7 +103,20 @@ pub struct Metrics {
     disconnects: AtomicU64,
     queue_depth: AtomicU64,
     running: AtomicU64,
+    batch_rows: AtomicU64,
     phases: Mutex<[Histogram; 6]>,
+    /// Requests per decode step.
+    batch: Mutex<BatchHistogram>,
+}
+
+/// Upper bounds of the batch-size histogram's buckets (requests per decode step).
+const BATCH_BUCKETS: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+#[derive(Default, Clone)]
+struct BatchHistogram {
+    counts: [u64; BATCH_BUCKETS.len()],
+    count: u64,
+    sum: u64,
 }
 
 impl Metrics {
@@ -115,7 +128,9 @@ impl Metrics {
             disconnects: AtomicU64::new(0),
             queue_depth: AtomicU64::new(0),
             running: AtomicU64::new(0),
+            batch_rows: AtomicU64::new(0),
             phases: Mutex::new(Default::default()),
+            batch: Mutex::new(Default::default()),
         }
     }
 
@@ -147,8 +162,23 @@ impl Metrics {
         }
     }
 
-    pub fn set_running(&self, running: bool) {
-        self.running.store(u64::from(running), Ordering::Relaxed);
+    /// Requests in the running batch.
+    pub fn set_running(&self, running: usize) {
+        self.running.store(running as u64, Ordering::Relaxed);
+    }
+
+    /// One decode step ran for `requests` requests with `rows` decoder rows (beams) in all.
+    pub fn observe_batch(&self, requests: usize, rows: usize) {
+        self.batch_rows.store(rows as u64, Ordering::Relaxed);
+        if let Ok(mut h) = self.batch.lock() {
+            for (b, c) in BATCH_BUCKETS.iter().zip(h.counts.iter_mut()) {
+                if requests as u64 <= *b {
+                    *c += 1;
+                }
+            }
+            h.count += 1;
+            h.sum += requests as u64;
+        }
     }
 
     pub fn observe(&self, phase: Phase, seconds: f64) {
@@ -173,7 +203,31 @@ impl Metrics {
         self.render_gauges(&mut s, ready, capacity, in_flight);
         self.render_counters(&mut s);
         self.render_phases(&mut s);
+        self.render_batch(&mut s);
         s
+    }
+
+    fn render_batch(&self, s: &mut String) {
+        let _ = writeln!(
+            s,
+            "# HELP florence2_batch_size Requests per decode step (continuous batching).\n\
+             # TYPE florence2_batch_size histogram"
+        );
+        let h = self
+            .batch
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_else(|h| h.into_inner().clone());
+        for (b, c) in BATCH_BUCKETS.iter().zip(h.counts.iter()) {
+            let _ = writeln!(s, "florence2_batch_size_bucket{{le=\"{b}\"}} {c}");
+        }
+        let _ = writeln!(
+            s,
+            "florence2_batch_size_bucket{{le=\"+Inf\"}} {}\n\
+             florence2_batch_size_sum {}\n\
+             florence2_batch_size_count {}",
+            h.count, h.sum, h.count
+        );
     }
 
     fn render_outcomes(&self, s: &mut String) {
@@ -211,8 +265,13 @@ impl Metrics {
             ),
             (
                 "florence2_running",
-                "Requests the GPU worker is running (0 or 1).",
+                "Requests in the GPU worker's running batch (at most --max-batch).",
                 self.running.load(Ordering::Relaxed),
+            ),
+            (
+                "florence2_batch_rows",
+                "Decoder rows (beams of every request) of the last decode step.",
+                self.batch_rows.load(Ordering::Relaxed),
             ),
             (
                 "florence2_ready",

@@ -1,7 +1,7 @@
 //! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
 //!
 //! ```text
-//! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16]
+//! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16] [--max-batch 8]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]
@@ -74,9 +74,13 @@ pub struct ServeArgs {
     /// Model id reported by /v1/models and in responses [default: the directory's name]
     #[arg(long, value_name = "NAME", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     model_id: Option<String>,
-    /// Requests that may wait for the GPU worker (one more runs); beyond that: 429
+    /// Requests that may wait for the GPU worker (besides those in its running batch); beyond that: 429
     #[arg(long, value_name = "N", default_value_t = 16)]
     max_queue: usize,
+    /// Requests decoded together (continuous batching: queued requests join the running batch between
+    /// decode steps); 1 runs one request at a time. Answers are the same either way
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    max_batch: u64,
     /// Require 'Authorization: Bearer KEY' on /v1/* and /metrics
     #[arg(
         long,
@@ -145,6 +149,7 @@ struct ServeOptions {
     addr: SocketAddr,
     model_id: String,
     max_queue: usize,
+    max_batch: usize,
     api_key: Option<String>,
     max_body_bytes: usize,
     max_image_bytes: usize,
@@ -172,6 +177,7 @@ impl From<ServeArgs> for ServeOptions {
             device: a.device,
             model_id,
             max_queue: a.max_queue,
+            max_batch: a.max_batch as usize,
             api_key: a.api_key.filter(|k| !k.is_empty()),
             max_body_bytes: a.max_body_bytes,
             max_image_bytes: a.max_image_bytes,
@@ -274,16 +280,18 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let worker = {
-        let (shared, dir, dtype, tuning, device) = (
+        let (shared, dir, dtype, tuning, device, max_batch) = (
             shared.clone(),
             opts.model.clone(),
             opts.dtype,
             opts.tuning,
             opts.device,
+            opts.max_batch,
         );
+        let model = (dtype, tuning, device);
         std::thread::Builder::new()
             .name("florence2-gpu".into())
-            .spawn(move || worker::run(dir, (dtype, tuning, device), shared, jobs_rx, loaded_tx))
+            .spawn(move || worker::run(dir, model, max_batch, shared, jobs_rx, loaded_tx))
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
     let state = Arc::new(app_state(&opts, shared.clone(), jobs_tx));
@@ -341,7 +349,7 @@ fn app_state(
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Sender<worker::Job>,
 ) -> AppState {
-    let capacity = opts.max_queue.saturating_add(1);
+    let capacity = opts.max_queue.saturating_add(opts.max_batch);
     AppState {
         shared,
         model_id: opts.model_id.clone(),

@@ -1,4 +1,7 @@
-//! The one GPU worker: a plain thread that loads the model and then runs queued requests one at a time.
+//! The one GPU worker: a plain thread that loads the model and then runs queued requests in a continuous
+//! batch (`--max-batch`): between decode steps, queued requests are prepared (image, prompt, encoder) and
+//! join the batch; one decoder step runs for all of them per submit
+//! ([`florence2_wasm::pipeline::DecodeBatch`]); each leaves when it is done. Answers equal unbatched ones.
 //!
 //! Requests reach it through an unbounded channel whose length is bounded by the admission semaphore
 //! (`--max-queue` waiting + 1 running; see `routes.rs`). Each job carries the sender of its reply channel;
@@ -7,9 +10,11 @@
 //! costs nothing) and the model's cancellation hook polls it before every decode step (a running request
 //! stops within one step). Shutdown sets `abort`, which cancels the same way.
 //!
-//! Isolation: everything a request allocates on the GPU (pixels, encoder output, KV caches) is owned by the
-//! engine call and dropped when it returns; the next request starts from the loaded weights alone.
+//! Isolation: everything a request allocates on the GPU (pixels, encoder output, KV caches) is owned by its
+//! batch entry and dropped when it leaves; the batch shares only the loaded weights and a scratch the
+//! step overwrites.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,10 +26,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::Device;
+use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device};
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
-use super::engine::{Answer, Engine, ModelInfo};
+use super::engine::{Answer, Engine, ModelInfo, TextStream};
 use super::error::ApiError;
 use super::metrics::{Metrics, Outcome, Phase};
 
@@ -136,6 +141,7 @@ fn injected_oom(shared: &Shared) -> bool {
 pub fn run(
     dir: PathBuf,
     (dtype, tuning, device): (DTypeRequest, Tuning, Device),
+    max_batch: usize,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
@@ -157,99 +163,249 @@ pub fn run(
     }
     shared.state.store(READY, Ordering::Release);
     let _ = loaded.send(Ok(()));
-
-    while let Ok(job) = jobs.recv() {
-        shared.metrics.queued(-1);
-        hold(&shared, HoldPoint::Request);
-        serve_one(&engine, &shared, job);
+    Batcher {
+        engine: &engine,
+        shared: &shared,
+        max_batch: max_batch.max(1),
+        live: HashMap::new(),
+        next_id: 0,
     }
+    .serve(&jobs);
 }
 
-fn serve_one(engine: &Engine, shared: &Shared, job: Job) {
-    let m = &shared.metrics;
-    m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
-    let reply = &job.reply;
-    let cancelled = || reply.is_closed() || shared.abort.load(Ordering::Relaxed);
-    // Cancelled while queued: no encoder pass.
-    if cancelled() {
-        m.count(Outcome::Cancelled);
-        return;
+/// A request in the running batch: what its answer needs besides the batch's own state.
+struct Live {
+    reply: UnboundedSender<Event>,
+    stream: bool,
+    text: Option<TextStream>,
+    admitted: Instant,
+    /// Released when the request is answered (its slot in the admission capacity).
+    permit: OwnedSemaphorePermit,
+}
+
+/// The batching loop: requests join the running batch between decode steps (up to `max_batch`), each
+/// prepared (image, prompt, encoder) as it joins, and leave when they finish or are cancelled.
+struct Batcher<'e> {
+    engine: &'e Engine,
+    shared: &'e Shared,
+    max_batch: usize,
+    live: HashMap<u64, Live>,
+    next_id: u64,
+}
+
+impl<'e> Batcher<'e> {
+    fn serve(&mut self, jobs: &std::sync::mpsc::Receiver<Job>) {
+        let mut batch = DecodeBatch::new(self.engine.pipeline());
+        loop {
+            // Wait for work when there is none; otherwise take what is queued, up to the batch size.
+            if batch.is_empty() {
+                match jobs.recv() {
+                    Ok(job) => self.admit(&mut batch, job),
+                    Err(_) => return,
+                }
+            }
+            while batch.len() < self.max_batch {
+                match jobs.try_recv() {
+                    Ok(job) => self.admit(&mut batch, job),
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                self.step(&mut batch);
+            }
+        }
     }
-    m.set_running(true);
-    let on_step = || {
-        if job.stream {
-            let _ = reply.send(Event::Step);
-        }
-        hold(shared, HoldPoint::Step);
-        let stop = cancelled();
-        if !stop {
-            m.decode_step();
-        }
-        stop
-    };
-    // The library does not panic on any input; should a bug make it, this request fails with a 500 and
-    // the worker goes on serving (a dead worker would leave every later request unanswered).
-    let on_text = |delta: &str| {
-        let _ = reply.send(Event::Text(delta.to_string()));
-    };
-    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if injected_oom(shared) {
-            return Err(florence2_wasm::Error::OutOfMemory(
-                "injected by the test hook".into(),
-            ));
-        }
-        engine.run(
-            &job.image,
-            &job.prompt,
-            job.max_tokens,
-            job.num_beams,
-            &on_step,
-            job.stream.then_some(&on_text as &dyn Fn(&str)),
-        )
-    }));
-    m.set_running(false);
-    let out = match out {
-        Ok(out) => out,
-        Err(_) => {
-            m.count(Outcome::Error);
-            drop((job.permit, job.image, job.image_permit));
-            let e = ApiError::internal("the engine panicked while running this request");
-            let _ = job.reply.send(Event::Done(Box::new(Err(e))));
+
+    fn cancelled(&self, l: &Live) -> bool {
+        l.reply.is_closed() || self.shared.abort.load(Ordering::Relaxed)
+    }
+
+    /// Take a job off the queue: prepare it (image, prompt, encoder) and add it to the batch, or answer
+    /// why not.
+    fn admit(&mut self, batch: &mut DecodeBatch<'e, u64>, job: Job) {
+        let (shared, m) = (self.shared, &self.shared.metrics);
+        m.queued(-1);
+        hold(shared, HoldPoint::Request);
+        m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
+        let reply = &job.reply;
+        let cancelled = || reply.is_closed() || shared.abort.load(Ordering::Relaxed);
+        // Cancelled while queued: no encoder pass.
+        if cancelled() {
+            m.count(Outcome::Cancelled);
             return;
         }
-    };
-    let result = match out {
-        Ok(answer) => {
-            m.observe(Phase::Encode, answer.encode_s);
-            m.observe(Phase::Generate, answer.generate_s);
-            m.add_tokens(answer.out.usage.generated_tokens as u64);
-            m.count(Outcome::Ok);
-            Ok(answer)
-        }
-        Err(e) => {
-            if matches!(e, florence2_wasm::Error::DeviceLost(_)) {
-                // Nothing will run on this device again: /health turns 503 "failed" (a load balancer
-                // or supervisor takes the server out) and new requests get 503.
-                if let Ok(mut slot) = shared.load_error.lock() {
-                    *slot = Some(e.to_string());
-                }
-                shared.state.store(FAILED, Ordering::Release);
+        // The library does not panic on any input; should a bug make it, this request fails with a
+        // 500 and the worker goes on serving (a dead worker would leave every later request unanswered).
+        let engine = self.engine;
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if injected_oom(shared) {
+                return Err(florence2_wasm::Error::OutOfMemory(
+                    "injected by the test hook".into(),
+                ));
             }
-            let api = ApiError::from_engine(&e);
-            let outcome = if reply.is_closed() {
-                Outcome::Cancelled
-            } else if api.status.is_client_error() {
-                Outcome::Invalid
-            } else {
-                Outcome::Error
-            };
-            m.count(outcome);
-            Err(api)
+            let limits = (job.max_tokens, job.num_beams);
+            engine.prepare(&job.image, &job.prompt, limits, &cancelled, job.stream)
+        }));
+        let Job {
+            reply,
+            stream,
+            admitted,
+            permit,
+            image,
+            image_permit,
+            ..
+        } = job;
+        // The pixels are dead once the encoder has read them: their share of the queued-image budget
+        // goes back now.
+        drop((image, image_permit));
+        let added = match prepared {
+            Err(_) => Err(None),
+            Ok(Err(e)) => Err(Some(e)),
+            Ok(Ok((prepared, text))) => {
+                let id = self.next_id;
+                self.next_id += 1;
+                match batch.add(id, prepared) {
+                    Ok(()) => {
+                        let live = Live {
+                            reply: reply.clone(),
+                            stream,
+                            text,
+                            admitted,
+                            permit,
+                        };
+                        self.live.insert(id, live);
+                        m.set_running(batch.len());
+                        return;
+                    }
+                    Err(e) => Err(Some(e)),
+                }
+            }
+        };
+        let live = Live {
+            reply,
+            stream,
+            text: None,
+            admitted,
+            permit,
+        };
+        match added {
+            Err(None) => self.panicked(live),
+            Err(Some(e)) => self.done(live, Err(e)),
+            Ok(()) => {}
         }
-    };
-    m.observe(Phase::Total, job.admitted.elapsed().as_secs_f64());
-    // The slot is free before the answer leaves: a client that sends its next request as soon as it has
-    // the answer finds room.
-    drop((job.permit, job.image, job.image_permit));
-    let _ = job.reply.send(Event::Done(Box::new(result)));
+    }
+
+    /// Remove the requests whose clients went away (or all, at shutdown).
+    fn sweep_cancelled(&mut self, batch: &mut DecodeBatch<'e, u64>) {
+        let live = &self.live;
+        let gone = batch.cancel(|id| live.get(id).is_none_or(|l| self.cancelled(l)));
+        for id in gone {
+            self.live.remove(&id);
+            self.shared.metrics.count(Outcome::Cancelled);
+        }
+    }
+
+    /// One decode step of the batch, and what it means for each request. Each streamed request hears
+    /// of the step first (an SSE comment: a write that detects a disconnected client); cancellations
+    /// are polled right before the step runs.
+    fn step(&mut self, batch: &mut DecodeBatch<'e, u64>) {
+        let m = &self.shared.metrics;
+        for l in self.live.values().filter(|l| l.stream) {
+            let _ = l.reply.send(Event::Step);
+        }
+        hold(self.shared, HoldPoint::Step);
+        self.sweep_cancelled(batch);
+        m.set_running(batch.len());
+        if batch.is_empty() {
+            return;
+        }
+        m.observe_batch(batch.len(), batch.rows());
+        for _ in self.live.values() {
+            m.decode_step();
+        }
+        let events = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pollster::block_on(batch.step())
+        }));
+        let Ok(events) = events else {
+            // A bug in the shared step: every request in the batch fails, and a fresh batch goes on.
+            *batch = DecodeBatch::new(self.engine.pipeline());
+            for (_, l) in self.live.drain().collect::<Vec<_>>() {
+                self.panicked(l);
+            }
+            m.set_running(0);
+            return;
+        };
+        for ev in events {
+            match ev {
+                BatchEvent::Tokens(id, pieces) => {
+                    let Some(l) = self.live.get_mut(&id) else {
+                        continue;
+                    };
+                    if let Some(text) = &mut l.text {
+                        for (piece, _) in &pieces {
+                            if let Some(delta) = text.push(piece) {
+                                let _ = l.reply.send(Event::Text(delta));
+                            }
+                        }
+                    }
+                }
+                BatchEvent::Done(id, out) => {
+                    if let Some(mut l) = self.live.remove(&id) {
+                        let streamed = l.text.take().map(TextStream::emitted).unwrap_or_default();
+                        let out = (*out).map(|o| Answer::new(o, streamed));
+                        self.done(l, out);
+                    }
+                }
+            }
+        }
+        m.set_running(batch.len());
+    }
+
+    fn panicked(&self, l: Live) {
+        self.shared.metrics.count(Outcome::Error);
+        let Live { reply, permit, .. } = l;
+        drop(permit);
+        let e = ApiError::internal("the engine panicked while running this request");
+        let _ = reply.send(Event::Done(Box::new(Err(e))));
+    }
+
+    /// Answer a request.
+    fn done(&self, l: Live, out: florence2_wasm::Result<Answer>) {
+        let (shared, m) = (self.shared, &self.shared.metrics);
+        let result = match out {
+            Ok(answer) => {
+                m.observe(Phase::Encode, answer.encode_s);
+                m.observe(Phase::Generate, answer.generate_s);
+                m.add_tokens(answer.out.usage.generated_tokens as u64);
+                m.count(Outcome::Ok);
+                Ok(answer)
+            }
+            Err(e) => {
+                if matches!(e, florence2_wasm::Error::DeviceLost(_)) {
+                    // Nothing will run on this device again: /health turns 503 "failed" (a load
+                    // balancer or supervisor takes the server out) and new requests get 503.
+                    if let Ok(mut slot) = shared.load_error.lock() {
+                        *slot = Some(e.to_string());
+                    }
+                    shared.state.store(FAILED, Ordering::Release);
+                }
+                let api = ApiError::from_engine(&e);
+                let outcome = if l.reply.is_closed() {
+                    Outcome::Cancelled
+                } else if api.status.is_client_error() {
+                    Outcome::Invalid
+                } else {
+                    Outcome::Error
+                };
+                m.count(outcome);
+                Err(api)
+            }
+        };
+        m.observe(Phase::Total, l.admitted.elapsed().as_secs_f64());
+        // The slot is free before the answer leaves: a client that sends its next request as soon as it
+        // has the answer finds room.
+        let Live { reply, permit, .. } = l;
+        drop(permit);
+        let _ = reply.send(Event::Done(Box::new(result)));
+    }
 }
