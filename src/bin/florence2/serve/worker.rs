@@ -300,8 +300,11 @@ impl<'e> Batcher<'e> {
         let live = &self.live;
         let gone = batch.cancel(|id| live.get(id).is_none_or(|l| self.cancelled(l)));
         for id in gone {
-            self.live.remove(&id);
-            self.shared.metrics.count(Outcome::Cancelled);
+            // As a running request's cancellation always ends: a disconnected client counts as
+            // cancelled; one still there (shutdown) is told so.
+            if let Some(l) = self.live.remove(&id) {
+                self.done(l, Err(florence2_wasm::Error::Cancelled));
+            }
         }
     }
 
