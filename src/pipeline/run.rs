@@ -272,6 +272,11 @@ impl Prepared {
     pub fn generation(&self) -> &GenerateOptions {
         &self.meta.gen
     }
+
+    /// The cross-attention K/V the decoder reads.
+    pub fn cross(&self) -> &CrossKv {
+        &self.cross
+    }
 }
 
 /// What a task's answer needs besides its ids.

@@ -1,0 +1,125 @@
+//! Batched decode-step benchmark: the time of one decoder step for R requests (greedy, one row each)
+//! run one after another, each its own recorded step and submit (`Decoder::step_planned`, how the
+//! server ran them before batching), against one `Decoder::step_batch` for all R, with the CPU time of
+//! recording the batched step; R = 1, 2, 4, 8, on the committed demo model (or `BATCH_BENCH_MODEL=DIR`),
+//! its resident weights fp16 (`BATCH_BENCH_DTYPE`), on `BATCH_BENCH_DEVICE` (gpu, the default, or cpu).
+//! Cross K/V come from the model's encoder on its sample images. Alternating rounds, medians.
+//!
+//! `cargo bench --bench batch`; under `cargo test` (no `--bench` argument) it only builds.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+#[path = "util.rs"]
+mod util;
+use util::cpu_secs;
+
+use florence2_wasm::gpu::{Gpu, GpuOptions, Recorder};
+use florence2_wasm::model::bart::DecoderState;
+use florence2_wasm::pipeline::{cpu_device, Callbacks, Image, NeverCancel, Pipeline, TaskInput};
+use florence2_wasm::weights::{LoadOptions, WeightDType};
+
+const STEPS: usize = 8;
+const ROUNDS: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var("BATCH_BENCH_MODEL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| root.join("www/models/florence2-shapes"));
+    let dtype: WeightDType = std::env::var("BATCH_BENCH_DTYPE")
+        .unwrap_or_else(|_| "fp16".into())
+        .parse()
+        .expect("dtype");
+    let gpu: Arc<Gpu> = match std::env::var("BATCH_BENCH_DEVICE").as_deref() {
+        Ok("cpu") => cpu_device(),
+        _ => pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter"),
+    };
+    let p = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype)).expect("model");
+    println!("{} on {}, {dtype:?}", dir.display(), gpu.describe());
+    let samples: Vec<Vec<u8>> = std::fs::read_dir(dir.join("samples"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "png"))
+                .map(|p| std::fs::read(p).expect("sample"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let image = |i: usize| samples[i % samples.len()].clone();
+    let dec = &p.model().decoder;
+    let crosses: Vec<_> = (0..8)
+        .map(|i| {
+            let bytes = image(i);
+            let tp = p.tasks().parse("<CAPTION>").expect("prompt");
+            let input = TaskInput::Image(Image::Encoded(&bytes));
+            let o = Default::default();
+            let pr =
+                pollster::block_on(p.prepare(input, tp, &o, &NeverCancel, &Callbacks::default()));
+            pr.expect("prepare")
+        })
+        .collect();
+    println!("R | one at a time ms/step | batched ms/step | ratio | batched record CPU ms");
+    for r in [1usize, 2, 4, 8] {
+        let states: Vec<DecoderState> = crosses[..r]
+            .iter()
+            .map(|pr| {
+                dec.new_state(&gpu, pr.cross(), 1, STEPS + 1)
+                    .expect("state")
+            })
+            .collect();
+        let scratch = dec.batch_scratch(&gpu, r).expect("scratch");
+        let mut states = states;
+        let (mut alone, mut batched, mut record) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..=ROUNDS {
+            // Alone: each request's planned step, its own submit, waited for.
+            let t = Instant::now();
+            for pos in 0..STEPS as u32 {
+                for s in states.iter_mut() {
+                    s.write_tokens(&[2 + pos]).expect("tokens");
+                    let mut rec = Recorder::new(&gpu);
+                    dec.step_planned(&mut rec, pos, s).expect("step");
+                    rec.submit().expect("submit");
+                    gpu.wait_idle().expect("wait");
+                }
+            }
+            let a = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+            // Batched: one step for all, one submit, waited for.
+            let t = Instant::now();
+            let mut cpu = 0.0;
+            for pos in 0..STEPS as u32 {
+                for s in states.iter() {
+                    s.write_tokens(&[2 + pos]).expect("tokens");
+                    s.write_step(pos).expect("step");
+                }
+                let c = cpu_secs();
+                let mut rec = Recorder::new(&gpu);
+                let refs: Vec<&DecoderState> = states.iter().collect();
+                dec.step_batch(&mut rec, &refs, &scratch).expect("batch");
+                rec.submit().expect("submit");
+                cpu += cpu_secs() - c;
+                gpu.wait_idle().expect("wait");
+            }
+            let b = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+            if round > 0 {
+                alone.push(a);
+                batched.push(b);
+                record.push(cpu * 1e3 / STEPS as f64);
+            }
+        }
+        let (a, b) = (median(alone), median(batched));
+        println!(
+            "{r} | {a:.2} | {b:.2} | {:.2}x | {:.2}",
+            a / b,
+            median(record)
+        );
+    }
+}
