@@ -67,6 +67,7 @@ fn main() {
             pr.expect("prepare")
         })
         .collect();
+    vision(&p);
     println!("R | one at a time ms/step | batched ms/step | ratio | batched record CPU ms");
     for r in [1usize, 2, 4, 8] {
         let states: Vec<DecoderState> = crosses[..r]
@@ -121,5 +122,60 @@ fn main() {
             a / b,
             median(record)
         );
+    }
+}
+
+/// The vision tower + projector for B images: one at a time vs one batch of B (and whether each image's
+/// features are bit-identical either way).
+fn vision(p: &Pipeline) {
+    use florence2_wasm::gpu::readback;
+    let dir_px = |seed: usize| -> Vec<f32> {
+        let cfg = p.processor();
+        let n = 3 * cfg.height * cfg.width;
+        (0..n)
+            .map(|i| (((i * 31 + seed * 17) % 255) as f32 / 127.5) - 1.0)
+            .collect()
+    };
+    let cfg = p.processor();
+    let (h, w) = (cfg.height, cfg.width);
+    let gpu = p.gpu();
+    println!("B | vision one at a time ms | batched ms | ratio | bit-identical");
+    for b in [2usize, 4, 8] {
+        let imgs: Vec<Vec<f32>> = (0..b).map(dir_px).collect();
+        let (mut one, mut all) = (Vec::new(), Vec::new());
+        let mut same = true;
+        for round in 0..=3 {
+            let t = Instant::now();
+            let singles: Vec<_> = imgs
+                .iter()
+                .map(|v| p.model().encode_pixels(v, [1, 3, h, w]).expect("vision"))
+                .collect();
+            gpu.wait_idle().expect("wait");
+            let a = t.elapsed().as_secs_f64() * 1e3;
+            let t = Instant::now();
+            let cat: Vec<f32> = imgs.concat();
+            let batch = p
+                .model()
+                .encode_pixels_batch(&cat, [b, 3, h, w])
+                .expect("batch");
+            gpu.wait_idle().expect("wait");
+            let c = t.elapsed().as_secs_f64() * 1e3;
+            if round == 0 {
+                let got = readback::to_f32_blocking(gpu, &batch).expect("read");
+                let per = got.len() / b;
+                for (i, s) in singles.iter().enumerate() {
+                    let want = readback::to_f32_blocking(gpu, s).expect("read");
+                    same &= got[i * per..(i + 1) * per]
+                        .iter()
+                        .zip(&want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                }
+            } else {
+                one.push(a);
+                all.push(c);
+            }
+        }
+        let (a, c) = (median(one), median(all));
+        println!("{b} | {a:.1} | {c:.1} | {:.2}x | {same}", a / c);
     }
 }

@@ -111,9 +111,24 @@ impl Florence2 {
         self.project(rec, out)
     }
 
+    /// [`Florence2::encode_pixels`] for B images at once: `values` (B, 3, H, W) NCHW on the CPU; returns
+    /// the image features (B, 1+N, D), one submit.
+    pub fn encode_pixels_batch(&self, values: &[f32], shape: [usize; 4]) -> Result<Tensor> {
+        let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("vision");
+        let out = self
+            .vision
+            .forward_spare(&mut rec, PixelSource::Host(values), shape, None)?; // (B, N, C)
+        self.project_batch(rec, out, shape[0])
+    }
+
     /// The projector on the tower's output (its intermediates in the tower's arena buffers), then the
     /// one submit of the vision phase. The arena is released after the submit.
-    fn project(&self, mut rec: Recorder, out: VisionOut) -> Result<Tensor> {
+    fn project(&self, rec: Recorder, out: VisionOut) -> Result<Tensor> {
+        self.project_batch(rec, out, 1)
+    }
+
+    fn project_batch(&self, mut rec: Recorder, out: VisionOut, batch: usize) -> Result<Tensor> {
         let d = self.config.text.d_model;
         // Scratch: the tower's two spare stream-sized buffers, then the one holding its output (dead
         // once the position embedding has read it, before the projector writes its third scratch).
@@ -124,10 +139,13 @@ impl Florence2 {
                 .forward_with_scratch(&mut rec, &out.tokens, out.grid, &scratch)?; // (1, 1+N, D)
         rec.submit()?;
         drop(out);
-        if image.rank() != 3 || image.dim(0) != 1 || image.dim(2) != d {
+        if image.rank() != 3 || image.dim(0) != batch || image.dim(2) != d {
             return Err(Error::shape(
                 "encode",
-                format!("projector output {:?} is not (1, N, {d})", image.shape()),
+                format!(
+                    "projector output {:?} is not ({batch}, N, {d})",
+                    image.shape()
+                ),
             ));
         }
         Ok(image)
