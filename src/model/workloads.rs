@@ -50,7 +50,8 @@ impl LinearWork {
 }
 
 /// The linear shapes (patch-embedding convs included, as im2col GEMMs) Florence-2 runs for `cfg` on a
-/// `height` x `width` image, with decode steps of 1 and `beams` rows and matrix weights resident as
+/// `height` x `width` image, with decode steps of `beams` rows (timed at one row: every decode row runs the
+/// one-row kernel) and matrix weights resident as
 /// `format`, one per class, each with its estimated cost in one request ([`LinearShape::cost`] times its
 /// calls: layers, blocks, and [`DECODE_STEPS_ESTIMATE`] decode steps). The encoder rows are taken for a
 /// prompt of 16 tokens.
@@ -103,7 +104,7 @@ fn vision_linears(
     }
 }
 
-/// The projector, the BART encoder over image + prompt tokens, and decode steps of 1 and `beams` rows.
+/// The projector, the BART encoder over image + prompt tokens, and decode steps of `beams` rows.
 fn text_linears(
     cfg: &Florence2Config,
     image_tokens: usize,
@@ -120,13 +121,13 @@ fn text_linears(
     work.matrix(seq, d, d, 4.0 * enc + 2.0 * dec, dtype); // encoder q/k/v/o, decoder cross k/v
     work.matrix(seq, t.encoder_ffn_dim, d, enc, dtype);
     work.matrix(seq, d, t.encoder_ffn_dim, enc, dtype);
-    let n = DECODE_STEPS_ESTIMATE;
-    for m in decode_rows(beams) {
-        work.matrix(m, d, d, 6.0 * dec * n, dtype); // decoder q/k/v/o, cross q/o
-        work.matrix(m, t.decoder_ffn_dim, d, dec * n, dtype);
-        work.matrix(m, d, t.decoder_ffn_dim, dec * n, dtype);
-        work.matrix(m, t.vocab_size, d, n, dtype); // LM head
-    }
+    // Every decode row runs the kernel chosen for one row (`LinearArgs::per_row`: a batched step's
+    // rows equal one-row calls), so the decoder's linears are timed at M = 1, weighted by the rows.
+    let n = DECODE_STEPS_ESTIMATE * beams.max(1) as f64;
+    work.matrix(1, d, d, 6.0 * dec * n, dtype); // decoder q/k/v/o, cross q/o
+    work.matrix(1, t.decoder_ffn_dim, d, dec * n, dtype);
+    work.matrix(1, d, t.decoder_ffn_dim, dec * n, dtype);
+    work.matrix(1, t.vocab_size, d, n, dtype); // LM head
 }
 
 /// Rows of a decode step: 1 (greedy) and `beams`.
