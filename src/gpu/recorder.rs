@@ -42,6 +42,8 @@ pub struct Recorder {
     capture: Option<Capture>,
     /// Timestamps bracketing every pass of a [`Recorder::new_timed`] recorder (the kernel tuner's timer).
     span: Option<(wgpu::QuerySet, u32)>,
+    /// Images the recorded work covers at once ([`Recorder::set_images`]).
+    images: usize,
 }
 
 /// What a capturing recorder has kept so far.
@@ -189,7 +191,21 @@ impl Recorder {
             prof: None,
             capture: None,
             span: None,
+            images: 1,
         }
+    }
+
+    /// The recorded work runs `n` images as one batch whose calls (and row chunks) are `n` times one
+    /// image's: kernels are then chosen for one image's share of a call (its rows, its windows), so that
+    /// each image gets exactly the kernels, hence the bits, it gets alone (the vision tower on a batch of
+    /// images, [`crate::model::florence2::Florence2::encode_pixels_batch`]).
+    pub fn set_images(&mut self, n: usize) {
+        self.images = n.max(1);
+    }
+
+    /// Images per call of the recorded work (1 unless [`Recorder::set_images`] said otherwise).
+    pub fn images(&self) -> usize {
+        self.images
     }
 
     /// A recorder whose submission is timed on the GPU: every pass writes a begin and an end timestamp,

@@ -358,6 +358,27 @@ impl TowerShape {
         Ok(plan)
     }
 
+    /// Whether `bsz` images of `ih` x `iw` run as one batch split exactly as one image is, scaled: in
+    /// every stage the MLP row chunks, the window-attention chunks and the im2col row chunks hold
+    /// `bsz` times one image's (a whole call stays whole). Each call's share per image is then one
+    /// image's call, so kernels chosen for one image's share ([`crate::gpu::Recorder::set_images`])
+    /// are the kernels one image gets alone: the batch's bits are each image's.
+    pub fn batches_per_image(
+        &self,
+        max_binding: u64,
+        bsz: usize,
+        (ih, iw): (usize, usize),
+    ) -> Result<bool> {
+        let one = self.stage_shapes(max_binding, 1, (ih, iw))?;
+        let many = self.stage_shapes(max_binding, bsz, (ih, iw))?;
+        Ok(one.iter().zip(&many).all(|(a, b)| {
+            let rows = |s: &StageShape| s.im2col / s.kp.max(1);
+            b.mlp_rows == bsz * a.mlp_rows
+                && b.win_chunk == bsz * a.win_chunk
+                && rows(b) == bsz * rows(a)
+        }))
+    }
+
     /// Rows per MLP chunk in each stage for a `bsz` x `ih` x `iw` input (a stage's token count when
     /// its MLP runs whole), as [`DaVit::forward`](crate::model::davit::DaVit::forward) runs them.
     pub fn mlp_chunk_rows(

@@ -111,10 +111,32 @@ impl Florence2 {
         self.project(rec, out)
     }
 
+    /// Whether [`Florence2::encode_pixels_batch`] can take `images` images of `height` x `width`: the
+    /// tower's row chunks at that batch are exactly `images` times one image's
+    /// ([`crate::model::davit_plan::TowerShape::batches_per_image`]).
+    pub fn can_batch_images(&self, images: usize, height: usize, width: usize) -> bool {
+        let max_binding = self.gpu.caps.max_storage_binding;
+        self.vision
+            .tower_shape()
+            .and_then(|t| t.batches_per_image(max_binding, images, (height, width)))
+            .unwrap_or(false)
+    }
+
     /// [`Florence2::encode_pixels`] for B images at once: `values` (B, 3, H, W) NCHW on the CPU; returns
-    /// the image features (B, 1+N, D), one submit.
+    /// the image features (B, 1+N, D), one submit. Each image's features equal, bit for bit, what
+    /// [`Florence2::encode_pixels`] gives it alone: kernels are chosen per image
+    /// ([`Recorder::set_images`]) and the tower's row chunks scale with the batch, which
+    /// [`Florence2::can_batch_images`] must confirm (a named shape error otherwise).
     pub fn encode_pixels_batch(&self, values: &[f32], shape: [usize; 4]) -> Result<Tensor> {
+        let [b, _, h, w] = shape;
+        if !self.can_batch_images(b, h, w) {
+            return Err(Error::shape(
+                "encode_pixels_batch",
+                format!("{b} images of {h}x{w} would split the vision tower unlike one image"),
+            ));
+        }
         let mut rec = Recorder::new(&self.gpu);
+        rec.set_images(b);
         rec.set_phase("vision");
         let out = self
             .vision

@@ -428,7 +428,8 @@ pub fn linear(
     let variant = match args.variant {
         Some(v) => v,
         None if args.per_row => chosen_variant_for(rec, 1, x.dim(-1), w),
-        None => chosen_variant_for(rec, x.dim(0), x.dim(-1), w),
+        // One image's rows (`Recorder::set_images`): each image gets the kernel it gets alone.
+        None => chosen_variant_for(rec, x.dim(0).div_ceil(rec.images()), x.dim(-1), w),
     };
     let Some((m, n, k)) = check_linear(rec.gpu(), variant, x, w, &args, out)? else {
         return Ok(());

@@ -106,6 +106,8 @@ pub fn window_attention(
             _ => (0, 0, 0),
         };
         let d = c.checked_div(heads).unwrap_or(0);
+        // One image's windows (`Recorder::set_images`): each image gets the kernel it gets alone.
+        let nw = nw.div_ceil(rec.images());
         gpu.choices
             .get(&ShapeClass::window_attention(nw, t, d, heads))
             .and_then(WindowAttnVariant::from_name)

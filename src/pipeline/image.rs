@@ -88,6 +88,11 @@ impl EncodedImage {
         self.features.dim(1)
     }
 
+    /// The projected image features (1, N, D) on the GPU.
+    pub fn features(&self) -> &Tensor {
+        &self.features
+    }
+
     /// GPU bytes held.
     pub fn byte_size(&self) -> u64 {
         self.features.byte_size()

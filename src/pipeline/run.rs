@@ -2,6 +2,8 @@
 //! ids -> encoder -> decoder -> ids -> text -> answer ([`Pipeline::run_task`]).
 
 use crate::error::{Error, Result};
+#[cfg(not(target_arch = "wasm32"))]
+use crate::gpu::{Recorder, Tensor};
 use crate::model::bart::CrossKv;
 use crate::model::florence2::EncoderOutput;
 use crate::model::generate::{GenerateOptions, Observer};
@@ -22,6 +24,87 @@ impl Pipeline {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn encode_image(&self, image: Image<'_>) -> Result<EncodedImage> {
         pollster::block_on(self.encode_image_async(image))
+    }
+
+    /// [`Pipeline::encode_image`] for several images: the vision tower and projector run on them as
+    /// one batch when the tower runs whole at that batch
+    /// ([`crate::model::florence2::Florence2::can_batch_images`]), else one by
+    /// one. Each encoding equals, bit for bit, [`Pipeline::encode_image`] of its image (kernels are
+    /// chosen per image). An image that cannot be read fails alone. Its preprocess and vision times are
+    /// its share of the batch's.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn encode_images(&self, images: &[Image<'_>]) -> Vec<Result<EncodedImage>> {
+        let pre = &self.processor;
+        let t = Stopwatch::start();
+        let pixels: Vec<_> = images.iter().map(|i| i.pixels(pre, &self.limits)).collect();
+        let ok: Vec<usize> = (0..pixels.len()).filter(|&i| pixels[i].is_ok()).collect();
+        let preprocess_ms = t.ms() / images.len().max(1) as f64;
+        let (h, w) = (pre.height, pre.width);
+        let b = ok.len();
+        let batched = if b >= 2 && self.model.can_batch_images(b, h, w) {
+            let values: Vec<f32> = ok
+                .iter()
+                .filter_map(|&i| pixels[i].as_ref().ok())
+                .flat_map(|p| p.values.iter().copied())
+                .collect();
+            let t = Stopwatch::start();
+            let features = self.split_features(&values, [b, 3, h, w]);
+            let vision_ms =
+                pollster::block_on(t.ms_after_gpu(self.model.gpu())).map(|ms| ms / b as f64);
+            Some(features.and_then(|f| vision_ms.map(|ms| (f, ms))))
+        } else {
+            None
+        };
+        let mut batched = match batched {
+            None => None,
+            Some(Ok((f, ms))) => Some((f.into_iter(), ms)),
+            Some(Err(e)) => {
+                let msg = e.to_string();
+                return pixels
+                    .into_iter()
+                    .map(|p| p.and_then(|_| Err(crate::Error::Gpu(msg.clone()))))
+                    .collect();
+            }
+        };
+        pixels
+            .into_iter()
+            .zip(images)
+            .map(|(px, img)| {
+                let px = px?;
+                match &mut batched {
+                    Some((features, vision_ms)) => Ok(EncodedImage {
+                        features: features.next().ok_or_else(|| {
+                            crate::Error::shape("encode_images", "a missing image")
+                        })?,
+                        image_size: px.size,
+                        owner: self.id,
+                        preprocess_ms,
+                        vision_ms: *vision_ms,
+                    }),
+                    None => self.encode_image(*img),
+                }
+            })
+            .collect()
+    }
+
+    /// The tower + projector on B images' pixels (B, 3, H, W), split into B (1, 1+N, D) features.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn split_features(&self, values: &[f32], shape: [usize; 4]) -> Result<Vec<Tensor>> {
+        let all = self.model.encode_pixels_batch(values, shape)?; // (B, 1+N, D)
+        let (b, n, d) = (all.dim(0), all.dim(1), all.dim(2));
+        let gpu = self.model.gpu();
+        let mut rec = Recorder::new(gpu);
+        let dtype = all.dtype();
+        let bytes = dtype.buffer_bytes(&[n, d])?;
+        let out = (0..b)
+            .map(|i| {
+                let t = Tensor::zeros(gpu, &[1, n, d], dtype, "image features")?;
+                rec.copy_range(&all, i as u64 * bytes, &t, 0, bytes)?;
+                Ok(t)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        rec.submit()?;
+        Ok(out)
     }
 
     /// [`Pipeline::encode_image`], awaiting the GPU (the browser's event loop keeps running).

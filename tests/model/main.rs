@@ -23,5 +23,6 @@ mod quantized_checkpoints;
 mod text_decoder;
 mod text_parity;
 mod tuning;
+mod vision_batch;
 mod vision_model;
 mod vision_parity;

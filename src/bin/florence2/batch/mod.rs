@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use florence2_wasm::pipeline::{
-    BatchEvent, Callbacks, DecodeBatch, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions,
-    TaskOutput,
+    BatchEvent, Callbacks, DecodeBatch, EncodedImage, Image, NeverCancel, Pipeline, Stopwatch,
+    TaskOptions, TaskOutput,
 };
 use florence2_wasm::weights::WeightDType;
 use florence2_wasm::Error;
@@ -177,10 +177,13 @@ fn run_all(
     let result = decode::with_decoded(&paths, *p.limits(), decode::default_threads(), |decoded| {
         let mut next = 0;
         loop {
-            while next < work.len() && run.batch.len() < max_batch.max(1) {
-                let image = decoded.next_image();
-                run.start_image(next, image)?;
-                next += 1;
+            // Start as many images as the batch has room for, through the vision tower together.
+            let room = max_batch.max(1).saturating_sub(run.batch.len());
+            let take = room.min(work.len() - next);
+            if take > 0 {
+                let images: Vec<_> = (0..take).map(|_| decoded.next_image()).collect();
+                run.start_images(next, images)?;
+                next += take;
             }
             if run.batch.is_empty() {
                 if next == work.len() {
@@ -232,15 +235,40 @@ struct Runner<'a, 'p> {
 }
 
 impl Runner<'_, '_> {
-    /// Encode image `i` and add its tasks to the batch (error lines for what fails).
+    /// Encode images `first..` (the vision tower on them as one batch where that gives each its own
+    /// bits: `Pipeline::encode_images`) and add their tasks to the batch.
+    fn start_images(
+        &mut self,
+        first: usize,
+        images: Vec<florence2_wasm::Result<image::RgbImage>>,
+    ) -> Result<(), Failure> {
+        let inputs: Vec<Image> = images
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .map(Image::Rgb)
+            .collect();
+        let mut encoded = self.p.encode_images(&inputs).into_iter();
+        drop(inputs);
+        for (k, image) in images.into_iter().enumerate() {
+            let e = image.and_then(|_| {
+                encoded
+                    .next()
+                    .unwrap_or_else(|| Err(Error::Image("an image was not encoded".into())))
+            });
+            self.start_image(first + k, e)?;
+        }
+        Ok(())
+    }
+
+    /// Add image `i`'s tasks to the batch (error lines for what fails).
     fn start_image(
         &mut self,
         i: usize,
-        image: florence2_wasm::Result<image::RgbImage>,
+        encoded: florence2_wasm::Result<EncodedImage>,
     ) -> Result<(), Failure> {
         let (p, w) = (self.p, &self.work[i]);
         self.images.resize_with(i + 1, || None);
-        let encoded = match image.and_then(|rgb| p.encode_image(Image::Rgb(&rgb))) {
+        let encoded = match encoded {
             Ok(e) => e,
             Err(e) => {
                 self.images[i] = Some(InFlight {

@@ -10,7 +10,8 @@ use florence2_wasm::estimate::{resolve_dtype, DTypeRequest};
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::GpuOptions;
 use florence2_wasm::pipeline::{
-    open_device, Callbacks, Device, Image, Pipeline, Prepared, TaskInput, TaskOptions, TaskOutput,
+    open_device, Callbacks, Device, EncodedImage, Image, Pipeline, Prepared, TaskInput,
+    TaskOptions, TaskOutput,
 };
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
@@ -135,14 +136,19 @@ impl Engine {
         &self.pipeline
     }
 
-    /// Everything of one request before decoding (image, prompt, encoder): the task for a
-    /// [`florence2_wasm::pipeline::DecodeBatch`], and the streamer of its text when `stream` asks for
-    /// one and the answer can stream (greedy decoding of a text task). `cancel` is asked between stages
-    /// (the caller also asks it before calling, so a request cancelled while queued never reaches the
-    /// GPU).
+    /// The images of the requests that join the batch together, through the vision tower as one batch
+    /// where that gives each image its own bits ([`Pipeline::encode_images`]), else one by one.
+    pub fn encode_images(&self, images: &[&RgbImage]) -> Vec<Result<EncodedImage>> {
+        let images: Vec<Image> = images.iter().map(|i| Image::Rgb(i)).collect();
+        self.pipeline.encode_images(&images)
+    }
+
+    /// Everything of one request before decoding, on its encoded image (prompt, encoder): the task for
+    /// a [`florence2_wasm::pipeline::DecodeBatch`], and the streamer of its text when `stream` asks for
+    /// one and the answer can stream (greedy decoding of a text task). `cancel` is asked between stages.
     pub fn prepare(
         &self,
-        image: &RgbImage,
+        image: &EncodedImage,
         prompt: &AnyTaskPrompt,
         (max_tokens, num_beams): (Option<usize>, Option<usize>),
         cancel: &dyn Fn() -> bool,
@@ -153,9 +159,8 @@ impl Engine {
             num_beams,
             ..TaskOptions::default()
         };
-        let input = TaskInput::Image(Image::Rgb(image));
         let prepared = pollster::block_on(self.pipeline.prepare(
-            input,
+            TaskInput::Encoded(image),
             prompt.clone(),
             &options,
             &cancel,
@@ -165,7 +170,7 @@ impl Engine {
         let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
         let streamer = (stream && greedy && text_task).then(|| TextStream {
             task: prompt.clone(),
-            image_size: (image.width(), image.height()),
+            image_size: image.image_size(),
             raw: String::new(),
             emitted: String::new(),
         });
@@ -174,11 +179,12 @@ impl Engine {
 }
 
 impl Answer {
-    /// The answer to a request from its task output and what its stream delivered.
-    pub fn new(out: TaskOutput, streamed: String) -> Answer {
+    /// The answer to a request from its task output, the seconds its image took to encode (its share
+    /// of a batch) and what its stream delivered.
+    pub fn new(out: TaskOutput, image_s: f64, streamed: String) -> Answer {
         let t = &out.timings;
         Answer {
-            encode_s: (t.preprocess_ms + t.vision_ms + t.encoder_ms) / 1e3,
+            encode_s: image_s + (t.preprocess_ms + t.encoder_ms) / 1e3,
             generate_s: t.decode_ms / 1e3,
             streamed,
             out,

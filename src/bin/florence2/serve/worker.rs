@@ -26,7 +26,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device};
+use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device, EncodedImage};
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
 use super::engine::{Answer, Engine, ModelInfo, TextStream};
@@ -179,8 +179,35 @@ struct Live {
     stream: bool,
     text: Option<TextStream>,
     admitted: Instant,
+    /// Seconds its image took through the vision tower (its share of a batch).
+    image_s: f64,
     /// Released when the request is answered (its slot in the admission capacity).
     permit: OwnedSemaphorePermit,
+}
+
+impl Live {
+    /// What stays of a job once its image is encoded: the pixels and their share of
+    /// `--max-queued-image-bytes` go back now.
+    fn of(job: Job, text: Option<TextStream>, image_s: f64) -> Live {
+        let Job {
+            reply,
+            stream,
+            admitted,
+            permit,
+            image,
+            image_permit,
+            ..
+        } = job;
+        drop((image, image_permit));
+        Live {
+            reply,
+            stream,
+            text,
+            admitted,
+            image_s,
+            permit,
+        }
+    }
 }
 
 /// The batching loop: requests join the running batch between decode steps (up to `max_batch`), each
@@ -198,17 +225,21 @@ impl<'e> Batcher<'e> {
         let mut batch = DecodeBatch::new(self.engine.pipeline());
         loop {
             // Wait for work when there is none; otherwise take what is queued, up to the batch size.
+            let mut joining = Vec::new();
             if batch.is_empty() {
                 match jobs.recv() {
-                    Ok(job) => self.admit(&mut batch, job),
+                    Ok(job) => joining.push(job),
                     Err(_) => return,
                 }
             }
-            while batch.len() < self.max_batch {
+            while batch.len() + joining.len() < self.max_batch {
                 match jobs.try_recv() {
-                    Ok(job) => self.admit(&mut batch, job),
+                    Ok(job) => joining.push(job),
                     Err(_) => break,
                 }
+            }
+            if !joining.is_empty() {
+                self.admit(&mut batch, joining);
             }
             if !batch.is_empty() {
                 self.step(&mut batch);
@@ -220,74 +251,86 @@ impl<'e> Batcher<'e> {
         l.reply.is_closed() || self.shared.abort.load(Ordering::Relaxed)
     }
 
-    /// Take a job off the queue: prepare it (image, prompt, encoder) and add it to the batch, or answer
-    /// why not.
-    fn admit(&mut self, batch: &mut DecodeBatch<'e, u64>, job: Job) {
+    /// Take jobs off the queue: their images through the vision tower together, then each prepared
+    /// (prompt, encoder) and added to the batch, or answered why not.
+    fn admit(&mut self, batch: &mut DecodeBatch<'e, u64>, jobs: Vec<Job>) {
         let (shared, m) = (self.shared, &self.shared.metrics);
-        m.queued(-1);
-        hold(shared, HoldPoint::Request);
-        m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
-        let reply = &job.reply;
-        let cancelled = || reply.is_closed() || shared.abort.load(Ordering::Relaxed);
-        // Cancelled while queued: no encoder pass.
-        if cancelled() {
-            m.count(Outcome::Cancelled);
+        let mut ready = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            m.queued(-1);
+            hold(shared, HoldPoint::Request);
+            m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
+            // Cancelled while queued: no encoder pass.
+            if job.reply.is_closed() || shared.abort.load(Ordering::Relaxed) {
+                m.count(Outcome::Cancelled);
+            } else {
+                ready.push(job);
+            }
+        }
+        if ready.is_empty() {
             return;
         }
-        // The library does not panic on any input; should a bug make it, this request fails with a
-        // 500 and the worker goes on serving (a dead worker would leave every later request unanswered).
+        // The library does not panic on any input; should a bug make it, these requests fail with a
+        // 500 and the worker goes on serving (a dead worker would leave every later request
+        // unanswered).
         let engine = self.engine;
-        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if injected_oom(shared) {
-                return Err(florence2_wasm::Error::OutOfMemory(
-                    "injected by the test hook".into(),
-                ));
+                let oom = || florence2_wasm::Error::OutOfMemory("injected by the test hook".into());
+                return ready.iter().map(|_| Err(oom())).collect();
             }
-            let limits = (job.max_tokens, job.num_beams);
-            engine.prepare(&job.image, &job.prompt, limits, &cancelled, job.stream)
+            let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.image).collect();
+            engine.encode_images(&images)
         }));
-        let Job {
-            reply,
-            stream,
-            admitted,
-            permit,
-            image,
-            image_permit,
-            ..
-        } = job;
-        // The pixels are dead once the encoder has read them: their share of the queued-image budget
-        // goes back now.
-        drop((image, image_permit));
+        match encoded {
+            Ok(encoded) => {
+                for (job, image) in ready.into_iter().zip(encoded) {
+                    self.admit_one(batch, job, image);
+                }
+            }
+            Err(_) => {
+                for job in ready {
+                    self.panicked(Live::of(job, None, 0.0));
+                }
+            }
+        }
+    }
+
+    /// Prepare one job on its encoded image and add it to the batch, or answer why not.
+    fn admit_one(
+        &mut self,
+        batch: &mut DecodeBatch<'e, u64>,
+        job: Job,
+        image: florence2_wasm::Result<EncodedImage>,
+    ) {
+        let (shared, engine) = (self.shared, self.engine);
+        let reply = &job.reply;
+        let cancelled = || reply.is_closed() || shared.abort.load(Ordering::Relaxed);
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let image = image?;
+            let image_s = (image.preprocess_ms() + image.vision_ms()) / 1e3;
+            let limits = (job.max_tokens, job.num_beams);
+            engine
+                .prepare(&image, &job.prompt, limits, &cancelled, job.stream)
+                .map(|(p, text)| (p, text, image_s))
+        }));
         let added = match prepared {
             Err(_) => Err(None),
             Ok(Err(e)) => Err(Some(e)),
-            Ok(Ok((prepared, text))) => {
+            Ok(Ok((prepared, text, image_s))) => {
                 let id = self.next_id;
                 self.next_id += 1;
                 match batch.add(id, prepared) {
                     Ok(()) => {
-                        let live = Live {
-                            reply: reply.clone(),
-                            stream,
-                            text,
-                            admitted,
-                            permit,
-                        };
-                        self.live.insert(id, live);
-                        m.set_running(batch.len());
+                        self.live.insert(id, Live::of(job, text, image_s));
+                        shared.metrics.set_running(batch.len());
                         return;
                     }
                     Err(e) => Err(Some(e)),
                 }
             }
         };
-        let live = Live {
-            reply,
-            stream,
-            text: None,
-            admitted,
-            permit,
-        };
+        let live = Live::of(job, None, 0.0);
         match added {
             Err(None) => self.panicked(live),
             Err(Some(e)) => self.done(live, Err(e)),
@@ -355,7 +398,7 @@ impl<'e> Batcher<'e> {
                 BatchEvent::Done(id, out) => {
                     if let Some(mut l) = self.live.remove(&id) {
                         let streamed = l.text.take().map(TextStream::emitted).unwrap_or_default();
-                        let out = (*out).map(|o| Answer::new(o, streamed));
+                        let out = (*out).map(|o| Answer::new(o, l.image_s, streamed));
                         self.done(l, out);
                     }
                 }
