@@ -68,21 +68,29 @@ impl Pipeline {
         };
         pixels
             .into_iter()
-            .zip(images)
-            .map(|(px, img)| {
+            .map(|px| {
                 let px = px?;
-                match &mut batched {
-                    Some((features, vision_ms)) => Ok(EncodedImage {
-                        features: features.next().ok_or_else(|| {
+                let (features, vision_ms) = match &mut batched {
+                    Some((features, vision_ms)) => {
+                        let f = features.next().ok_or_else(|| {
                             crate::Error::shape("encode_images", "a missing image")
-                        })?,
-                        image_size: px.size,
-                        owner: self.id,
-                        preprocess_ms,
-                        vision_ms: *vision_ms,
-                    }),
-                    None => self.encode_image(*img),
-                }
+                        })?;
+                        (f, *vision_ms)
+                    }
+                    None => {
+                        // One by one, on the pixels made above.
+                        let t = Stopwatch::start();
+                        let f = self.model.encode_pixels(&px.values, [1, 3, h, w])?; // (1, N, D)
+                        (f, pollster::block_on(t.ms_after_gpu(self.model.gpu()))?)
+                    }
+                };
+                Ok(EncodedImage {
+                    features,
+                    image_size: px.size,
+                    owner: self.id,
+                    preprocess_ms,
+                    vision_ms,
+                })
             })
             .collect()
     }
