@@ -269,20 +269,21 @@ mod tests {
                 .map(|x| x.1)
                 .unwrap()
         };
-        // The decoder's d x d class runs 6 times per layer per step, the LM head once per step.
+        // The decoder's d x d class runs 6 times per layer per step and row (3 beams, each row the
+        // one-row kernel), the LM head once per step and row.
         let dd = LinearShape {
             m: 1,
             n: d,
             k: d,
             format: DType::F32,
         };
-        let want = 6.0 * cfg.text.decoder_layers as f64 * DECODE_STEPS_ESTIMATE * dd.cost();
+        let want = 6.0 * cfg.text.decoder_layers as f64 * DECODE_STEPS_ESTIMATE * 3.0 * dd.cost();
         assert!((cost_of(1, d) - want).abs() < 1e-6 * want);
         let head = LinearShape {
             n: cfg.text.vocab_size,
             ..dd
         };
-        let want = DECODE_STEPS_ESTIMATE * head.cost();
+        let want = DECODE_STEPS_ESTIMATE * 3.0 * head.cost();
         assert!((cost_of(1, cfg.text.vocab_size) - want).abs() < 1e-6 * want);
         assert!(w.iter().all(|(_, c)| *c > 0.0));
     }
