@@ -48,12 +48,13 @@ impl BatchScratch {
             + DType::F32.buffer_bytes(&[rows, v])?)
     }
 
-    /// The first `r` rows of each buffer.
-    fn rows_of(&self, r: usize, d: usize) -> Result<Rows> {
+    /// The same buffers viewed as their first `r` rows (one step's batch).
+    fn rows_of(&self, r: usize, d: usize) -> Result<BatchScratch> {
         let f = self.f.dim(1);
         let v = self.logits.dim(1);
         let m = |t: &Tensor, c: usize| t.view(&[r, c], DType::F32);
-        Ok(Rows {
+        Ok(BatchScratch {
+            rows: r,
             tokens: self.tokens.view(&[r], DType::U32)?,
             x: m(&self.x, d)?,
             q: m(&self.q, d)?,
@@ -65,19 +66,6 @@ impl BatchScratch {
             logits: m(&self.logits, v)?,
         })
     }
-}
-
-/// Views of the scratch for one step's R rows.
-struct Rows {
-    tokens: Tensor,
-    x: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    a: Tensor,
-    t: Tensor,
-    f: Tensor,
-    logits: Tensor,
 }
 
 /// Copy `rows` rows of `width` f32 (or u32) from `src` at row `s0` to `dst` at row `d0`.
