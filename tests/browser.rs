@@ -952,10 +952,9 @@ async fn browser_caps_identify_the_adapter() {
 fn wasm_simd128_quant_row_dots_equal_portable() {
     use florence2_wasm::cpu::qdot::{portable, quant_row_dots};
     use florence2_wasm::quant::{quantize_rows, QFormat};
-    assert!(
-        cfg!(target_feature = "simd128"),
-        "wasm built without +simd128"
-    );
+    // a test-time check (a failed build would hide which setting was missing)
+    let simd128 = std::hint::black_box(cfg!(target_feature = "simd128"));
+    assert!(simd128, "wasm built without +simd128");
     for (s, fmt) in [(1u64, QFormat::Q8), (2, QFormat::Q4)] {
         for k in [32, 768, 3072] {
             for m in 1..=4 {

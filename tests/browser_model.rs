@@ -1003,7 +1003,7 @@ async fn peak_wasm_memory_while_streaming_a_320mb_checkpoint() {
     }
     let total_data = off;
     let mut h = serde_json::to_vec(&Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     // head = 8-byte length + header; then the data: a 1 MiB pattern of small f32 values, repeated.

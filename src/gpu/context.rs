@@ -165,6 +165,8 @@ async fn web_adapter_info() -> String {
 impl Gpu {
     /// The CPU backend: no adapter; tensors are host memory and every op runs its `crate::cpu` kernel
     /// when it is recorded (natively on `rayon`'s `threads` threads, in wasm on one thread).
+    // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub fn cpu(threads: usize) -> Arc<Gpu> {
         let caps = Caps {
             subgroups: false,
@@ -226,6 +228,8 @@ impl Gpu {
     }
 
     /// Open a device on a given adapter.
+    // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     pub async fn from_adapter(adapter: wgpu::Adapter, opts: GpuOptions) -> Result<Arc<Gpu>> {
         let info = adapter.get_info();
         let alimits = adapter.limits();

@@ -270,6 +270,8 @@ impl Tensor {
         ))
     }
 
+    // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
+    #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     fn wrap(
         gpu: &Gpu,
         store: Store,
