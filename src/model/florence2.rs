@@ -188,6 +188,70 @@ impl Florence2 {
     /// reference's `masked_scatter`); without placeholders the features are prepended (the original
     /// model-card behaviour). Either way the encoder sees [image features ++ embedded prompt].
     pub fn encode_prompt(&self, image: &Tensor, input_ids: &[u32]) -> Result<EncoderOutput> {
+        let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("encoder");
+        let inputs_embeds = self.prompt_embeds(&mut rec, image, input_ids)?; // (1, S, D)
+        let hidden = self.encoder.forward(&mut rec, &inputs_embeds)?; // (1, S, D)
+        let cross = self.decoder.cross_kv(&mut rec, &hidden)?; // per layer (1, S, D)
+        rec.submit()?;
+        Ok(EncoderOutput {
+            inputs_embeds,
+            hidden,
+            cross,
+            image_tokens: image.dim(1),
+        })
+    }
+
+    /// The encoder's sequence length for `input_ids` with `image_tokens` image features (see
+    /// [`Florence2::encode_prompt`]); prompts of one length can share an encoder batch
+    /// ([`Florence2::encode_prompts`]).
+    pub fn encoder_len(&self, image_tokens: usize, input_ids: &[u32]) -> usize {
+        match self.config.image_token_id {
+            Some(img) if input_ids.contains(&img) => input_ids.len(),
+            _ => image_tokens + input_ids.len(),
+        }
+    }
+
+    /// [`Florence2::encode_prompt`] for several (image features, prompt) pairs whose encoder sequences
+    /// have one length ([`Florence2::encoder_len`]): the encoder runs them as one batch, each request's
+    /// kernels chosen for its own rows, so each result equals its [`Florence2::encode_prompt`] bit for
+    /// bit; one submit. Each request's hidden states and cross-attention K/V are its own buffers.
+    pub fn encode_prompts(&self, items: &[(&Tensor, &[u32])]) -> Result<Vec<EncoderOutput>> {
+        if let [(image, ids)] = items {
+            return Ok(vec![self.encode_prompt(image, ids)?]);
+        }
+        let mut rec = Recorder::new(&self.gpu);
+        rec.set_phase("encoder");
+        let embeds = items
+            .iter()
+            .map(|(image, ids)| self.prompt_embeds(&mut rec, image, ids))
+            .collect::<Result<Vec<_>>>()?; // B x (1, S, D)
+        let hidden = self.encoder.forward_batch(&mut rec, &embeds)?; // (B, S, D)
+        let (s, d) = (hidden.dim(1), hidden.dim(2));
+        let bytes = (s * d * 4) as u64;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, (inputs_embeds, (image, _))) in embeds.into_iter().zip(items).enumerate() {
+            let own = Tensor::zeros(&self.gpu, &[1, s, d], DType::F32, "encoder_out")?;
+            rec.copy_range(&hidden, i as u64 * bytes, &own, 0, bytes)?;
+            let cross = self.decoder.cross_kv(&mut rec, &own)?; // per layer (1, S, D)
+            out.push(EncoderOutput {
+                inputs_embeds,
+                hidden: own,
+                cross,
+                image_tokens: image.dim(1),
+            });
+        }
+        rec.submit()?;
+        Ok(out)
+    }
+
+    /// Record the encoder input of one prompt: [image features ++ embedded prompt] (1, S, D).
+    fn prompt_embeds(
+        &self,
+        rec: &mut Recorder,
+        image: &Tensor,
+        input_ids: &[u32],
+    ) -> Result<Tensor> {
         let gpu = &self.gpu;
         let (v, d) = (self.config.text.vocab_size, self.config.text.d_model);
         if let Some(bad) = input_ids.iter().find(|&&i| i as usize >= v) {
@@ -202,10 +266,6 @@ impl Florence2 {
             ));
         }
         let n_img = image.dim(1);
-
-        // Prompt embedding + concat + encoder + cross K/V: one submit.
-        let mut rec = Recorder::new(gpu);
-        rec.set_phase("encoder");
         let placeholders: Vec<usize> = match self.config.image_token_id {
             Some(img) => input_ids
                 .iter()
@@ -236,9 +296,9 @@ impl Florence2 {
         if !input_ids.is_empty() {
             let ids = Tensor::from_u32(gpu, &[input_ids.len()], input_ids, "input_ids")?;
             let text = Tensor::zeros(gpu, &[input_ids.len(), d], DType::F32, "prompt_embeds")?;
-            ops::embedding::embedding(&mut rec, &ids, &self.shared, &text)?; // (T, D)
+            ops::embedding::embedding(rec, &ids, &self.shared, &text)?; // (T, D)
             if self.config.text.scale_embedding {
-                ops::elementwise::scale(&mut rec, &text, (d as f32).sqrt(), &text)?;
+                ops::elementwise::scale(rec, &text, (d as f32).sqrt(), &text)?;
                 // (T, D)
             }
             let at = if placeholders.is_empty() { n_img } else { 0 };
@@ -271,16 +331,7 @@ impl Florence2 {
                 k += run;
             }
         }
-        let inputs_embeds = embeds.reshape(&[1, seq, d])?;
-        let hidden = self.encoder.forward(&mut rec, &inputs_embeds)?; // (1, S, D)
-        let cross = self.decoder.cross_kv(&mut rec, &hidden)?; // per layer (1, S, D)
-        rec.submit()?;
-        Ok(EncoderOutput {
-            inputs_embeds,
-            hidden,
-            cross,
-            image_tokens: n_img,
-        })
+        embeds.reshape(&[1, seq, d])
     }
 
     /// Default generation settings of this model (its config) with `max_new_tokens`.

@@ -288,7 +288,7 @@ pub fn attention(
 ) -> Result<()> {
     let variant = match opts.variant {
         Some(v) => v,
-        None => chosen_variant(rec.gpu(), q, k, opts),
+        None => chosen_variant(rec.gpu(), rec.images(), q, k, opts),
     };
     check_operands(q, k, v, opts, out)?;
     if host::on_host(rec)? {
@@ -313,15 +313,23 @@ pub fn attention(
 }
 
 /// The registry's choice for the call's [`attention_class`] when the tuner made one and it supports the
-/// head dim, else [`choose_attention_variant`]. Shapes are checked later by the launcher.
-fn chosen_variant(gpu: &crate::gpu::Gpu, q: &Tensor, k: &Tensor, opts: &AttnOpts) -> AttnVariant {
+/// head dim, else [`choose_attention_variant`]. Shapes are checked later by the launcher. The class is
+/// one image's share of the batch (`images`, [`crate::gpu::Recorder::set_images`]), so that each image or
+/// request of a batch gets the kernel it gets alone.
+fn chosen_variant(
+    gpu: &crate::gpu::Gpu,
+    images: usize,
+    q: &Tensor,
+    k: &Tensor,
+    opts: &AttnOpts,
+) -> AttnVariant {
     let dim = |t: &Tensor, i: usize| t.shape().get(i).copied().unwrap_or(0);
     let d = q
         .shape()
         .last()
         .and_then(|w| w.checked_div(opts.heads))
         .unwrap_or(0);
-    let rows = dim(q, 0) * dim(q, 1);
+    let rows = dim(q, 0).div_ceil(images.max(1)) * dim(q, 1);
     let class = attention_class(
         rows,
         dim(k, 1),

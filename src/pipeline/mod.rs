@@ -43,6 +43,8 @@ mod load;
 mod observe;
 mod options;
 mod output;
+#[cfg(not(target_arch = "wasm32"))]
+mod prepare_batch;
 mod run;
 mod settings;
 mod tune;
@@ -58,6 +60,8 @@ pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{StopReason, TaskOutput, Timings, Usage};
+#[cfg(not(target_arch = "wasm32"))]
+pub use prepare_batch::PrepareItem;
 pub use run::Prepared;
 pub use settings::Settings;
 pub use tune::TuneSizes;

@@ -298,7 +298,7 @@ impl Pipeline {
     }
 
     /// `e`, when this pipeline made it.
-    fn owned<'e>(&self, e: &'e EncodedImage) -> Result<&'e EncodedImage> {
+    pub(crate) fn owned<'e>(&self, e: &'e EncodedImage) -> Result<&'e EncodedImage> {
         if e.owner != self.id {
             return Err(Error::InvalidInput(
                 "this EncodedImage was made by another model".into(),
@@ -371,6 +371,7 @@ impl Prepared {
 }
 
 /// What a task's answer needs besides its ids.
+#[derive(Clone)]
 pub(crate) struct TaskMeta {
     tp: AnyTaskPrompt,
     ids: Vec<u32>,
@@ -381,4 +382,38 @@ pub(crate) struct TaskMeta {
     preprocess_ms: f64,
     vision_ms: f64,
     encoder_ms: f64,
+}
+
+impl TaskMeta {
+    /// A task on an image encoded before (no image stages of its own); `encoder_ms` is set later.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn encoded(
+        tp: AnyTaskPrompt,
+        ids: Vec<u32>,
+        gen: GenerateOptions,
+        image: &EncodedImage,
+        tokenize_ms: f64,
+    ) -> TaskMeta {
+        TaskMeta {
+            tp,
+            ids,
+            gen,
+            image_size: image.image_size,
+            image_tokens: image.tokens(),
+            reused: true,
+            preprocess_ms: tokenize_ms,
+            vision_ms: 0.0,
+            encoder_ms: 0.0,
+        }
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn with_encoder_ms(self, encoder_ms: f64) -> TaskMeta {
+        TaskMeta { encoder_ms, ..self }
+    }
 }

@@ -15,6 +15,7 @@ mod decode_batch;
 mod decode_plan;
 mod demo_model;
 mod dtype_fidelity;
+mod encoder_batch;
 mod estimate;
 mod gpu_errors;
 mod layers;

@@ -81,18 +81,25 @@ impl Encoder {
 
     /// Record the encoder over `inputs_embeds` (1, S, D); returns the hidden states (1, S, D).
     pub fn forward(&self, rec: &mut Recorder, inputs_embeds: &Tensor) -> Result<Tensor> {
+        self.forward_batch(rec, std::slice::from_ref(inputs_embeds))
+    }
+
+    /// Record the encoder over several requests' `inputs_embeds`, each (1, S, D) with the same S, as
+    /// one batch; returns their hidden states (B, S, D), request b's at rows b*S..(b+1)*S. Kernels are
+    /// chosen for one request's share of each call ([`Recorder::set_images`], restored after), so each
+    /// request gets the bits it gets alone.
+    pub fn forward_batch(&self, rec: &mut Recorder, inputs_embeds: &[Tensor]) -> Result<Tensor> {
         const OP: &str = "bart encoder";
         let d = self.d;
-        if inputs_embeds.rank() != 3 || inputs_embeds.dim(0) != 1 || inputs_embeds.dim(2) != d {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "inputs_embeds {:?} must be (1, S, {d})",
-                    inputs_embeds.shape()
-                ),
-            ));
+        let s = inputs_embeds.first().map_or(0, |e| e.dim(1));
+        for e in inputs_embeds {
+            if e.rank() != 3 || e.dim(0) != 1 || e.dim(1) != s || e.dim(2) != d {
+                return Err(Error::shape(
+                    OP,
+                    format!("inputs_embeds {:?} must be (1, {s}, {d})", e.shape()),
+                ));
+            }
         }
-        let s = inputs_embeds.dim(1);
         if s == 0 || s > self.max_len() {
             return Err(Error::shape(
                 OP,
@@ -102,41 +109,67 @@ impl Encoder {
                 ),
             ));
         }
+        let images = rec.images();
+        rec.set_images(inputs_embeds.len());
+        let out = self.record_layers(rec, inputs_embeds, s);
+        rec.set_images(images);
+        out
+    }
+
+    fn record_layers(
+        &self,
+        rec: &mut Recorder,
+        inputs_embeds: &[Tensor],
+        s: usize,
+    ) -> Result<Tensor> {
+        let (b, d) = (inputs_embeds.len(), self.d);
         let gpu = rec.gpu().clone();
         let buf = |shape: &[usize], label: &str| Tensor::zeros(&gpu, shape, DType::F32, label);
-        let x = buf(&[s, d], "enc.x")?;
-        let q = buf(&[s, d], "enc.q")?;
-        let k = buf(&[s, d], "enc.k")?;
-        let v = buf(&[s, d], "enc.v")?;
-        let a = buf(&[s, d], "enc.attn")?;
-        let t = buf(&[s, d], "enc.tmp")?;
-        let f = buf(&[s, self.ffn], "enc.ffn")?;
-        let q3 = q.reshape(&[1, s, d])?;
-        let k3 = k.reshape(&[1, s, d])?;
-        let v3 = v.reshape(&[1, s, d])?;
-        let a3 = a.reshape(&[1, s, d])?;
+        let n = b * s;
+        let x = buf(&[n, d], "enc.x")?;
+        let q = buf(&[n, d], "enc.q")?;
+        let k = buf(&[n, d], "enc.k")?;
+        let v = buf(&[n, d], "enc.v")?;
+        let a = buf(&[n, d], "enc.attn")?;
+        let t = buf(&[n, d], "enc.tmp")?;
+        let f = buf(&[n, self.ffn], "enc.ffn")?;
+        let q3 = q.reshape(&[b, s, d])?;
+        let k3 = k.reshape(&[b, s, d])?;
+        let v3 = v.reshape(&[b, s, d])?;
+        let a3 = a.reshape(&[b, s, d])?;
         let opts = AttnOpts {
             heads: self.heads,
             scale: ((d / self.heads) as f32).powf(-0.5),
             ..Default::default()
         };
 
-        let emb = inputs_embeds.reshape(&[s, d])?;
-        self.embed_positions
-            .add_rows(rec, &emb, POS_OFFSET as u32, &x)?; // (S, D)
-        self.layernorm_embedding.forward(rec, &x, &x)?; // (S, D)
+        if let [one] = inputs_embeds {
+            let emb = one.reshape(&[s, d])?;
+            self.embed_positions
+                .add_rows(rec, &emb, POS_OFFSET as u32, &x)?; // (S, D)
+        } else {
+            // Each request's positions restart at 0: added per request in `t`, then moved into its rows.
+            let rows = (s * d * 4) as u64;
+            let ts = t.view(&[s, d], DType::F32)?;
+            for (i, e) in inputs_embeds.iter().enumerate() {
+                self.embed_positions
+                    .add_rows(rec, &e.reshape(&[s, d])?, POS_OFFSET as u32, &ts)?; // (S, D)
+                rec.copy_range(&t, 0, &x, i as u64 * rows, rows)?;
+            }
+        }
+        self.layernorm_embedding.forward(rec, &x, &x)?; // (B*S, D)
         for l in &self.layers {
             let at = &l.self_attn;
-            at.q_proj.forward(rec, &x, Act::None, &q)?; // (S, D)
-            at.k_proj.forward(rec, &x, Act::None, &k)?; // (S, D)
-            at.v_proj.forward(rec, &x, Act::None, &v)?; // (S, D)
-            ops::attention::attention(rec, &q3, &k3, &v3, &opts, &a3)?; // (1, S, D)
-            at.out_proj.forward_residual(rec, &a, Act::None, &x, &t)?; // (S, D) = x + out_proj(a)
-            l.self_attn_layer_norm.forward(rec, &t, &x)?; // (S, D)
-            l.fc1.forward(rec, &x, self.act, &f)?; // (S, F)
-            l.fc2.forward_residual(rec, &f, Act::None, &x, &t)?; // (S, D) = x + fc2(f)
-            l.final_layer_norm.forward(rec, &t, &x)?; // (S, D)
+            at.q_proj.forward(rec, &x, Act::None, &q)?; // (B*S, D)
+            at.k_proj.forward(rec, &x, Act::None, &k)?; // (B*S, D)
+            at.v_proj.forward(rec, &x, Act::None, &v)?; // (B*S, D)
+            ops::attention::attention(rec, &q3, &k3, &v3, &opts, &a3)?; // (B, S, D)
+            at.out_proj.forward_residual(rec, &a, Act::None, &x, &t)?; // (B*S, D) = x + out_proj(a)
+            l.self_attn_layer_norm.forward(rec, &t, &x)?; // (B*S, D)
+            l.fc1.forward(rec, &x, self.act, &f)?; // (B*S, F)
+            l.fc2.forward_residual(rec, &f, Act::None, &x, &t)?; // (B*S, D) = x + fc2(f)
+            l.final_layer_norm.forward(rec, &t, &x)?; // (B*S, D)
         }
-        x.reshape(&[1, s, d])
+        x.reshape(&[b, s, d])
     }
 }

@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use florence2_wasm::pipeline::{
-    BatchEvent, Callbacks, DecodeBatch, EncodedImage, Image, NeverCancel, Pipeline, Stopwatch,
-    TaskOptions, TaskOutput,
+    BatchEvent, DecodeBatch, EncodedImage, Image, Pipeline, PrepareItem, Stopwatch, TaskOptions,
+    TaskOutput,
 };
 use florence2_wasm::weights::WeightDType;
 use florence2_wasm::Error;
@@ -236,7 +236,8 @@ struct Runner<'a, 'p> {
 
 impl Runner<'_, '_> {
     /// Encode images `first..` (the vision tower on them as one batch where that gives each its own
-    /// bits: `Pipeline::encode_images`) and add their tasks to the batch.
+    /// bits: `Pipeline::encode_images`), prepare their tasks (prompts of one encoder length through the
+    /// encoder together: `Pipeline::prepare_batch`) and add them to the batch.
     fn start_images(
         &mut self,
         first: usize,
@@ -249,24 +250,28 @@ impl Runner<'_, '_> {
             .collect();
         let mut encoded = self.p.encode_images(&inputs).into_iter();
         drop(inputs);
+        let mut started = Vec::with_capacity(images.len());
         for (k, image) in images.into_iter().enumerate() {
             let e = image.and_then(|_| {
                 encoded
                     .next()
                     .unwrap_or_else(|| Err(Error::Image("an image was not encoded".into())))
             });
-            self.start_image(first + k, e)?;
+            if let Some(e) = self.start_image(first + k, e)? {
+                started.push((first + k, e));
+            }
         }
-        Ok(())
+        self.start_tasks(&started)
     }
 
-    /// Add image `i`'s tasks to the batch (error lines for what fails).
+    /// Record image `i` as in flight with its tasks to come; an image that failed gets its error line
+    /// and is done (`None`).
     fn start_image(
         &mut self,
         i: usize,
         encoded: florence2_wasm::Result<EncodedImage>,
-    ) -> Result<(), Failure> {
-        let (p, w) = (self.p, &self.work[i]);
+    ) -> Result<Option<EncodedImage>, Failure> {
+        let w = &self.work[i];
         self.images.resize_with(i + 1, || None);
         let encoded = match encoded {
             Ok(e) => e,
@@ -277,7 +282,8 @@ impl Runner<'_, '_> {
                     error: Some(e),
                     pre_vision: (0.0, 0.0),
                 });
-                return self.image_done(i);
+                self.image_done(i)?;
+                return Ok(None);
             }
         };
         self.images[i] = Some(InFlight {
@@ -286,20 +292,39 @@ impl Runner<'_, '_> {
             pre_vision: (encoded.preprocess_ms(), encoded.vision_ms()),
             lines: vec![None; w.prompts.len()],
         });
-        for (j, prompt) in w.prompts.iter().enumerate() {
-            let prepared = p.tasks().parse(prompt).and_then(|tp| {
-                pollster::block_on(p.prepare(
-                    (&encoded).into(),
-                    tp,
-                    self.options,
-                    &NeverCancel,
-                    &Callbacks::default(),
-                ))
+        Ok(Some(encoded))
+    }
+
+    /// Prepare the tasks of the images started together and add them to the batch (error lines for
+    /// what fails).
+    fn start_tasks(&mut self, started: &[(usize, EncodedImage)]) -> Result<(), Failure> {
+        let p = self.p;
+        let mut items = Vec::new();
+        let mut slots = Vec::new(); // per (image, prompt): Ok(index into items) or the prompt's error
+        for (i, encoded) in started {
+            for (j, prompt) in self.work[*i].prompts.iter().enumerate() {
+                let slot = p.tasks().parse(prompt).map(|tp| {
+                    items.push(PrepareItem {
+                        image: encoded,
+                        prompt: tp,
+                        options: self.options.clone(),
+                    });
+                    items.len() - 1
+                });
+                slots.push((*i, j, slot));
+            }
+        }
+        let mut prepared: Vec<Option<_>> = p.prepare_batch(&items).into_iter().map(Some).collect();
+        for (i, j, slot) in slots {
+            let pr = slot.and_then(|k| {
+                prepared[k]
+                    .take()
+                    .unwrap_or_else(|| Err(Error::Image("a task was not prepared".into())))
             });
             let tag = self.next_tag;
             self.next_tag += 1;
             self.tasks.insert(tag, (i, j));
-            if let Err(e) = prepared.and_then(|pr| self.batch.add(tag, pr)) {
+            if let Err(e) = pr.and_then(|pr| self.batch.add(tag, pr)) {
                 self.task_done(tag, Err(e))?;
             }
         }

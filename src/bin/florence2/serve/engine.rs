@@ -10,8 +10,8 @@ use florence2_wasm::estimate::{resolve_dtype, DTypeRequest};
 use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
 use florence2_wasm::gpu::GpuOptions;
 use florence2_wasm::pipeline::{
-    open_device, Callbacks, Device, EncodedImage, Image, Pipeline, Prepared, TaskInput,
-    TaskOptions, TaskOutput,
+    open_device, Device, EncodedImage, Image, Pipeline, PrepareItem, Prepared, TaskOptions,
+    TaskOutput,
 };
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
@@ -143,39 +143,62 @@ impl Engine {
         self.pipeline.encode_images(&images)
     }
 
-    /// Everything of one request before decoding, on its encoded image (prompt, encoder): the task for
-    /// a [`florence2_wasm::pipeline::DecodeBatch`], and the streamer of its text when `stream` asks for
-    /// one and the answer can stream (greedy decoding of a text task). `cancel` is asked between stages.
-    pub fn prepare(
+    /// Everything of the requests joining the batch together before decoding, on their encoded images
+    /// (prompt, encoder): prompts of one encoder length share the encoder's batch
+    /// ([`Pipeline::prepare_batch`]), each with the bits it gets alone. Each result is the task for a
+    /// [`florence2_wasm::pipeline::DecodeBatch`] and the streamer of its text when the request streams
+    /// and the answer can stream (greedy decoding of a text task).
+    pub fn prepare_batch(
         &self,
-        image: &EncodedImage,
-        prompt: &AnyTaskPrompt,
-        (max_tokens, num_beams): (Option<usize>, Option<usize>),
-        cancel: &dyn Fn() -> bool,
-        stream: bool,
-    ) -> Result<(Prepared, Option<TextStream>)> {
-        let options = TaskOptions {
-            max_new_tokens: max_tokens,
-            num_beams,
-            ..TaskOptions::default()
-        };
-        let prepared = pollster::block_on(self.pipeline.prepare(
-            TaskInput::Encoded(image),
-            prompt.clone(),
-            &options,
-            &cancel,
-            &Callbacks::default(),
-        ))?;
-        let greedy = prepared.generation().num_beams == 1;
-        let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
-        let streamer = (stream && greedy && text_task).then(|| TextStream {
-            task: prompt.clone(),
-            image_size: image.image_size(),
-            raw: String::new(),
-            emitted: String::new(),
-        });
-        Ok((prepared, streamer))
+        requests: &[Request<'_>],
+    ) -> Vec<Result<(Prepared, Option<TextStream>)>> {
+        let items: Vec<PrepareItem> = requests
+            .iter()
+            .map(|r| PrepareItem {
+                image: r.image,
+                prompt: r.prompt.clone(),
+                options: TaskOptions {
+                    max_new_tokens: r.limits.0,
+                    num_beams: r.limits.1,
+                    ..TaskOptions::default()
+                },
+            })
+            .collect();
+        let prepared = self.pipeline.prepare_batch(&items);
+        prepared
+            .into_iter()
+            .zip(requests)
+            .map(|(p, r)| Ok(with_streamer(p?, r.image, r.prompt, r.stream)))
+            .collect()
     }
+}
+
+/// One request of [`Engine::prepare_batch`]: its encoded image, task, (max tokens, beams) and whether it
+/// streams.
+pub struct Request<'a> {
+    pub image: &'a EncodedImage,
+    pub prompt: &'a AnyTaskPrompt,
+    pub limits: (Option<usize>, Option<usize>),
+    pub stream: bool,
+}
+
+/// The task and the streamer of its text when `stream` asks for one and the answer can stream (greedy
+/// decoding of a text task).
+fn with_streamer(
+    prepared: Prepared,
+    image: &EncodedImage,
+    prompt: &AnyTaskPrompt,
+    stream: bool,
+) -> (Prepared, Option<TextStream>) {
+    let greedy = prepared.generation().num_beams == 1;
+    let text_task = prompt.answer_task().answer_type() == AnswerType::PureText;
+    let streamer = (stream && greedy && text_task).then(|| TextStream {
+        task: prompt.clone(),
+        image_size: image.image_size(),
+        raw: String::new(),
+        emitted: String::new(),
+    });
+    (prepared, streamer)
 }
 
 impl Answer {

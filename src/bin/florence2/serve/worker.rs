@@ -26,10 +26,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device, EncodedImage};
+use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device, Prepared};
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
-use super::engine::{Answer, Engine, ModelInfo, TextStream};
+use super::engine::{Answer, Engine, ModelInfo, Request, TextStream};
 use super::error::ApiError;
 use super::metrics::{Metrics, Outcome, Phase};
 
@@ -282,42 +282,65 @@ impl<'e> Batcher<'e> {
             let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.image).collect();
             engine.encode_images(&images)
         }));
-        match encoded {
-            Ok(encoded) => {
-                for (job, image) in ready.into_iter().zip(encoded) {
-                    self.admit_one(batch, job, image);
-                }
-            }
+        let encoded = match encoded {
+            Ok(encoded) => encoded,
             Err(_) => {
                 for job in ready {
                     self.panicked(Live::of(job, None, 0.0));
                 }
+                return;
             }
+        };
+        // The prompts of the jobs whose images were encoded, through the encoder together.
+        let mut jobs = Vec::with_capacity(ready.len());
+        let mut images = Vec::with_capacity(ready.len());
+        for (job, image) in ready.into_iter().zip(encoded) {
+            match image {
+                Ok(image) => {
+                    jobs.push(job);
+                    images.push(image);
+                }
+                Err(e) => self.done(Live::of(job, None, 0.0), Err(e)),
+            }
+        }
+        let requests: Vec<Request> = jobs
+            .iter()
+            .zip(&images)
+            .map(|(job, image)| Request {
+                image,
+                prompt: &job.prompt,
+                limits: (job.max_tokens, job.num_beams),
+                stream: job.stream,
+            })
+            .collect();
+        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.prepare_batch(&requests)
+        }));
+        drop(requests);
+        let Ok(prepared) = prepared else {
+            for job in jobs {
+                self.panicked(Live::of(job, None, 0.0));
+            }
+            return;
+        };
+        for ((job, image), p) in jobs.into_iter().zip(images).zip(prepared) {
+            let image_s = (image.preprocess_ms() + image.vision_ms()) / 1e3;
+            drop(image);
+            self.admit_one(batch, job, p.map(|(p, text)| (p, text, image_s)));
         }
     }
 
-    /// Prepare one job on its encoded image and add it to the batch, or answer why not.
+    /// Add one prepared job to the batch, or answer why not.
     fn admit_one(
         &mut self,
         batch: &mut DecodeBatch<'e, u64>,
         job: Job,
-        image: florence2_wasm::Result<EncodedImage>,
+        prepared: florence2_wasm::Result<(Prepared, Option<TextStream>, f64)>,
     ) {
-        let (shared, engine) = (self.shared, self.engine);
-        let reply = &job.reply;
-        let cancelled = || reply.is_closed() || shared.abort.load(Ordering::Relaxed);
-        let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let image = image?;
-            let image_s = (image.preprocess_ms() + image.vision_ms()) / 1e3;
-            let limits = (job.max_tokens, job.num_beams);
-            engine
-                .prepare(&image, &job.prompt, limits, &cancelled, job.stream)
-                .map(|(p, text)| (p, text, image_s))
-        }));
+        let shared = self.shared;
         let added = match prepared {
-            Err(_) => Err(None),
-            Ok(Err(e)) => Err(Some(e)),
-            Ok(Ok((prepared, text, image_s))) => {
+            Err(e) => Err(Some(e)),
+            Ok((prepared, text, image_s)) => {
                 let id = self.next_id;
                 self.next_id += 1;
                 match batch.add(id, prepared) {
