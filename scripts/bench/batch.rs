@@ -3,7 +3,9 @@
 //! server ran them before batching), against one `Decoder::step_batch` for all R, with the CPU time of
 //! recording the batched step; R = 1, 2, 4, 8, on the committed demo model (or `BATCH_BENCH_MODEL=DIR`),
 //! its resident weights fp16 (`BATCH_BENCH_DTYPE`), on `BATCH_BENCH_DEVICE` (gpu, the default, or cpu).
-//! Cross K/V come from the model's encoder on its sample images. Alternating rounds, medians.
+//! Cross K/V come from the model's encoder on its sample images. Then the vision tower and the encoder
+//! (with the cross K/V) for B = 2, 4, 8 images or prompts, one at a time against one batch. Alternating
+//! rounds, medians.
 //!
 //! `cargo bench --bench batch`; under `cargo test` (no `--bench` argument) it only builds.
 
@@ -68,6 +70,7 @@ fn main() {
         })
         .collect();
     vision(&p);
+    encoder(&p);
     println!("R | one at a time ms/step | batched ms/step | ratio | batched record CPU ms");
     for r in [1usize, 2, 4, 8] {
         let states: Vec<DecoderState> = crosses[..r]
@@ -177,5 +180,49 @@ fn vision(p: &Pipeline) {
         }
         let (a, c) = (median(one), median(all));
         println!("{b} | {a:.1} | {c:.1} | {:.2}x | {same}", a / c);
+    }
+}
+
+/// The BART encoder + cross-attention K/V for B `<CAPTION>` prompts on B images' features: one at a
+/// time (`Florence2::encode_prompt`) vs one batch (`Florence2::encode_prompts`).
+fn encoder(p: &Pipeline) {
+    let cfg = p.processor();
+    let (h, w) = (cfg.height, cfg.width);
+    let gpu = p.gpu();
+    let prompt = p.tasks().parse("<CAPTION>").expect("task").encoder_text();
+    let ids = p.tokenizer().encode_prompt(&prompt).expect("ids");
+    let feats: Vec<_> = (0..8)
+        .map(|seed| {
+            let px: Vec<f32> = (0..3 * h * w)
+                .map(|i| (((i * 13 + seed * 29) % 255) as f32 / 127.5) - 1.0)
+                .collect();
+            p.model().encode_pixels(&px, [1, 3, h, w]).expect("vision")
+        })
+        .collect();
+    println!("B | encoder one at a time ms | batched ms | ratio");
+    for b in [2usize, 4, 8] {
+        let (mut one, mut all) = (Vec::new(), Vec::new());
+        for round in 0..=ROUNDS {
+            let t = Instant::now();
+            let singles: Vec<_> = feats[..b]
+                .iter()
+                .map(|f| p.model().encode_prompt(f, &ids).expect("encoder"))
+                .collect();
+            gpu.wait_idle().expect("wait");
+            let a = t.elapsed().as_secs_f64() * 1e3;
+            drop(singles);
+            let t = Instant::now();
+            let pairs: Vec<_> = feats[..b].iter().map(|f| (f, &ids[..])).collect();
+            let batch = p.model().encode_prompts(&pairs).expect("batch");
+            gpu.wait_idle().expect("wait");
+            let c = t.elapsed().as_secs_f64() * 1e3;
+            drop(batch);
+            if round > 0 {
+                one.push(a);
+                all.push(c);
+            }
+        }
+        let (a, c) = (median(one), median(all));
+        println!("{b} | {a:.2} | {c:.2} | {:.2}x", a / c);
     }
 }
