@@ -10,6 +10,27 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// The committed demo model (`www/models/florence2-shapes`, see its card).
+pub fn demo_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes")
+}
+
+/// The first `n` of the demo model's sample scenes (PNG bytes, in file-name order).
+pub fn demo_samples(n: usize) -> Vec<Vec<u8>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(demo_model().join("samples"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "png"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .take(n)
+        .map(|f| std::fs::read(f).unwrap())
+        .collect()
+}
+
 /// The reference cases of one fixture dir (`reference/<dir>/cases.json`).
 pub fn cases(dir: &str) -> Vec<Value> {
     let path = fixtures().join("reference").join(dir).join("cases.json");

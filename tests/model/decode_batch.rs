@@ -9,10 +9,9 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::gpu;
+use common::{fixtures, gpu};
 use florence2_wasm::gpu::Gpu;
 use florence2_wasm::pipeline::{
     cpu_device, BatchEvent, Callbacks, DecodeBatch, Image, NeverCancel, Pipeline, TaskInput,
@@ -21,15 +20,11 @@ use florence2_wasm::pipeline::{
 use florence2_wasm::weights::{LoadOptions, WeightDType};
 use serde_json::Value;
 
-fn model_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes")
-}
-
 /// (image bytes, prompt, options, the batch step it joins at).
 type Request = (Vec<u8>, String, TaskOptions, usize);
 
 fn requests() -> Vec<Request> {
-    let dir = model_dir().join("samples");
+    let dir = fixtures::demo_model().join("samples");
     let meta: Value =
         serde_json::from_slice(&std::fs::read(dir.join("targets.json")).unwrap()).unwrap();
     let mut out = Vec::new();
@@ -107,7 +102,8 @@ fn batched(
 }
 
 fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
-    let p = Pipeline::load_dir_with(g, &model_dir(), LoadOptions::with_dtype(dtype)).unwrap();
+    let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype))
+        .unwrap();
     let reqs = requests();
     assert!(reqs.len() >= 10, "{} requests", reqs.len());
     let want: Vec<TaskOutput> = reqs.iter().map(|r| alone(&p, r)).collect();

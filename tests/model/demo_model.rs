@@ -22,11 +22,10 @@
 #![cfg(not(target_arch = "wasm32"))]
 use crate::common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::fidelity::{forced_logits, top2};
-use common::gpu;
+use common::{fixtures, gpu};
 use florence2_wasm::gpu::{Gpu, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, TaskOutput};
@@ -47,15 +46,11 @@ const Q8_MIN_FORCED_TOP1: f64 = 0.98;
 
 const MAX_NEW_TOKENS: usize = 96;
 
-fn model_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes")
-}
-
 /// (image file name, image bytes, prompts): a committed sample, one prompt per task.
 type Sample = (String, Vec<u8>, Vec<String>);
 
 fn samples() -> Vec<Sample> {
-    let dir = model_dir().join("samples");
+    let dir = fixtures::demo_model().join("samples");
     let meta: Value =
         serde_json::from_slice(&std::fs::read(dir.join("targets.json")).unwrap()).unwrap();
     meta.as_array()
@@ -76,7 +71,7 @@ fn samples() -> Vec<Sample> {
 }
 
 fn load(g: &Arc<Gpu>, dtype: WeightDType) -> Pipeline {
-    Pipeline::load_dir_with(g, &model_dir(), LoadOptions::with_dtype(dtype)).unwrap()
+    Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype)).unwrap()
 }
 
 /// Every sample's answer to every one of its tasks, in order: with the model's generation config, or
@@ -137,8 +132,10 @@ fn compare(tok: &Florence2Tokenizer, got: &[u32], want: &[u32]) -> Match {
 }
 
 fn tokenizer() -> Florence2Tokenizer {
-    Florence2Tokenizer::from_json_bytes(&std::fs::read(model_dir().join("tokenizer.json")).unwrap())
-        .unwrap()
+    Florence2Tokenizer::from_json_bytes(
+        &std::fs::read(fixtures::demo_model().join("tokenizer.json")).unwrap(),
+    )
+    .unwrap()
 }
 
 /// Per answer, how `dtype`'s answers compare with fp32's; prints the counts.
@@ -230,7 +227,8 @@ fn fp16_answers_equal_fp32_on_the_samples() {
 }
 
 fn model(g: &Arc<Gpu>, dtype: WeightDType) -> Florence2 {
-    let (cfg, w) = weights::load_dir_with(g, &model_dir(), LoadOptions::with_dtype(dtype)).unwrap();
+    let (cfg, w) =
+        weights::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype)).unwrap();
     Florence2::new(g, cfg, &w).unwrap()
 }
 
@@ -238,7 +236,7 @@ fn model(g: &Arc<Gpu>, dtype: WeightDType) -> Florence2 {
 fn inputs(g: &Arc<Gpu>, samples: &[Sample]) -> Vec<(Tensor, Vec<u32>)> {
     let tok = tokenizer();
     let pre = ImageProcessorConfig::from_json_bytes(
-        &std::fs::read(model_dir().join("preprocessor_config.json")).unwrap(),
+        &std::fs::read(fixtures::demo_model().join("preprocessor_config.json")).unwrap(),
     )
     .unwrap();
     let mut out = Vec::new();

@@ -8,7 +8,7 @@
 //! difference is a bug.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::path::PathBuf;
+use crate::common::fixtures;
 use std::sync::Arc;
 
 use florence2_wasm::gpu::registry::ShapeClass;
@@ -20,23 +20,8 @@ use florence2_wasm::pipeline::{
     TaskOptions,
 };
 
-fn model_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes")
-}
-
 fn images(p: &Pipeline) -> Vec<EncodedImage> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(model_dir().join("samples"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "png"))
-        .collect();
-    files.sort();
-    let bytes: Vec<Vec<u8>> = files
-        .iter()
-        .take(3)
-        .map(|f| std::fs::read(f).unwrap())
-        .collect();
+    let bytes = fixtures::demo_samples(3);
     let inputs: Vec<Image> = bytes.iter().map(|b| Image::Encoded(b)).collect();
     p.encode_images(&inputs)
         .into_iter()
@@ -77,7 +62,7 @@ fn set_against_batches(g: &Gpu, p: &Pipeline, s: usize, b: usize) {
 
 fn check_on(g: &Arc<Gpu>, dtype: florence2_wasm::weights::WeightDType) {
     let opts = florence2_wasm::weights::LoadOptions::with_dtype(dtype);
-    let p = Pipeline::load_dir_with(g, &model_dir(), opts).unwrap();
+    let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), opts).unwrap();
     let what = format!("{} {dtype:?}", g.describe());
     let encoded = images(&p);
     let items: Vec<PrepareItem> = TASKS

@@ -6,7 +6,7 @@
 //! any difference is a bug.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::path::PathBuf;
+use crate::common::fixtures;
 use std::sync::Arc;
 
 use florence2_wasm::gpu::{readback, Gpu, GpuOptions};
@@ -15,29 +15,11 @@ use florence2_wasm::ops::matmul::LinearVariant;
 use florence2_wasm::pipeline::{cpu_device, Image, Pipeline};
 use florence2_wasm::weights::{LoadOptions, WeightDType};
 
-fn model_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes")
-}
-
-fn samples() -> Vec<Vec<u8>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(model_dir().join("samples"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "png"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .take(3)
-        .map(|p| std::fs::read(p).unwrap())
-        .collect()
-}
-
 fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
-    let p = Pipeline::load_dir_with(g, &model_dir(), LoadOptions::with_dtype(dtype)).unwrap();
+    let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype))
+        .unwrap();
     let what = format!("{} {dtype:?}", g.describe());
-    let imgs = samples();
+    let imgs = fixtures::demo_samples(3);
     let (h, w) = (p.processor().height, p.processor().width);
     assert!(p.model().can_batch_images(imgs.len(), h, w), "{what}");
     if !g.is_host() {
