@@ -286,7 +286,7 @@ class CharHead(torch.nn.Module):
         return torch.nn.functional.cross_entropy(y[on], chars[on])
 
 
-def char_losses(model, heads, stage_out, feats, enc, chars, idx):
+def char_losses(heads, stage_out, feats, enc, chars, idx):
     """The letter probes: on the tower's second stage (one cell per point), on the projected image tokens and
     on the same tokens after the text encoder (CHAR_GRID x CHAR_GRID points each)."""
     assert stage_out.shape[-1] == chars.shape[-1], "the second stage's grid is the letter grid"
@@ -344,7 +344,7 @@ def forward_loss(model, st, pix, rows, aux=None, head=None, loc_sigma=0.0, per_r
         s2 = model._stage2_out  # (B, C2, 24, 24), set by the hook of add_stage_hook
         if probes_only:
             s2 = s2.detach()
-        al = al + char_aux * char_losses(model, char_heads, s2, feats[:, 1:], enc, aux[3], idx)
+        al = al + char_aux * char_losses(char_heads, s2, feats[:, 1:], enc, aux[3], idx)
     if lm_aux > 0:
         # the text encoder's image tokens, read by the (tied) LM head, name what is there: class, colour and
         # word tokens and the object's location tokens, so the decoder's first steps find the answer's

@@ -329,7 +329,7 @@ fn chosen_variant(
         .last()
         .and_then(|w| w.checked_div(opts.heads))
         .unwrap_or(0);
-    let rows = dim(q, 0).div_ceil(images.max(1)) * dim(q, 1);
+    let rows = dim(q, 0).div_ceil(images) * dim(q, 1);
     let class = attention_class(
         rows,
         dim(k, 1),

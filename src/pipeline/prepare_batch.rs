@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::gpu::Tensor;
+use crate::model::bart::CrossKv;
 use crate::pipeline::clock::Stopwatch;
 use crate::pipeline::image::{EncodedImage, TaskInput};
 use crate::pipeline::observe::Callbacks;
@@ -45,19 +46,17 @@ impl Pipeline {
             }
         }
         for group in groups.into_values() {
-            if group.len() < 2 {
-                for (i, s) in group {
-                    out[i] = Some(self.prepare_alone(s.item));
-                }
-                continue;
-            }
-            match self.encode_group(&group) {
-                Ok(done) => {
-                    for ((i, _), p) in group.iter().zip(done) {
-                        out[*i] = Some(Ok(p));
+            let batched = (group.len() >= 2)
+                .then(|| self.encode_group(&group).ok())
+                .flatten();
+            match batched {
+                Some((crosses, ms)) => {
+                    for ((i, s), cross) in group.into_iter().zip(crosses) {
+                        let meta = s.meta.with_encoder_ms(ms);
+                        out[i] = Some(Ok(Prepared { meta, cross }));
                     }
                 }
-                Err(_) => {
+                None => {
                     for (i, s) in group {
                         out[i] = Some(self.prepare_alone(s.item));
                     }
@@ -93,8 +92,9 @@ impl Pipeline {
         ))
     }
 
-    /// One encoder batch for tasks of one sequence length.
-    fn encode_group(&self, group: &[(usize, Staged<'_>)]) -> Result<Vec<Prepared>> {
+    /// One encoder batch for tasks of one sequence length: each task's cross-attention K/V, and each
+    /// task's share of the batch's time (ms).
+    fn encode_group(&self, group: &[(usize, Staged<'_>)]) -> Result<(Vec<CrossKv>, f64)> {
         let gpu = self.model.gpu();
         gpu.check()?;
         let pairs: Vec<(&Tensor, &[u32])> = group
@@ -104,13 +104,6 @@ impl Pipeline {
         let t = Stopwatch::start();
         let encoded = self.model.encode_prompts(&pairs)?;
         let ms = pollster::block_on(t.ms_after_gpu(gpu))? / group.len() as f64;
-        Ok(group
-            .iter()
-            .zip(encoded)
-            .map(|((_, s), enc)| Prepared {
-                meta: s.meta.clone().with_encoder_ms(ms),
-                cross: enc.cross,
-            })
-            .collect())
+        Ok((encoded.into_iter().map(|e| e.cross).collect(), ms))
     }
 }

@@ -371,7 +371,6 @@ impl Prepared {
 }
 
 /// What a task's answer needs besides its ids.
-#[derive(Clone)]
 pub(crate) struct TaskMeta {
     tp: AnyTaskPrompt,
     ids: Vec<u32>,
