@@ -71,7 +71,10 @@ fn main() {
         .collect();
     vision(&p);
     encoder(&p);
-    println!("R | one at a time ms/step | batched ms/step | ratio | batched record CPU ms");
+    println!(
+        "R | one at a time ms/step | batched ms/step | ratio | batched record CPU ms \
+         | replayed ms/step | replayed record CPU ms"
+    );
     for r in [1usize, 2, 4, 8] {
         let states: Vec<DecoderState> = crosses[..r]
             .iter()
@@ -83,6 +86,9 @@ fn main() {
         let scratch = dec.batch_scratch(&gpu, r).expect("scratch");
         let mut states = states;
         let (mut alone, mut batched, mut record) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut replayed, mut replay_cpu) = (Vec::new(), Vec::new());
+        // The batched step recorded once (what DecodeBatch replays while its tasks stay the same).
+        let mut plan = None;
         for round in 0..=ROUNDS {
             // Alone: each request's planned step, its own submit, waited for.
             let t = Instant::now();
@@ -113,17 +119,39 @@ fn main() {
                 gpu.wait_idle().expect("wait");
             }
             let b = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+            // Batched and replayed.
+            let t = Instant::now();
+            let mut cpu_replay = 0.0;
+            for pos in 0..STEPS as u32 {
+                for s in states.iter() {
+                    s.write_tokens(&[2 + pos]).expect("tokens");
+                    s.write_step(pos).expect("step");
+                }
+                let c = cpu_secs();
+                let mut rec = Recorder::new(&gpu);
+                let refs: Vec<&DecoderState> = states.iter().collect();
+                rec.replay_cached(&mut plan, |rec| dec.step_batch(rec, &refs, &scratch))
+                    .expect("replay");
+                rec.submit().expect("submit");
+                cpu_replay += cpu_secs() - c;
+                gpu.wait_idle().expect("wait");
+            }
+            let c = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
             if round > 0 {
                 alone.push(a);
                 batched.push(b);
                 record.push(cpu * 1e3 / STEPS as f64);
+                replayed.push(c);
+                replay_cpu.push(cpu_replay * 1e3 / STEPS as f64);
             }
         }
         let (a, b) = (median(alone), median(batched));
         println!(
-            "{r} | {a:.2} | {b:.2} | {:.2}x | {:.2}",
+            "{r} | {a:.2} | {b:.2} | {:.2}x | {:.2} | {:.2} | {:.2}",
             a / b,
-            median(record)
+            median(record),
+            median(replayed),
+            median(replay_cpu)
         );
     }
 }

@@ -4,9 +4,13 @@
 //! own KV caches, greedy or beam search. Its answer equals, token for token and bit for bit in its
 //! logits, the answer it gets alone ([`Pipeline::run_prompt`]): the jobs are the same
 //! ([`crate::model::generate::DecodeJob`]) and a batched step's rows do not depend on each other.
+//!
+//! A batched step is recorded once per set of tasks and replayed while the same tasks step together
+//! (its kernels read each task's tokens and position from the task's buffers); a task that joins or
+//! leaves makes the next step record anew.
 
 use crate::error::Result;
-use crate::gpu::Recorder;
+use crate::gpu::{Plan, Recorder};
 use crate::model::bart::{BatchScratch, DecoderState};
 use crate::model::generate::{Begin, DecodeJob};
 use crate::pipeline::clock::Stopwatch;
@@ -40,6 +44,11 @@ pub struct DecodeBatch<'p, T> {
     scratch: Option<BatchScratch>,
     /// Rows (beams) of the largest step so far.
     peak_rows: usize,
+    /// The recorded batched step and the states it steps ([`DecoderState::id`], in order).
+    step_plan: Option<(Vec<u64>, Plan)>,
+    /// Batched steps run, and of those the ones recorded anew (not replayed).
+    batched_steps: usize,
+    recorded_steps: usize,
 }
 
 impl<'p, T: Copy> DecodeBatch<'p, T> {
@@ -49,6 +58,9 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
             entries: Vec::new(),
             scratch: None,
             peak_rows: 0,
+            step_plan: None,
+            batched_steps: 0,
+            recorded_steps: 0,
         }
     }
 
@@ -59,6 +71,12 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Steps that ran several tasks' decoder rows together, and how many of them were recorded anew
+    /// rather than replayed (the CPU backend records every step: it runs what it records).
+    pub fn batched_steps(&self) -> (usize, usize) {
+        (self.batched_steps, self.recorded_steps)
     }
 
     /// Decoder rows (beams) of every task in the batch.
@@ -91,6 +109,9 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
             }
             !c
         });
+        if !gone.is_empty() {
+            self.step_plan = None; // it keeps the buffers of the tasks it steps alive
+        }
         gone
     }
 
@@ -161,6 +182,7 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
         if self.scratch.as_ref().is_none_or(|s| s.rows() < rows) {
             // Grown to the most rows seen (never shrunk while the batch lives).
             self.scratch = None;
+            self.step_plan = None;
             let gpu = self.pipeline.gpu();
             self.scratch = Some(decoder.batch_scratch(gpu, self.peak_rows)?);
         }
@@ -168,10 +190,19 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
             .iter()
             .filter_map(|&(i, _)| self.entries[i].job.state())
             .collect();
-        match &self.scratch {
-            Some(scratch) => decoder.step_batch(rec, &states, scratch),
-            None => Ok(()),
-        }
+        let Some(scratch) = &self.scratch else {
+            return Ok(());
+        };
+        let key: Vec<u64> = states.iter().map(|s| s.id()).collect();
+        let mut plan = match self.step_plan.take() {
+            Some((k, plan)) if k == key => Some(plan),
+            _ => None,
+        };
+        self.batched_steps += 1;
+        self.recorded_steps += usize::from(plan.is_none());
+        let done = rec.replay_cached(&mut plan, |rec| decoder.step_batch(rec, &states, scratch));
+        self.step_plan = plan.map(|p| (key, p));
+        done
     }
 
     fn push_tokens(&mut self, i: usize, new: &mut Vec<u32>, events: &mut Vec<BatchEvent<T>>) {
@@ -189,6 +220,7 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
 
     /// Remove the failed and the finished tasks, with their events.
     fn finish(&mut self, failed: Vec<(usize, crate::Error)>, events: &mut Vec<BatchEvent<T>>) {
+        let before = self.entries.len();
         let mut failed = failed;
         failed.sort_by_key(|f| std::cmp::Reverse(f.0));
         failed.dedup_by_key(|f| f.0);
@@ -209,6 +241,9 @@ impl<'p, T: Copy> DecodeBatch<'p, T> {
                 .pipeline
                 .finish_task(e.meta, ids, decode_ms, &Callbacks::default());
             events.push(BatchEvent::Done(e.tag, Box::new(out)));
+        }
+        if self.entries.len() < before {
+            self.step_plan = None; // it keeps the buffers of the tasks that left alive
         }
     }
 }

@@ -65,6 +65,7 @@ fn batched(
     BTreeMap<usize, TaskOutput>,
     BTreeMap<usize, Vec<u32>>,
     usize,
+    (usize, usize),
 ) {
     let mut batch = DecodeBatch::new(p);
     let (mut done, mut streamed) = (BTreeMap::new(), BTreeMap::<usize, Vec<u32>>::new());
@@ -98,7 +99,7 @@ fn batched(
             }
         }
     }
-    (done, streamed, most)
+    (done, streamed, most, batch.batched_steps())
 }
 
 fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
@@ -107,9 +108,20 @@ fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
     let reqs = requests();
     assert!(reqs.len() >= 10, "{} requests", reqs.len());
     let want: Vec<TaskOutput> = reqs.iter().map(|r| alone(&p, r)).collect();
-    let (got, streamed, most) = batched(&p, &reqs, None);
+    let (got, streamed, most, (steps, recorded)) = batched(&p, &reqs, None);
     let what = format!("{} {dtype:?}", g.describe());
     assert!(most >= 4, "{what}: at most {most} tasks decoded together");
+    // A batched step is recorded once per set of tasks (a join or a leave) and replayed otherwise; the
+    // CPU backend runs what it records, every step.
+    let joins_and_leaves = 2 * reqs.len();
+    if g.is_host() {
+        assert_eq!(recorded, steps, "{what}");
+    } else {
+        assert!(
+            recorded <= joins_and_leaves && recorded < steps,
+            "{what}: {recorded} of {steps} batched steps recorded anew"
+        );
+    }
     assert_eq!(got.len(), reqs.len());
     for (i, w) in want.iter().enumerate() {
         let o = &got[&i];
@@ -125,7 +137,7 @@ fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
     assert!(lens.len() >= 4, "{what}: answer lengths {lens:?}");
 
     // A task cancelled mid-batch leaves it; the others' answers do not change.
-    let (got, _, _) = batched(&p, &reqs[..5], Some((1, 2)));
+    let (got, _, _, _) = batched(&p, &reqs[..5], Some((1, 2)));
     assert!(!got.contains_key(&1));
     for i in [0, 2, 3, 4] {
         assert_eq!(

@@ -89,6 +89,10 @@ pub const REORDER_CHUNK_ROWS: usize = 64;
 /// cross-attention K/V, the per-step scratch buffers and the logits.
 pub struct DecoderState {
     gpu: Arc<Gpu>,
+    /// Unique for the process's lifetime: what a recorded batched step ([`DecodeBatch`]) is keyed by.
+    ///
+    /// [`DecodeBatch`]: crate::pipeline::DecodeBatch
+    id: u64,
     batch: usize,
     max_len: usize,
     cross: CrossKv,
@@ -116,6 +120,9 @@ pub struct DecoderState {
     /// The recorded step ([`Decoder::step_planned`]), built on its first use.
     plan: Option<Plan>,
 }
+
+/// The next [`DecoderState::id`].
+static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Indices into [`DecoderState`]'s step buffer.
 /// [kv_len, q_offset] at 0 and 1: what `ops::attention::attention` reads through `AttnOpts::dyn_len`.
@@ -339,6 +346,7 @@ impl Decoder {
         }
         Ok(DecoderState {
             gpu: gpu.clone(),
+            id: NEXT_STATE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             batch: b,
             max_len,
             cross: cross.clone(),
@@ -454,6 +462,11 @@ impl Decoder {
 impl DecoderState {
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// This state's identity (never shared by two states of one process).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Cache positions per reorder chunk (default [`REORDER_CHUNK_ROWS`]; tests use small values to
