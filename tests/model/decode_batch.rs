@@ -57,16 +57,16 @@ fn alone(p: &Pipeline, r: &Request) -> TaskOutput {
 
 /// Run `reqs` through one batch, each joining at its step (`cancel_at`: (request, step) to cancel).
 /// Returns the answers, the streamed ids per request, and the most tasks decoding together.
-fn batched(
-    p: &Pipeline,
-    reqs: &[Request],
-    cancel_at: Option<(usize, usize)>,
-) -> (
+/// What a batched run gave: each task's answer and streamed tokens, the most tasks that decoded together,
+/// and (batched steps, of them recorded anew).
+type Batched = (
     BTreeMap<usize, TaskOutput>,
     BTreeMap<usize, Vec<u32>>,
     usize,
     (usize, usize),
-) {
+);
+
+fn batched(p: &Pipeline, reqs: &[Request], cancel_at: Option<(usize, usize)>) -> Batched {
     let mut batch = DecodeBatch::new(p);
     let (mut done, mut streamed) = (BTreeMap::new(), BTreeMap::<usize, Vec<u32>>::new());
     let mut most = 0;
