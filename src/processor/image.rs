@@ -372,7 +372,9 @@ pub fn decode_image(bytes: &[u8], limits: &ImageLimits) -> Result<RgbImage> {
 /// Pillow's exactly; CMYK/YCCK files are converted with Pillow's formula. The header is read first and
 /// the pixel limit checked as above; the output buffer plus libjpeg's coefficient buffer (progressive
 /// files) must fit `max_alloc_bytes`. In the wasm build (which decodes in the browser when it can) and
-/// without the feature, the image crate's decoder is used: up to 3 grey levels from Pillow's pixels.
+/// without the feature, this crate's decoder matched to libjpeg-turbo ([`decode_jpeg_portable`]) gives
+/// the same pixels; files it does not cover (arithmetic coding, 12-bit, lossless, progressive files
+/// whose blocks libjpeg smooths) go to the image crate's decoder (up to 3 grey levels from Pillow's).
 pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -> Result<RgbImage> {
     let format = ::image::guess_format(bytes).map_err(|_| {
         Error::Image(format!(
@@ -399,15 +401,12 @@ pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -
         {
             let headers = crate::processor::jpeg::headers(bytes);
             let img = crate::processor::turbojpeg::decode(bytes, &headers, limits)?;
-            // Unreadable EXIF counts as "no transform", as in `ImageOps.exif_transpose`.
-            let orientation = headers
-                .exif
-                .as_deref()
-                .and_then(Orientation::from_exif_chunk)
-                .unwrap_or(Orientation::NoTransforms);
-            let mut img = DynamicImage::ImageRgb8(img);
-            img.apply_orientation(orientation);
-            return dynamic_to_rgb(img, alpha);
+            return oriented_jpeg(img, &headers, alpha);
+        }
+        // Elsewhere our decoder matched to it; the image crate's for what it does not cover.
+        #[cfg(not(all(feature = "libjpeg-turbo", not(target_arch = "wasm32"))))]
+        if let Some(img) = decode_jpeg_portable(bytes, limits, alpha)? {
+            return Ok(img);
         }
     }
     let mut dec_limits = Limits::default();
@@ -437,6 +436,39 @@ pub fn decode_image_with(bytes: &[u8], limits: &ImageLimits, alpha: AlphaMode) -
     // `ImageOps.exif_transpose`; unreadable EXIF counts as "no transform", as there.
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let mut img = DynamicImage::from_decoder(decoder).map_err(img_err)?;
+    img.apply_orientation(orientation);
+    dynamic_to_rgb(img, alpha)
+}
+
+/// Decodes a JPEG with this crate's own decoder ([`crate::processor::jpeg_decoder`], libjpeg-turbo's
+/// pixels in pure Rust: what the wasm build uses outside the browser), EXIF orientation applied;
+/// `Ok(None)` for a file it does not cover. Truncated files are refused as [`decode_image`] refuses them.
+pub fn decode_jpeg_portable(
+    bytes: &[u8],
+    limits: &ImageLimits,
+    alpha: AlphaMode,
+) -> Result<Option<RgbImage>> {
+    crate::processor::jpeg::check_complete(bytes).map_err(Error::Image)?;
+    let headers = crate::processor::jpeg::headers(bytes);
+    match crate::processor::jpeg_decoder::decode(bytes, limits)? {
+        Some(img) => oriented_jpeg(img, &headers, alpha).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A decoded JPEG turned by its EXIF orientation (unreadable EXIF counts as "no transform", as in
+/// `ImageOps.exif_transpose`).
+fn oriented_jpeg(
+    img: RgbImage,
+    headers: &crate::processor::jpeg::Headers,
+    alpha: AlphaMode,
+) -> Result<RgbImage> {
+    let orientation = headers
+        .exif
+        .as_deref()
+        .and_then(Orientation::from_exif_chunk)
+        .unwrap_or(Orientation::NoTransforms);
+    let mut img = DynamicImage::ImageRgb8(img);
     img.apply_orientation(orientation);
     dynamic_to_rgb(img, alpha)
 }

@@ -213,6 +213,21 @@ pub fn headers(b: &[u8]) -> Headers {
     out
 }
 
+/// One pixel of libjpeg's CMYK output (Adobe-inverted samples) to RGB as Pillow does it: the `CMYK;I`
+/// unpacker inverts each sample, then `cmyk2rgb` computes `nk - nk * c / 255` with `nk = 255 - k`
+/// (the division rounded the way Pillow's `MULDIV255` rounds).
+pub(crate) fn inverted_cmyk_to_rgb(raw: [u8; 4]) -> [u8; 3] {
+    // Inverting k gives k' = 255 - raw_k, so nk = 255 - k' = raw_k.
+    let nk = u32::from(raw[3]);
+    let ch = |raw_c: u8| {
+        let c = 255 - u32::from(raw_c);
+        let t = c * nk + 128;
+        let m = ((t >> 8) + t) >> 8;
+        nk.saturating_sub(m) as u8
+    };
+    [ch(raw[0]), ch(raw[1]), ch(raw[2])]
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_complete;

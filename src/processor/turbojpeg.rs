@@ -22,7 +22,7 @@
 use std::ffi::{c_char, c_int, c_uchar, c_ulong, c_void, CStr};
 
 use super::image::{ImageLimits, RgbImage};
-use super::jpeg::Headers;
+use super::jpeg::{inverted_cmyk_to_rgb, Headers};
 use crate::error::{Error, Result};
 
 type TjHandle = *mut c_void;
@@ -221,24 +221,9 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
         .ok_or_else(|| Error::Image("JPEG pixel buffer size mismatch".into()))
 }
 
-/// One pixel of libjpeg's CMYK output (Adobe-inverted samples) to RGB as Pillow does it: the `CMYK;I`
-/// unpacker inverts each sample, then `cmyk2rgb` computes `nk - nk * c / 255` with `nk = 255 - k`
-/// (the division rounded the way Pillow's `MULDIV255` rounds).
-fn inverted_cmyk_to_rgb(raw: [u8; 4]) -> [u8; 3] {
-    // Inverting k gives k' = 255 - raw_k, so nk = 255 - k' = raw_k.
-    let nk = u32::from(raw[3]);
-    let ch = |raw_c: u8| {
-        let c = 255 - u32::from(raw_c);
-        let t = c * nk + 128;
-        let m = ((t >> 8) + t) >> 8;
-        nk.saturating_sub(m) as u8
-    };
-    [ch(raw[0]), ch(raw[1]), ch(raw[2])]
-}
-
 #[cfg(test)]
 mod tests {
-    use super::inverted_cmyk_to_rgb;
+    use super::super::jpeg::inverted_cmyk_to_rgb;
 
     /// Endpoints of Pillow's formula: no ink is white, full black is black, full cyan zeroes red only.
     #[test]

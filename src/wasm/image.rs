@@ -5,9 +5,9 @@
 //!   our own decoder, exactly as the native CLI decodes a file (EXIF orientation applied). A JPEG is
 //!   decoded by the browser (`createImageBitmap` with `colorSpaceConversion: "none"`, EXIF orientation
 //!   from the image): Chromium's decoder is libjpeg-turbo, as Pillow's is, and gives Pillow's pixels
-//!   exactly (scripts/npm/images_test.mjs measures it), where ours differs by up to 3 grey levels; where
-//!   the browser cannot decode it, or there is no `createImageBitmap` (Node.js), ours is used, exactly
-//!   as the native CLI's. Any other type the browser decodes (WebP, AVIF, GIF's first frame, BMP, ...)
+//!   exactly (scripts/npm/images_test.mjs measures it); where the browser cannot decode it, or there is
+//!   no `createImageBitmap` (Node.js), ours is used ([`crate::processor::jpeg_decoder`], matched to
+//!   libjpeg-turbo: Pillow's pixels too). Any other type the browser decodes (WebP, AVIF, GIF's first frame, BMP, ...)
 //!   goes through `createImageBitmap`.
 //! - A `string` or `URL`: fetched, then read as a `Blob` (an HTML answer is refused).
 //! - Decoded images (`ImageData`, `ImageBitmap`, `HTMLImageElement`, `HTMLCanvasElement`,
