@@ -227,13 +227,14 @@ impl Florence2 {
             .map(|(image, ids)| self.prompt_embeds(&mut rec, image, ids))
             .collect::<Result<Vec<_>>>()?; // B x (1, S, D)
         let hidden = self.encoder.forward_batch(&mut rec, &embeds)?; // (B, S, D)
+        let crosses = self.decoder.cross_kv_batch(&mut rec, &hidden)?; // B x per layer (1, S, D)
         let (s, d) = (hidden.dim(1), hidden.dim(2));
         let bytes = (s * d * 4) as u64;
         let mut out = Vec::with_capacity(items.len());
-        for (i, (inputs_embeds, (image, _))) in embeds.into_iter().zip(items).enumerate() {
+        let each = embeds.into_iter().zip(items).zip(crosses);
+        for (i, ((inputs_embeds, (image, _)), cross)) in each.enumerate() {
             let own = Tensor::zeros(&self.gpu, &[1, s, d], DType::F32, "encoder_out")?;
             rec.copy_range(&hidden, i as u64 * bytes, &own, 0, bytes)?;
-            let cross = self.decoder.cross_kv(&mut rec, &own)?; // per layer (1, S, D)
             out.push(EncoderOutput {
                 inputs_embeds,
                 hidden: own,

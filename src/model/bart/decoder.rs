@@ -282,6 +282,68 @@ impl Decoder {
         Ok(CrossKv { k, v, len: s })
     }
 
+    /// [`Decoder::cross_kv`] of each of the B encoder outputs in `hidden` (B, S, D), projected as one
+    /// batch of B x S rows with the kernels chosen for one output's S rows ([`Recorder::set_images`]),
+    /// so each request's K/V equal, bit for bit, those of its own call; then copied into each request's
+    /// own (1, S, D) tensors.
+    pub fn cross_kv_batch(&self, rec: &mut Recorder, hidden: &Tensor) -> Result<Vec<CrossKv>> {
+        let d = self.d;
+        if hidden.rank() != 3 || hidden.dim(2) != d {
+            return Err(Error::shape(
+                "cross_kv_batch",
+                format!("encoder outputs {:?} must be (B, S, {d})", hidden.shape()),
+            ));
+        }
+        let (b, s) = (hidden.dim(0), hidden.dim(1));
+        let gpu = rec.gpu().clone();
+        let x = hidden.reshape(&[b * s, d])?;
+        let kvd = self.kv_dtype;
+        let all = Tensor::zeros(&gpu, &[b * s, d], kvd, "cross.batch")?; // (B*S, D)
+        let scratch = match kvd {
+            DType::F16 => Some(Tensor::zeros(&gpu, &[b * s, d], DType::F32, "cross.f32")?),
+            _ => None,
+        };
+        let mut out: Vec<CrossKv> = (0..b)
+            .map(|_| CrossKv {
+                k: Vec::with_capacity(self.layers.len()),
+                v: Vec::with_capacity(self.layers.len()),
+                len: s,
+            })
+            .collect();
+        let bytes = kvd.buffer_bytes(&[s, d])?;
+        let images = rec.images();
+        rec.set_images(b);
+        let project = |rec: &mut Recorder, lin: &Linear, label: &str| -> Result<Vec<Tensor>> {
+            match &scratch {
+                Some(f) => {
+                    lin.forward(rec, &x, Act::None, f)?; // (B*S, D) f32
+                    ops::cast::f32_to_f16(rec, f, &all)?; // (B*S, D) f16
+                }
+                None => lin.forward(rec, &x, Act::None, &all)?, // (B*S, D)
+            }
+            (0..b)
+                .map(|i| {
+                    let t = Tensor::zeros(&gpu, &[1, s, d], kvd, label)?;
+                    rec.copy_range(&all, i as u64 * bytes, &t, 0, bytes)?;
+                    Ok(t)
+                })
+                .collect()
+        };
+        let done = (|| -> Result<()> {
+            for (i, l) in self.layers.iter().enumerate() {
+                let ks = project(rec, &l.encoder_attn.k_proj, &format!("cross.k{i}"))?;
+                let vs = project(rec, &l.encoder_attn.v_proj, &format!("cross.v{i}"))?;
+                for (o, (k, v)) in out.iter_mut().zip(ks.into_iter().zip(vs)) {
+                    o.k.push(k);
+                    o.v.push(v);
+                }
+            }
+            Ok(())
+        })();
+        rec.set_images(images);
+        done.map(|()| out)
+    }
+
     /// GPU bytes of what [`Decoder::new_state`] allocates for a decoder of `cfg`'s shapes, `batch` rows,
     /// `max_len` positions and caches of `kv_dtype` (the self-attention caches, the per-step scratch,
     /// the logits and the step buffer; the cross K/V are the caller's), plus the reorder spare
