@@ -106,7 +106,9 @@ for c in golden["cases"][::6]:
     put("postprocess", struct.pack("<HH", w, h) + c["text"].encode())
 
 # image: the small fixture images.
-for p in ["images/grey.png", "images/scene.jpg", "images/scene.png", "processor/jpeg/color420.jpg"]:
+for p in ["images/grey.png", "images/scene.jpg", "images/scene.png", "processor/jpeg/color420.jpg",
+          "images/jpeg/progressive420.jpg", "images/jpeg/restart_blocks420.jpg", "images/jpeg/odd422.jpg",
+          "images/jpeg/cmyk.jpg"]:
     put("image", (FIX / p).read_bytes())
 
 # json: a few shapes.
