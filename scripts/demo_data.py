@@ -34,6 +34,11 @@ WORDS = (
     "OPEN SALE STOP EXIT CAFE PARK HOTEL TAXI BUS FOOD BOOK SHOP BANK PIZZA MUSIC LOVE HELLO WORLD "
     "NORTH SOUTH EAST WEST CITY ZONE GAME TIME DATA CODE RIVER HOME SHOES TEA"
 ).split()
+# Text height (the font size) as a fraction of the image side, and what happens to a two-word line too wide for
+# the image: "shorten" keeps its first word, "skip" drops the item. The first stages of the committed model saw
+# (0.075, 0.13) and "skip"; set_text_style() selects them (train_demo_model.py --text-size, --line-fit).
+TEXT_SIZE = (0.11, 0.17)
+LINE_FIT = "shorten"
 ROWS = ["top", "middle", "bottom"]
 COLS = ["left", "center", "right"]
 
@@ -50,6 +55,13 @@ TASKS = [
     "<REGION_TO_OCR>",
 ]
 TEXT_TASKS = {"<OCR>", "<OCR_WITH_REGION>", "<REGION_TO_OCR>"}
+
+
+def set_text_style(size, line_fit):
+    global TEXT_SIZE, LINE_FIT
+    if line_fit not in ("shorten", "skip") or not 0 < size[0] <= size[1] < 0.5:
+        raise ValueError(f"text style {size} {line_fit}")
+    TEXT_SIZE, LINE_FIT = tuple(size), line_fit
 
 
 def cell_name(cell):
@@ -219,10 +231,13 @@ def sample_scene(rs, size):
             words = [x.capitalize() for x in words]
         text = " ".join(words)
         font = FONTS[rs.randint(len(FONTS))]
-        fsize = int(rs.randint(int(0.075 * h), int(0.13 * h) + 1))
+        fsize = int(rs.randint(int(TEXT_SIZE[0] * h), int(TEXT_SIZE[1] * h) + 1))
         angle = 0.0 if rs.rand() < 0.65 else float(rs.uniform(-25, 25))
         colour = TEXT_COLOURS[rs.randint(len(TEXT_COLOURS))]
         lay, quad = text_layer(text, font, fsize, colour, angle)
+        if LINE_FIT == "shorten" and nw == 2 and (lay.width >= w - 2 or lay.height >= h - 2):
+            text = words[0]
+            lay, quad = text_layer(text, font, fsize, colour, angle)
         if lay.width >= w - 2 or lay.height >= h - 2:
             continue
         for _try in range(20):
