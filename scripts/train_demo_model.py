@@ -789,8 +789,10 @@ figures to 44%, 19% and 4.9% in 1198 steps, with OCR's held-out loss unchanged (
 11-17% high (stage 5: a letter about a third of an image token wide instead of a fifth) and the LM-head probe
 naming the word at each encoder image token, OCR's held-out loss fell from 2.20 (the language prior) to 0.65
 and its teacher-forced word accuracy rose from 0.53 to 0.74 over 6000 steps (its held-out figures are on the
-larger text); the words come out right far more often than their case (title-case words are often read in
-capitals: the character accuracy below counts case).
+larger text); the same probes then find the letter at a point of the second stage 81% of the time, at the
+projected tokens 80%, and the word at a point of the projected tokens 52% (on the larger text). The words
+come out right far more often than their case (title-case words are often read in capitals: the character
+accuracy below counts case).
 Wall time
 {summ["wall_s"] / 60:.0f} min on a 2-core machine shared with other work. Final training loss (EMA)
 {summ["train_loss_ema"]:.3f}, held-out loss {summ["heldout_loss"]:.3f} (token cross-entropy, first 24 held-out
