@@ -102,47 +102,19 @@ fn main() {
                 }
             }
             let a = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
-            // Batched: one step for all, one submit, waited for.
-            let t = Instant::now();
-            let mut cpu = 0.0;
-            for pos in 0..STEPS as u32 {
-                for s in states.iter() {
-                    s.write_tokens(&[2 + pos]).expect("tokens");
-                    s.write_step(pos).expect("step");
-                }
-                let c = cpu_secs();
-                let mut rec = Recorder::new(&gpu);
-                let refs: Vec<&DecoderState> = states.iter().collect();
-                dec.step_batch(&mut rec, &refs, &scratch).expect("batch");
-                rec.submit().expect("submit");
-                cpu += cpu_secs() - c;
-                gpu.wait_idle().expect("wait");
-            }
-            let b = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
-            // Batched and replayed.
-            let t = Instant::now();
-            let mut cpu_replay = 0.0;
-            for pos in 0..STEPS as u32 {
-                for s in states.iter() {
-                    s.write_tokens(&[2 + pos]).expect("tokens");
-                    s.write_step(pos).expect("step");
-                }
-                let c = cpu_secs();
-                let mut rec = Recorder::new(&gpu);
-                let refs: Vec<&DecoderState> = states.iter().collect();
-                rec.replay_cached(&mut plan, |rec| dec.step_batch(rec, &refs, &scratch))
-                    .expect("replay");
-                rec.submit().expect("submit");
-                cpu_replay += cpu_secs() - c;
-                gpu.wait_idle().expect("wait");
-            }
-            let c = t.elapsed().as_secs_f64() * 1e3 / STEPS as f64;
+            // Batched: one step for all, one submit, waited for; recorded anew, then replayed.
+            let (b, cpu) = batched_steps(&gpu, &states, &mut |rec, refs| {
+                dec.step_batch(rec, refs, &scratch)
+            });
+            let (c, cpu_replay) = batched_steps(&gpu, &states, &mut |rec, refs| {
+                rec.replay_cached(&mut plan, |rec| dec.step_batch(rec, refs, &scratch))
+            });
             if round > 0 {
                 alone.push(a);
                 batched.push(b);
-                record.push(cpu * 1e3 / STEPS as f64);
+                record.push(cpu);
                 replayed.push(c);
-                replay_cpu.push(cpu_replay * 1e3 / STEPS as f64);
+                replay_cpu.push(cpu_replay);
             }
         }
         let (a, b) = (median(alone), median(batched));
@@ -154,6 +126,32 @@ fn main() {
             median(replay_cpu)
         );
     }
+}
+
+/// STEPS batched decoder steps of `states`, each recorded by `record`, submitted and waited for: (wall ms
+/// per step, CPU ms per step of recording and submitting).
+fn batched_steps(
+    gpu: &Arc<Gpu>,
+    states: &[DecoderState],
+    record: &mut dyn FnMut(&mut Recorder, &[&DecoderState]) -> florence2_wasm::Result<()>,
+) -> (f64, f64) {
+    let t = Instant::now();
+    let mut cpu = 0.0;
+    for pos in 0..STEPS as u32 {
+        for s in states {
+            s.write_tokens(&[2 + pos]).expect("tokens");
+            s.write_step(pos).expect("step");
+        }
+        let c = cpu_secs();
+        let mut rec = Recorder::new(gpu);
+        let refs: Vec<&DecoderState> = states.iter().collect();
+        record(&mut rec, &refs).expect("batched step");
+        rec.submit().expect("submit");
+        cpu += cpu_secs() - c;
+        gpu.wait_idle().expect("wait");
+    }
+    let per = |x: f64| x * 1e3 / STEPS as f64;
+    (per(t.elapsed().as_secs_f64()), per(cpu))
 }
 
 /// The vision tower + projector for B images: one at a time vs one batch of B (and whether each image's
