@@ -121,6 +121,23 @@ pub struct DecoderState {
     plan: Option<Plan>,
 }
 
+/// `out` = `lin(x)` in `out`'s element type: f32 directly, f16 through the f32 `scratch` of x's shape.
+fn project_kv(
+    rec: &mut Recorder,
+    lin: &Linear,
+    x: &Tensor,
+    scratch: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
+    match scratch {
+        Some(f) => {
+            lin.forward(rec, x, Act::None, f)?; // (N, D) f32
+            ops::cast::f32_to_f16(rec, f, out) // (N, D) f16
+        }
+        None => lin.forward(rec, x, Act::None, out), // (N, D)
+    }
+}
+
 /// The next [`DecoderState::id`].
 static NEXT_STATE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -264,13 +281,7 @@ impl Decoder {
         };
         let project = |rec: &mut Recorder, lin: &Linear, label: String| -> Result<Tensor> {
             let t = Tensor::zeros(&gpu, &[s, d], kvd, &label)?;
-            match &scratch {
-                Some(f) => {
-                    lin.forward(rec, &x, Act::None, f)?; // (S, D) f32
-                    ops::cast::f32_to_f16(rec, f, &t)?; // (S, D) f16
-                }
-                None => lin.forward(rec, &x, Act::None, &t)?, // (S, D)
-            }
+            project_kv(rec, lin, &x, scratch.as_ref(), &t)?; // (S, D)
             t.reshape(&[1, s, d])
         };
         let mut k = Vec::with_capacity(self.layers.len());
@@ -314,13 +325,7 @@ impl Decoder {
         let images = rec.images();
         rec.set_images(b);
         let project = |rec: &mut Recorder, lin: &Linear, label: &str| -> Result<Vec<Tensor>> {
-            match &scratch {
-                Some(f) => {
-                    lin.forward(rec, &x, Act::None, f)?; // (B*S, D) f32
-                    ops::cast::f32_to_f16(rec, f, &all)?; // (B*S, D) f16
-                }
-                None => lin.forward(rec, &x, Act::None, &all)?, // (B*S, D)
-            }
+            project_kv(rec, lin, &x, scratch.as_ref(), &all)?; // (B*S, D)
             (0..b)
                 .map(|i| {
                     let t = Tensor::zeros(&gpu, &[1, s, d], kvd, label)?;

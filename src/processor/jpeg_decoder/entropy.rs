@@ -191,9 +191,9 @@ impl<'a> Bits<'a> {
         }
     }
 
-    /// Skip to the restart marker after the bits read so far (discarding the partial byte); returns
-    /// whether one was found. The position ends after it.
-    pub(super) fn restart(&mut self) -> bool {
+    /// Skip to the restart marker after the bits read so far (discarding the partial byte); the position
+    /// ends after it, or at the next other marker when the scan ended early.
+    pub(super) fn restart(&mut self) {
         self.buf = 0;
         self.count = 0;
         self.insufficient = false;
@@ -203,7 +203,7 @@ impl<'a> Bits<'a> {
             let Some(&b) = self.data.get(i) else {
                 self.pos = i;
                 self.at_marker = true;
-                return false;
+                return;
             };
             if b != 0xFF {
                 i += 1;
@@ -213,13 +213,13 @@ impl<'a> Bits<'a> {
                 Some(0xD0..=0xD7) => {
                     self.pos = i + 2;
                     self.at_marker = false;
-                    return true;
+                    return;
                 }
                 Some(0x00 | 0xFF) => i += 1,
                 _ => {
                     self.pos = i;
                     self.at_marker = true;
-                    return false;
+                    return;
                 }
             }
         }

@@ -364,10 +364,14 @@ fn read_scan(b: &[u8], f: &mut Frame, t: &Tables) -> Result<Scan> {
 
 /// Decode one scan's entropy data (from `pos`) into the frame's coefficients; returns where its data
 /// ends (the next marker).
+/// Huffman table `k` of a set, which a scan needs.
+fn table(set: &[Option<Huffman>; 4], k: usize) -> Result<&Huffman> {
+    set[k]
+        .as_ref()
+        .ok_or_else(|| bad("a missing Huffman table"))
+}
+
 fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) -> Result<usize> {
-    let table = |set: &[Option<Huffman>; 4], k: usize| {
-        set[k].clone().ok_or_else(|| bad("a missing Huffman table"))
-    };
     let dc_needed = !f.progressive || (s.ss == 0 && s.ah == 0);
     let ac_needed = !f.progressive || s.ss > 0;
     let mut dc = Vec::new();
@@ -436,16 +440,16 @@ fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) ->
             let block = &mut comp.coefs[by * comp.bw + bx];
             match (f.progressive, s.ss == 0) {
                 (false, _) => {
-                    let (Some(d), Some(a)) = (&dc[k], &ac[k]) else {
+                    let (Some(d), Some(a)) = (dc[k], ac[k]) else {
                         continue;
                     };
                     entropy::sequential_block(&mut bits, d, a, &mut pred[k], block);
                 }
                 (true, true) => {
-                    entropy::dc_progressive(&mut bits, dc[k].as_ref(), s.al, &mut pred[k], block)
+                    entropy::dc_progressive(&mut bits, dc[k], s.al, &mut pred[k], block)
                 }
                 (true, false) => {
-                    let Some(a) = &ac[k] else { continue };
+                    let Some(a) = ac[k] else { continue };
                     if s.ah == 0 {
                         entropy::ac_first(&mut bits, a, band, &mut eobrun, block);
                     } else {
@@ -478,6 +482,12 @@ fn smoothing_applies(f: &Frame) -> bool {
 /// Inverse DCT, upsampling and colour conversion of the decoded frame.
 fn output(f: &Frame, t: &Tables) -> Result<RgbImage> {
     let (w, h) = (f.width, f.height);
+    if f.comps
+        .iter()
+        .any(|c| !f.hmax.is_multiple_of(c.h) || !f.vmax.is_multiple_of(c.v))
+    {
+        return Err(bad("fractional sampling ratios"));
+    }
     let mut planes = Vec::with_capacity(f.comps.len());
     for c in &f.comps {
         let quant = c.quant.unwrap_or([0; 64]); // never scanned: libjpeg outputs its zero blocks' 128s
@@ -488,9 +498,6 @@ fn output(f: &Frame, t: &Tables) -> Result<RgbImage> {
                 let at = by * 8 * stride + bx * 8;
                 idct::idct_islow(&c.coefs[by * c.bw + bx], &quant, &mut p[at..], stride);
             }
-        }
-        if !f.hmax.is_multiple_of(c.h) || !f.vmax.is_multiple_of(c.v) {
-            return Err(bad("fractional sampling ratios"));
         }
         let plane = Plane {
             data: &p,
