@@ -573,12 +573,10 @@ fn loading_queue_full_and_disconnect_cancellation() {
     let json_h = [("Content-Type", "application/json")];
 
     // 503 while loading (the worker is held before it reports ready), on /health and on chat.
-    for _ in 0..600 {
-        if try_request(server.addr, "GET", "/health", &[], b"").is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    assert!(
+        poll_until(|| try_request(server.addr, "GET", "/health", &[], b"").is_ok()),
+        "the server never listened"
+    );
     let h = server.get("/health");
     assert_eq!(h.status, 503);
     assert_eq!(h.json()["status"], "loading");
@@ -691,6 +689,56 @@ fn loading_queue_full_and_disconnect_cancellation() {
         alone["choices"][0]["message"]
     );
     assert_eq!(server.metric("florence2_in_flight"), 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client that leaves while its image is still being decoded (admitted, not yet queued for the
+/// worker) is counted as a disconnect and a cancelled request, and its slot is freed. Under load the
+/// decoding takes longer, which is how `loading_queue_full_and_disconnect_cancellation` once missed
+/// the disconnect of a client dropped in that window; the `decode` hold makes the window certain here.
+#[test]
+fn disconnect_while_the_image_decodes_is_counted() {
+    let dir = std::env::temp_dir().join(format!("florence2-serve-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hold = dir.join("hold");
+    let server = Server::start(
+        "tiny4",
+        &["--max-batch", "1"],
+        &[("FLORENCE2_SERVE_HOLD_FILE", hold.to_str().unwrap())],
+    );
+    server.wait_ready();
+    std::fs::write(&hold, "decode").unwrap();
+    let body = serde_json::to_vec(&chat_body(
+        "<CAPTION>",
+        &data_url("scene.png"),
+        json!({"max_tokens": 20}),
+    ))
+    .unwrap();
+    let json_h = [("Content-Type", "application/json")];
+    let c = send(server.addr, "POST", "/v1/chat/completions", &json_h, &body);
+    server.wait_metric("florence2_in_flight", 1.0);
+    drop(c);
+    server.wait_metric("florence2_client_disconnects_total", 1.0);
+    server.wait_metric("florence2_requests_total{outcome=\"cancelled\"}", 1.0);
+    std::fs::remove_file(&hold).unwrap();
+    // The slot is free and nothing reached the worker: the next request is the only one encoded.
+    assert!(
+        poll_until(|| server.metric("florence2_in_flight") == 0.0),
+        "the slot of the client that left was not freed"
+    );
+    let r = request(server.addr, "POST", "/v1/chat/completions", &json_h, &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = server.get("/metrics").text();
+    assert_eq!(
+        metric(&text, "florence2_phase_seconds_count{phase=\"encode\"}"),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "florence2_requests_total{outcome=\"cancelled\"}"),
+        1.0
+    );
+    assert_eq!(metric(&text, "florence2_client_disconnects_total"), 1.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -26,6 +26,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use florence2_wasm::pipeline::StopReason;
+use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 use florence2_wasm::processor::prompt::Task;
 
@@ -34,7 +35,7 @@ use super::engine::Answer;
 use super::error::ApiError;
 use super::metrics::{Outcome, Phase};
 use super::remote::{fetch_image, RemoteLimits};
-use super::worker::{Event, Job, Shared, FAILED};
+use super::worker::{hold, Event, HoldPoint, Job, Shared, FAILED};
 
 /// Settings and shared state of the routes.
 pub struct AppState {
@@ -311,6 +312,13 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         .try_acquire_owned()
         .map_err(|_| ApiError::queue_full(state.capacity))?;
     let admitted = Instant::now();
+    // Armed from admission on: a client that leaves while its image is fetched or decoded (before the
+    // worker can see its reply channel close) is counted too.
+    let mut guard = DisconnectGuard {
+        shared: shared.clone(),
+        armed: true,
+        queued: false,
+    };
 
     let ChatRequest {
         prompt,
@@ -320,6 +328,78 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         stream,
         include_usage,
     } = req;
+    let parts = JobParts {
+        prompt,
+        image,
+        max_tokens,
+        num_beams,
+        stream,
+        admitted,
+    };
+    let rx = match queue_job(state, parts, permit).await {
+        Ok(rx) => rx,
+        // An answer (an error status) reaches the client: not a disconnect.
+        Err(e) => {
+            guard.armed = false;
+            return Err(e);
+        }
+    };
+    // From here on the worker counts the request's outcome.
+    guard.queued = true;
+
+    let id = format!("chatcmpl-{:016x}{:08x}", rand_u64(), unix_now() as u32);
+    let meta = Meta {
+        id,
+        created: unix_now(),
+        model: state.model_id.clone(),
+    };
+    if stream {
+        Ok(sse_response(meta, rx, include_usage, guard))
+    } else {
+        let mut rx = rx;
+        loop {
+            let event = rx.recv().await;
+            guard.armed = false;
+            match event {
+                Some(Event::Step | Event::Text(_)) => guard.armed = true,
+                Some(Event::Done(done)) => {
+                    return match *done {
+                        Ok(answer) => Ok(Json(completion(&meta, &answer)).into_response()),
+                        Err(e) => Err(e),
+                    }
+                }
+                None => return Err(ApiError::shutting_down()),
+            }
+        }
+    }
+}
+
+/// What a parsed chat request gives its job.
+struct JobParts {
+    prompt: AnyTaskPrompt,
+    image: ImageSource,
+    max_tokens: Option<usize>,
+    num_beams: Option<usize>,
+    stream: bool,
+    admitted: Instant,
+}
+
+/// An admitted request's image fetched (when remote) and decoded, then its job queued for the worker:
+/// the receiver of its events.
+async fn queue_job(
+    state: &Arc<AppState>,
+    parts: JobParts,
+    permit: OwnedSemaphorePermit,
+) -> Result<UnboundedReceiver<Event>, ApiError> {
+    let shared = &state.shared;
+    let JobParts {
+        prompt,
+        image,
+        max_tokens,
+        num_beams,
+        stream,
+        admitted,
+    } = parts;
     let (image, permit) = match image {
         ImageSource::Inline(bytes) => (bytes, permit),
         ImageSource::Remote { param, url } => {
@@ -344,10 +424,14 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
     let image_permit = reserve_image(state, &image)?;
     let limits = state.image_limits;
     let t = Instant::now();
-    let rgb = tokio::task::spawn_blocking(move || decode_image(&image, &limits))
-        .await
-        .map_err(|e| ApiError::internal(format!("image decoding task failed: {e}")))?
-        .map_err(|e| ApiError::from_engine(&e))?;
+    let held = state.shared.clone();
+    let rgb = tokio::task::spawn_blocking(move || {
+        hold(&held, HoldPoint::Decode);
+        decode_image(&image, &limits)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("image decoding task failed: {e}")))?
+    .map_err(|e| ApiError::from_engine(&e))?;
     shared
         .metrics
         .observe(Phase::Decode, t.elapsed().as_secs_f64());
@@ -376,49 +460,25 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
             return Err(ApiError::shutting_down());
         }
     }
-
-    let id = format!("chatcmpl-{:016x}{:08x}", rand_u64(), unix_now() as u32);
-    let meta = Meta {
-        id,
-        created: unix_now(),
-        model: state.model_id.clone(),
-    };
-    let guard = DisconnectGuard {
-        shared: shared.clone(),
-        armed: true,
-    };
-    if stream {
-        Ok(sse_response(meta, rx, include_usage, guard))
-    } else {
-        let mut guard = guard;
-        let mut rx = rx;
-        loop {
-            let event = rx.recv().await;
-            guard.armed = false;
-            match event {
-                Some(Event::Step | Event::Text(_)) => guard.armed = true,
-                Some(Event::Done(done)) => {
-                    return match *done {
-                        Ok(answer) => Ok(Json(completion(&meta, &answer)).into_response()),
-                        Err(e) => Err(e),
-                    }
-                }
-                None => return Err(ApiError::shutting_down()),
-            }
-        }
-    }
+    Ok(rx)
 }
 
 /// Counts a client that went away: dropped (by hyper, when the connection closes) while still armed.
+/// A request dropped before it reached the worker's queue is also counted as cancelled (the worker,
+/// which counts every queued request's outcome, never sees it).
 struct DisconnectGuard {
     shared: Arc<Shared>,
     armed: bool,
+    queued: bool,
 }
 
 impl Drop for DisconnectGuard {
     fn drop(&mut self) {
         if self.armed {
             self.shared.metrics.disconnect();
+            if !self.queued {
+                self.shared.metrics.count(Outcome::Cancelled);
+            }
         }
     }
 }

@@ -76,8 +76,9 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Test hook (`FLORENCE2_SERVE_HOLD_FILE`, unset in production): while this file exists and is empty
     /// the worker neither finishes loading nor starts the next request; while it contains `step` the
-    /// worker pauses before each decode step instead; while it contains `oom` each request fails as a
-    /// GPU out-of-memory error would. Tests use it to observe "loading", fill the queue, disconnect while
+    /// worker pauses before each decode step instead; while it contains `decode` a request handler
+    /// pauses while it decodes its image (before its job is queued); while it contains `oom` each
+    /// request fails as a GPU out-of-memory error would. Tests use it to observe "loading", fill the queue, disconnect while
     /// queued or while decoding, and see the answer to memory exhaustion, deterministically.
     pub hold_file: Option<PathBuf>,
 }
@@ -103,20 +104,23 @@ impl Shared {
 
 /// Where the worker may be held (see [`Shared::hold_file`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum HoldPoint {
+pub(super) enum HoldPoint {
     /// Before finishing the load and before each request (hold file empty).
     Request,
     /// Before each decode step (hold file says `step`).
     Step,
+    /// In a request handler, before its image is decoded (hold file says `decode`).
+    Decode,
 }
 
 /// Wait while the hold file holds `point` (bounded: 10 minutes), unless aborting.
-fn hold(shared: &Shared, point: HoldPoint) {
+pub(super) fn hold(shared: &Shared, point: HoldPoint) {
     let Some(path) = &shared.hold_file else {
         return;
     };
     let holds = || match std::fs::read_to_string(path) {
         Ok(s) if s.trim() == "step" => point == HoldPoint::Step,
+        Ok(s) if s.trim() == "decode" => point == HoldPoint::Decode,
         Ok(s) if s.trim() == "oom" => false,
         Ok(_) => point == HoldPoint::Request,
         Err(_) => false,
