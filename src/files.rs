@@ -100,6 +100,35 @@ pub fn read_stream_capped(r: impl Read, what: &str, max_bytes: u64) -> Result<Ve
     Ok(buf)
 }
 
+/// Write `bytes` to `path` so that no reader, and no later run after a crash, ever sees part of it:
+/// the bytes go to a temporary file beside it (`NAME.PID.tmp`), are flushed to the disk, and the file
+/// is renamed over `path`. On any failure (a full disk, say) the temporary file is removed, `path` keeps
+/// its old contents, and the error names `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let shown = path.display().to_string();
+    let fail = |e: std::io::Error| Error::FileWrite {
+        file: shown.clone(),
+        msg: e.to_string(),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(
+        "{}.{}.tmp",
+        name.unwrap_or_default(),
+        std::process::id()
+    ));
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;

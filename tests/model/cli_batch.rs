@@ -30,6 +30,23 @@ fn scratch(name: &str) -> PathBuf {
 /// `florence2 run` on tiny2 (f32, greedy, 6 new tokens) with the given tasks and `args`; `stdin` is fed
 /// to it.
 fn run(tasks: &[&str], args: &[&str], stdin: &str) -> Output {
+    let mut child = command(tasks, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The `florence2 run` command of [`run`], not started.
+fn command(tasks: &[&str], args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
     cmd.env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
         .env("NODEVICE_SELECT", "1")
@@ -46,20 +63,8 @@ fn run(tasks: &[&str], args: &[&str], stdin: &str) -> Output {
     for t in tasks {
         cmd.args(["--task", t]);
     }
-    let mut child = cmd
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    cmd.args(args);
+    cmd
 }
 
 fn lines(text: &[u8]) -> Vec<Value> {
@@ -212,6 +217,202 @@ fn resume_continues_a_cut_off_run() {
         lines(std::fs::read_to_string(&out).unwrap().as_bytes()).len(),
         8
     );
+}
+
+/// `kill -9` at seeded random points of a batch (mid-line or between lines, wherever the output file
+/// has grown past a seeded byte count), then `--resume`: in the end every (image, task) pair is answered
+/// exactly once, every line is whole JSON, and the answers equal an uninterrupted run's.
+#[test]
+fn kill_9_at_random_points_then_resume_answers_each_pair_once() {
+    let d = scratch("kill9");
+    let out = d.join("out.jsonl");
+    let out_s = out.display().to_string();
+    // 12 images (4 fixtures, 3 copies each under their own names): 24 answers.
+    let mut paths = Vec::new();
+    for copy in 0..3 {
+        for name in ["scene.png", "grey.png", "scene.jpg", "rgba.png"] {
+            let p = d.join(format!("{copy}-{name}"));
+            std::fs::copy(image(name), &p).unwrap();
+            paths.push(p.display().to_string());
+        }
+    }
+    let list = d.join("list.txt");
+    std::fs::write(&list, paths.join("\n") + "\n").unwrap();
+    let list_s = list.display().to_string();
+    let args = ["--images-from", list_s.as_str(), "--output", out_s.as_str()];
+    let full = run(&TASKS, &args, "");
+    assert!(full.status.success(), "{}", stderr(&full));
+    let full_text = std::fs::read(&out).unwrap();
+    let full_lines = lines(&full_text);
+    assert_eq!(full_lines.len(), 24);
+    let key = |v: &Value| (v["image"].to_string(), v["prompt"].to_string());
+
+    let mut killed_mid_run = 0;
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for seed in 0..4 {
+        std::fs::remove_file(&out).unwrap();
+        // A seeded point in (0, full size): the child is killed once the file has grown past it.
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(seed + 1);
+        let at = 1 + (state >> 33) % (full_text.len() as u64 - 1);
+        let mut child = command(&TASKS, &args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        loop {
+            let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+            if len >= at || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let cut = std::fs::read(&out).unwrap_or_default();
+        if cut.len() < full_text.len() {
+            killed_mid_run += 1;
+        }
+        let mut resume = args.to_vec();
+        resume.push("--resume");
+        let resumed = run(&TASKS, &resume, "");
+        assert!(
+            resumed.status.success(),
+            "seed {seed}: {}",
+            stderr(&resumed)
+        );
+        let text = std::fs::read(&out).unwrap();
+        assert_eq!(text.last(), Some(&b'\n'), "seed {seed}: no torn last line");
+        let after = lines(&text);
+        assert_eq!(
+            after.len(),
+            24,
+            "seed {seed} (killed at {} bytes)",
+            cut.len()
+        );
+        let pairs: BTreeSet<_> = after.iter().map(key).collect();
+        assert_eq!(pairs.len(), 24, "seed {seed}: each pair exactly once");
+        for v in &after {
+            let same = full_lines.iter().find(|f| key(f) == key(v)).unwrap();
+            assert_same_answer(v, same, &format!("seed {seed}"));
+        }
+    }
+    // The kills land before the end (the point is below the full size); should the child finish in
+    // the moment between the file check and the kill, that seed still checks `--resume` on a whole file.
+    assert!(killed_mid_run >= 1, "no kill landed mid-run");
+}
+
+/// A full disk while `--output` is written: a named error on stderr, exit status 1, the lines written
+/// before it whole (a cut-off last line is what `--resume` drops), and `--resume` on a disk with room
+/// completes the batch with the uninterrupted answers. The disk is an 8 KiB tmpfs mounted in a private
+/// mount namespace (`unshare`; as root, else in a user namespace), so nothing outside the test sees it.
+#[test]
+fn a_full_disk_is_a_named_error_and_resume_completes() {
+    let d = scratch("full_disk");
+    let small = d.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let names = ["scene.png", "grey.png", "scene.jpg", "rgba.png"];
+    let paths: Vec<String> = (0..3)
+        .flat_map(|c| names.iter().map(move |n| (c, n)))
+        .map(|(c, n)| {
+            let p = d.join(format!("{c}-{n}"));
+            std::fs::copy(image(n), &p).unwrap();
+            p.display().to_string()
+        })
+        .collect();
+    let list = d.join("list.txt");
+    std::fs::write(&list, paths.join("\n") + "\n").unwrap();
+    let list_s = list.display().to_string();
+    let full_out = d.join("full.jsonl").display().to_string();
+    let full = run(
+        &TASKS,
+        &["--images-from", &list_s, "--output", &full_out],
+        "",
+    );
+    assert!(full.status.success(), "{}", stderr(&full));
+    let full_lines = lines(&std::fs::read(&full_out).unwrap());
+    assert!(
+        std::fs::metadata(&full_out).unwrap().len() > 8192,
+        "the batch must overflow 8 KiB"
+    );
+
+    // The same batch into an 8 KiB file system; what it wrote is copied out before the mount goes.
+    let cmd = command(
+        &TASKS,
+        &["--images-from", &list_s, "--output", "$SMALL/out.jsonl"],
+    );
+    let mut script = format!(
+        "mount -t tmpfs -o size=8k tmpfs \"$SMALL\" || exit 99; \"{}\"",
+        env!("CARGO_BIN_EXE_florence2")
+    );
+    for a in cmd.get_args() {
+        let a = a.to_str().unwrap();
+        if a.starts_with("$SMALL") {
+            script += &format!(" \"{a}\"");
+        } else {
+            script += &format!(" '{a}'");
+        }
+    }
+    script += "; rc=$?; cp \"$SMALL/out.jsonl\" \"$OUT\"; exit $rc";
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .unwrap()
+        .stdout
+        == b"0\n";
+    let mut un = Command::new("unshare");
+    if !root {
+        un.args(["--user", "--map-root-user"]);
+    }
+    let cut = d.join("cut.jsonl");
+    let o = un
+        .args(["--mount", "sh", "-c", &script])
+        .env("SMALL", &small)
+        .env("OUT", &cut)
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(99), "could not mount a tmpfs: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a full disk is exit status 1: {err}"
+    );
+    assert!(
+        err.contains("out.jsonl") && err.contains("No space left"),
+        "{err}"
+    );
+    let text = std::fs::read(&cut).unwrap();
+    assert!(
+        !text.is_empty() && text.len() <= 8192,
+        "{} bytes",
+        text.len()
+    );
+    let whole = &text[..text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+    let kept = lines(whole);
+    assert!(kept.len() < full_lines.len());
+
+    // On a disk with room, --resume completes it: each pair once, the uninterrupted answers.
+    let cut_s = cut.display().to_string();
+    let resumed = run(
+        &TASKS,
+        &["--images-from", &list_s, "--output", &cut_s, "--resume"],
+        "",
+    );
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    let after = lines(&std::fs::read(&cut).unwrap());
+    let key = |v: &Value| (v["image"].to_string(), v["prompt"].to_string());
+    assert_eq!(after.len(), full_lines.len());
+    assert_eq!(
+        after.iter().map(key).collect::<BTreeSet<_>>().len(),
+        full_lines.len()
+    );
+    for v in &after {
+        let same = full_lines.iter().find(|f| key(f) == key(v)).unwrap();
+        assert_same_answer(v, same, "resumed after a full disk");
+    }
 }
 
 /// `--shard i/3` over a directory (recursive) gives disjoint slices whose union is the whole listing, in

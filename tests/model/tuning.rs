@@ -607,3 +607,73 @@ fn tune_blocking_shapes(
     ))
     .unwrap()
 }
+
+/// `florence2 tune` on a full disk: the cache it cannot write is a named error and exit status 1, no
+/// temporary file is left behind, and the cache written before is intact (the write goes to a
+/// temporary file renamed into place). The disk is a 1 MiB tmpfs in a private mount namespace
+/// (`unshare`; as root, else in a user namespace) that the test fills.
+#[test]
+fn a_full_disk_leaves_the_tuning_cache_intact_and_tune_fails() {
+    let d = cache_dir("full_disk");
+    let (small, out) = (d.join("small"), d.join("out"));
+    std::fs::create_dir_all(&small).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    let model = common::fixtures::fixtures().join("models/tiny2");
+    let tune = format!(
+        "'{}' tune --model '{}' --device gpu --dtype fp32 --tuning auto --budget-ms 300 --image-size 32",
+        env!("CARGO_BIN_EXE_florence2"),
+        model.display()
+    );
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs \"$XDG_CACHE_HOME\" || exit 99
+         {tune} >/dev/null 2>\"$OUT/first.err\" || exit 98
+         cp \"$XDG_CACHE_HOME\"/florence2-wasm/tuning-*.json \"$OUT/before.json\"
+         dd if=/dev/zero of=\"$XDG_CACHE_HOME/fill\" bs=4096 2>/dev/null
+         {tune} >/dev/null 2>\"$OUT/second.err\"; rc=$?
+         cp \"$XDG_CACHE_HOME\"/florence2-wasm/tuning-*.json \"$OUT/after.json\"
+         ls -a \"$XDG_CACHE_HOME/florence2-wasm\" >\"$OUT/ls\"
+         exit $rc"
+    );
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .unwrap()
+        .stdout
+        == b"0\n";
+    let mut un = std::process::Command::new("unshare");
+    if !root {
+        un.args(["--user", "--map-root-user"]);
+    }
+    let o = un
+        .args(["--mount", "sh", "-c", &script])
+        .env("XDG_CACHE_HOME", &small)
+        .env("OUT", &out)
+        .env("NODEVICE_SELECT", "1")
+        .output()
+        .unwrap();
+    let read = |n: &str| std::fs::read_to_string(out.join(n)).unwrap_or_default();
+    assert_ne!(o.status.code(), Some(99), "could not mount a tmpfs");
+    assert_ne!(
+        o.status.code(),
+        Some(98),
+        "the first tune failed: {}",
+        read("first.err")
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", read("second.err"));
+    let err = read("second.err");
+    assert!(
+        err.contains("tuning cache") && err.contains("No space left"),
+        "{err}"
+    );
+    assert!(
+        !read("ls").contains(".tmp"),
+        "a temporary file was left: {}",
+        read("ls")
+    );
+    assert_eq!(
+        read("after.json"),
+        read("before.json"),
+        "the old cache is intact"
+    );
+    assert!(read("before.json").contains("\"entries\""));
+}

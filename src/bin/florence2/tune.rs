@@ -82,8 +82,10 @@ pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
         eprintln!("warning: {warning}");
     }
     // Tuning is all this command does: a failed run (static choices kept) is a failed command.
-    match report.failed {
-        Some(e) => Err(Failure::Run(format!("kernel tuning failed: {e}"))),
-        None => Ok(()),
+    // So is a cache it could not write (a full disk, say): later runs would not find the choices.
+    match (report.failed, report.cache_error) {
+        (Some(e), _) => Err(Failure::Run(format!("kernel tuning failed: {e}"))),
+        (None, Some(e)) => Err(Failure::Run(e)),
+        (None, None) => Ok(()),
     }
 }

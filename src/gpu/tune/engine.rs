@@ -350,7 +350,7 @@ impl Run<'_> {
                 })
                 .collect(),
         };
-        self.store.write(bans, &mut self.report.warnings).await;
+        self.report.cache_error = self.store.write(bans, &mut self.report.warnings).await;
         self.report
     }
 }

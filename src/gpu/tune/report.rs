@@ -62,6 +62,9 @@ pub struct TuneReport {
     /// Why the run failed, when it did (`Pipeline::tune` then falls back to the static choices and
     /// says so in [`TuneReport::warnings`]).
     pub failed: Option<String>,
+    /// Why the cache could not be written, when it could not (also a warning: a load goes on with
+    /// the choices it made; `florence2 tune`, whose product the cache is, fails).
+    pub cache_error: Option<String>,
 }
 
 impl TuneReport {

@@ -106,10 +106,8 @@ pub async fn save(loc: &CacheLocation, name: &str, text: &str) -> Result<(), Str
         return Err("no cache directory (set XDG_CACHE_HOME or HOME)".into());
     };
     std::fs::create_dir_all(&d).map_err(|e| e.to_string())?;
-    // Write then rename, so a concurrent reader never sees half a file.
-    let tmp = d.join(format!("{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, d.join(name)).map_err(|e| e.to_string())
+    // A concurrent reader, or the next run after a crash or a full disk, never sees half a file.
+    crate::files::write_atomic(&d.join(name), text.as_bytes()).map_err(|e| e.to_string())
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -251,10 +249,14 @@ impl<'a> Cache<'a> {
         self.entries.push(entry);
     }
 
-    /// Write the entries and `bans` (sorted); a failure is a warning.
-    pub(super) async fn write(self, mut bans: Vec<BanEntry>, warnings: &mut Vec<String>) {
+    /// Write the entries and `bans` (sorted); a failure is a warning, and returned.
+    pub(super) async fn write(
+        self,
+        mut bans: Vec<BanEntry>,
+        warnings: &mut Vec<String>,
+    ) -> Option<String> {
         if matches!(self.loc, CacheLocation::None) {
-            return;
+            return None;
         }
         bans.sort_by(|a, b| {
             (&a.regime, &a.format, &a.variant).cmp(&(&b.regime, &b.format, &b.variant))
@@ -271,10 +273,10 @@ impl<'a> Cache<'a> {
             Ok(text) => save(loc, &name, &text).await,
             Err(e) => Err(format!("serialising: {e}")),
         };
-        if let Err(e) = saved {
-            let w = format!("tuning cache {path} could not be written ({e})");
-            log::warn!("{w}");
-            warnings.push(w);
-        }
+        let e = saved.err()?;
+        let w = format!("tuning cache {path} could not be written ({e})");
+        log::warn!("{w}");
+        warnings.push(w.clone());
+        Some(w)
     }
 }
