@@ -42,6 +42,11 @@ fi
 phase "fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
 scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
 
+# The server, batch, tuner and pipeline suites again, with two busy processes on the machine: tests wait
+# on events, not on time, and must pass on a loaded machine (CI runs on a developer's).
+phase "contention check: serve + load-sensitive model suites beside 2 busy processes"
+scripts/contention.sh 2
+
 phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
 scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The contention check: the suites whose tests wait on events across processes (the server, the CLI's
+# batches and crash tests, the tuner, the decode batch) run while two busy processes hold the machine's
+# cores, as on a developer's loaded machine where CI runs. They must pass: a test that waits on time
+# instead of events fails here first.
+#   scripts/contention.sh [BUSY_PROCESSES]   (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+busy="${1:-2}"
+pids=()
+stop_load() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap stop_load EXIT
+# The load generator: busy loops, each bounded (30 min) should the trap never run.
+for _ in $(seq "$busy"); do
+  timeout 1800 sh -c 'while :; do :; done' &
+  pids+=("$!")
+done
+echo "contention: $busy busy processes (${pids[*]}) beside the tests"
+cargo test --test serve --no-fail-fast
+cargo test --test model --no-fail-fast -- cli_batch:: decode_batch:: tuning::
