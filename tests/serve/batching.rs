@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use crate::serve_util::*;
 
 /// Relative to tests/fixtures/models (where `Server::start` looks).
-const DEMO: &str = "../../../www/models/florence2-shapes";
+pub(crate) const DEMO: &str = "../../../www/models/florence2-shapes";
 
 /// (prompt, image data URL, extra fields) of every request.
-fn requests() -> Vec<(String, String, Value)> {
+pub(crate) fn requests() -> Vec<(String, String, Value)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("www/models/florence2-shapes/samples");
     let meta: Value =
         serde_json::from_slice(&std::fs::read(dir.join("targets.json")).unwrap()).unwrap();
@@ -45,7 +45,7 @@ fn requests() -> Vec<(String, String, Value)> {
 }
 
 /// The answer's token ids and content (streamed: the deltas and the final chunk's result).
-fn answer_of(r: &Resp, streamed: bool) -> (Value, String) {
+pub(crate) fn answer_of(r: &Resp, streamed: bool) -> (Value, String) {
     assert_eq!(r.status, 200, "{}", r.text());
     if !streamed {
         let v = r.json();
@@ -72,7 +72,7 @@ fn answer_of(r: &Resp, streamed: bool) -> (Value, String) {
     (result["token_ids"].clone(), content)
 }
 
-fn body(r: &(String, String, Value)) -> Vec<u8> {
+pub(crate) fn body(r: &(String, String, Value)) -> Vec<u8> {
     let mut b = chat_body(&r.0, &r.1, r.2.clone());
     b["model"] = json!("florence2-shapes");
     serde_json::to_vec(&b).unwrap()

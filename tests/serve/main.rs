@@ -20,6 +20,7 @@ mod serve_util;
 
 mod batching;
 mod guards;
+mod soak;
 mod web_clients;
 
 use serde_json::{json, Value};
