@@ -54,7 +54,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use batch::{BatchEvent, DecodeBatch};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
-pub use device::{cpu_device, open_device, Device};
+pub use device::{
+    cpu_device, decide_device, open_device, open_device_decided, AdapterProbe, Backend, Device,
+    DeviceDecision,
+};
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
