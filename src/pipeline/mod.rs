@@ -41,6 +41,7 @@ mod device;
 mod image;
 mod load;
 mod observe;
+mod open;
 mod options;
 mod output;
 #[cfg(not(target_arch = "wasm32"))]
@@ -61,6 +62,7 @@ pub use device::{
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
+pub use open::{open, open_on, OpenOptions, Opened};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{StopReason, TaskOutput, Timings, Usage};
 #[cfg(not(target_arch = "wasm32"))]
