@@ -55,7 +55,7 @@ use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    cpu_device, decide_device, open_device, AdapterProbe, Callbacks, Device, EncodedImage,
+    cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, Device, EncodedImage,
     Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
 };
 use crate::postprocess::{MarkedTask, TaskResult};
@@ -434,8 +434,12 @@ async fn open_pipeline(
         // Without `navigator.gpu` (Node.js, browsers without WebGPU) wgpu is not asked at all.
         Device::Auto if !support::webgpu_exposed() => {
             let why = AdapterProbe::Missing("WebGPU is not exposed".into());
-            log::info!("device auto: {}", decide_device(Device::Auto, &why).reason);
-            cpu_device()
+            let decision = decide_device(Device::Auto, &why);
+            log::info!("device auto: {}", decision.reason);
+            match decision.backend {
+                Backend::Cpu => cpu_device(),
+                Backend::Gpu => open_device(Device::Auto, GpuOptions::default()).await?,
+            }
         }
         Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
     };
