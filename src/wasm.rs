@@ -50,13 +50,13 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::estimate::{choose_dtype, DTypeRequest};
+use crate::estimate::{resolve_dtype_for, DTypeRequest};
 use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use crate::gpu::{Gpu, GpuOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    cpu_device, open_device, Callbacks, Device, EncodedImage, Pipeline, PipelineOptions, Stopwatch,
-    TaskInput, TaskOptions,
+    cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, Device, EncodedImage,
+    Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
 };
 use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
@@ -432,21 +432,24 @@ async fn open_pipeline(
         }
         Device::Cpu => cpu_device(),
         // Without `navigator.gpu` (Node.js, browsers without WebGPU) wgpu is not asked at all.
-        Device::Auto if !support::webgpu_exposed() => cpu_device(),
+        Device::Auto if !support::webgpu_exposed() => {
+            let why = AdapterProbe::Missing("WebGPU is not exposed".into());
+            let decision = decide_device(Device::Auto, &why);
+            log::info!("device auto: {}", decision.reason);
+            match decision.backend {
+                Backend::Cpu => cpu_device(),
+                Backend::Gpu => open_device(Device::Auto, GpuOptions::default()).await?,
+            }
+        }
         Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
     };
 
     // The resident format: as asked, or what fits this device (estimated from the files' sizes and
     // headers before any weight is downloaded).
-    let (dtype, reason) = match args.dtype.fixed() {
-        Some(d) => (d, String::new()),
-        None => {
-            let limits = estimate::limits_of(&gpu, args.adapter_limits);
-            let all = estimate::estimates(&f, &limits, gpu.is_host(), Default::default()).await?;
-            let c = choose_dtype(&all, &limits)?;
-            (c.dtype, c.reason)
-        }
-    };
+    let limits = estimate::limits_of(&gpu, args.adapter_limits);
+    let files = remote_files::RemoteFiles { fetcher: &f };
+    let (dtype, reason) = resolve_dtype_for(args.dtype, &files, &limits, gpu.is_host()).await?;
+    let reason = reason.unwrap_or_default();
     f.set_dtype_reason(reason);
     let opts = PipelineOptions {
         weights: LoadOptions::with_dtype(dtype),

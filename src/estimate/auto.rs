@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::estimate::ModelFacts;
-use crate::estimate::{choose_dtype, Choice, DeviceClass, DeviceLimits, Estimate, EstimateOptions};
+use crate::estimate::{choose_dtype, Choice, DeviceClass, DeviceLimits, EstimateOptions};
 use crate::gpu::Gpu;
 use crate::weights::source::ModelFiles;
 use crate::weights::WeightDType;
@@ -69,18 +69,6 @@ pub fn device_limits(gpu: &Gpu, mobile: bool) -> DeviceLimits {
     }
 }
 
-/// The estimates of every format for the model in `files` on `gpu` (its binding limit, the CPU
-/// backend's sizes on the host).
-pub async fn estimates_for<F: ModelFiles>(files: &F, gpu: &Gpu) -> Result<Vec<Estimate>> {
-    let facts = ModelFacts::read(files).await?;
-    let opts = EstimateOptions {
-        max_binding: gpu.caps.max_storage_binding,
-        host: gpu.is_host(),
-        ..Default::default()
-    };
-    facts.estimate_all(&opts)
-}
-
 /// The format `request` resolves to for the model in `files` on `gpu`: the fixed one as it is, or
 /// `auto`'s choice with its reason (a named [`Error::NoFittingDType`] when nothing fits).
 pub async fn resolve_dtype<F: ModelFiles>(
@@ -89,10 +77,27 @@ pub async fn resolve_dtype<F: ModelFiles>(
     gpu: &Gpu,
     mobile: bool,
 ) -> Result<(WeightDType, Option<String>)> {
+    resolve_dtype_for(request, files, &device_limits(gpu, mobile), gpu.is_host()).await
+}
+
+/// The one `dtype` rule: the fixed format as it is, or the best-quality format whose estimate for
+/// the model in `files` fits a device of `limits` (`host`: the CPU backend's sizes), with its reason.
+pub async fn resolve_dtype_for<F: ModelFiles>(
+    request: DTypeRequest,
+    files: &F,
+    limits: &DeviceLimits,
+    host: bool,
+) -> Result<(WeightDType, Option<String>)> {
     if let Some(d) = request.fixed() {
         return Ok((d, None));
     }
-    let all = estimates_for(files, gpu).await?;
-    let Choice { dtype, reason } = choose_dtype(&all, &device_limits(gpu, mobile))?;
+    let facts = ModelFacts::read(files).await?;
+    let opts = EstimateOptions {
+        max_binding: limits.max_binding,
+        host,
+        ..Default::default()
+    };
+    let all = facts.estimate_all(&opts)?;
+    let Choice { dtype, reason } = choose_dtype(&all, limits)?;
     Ok((dtype, Some(reason)))
 }

@@ -30,7 +30,7 @@ use crate::processor::image::ImageProcessorConfig;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
 use crate::weights::source::ModelFiles;
 use crate::weights::WeightDType;
-pub use auto::{device_limits, resolve_dtype, DTypeRequest};
+pub use auto::{device_limits, resolve_dtype, resolve_dtype_for, DTypeRequest};
 pub use checkpoint::CheckpointFacts;
 pub use choose::{choose_dtype, fits, Choice, DeviceClass, DeviceLimits};
 use phases::{phase_bytes, Request};

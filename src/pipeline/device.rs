@@ -48,29 +48,140 @@ impl FromStr for Device {
     }
 }
 
+/// What a front end knows of the GPU adapter before it chooses a backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdapterProbe {
+    /// No adapter: WebGPU not exposed, or the request failed (the reason).
+    Missing(String),
+    /// A software rasteriser (lavapipe, SwiftShader, WARP, a WebGPU fallback adapter), by name.
+    Software(String),
+    /// A hardware GPU, by name.
+    Hardware(String),
+}
+
+/// The backend a pipeline runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The GPU adapter through wgpu (WebGPU in browsers).
+    Gpu,
+    /// The CPU backend ([`Gpu::cpu`]).
+    Cpu,
+}
+
+/// The device decision and its reason, for front ends to print or return.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceDecision {
+    pub backend: Backend,
+    pub reason: String,
+}
+
+/// The one `device` rule: `cpu` and `gpu` are taken as asked (`gpu` with no adapter fails when it is
+/// opened); `auto` takes a hardware adapter and the CPU backend otherwise.
+pub fn decide_device(choice: Device, probe: &AdapterProbe) -> DeviceDecision {
+    let (backend, reason) = match (choice, probe) {
+        (Device::Cpu, _) => (Backend::Cpu, "device cpu asked for".to_string()),
+        (Device::Gpu, _) => (Backend::Gpu, "device gpu asked for".to_string()),
+        (Device::Auto, AdapterProbe::Hardware(name)) => {
+            (Backend::Gpu, format!("a hardware GPU adapter ({name})"))
+        }
+        (Device::Auto, AdapterProbe::Software(name)) => (
+            Backend::Cpu,
+            format!("the only GPU adapter is a software one ({name}); running on the CPU backend"),
+        ),
+        (Device::Auto, AdapterProbe::Missing(why)) => (
+            Backend::Cpu,
+            format!("no GPU adapter ({why}); running on the CPU backend"),
+        ),
+    };
+    DeviceDecision { backend, reason }
+}
+
+/// Open `choice` (see [`Device`]) with the decision made and its reason.
+pub async fn open_device_decided(
+    choice: Device,
+    opts: GpuOptions,
+) -> Result<(Arc<Gpu>, DeviceDecision)> {
+    if choice == Device::Cpu {
+        return Ok((
+            cpu_device(),
+            decide_device(choice, &AdapterProbe::Missing(String::new())),
+        ));
+    }
+    let opened = Gpu::new(opts).await;
+    let probe = match &opened {
+        Err(e) => AdapterProbe::Missing(e.to_string()),
+        Ok(g) if g.caps.is_cpu => AdapterProbe::Software(g.caps.adapter_name.clone()),
+        Ok(g) => AdapterProbe::Hardware(g.caps.adapter_name.clone()),
+    };
+    let decision = decide_device(choice, &probe);
+    let gpu = match decision.backend {
+        Backend::Gpu => opened?,
+        Backend::Cpu => cpu_device(),
+    };
+    if choice == Device::Auto {
+        log::info!("device auto: {}", decision.reason);
+    }
+    Ok((gpu, decision))
+}
+
 /// Open `choice` (see [`Device`]).
 pub async fn open_device(choice: Device, opts: GpuOptions) -> Result<Arc<Gpu>> {
-    match choice {
-        Device::Cpu => Ok(cpu_device()),
-        Device::Gpu => Gpu::new(opts).await,
-        Device::Auto => match Gpu::new(opts).await {
-            Ok(g) if !g.caps.is_cpu => Ok(g),
-            Ok(g) => {
-                log::info!(
-                    "the only GPU adapter is a software one ({}); running on the CPU backend",
-                    g.caps.adapter_name
-                );
-                Ok(cpu_device())
-            }
-            Err(e) => {
-                log::info!("no GPU adapter ({e}); running on the CPU backend");
-                Ok(cpu_device())
-            }
-        },
-    }
+    open_device_decided(choice, opts).await.map(|(g, _)| g)
 }
 
 /// The CPU backend on every thread the kernels may use.
 pub fn cpu_device() -> Arc<Gpu> {
     Gpu::cpu(crate::cpu::par::threads())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decides_each_request_against_each_adapter() {
+        let hw = AdapterProbe::Hardware("RTX".into());
+        let sw = AdapterProbe::Software("llvmpipe".into());
+        let none = AdapterProbe::Missing("no adapter".into());
+        // (asked, adapter, backend, words the reason holds)
+        let table = [
+            (
+                Device::Auto,
+                &hw,
+                Backend::Gpu,
+                "hardware GPU adapter (RTX)",
+            ),
+            (Device::Auto, &sw, Backend::Cpu, "software one (llvmpipe)"),
+            (
+                Device::Auto,
+                &none,
+                Backend::Cpu,
+                "no GPU adapter (no adapter)",
+            ),
+            (Device::Gpu, &hw, Backend::Gpu, "device gpu asked for"),
+            (Device::Gpu, &sw, Backend::Gpu, "device gpu asked for"),
+            (Device::Gpu, &none, Backend::Gpu, "device gpu asked for"),
+            (Device::Cpu, &hw, Backend::Cpu, "device cpu asked for"),
+            (Device::Cpu, &sw, Backend::Cpu, "device cpu asked for"),
+            (Device::Cpu, &none, Backend::Cpu, "device cpu asked for"),
+        ];
+        for (asked, probe, backend, words) in table {
+            let d = decide_device(asked, probe);
+            assert_eq!(d.backend, backend, "{asked:?} with {probe:?}");
+            assert!(
+                d.reason.contains(words),
+                "{asked:?} with {probe:?}: {}",
+                d.reason
+            );
+        }
+    }
+
+    #[test]
+    fn device_names_parse_back() {
+        for d in [Device::Auto, Device::Gpu, Device::Cpu] {
+            assert_eq!(d.name().parse::<Device>().ok(), Some(d));
+        }
+        assert_eq!("WebGPU".parse::<Device>().ok(), Some(Device::Gpu));
+        assert!("tpu".parse::<Device>().is_err());
+    }
 }

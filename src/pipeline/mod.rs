@@ -41,6 +41,7 @@ mod device;
 mod image;
 mod load;
 mod observe;
+mod open;
 mod options;
 mod output;
 #[cfg(not(target_arch = "wasm32"))]
@@ -54,10 +55,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use batch::{BatchEvent, DecodeBatch};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
-pub use device::{cpu_device, open_device, Device};
+pub use device::{
+    cpu_device, decide_device, open_device, open_device_decided, AdapterProbe, Backend, Device,
+    DeviceDecision,
+};
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
+pub use open::{open, open_on, OpenOptions, Opened};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{StopReason, TaskOutput, Timings, Usage};
 #[cfg(not(target_arch = "wasm32"))]

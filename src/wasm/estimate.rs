@@ -13,7 +13,7 @@ use crate::estimate::{
     EstimateOptions, ModelFacts,
 };
 use crate::gpu::Gpu;
-use crate::pipeline::{cpu_device, Device};
+use crate::pipeline::{cpu_device, decide_device, AdapterProbe, Backend, Device};
 use crate::wasm::fetch::Fetcher;
 use crate::wasm::js::{js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
 use crate::wasm::remote_files::RemoteFiles;
@@ -257,7 +257,15 @@ async fn probe_limits(device: Device, over: LimitsOverride) -> (DeviceLimits, bo
                     max_buffer: num("maxBufferSize").unwrap_or(256 << 20),
                     max_binding: num("maxStorageBufferBindingSize").unwrap_or(128 << 20),
                 };
-                (limits, fallback && device == Device::Auto)
+                let probe = if fallback {
+                    AdapterProbe::Software("a WebGPU fallback adapter".into())
+                } else {
+                    AdapterProbe::Hardware("a WebGPU adapter".into())
+                };
+                (
+                    limits,
+                    decide_device(device, &probe).backend == Backend::Cpu,
+                )
             }
         },
     };

@@ -14,3 +14,4 @@ mod postprocess_props;
 mod processor_image;
 mod prompt;
 mod render;
+mod task_markers;

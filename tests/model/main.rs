@@ -19,6 +19,7 @@ mod encoder_batch;
 mod estimate;
 mod gpu_errors;
 mod layers;
+mod open;
 mod pipeline;
 mod quantized_checkpoints;
 mod text_decoder;

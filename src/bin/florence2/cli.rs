@@ -192,24 +192,6 @@ pub fn parse_dtype_request(s: &str) -> Result<florence2_wasm::estimate::DTypeReq
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 
-/// `--dtype` resolved for the model in `dir` on `gpu`: a fixed format as it is; `auto`'s choice with
-/// its reason, printed on stderr (`florence2: dtype auto: ...`) and returned for the JSON.
-pub fn resolve_dtype(
-    request: florence2_wasm::estimate::DTypeRequest,
-    dir: &std::path::Path,
-    gpu: &florence2_wasm::gpu::Gpu,
-    who: &str,
-) -> Result<(florence2_wasm::weights::WeightDType, Option<String>), Failure> {
-    let files = florence2_wasm::weights::DirFiles::new(dir);
-    let (dtype, reason) = pollster::block_on(florence2_wasm::estimate::resolve_dtype(
-        request, &files, gpu, false,
-    ))?;
-    if let Some(r) = &reason {
-        eprintln!("{who}: dtype auto: {r}");
-    }
-    Ok((dtype, reason))
-}
-
 pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {
     let s = serde_json::to_string(v).map_err(|e| Failure::Run(e.to_string()))?;
     println!("{s}");

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use clap::Args;
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::files;
-use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use florence2_wasm::gpu::{profile, Gpu, GpuOptions};
+use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
+use florence2_wasm::gpu::{profile, Gpu};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
 use florence2_wasm::pipeline::{
-    open_device, Callbacks, Device, Image, NeverCancel, Pipeline, Stopwatch, TaskOptions,
-    TaskOutput,
+    open, Callbacks, Device, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
+    TaskOptions, TaskOutput,
 };
 use florence2_wasm::processor::prompt::parse_task_prompt;
-use florence2_wasm::weights::{LoadOptions, WeightDType};
+use florence2_wasm::weights::{DirFiles, WeightDType};
 
 use super::{batch, print_json, Failure};
 
@@ -182,20 +182,29 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     let t = Stopwatch::start();
     // A hub id is fetched here, after every usage check (a usage error never downloads a model).
     let dir = super::model_dir(&a.model)?;
-    let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
-    let (dtype, dtype_reason) = super::resolve_dtype(a.dtype, &dir, &gpu, "florence2")?;
-    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype))?;
-    let mut sizes = pipeline.tune_sizes();
-    sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
+    let opts = OpenOptions {
+        device: a.device,
+        dtype: a.dtype,
+        tuning: TuneOptions::new(a.tuning),
+        tune_beams: a.num_beams.map(usize::from),
+        ..OpenOptions::default()
+    };
+    let files = DirFiles::new(&dir);
+    let opened = pollster::block_on(open(&files, &files, &opts))?;
+    if let Some(r) = &opened.dtype_reason {
+        eprintln!("florence2: dtype auto: {r}");
+    }
     // A failed tuning only costs speed: the static kernel choices run and the report says so.
-    let report = pollster::block_on(pipeline.tune(
-        sizes,
-        &TuneOptions::new(a.tuning),
-        &CacheLocation::Default,
-    ));
-    for warning in &report.warnings {
+    for warning in &opened.tuning.warnings {
         eprintln!("florence2: warning: {warning}");
     }
+    let Opened {
+        gpu,
+        pipeline,
+        dtype,
+        dtype_reason,
+        ..
+    } = opened;
     let load_ms = t.ms();
     // Peak memory from here on: the weights plus the largest working set of the tasks.
     gpu.reset_peak_memory();

@@ -8,10 +8,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use florence2_wasm::estimate::DTypeRequest;
-use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use florence2_wasm::gpu::GpuOptions;
-use florence2_wasm::pipeline::{open_device, Device, Pipeline};
-use florence2_wasm::weights::LoadOptions;
+use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
+use florence2_wasm::pipeline::{open, Device, OpenOptions, Opened};
+use florence2_wasm::weights::DirFiles;
 
 use super::Failure;
 
@@ -55,21 +54,28 @@ pub fn parse_tuning(s: &str) -> Result<Tuning, String> {
 }
 
 pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
-    let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
     let dir = super::model_dir(&a.model)?;
-    let (dtype, _) = super::resolve_dtype(a.dtype, &dir, &gpu, "florence2 tune")?;
-    let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype))?;
-    let mut sizes = pipeline.tune_sizes();
-    if let Some(n) = a.image_size {
-        (sizes.height, sizes.width) = (n as usize, n as usize);
+    let opts = OpenOptions {
+        device: a.device,
+        dtype: a.dtype,
+        tuning: TuneOptions::new(a.tuning).with_budget_ms(a.budget_ms),
+        tune_image_size: a.image_size.map(|n| n as usize),
+        tune_beams: a.num_beams.map(usize::from),
+        ..OpenOptions::default()
+    };
+    let files = DirFiles::new(&dir);
+    let Opened {
+        gpu,
+        dtype,
+        dtype_reason,
+        tuning: report,
+        tune_sizes: sizes,
+        ..
+    } = pollster::block_on(open(&files, &files, &opts))?;
+    if let Some(r) = &dtype_reason {
+        eprintln!("florence2 tune: dtype auto: {r}");
     }
-    sizes.beams = a.num_beams.map_or(sizes.beams, usize::from);
     let (h, w, beams) = (sizes.height, sizes.width, sizes.beams);
-    let report = pollster::block_on(pipeline.tune(
-        sizes,
-        &TuneOptions::new(a.tuning).with_budget_ms(a.budget_ms),
-        &CacheLocation::Default,
-    ));
     println!("adapter: {}", gpu.describe());
     println!("weights: {dtype}");
     println!(

@@ -6,19 +6,18 @@ use std::sync::Arc;
 
 use image::RgbImage;
 
-use florence2_wasm::estimate::{resolve_dtype, DTypeRequest};
-use florence2_wasm::gpu::tune::{CacheLocation, RowStatus, TuneOptions, Tuning};
-use florence2_wasm::gpu::GpuOptions;
+use florence2_wasm::estimate::DTypeRequest;
+use florence2_wasm::gpu::tune::{RowStatus, TuneOptions, Tuning};
 use florence2_wasm::pipeline::{
-    open_device, Device, EncodedImage, Image, Pipeline, PrepareItem, Prepared, TaskOptions,
-    TaskOutput,
+    open, Device, EncodedImage, Image, OpenOptions, Opened, Pipeline, PrepareItem, Prepared,
+    TaskOptions, TaskOutput,
 };
 use florence2_wasm::postprocess::post_process_generation;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::custom_tasks::CustomTasks;
 use florence2_wasm::processor::prompt::AnswerType;
 use florence2_wasm::render::render;
-use florence2_wasm::weights::{LoadOptions, WeightDType};
+use florence2_wasm::weights::{DirFiles, WeightDType};
 use florence2_wasm::Result;
 
 /// What the HTTP side needs to know about the loaded model.
@@ -80,20 +79,23 @@ impl Engine {
         device: Device,
     ) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
-            let gpu = pollster::block_on(open_device(device, GpuOptions::default()))?;
-            let files = florence2_wasm::weights::DirFiles::new(dir);
-            let (dtype, dtype_reason) =
-                pollster::block_on(resolve_dtype(dtype, &files, &gpu, false))?;
+            let opts = OpenOptions {
+                device,
+                dtype,
+                tuning: TuneOptions::new(tuning),
+                ..OpenOptions::default()
+            };
+            let files = DirFiles::new(dir);
+            let Opened {
+                pipeline,
+                dtype_reason,
+                tuning: r,
+                ..
+            } = pollster::block_on(open(&files, &files, &opts))?;
             if let Some(r) = &dtype_reason {
                 eprintln!("florence2 serve: dtype auto: {r}");
             }
-            let pipeline = Pipeline::load_dir_with(&gpu, dir, LoadOptions::with_dtype(dtype))?;
             // A failed tuning only costs speed: the static choices stay and the report says so.
-            let r = pollster::block_on(pipeline.tune(
-                pipeline.tune_sizes(),
-                &TuneOptions::new(tuning),
-                &CacheLocation::Default,
-            ));
             for w in &r.warnings {
                 eprintln!("florence2 serve: warning: {w}");
             }
