@@ -33,7 +33,12 @@
 //! directory, so only the first run times anything); `--profile` prints per-op GPU times from timestamp
 //! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
-//! error (clap's message naming the flag, then the subcommand's usage).
+//! error (clap's message naming the flag, then the subcommand's usage; also an input set without images,
+//! saying where and for which extensions it looked), 141 when stdout's reader went away (`| head`: the
+//! process ends quietly, as tools that die of SIGPIPE do).
+//! `--task` takes a marker (`<OD>`), a whole prompt, or a built-in task's name in any case (`OD`, `od`),
+//! the same way in `run`, `parse` and `serve --default-task`. `run --image -` reads one image's bytes
+//! from stdin; files of a directory that are not images (`.avif`, `.heic`, `.txt`) are named on stderr.
 //! `convert` writes any checkpoint the loader reads as safetensors in the package's format for a
 //! resident dtype (q8/q4: `florence2-wasm-block`), optionally sharded (`500MB`, `100MiB`, bytes), with
 //! the configs and a completed tokenizer.json, into a new directory, and prints tensors and bytes per

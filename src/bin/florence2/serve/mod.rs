@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16] [--max-batch 8]
+//!                 [--default-task <MORE_DETAILED_CAPTION>] [--log-format text|json]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]
