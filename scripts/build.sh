@@ -4,11 +4,14 @@
 # and its package.json.
 #   scripts/build.sh          release build
 #   scripts/build.sh --dev    unoptimised, faster build (tests)
+# The profile is recorded in pkg/.build-profile (release or dev; not a package file), written last, so a
+# failed build leaves none: scripts/serve.sh rebuilds unless it says release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 profile=--release
 if [ "${1:-}" = "--dev" ]; then profile=--dev; fi
+rm -f pkg/.build-profile
 wasm-pack build --target web "$profile" --mode no-install --out-dir pkg --out-name florence2_wasm
 
 # wasm-bindgen's declarations name what only some libs declare: init()'s input and output use web-only
@@ -106,4 +109,5 @@ for (const f of out.files) {
 if (fs.existsSync("pkg/snippets")) out.files.push("snippets/");
 fs.writeFileSync("pkg/package.json", JSON.stringify(out, null, 2) + "\n");
 '
-echo "built pkg/ ($(du -h pkg/florence2_wasm_bg.wasm | cut -f1) of wasm)"
+echo "${profile#--}" > pkg/.build-profile
+echo "built pkg/ (${profile#--}, $(du -h pkg/florence2_wasm_bg.wasm | cut -f1) of wasm)"

@@ -8,8 +8,9 @@ Starts the server on a free loopback port with the tiny4 fixture model, then che
   case (token ids, rendered text, post-processed result);
 - the same request streamed (`stream=True`, usage included): the joined deltas equal the content and the
   delta extension carries the same `florence2_result`;
-- `client.models.list()`, a 400 (`BadRequestError`, invalid prompt), a 401 (`AuthenticationError`, with an
-  API key set), and SIGTERM -> exit status 0.
+- `client.models.list()`, a 400 (`BadRequestError`, invalid prompt), a 404 (`NotFoundError`, another
+  model's name), a plain-text prompt (the default task, named in `florence2_result.default_task`), a 401
+  (`AuthenticationError`, with an API key set), and SIGTERM -> exit status 0.
 
 Usage: python scripts/test_openai_client.py [--bin target/debug/florence2]
 """
@@ -166,6 +167,18 @@ def main():
         except openai.BadRequestError as e:
             check(e.status_code == 400 and e.code == "invalid_prompt", "unknown task -> BadRequestError 400")
             check("<CAPTION>" in e.message, "the 400 lists the valid tasks")
+        try:
+            client.chat.completions.create(model="gpt-4o", messages=messages("<OD>", "scene.png"))
+            check(False, "another model's name is refused")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404 and e.code == "model_not_found", "unknown model -> NotFoundError 404")
+        # A generic client's plain question runs --default-task and says so.
+        raw = client.chat.completions.with_raw_response.create(
+            model="tiny4", messages=messages("What is in this picture?", "scene.png"), max_tokens=4,
+            extra_body={"num_beams": 1})
+        f2 = json.loads(raw.http_response.text)["choices"][0]["message"]["florence2_result"]
+        check(f2["task"] == "<MORE_DETAILED_CAPTION>" and f2["default_task"]["task"] == f2["task"],
+              "a plain-text prompt runs the default task and says so")
         code = server.terminate()
         check(code == 0, "SIGTERM -> exit status 0")
     finally:

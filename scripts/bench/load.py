@@ -46,7 +46,7 @@ def images(model):
 
 class Server:
     def __init__(self, a, max_batch):
-        args = [a.bin, "serve", "--model", a.model, "--port", "0", "--dtype", a.dtype,
+        args = [a.bin, "serve", "--model", a.model, "--model-id", "m", "--port", "0", "--dtype", a.dtype,
                 "--device", a.device, "--max-batch", str(max_batch),
                 "--max-queue", str(max(16, a.clients * 2))]
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -175,7 +175,7 @@ def main():
     env = dict(os.environ, NODEVICE_SELECT="1")
     env.pop("FLORENCE2_API_KEY", None)
     proc = subprocess.Popen(
-        [binary, "serve", "--model", args.model, "--port", "0", "--max-queue", str(args.max_queue),
+        [binary, "serve", "--model", args.model, "--model-id", "bench", "--port", "0", "--max-queue", str(args.max_queue),
          "--max-body-bytes", str(args.max_body_bytes), "--shutdown-timeout", "10"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
     failures = []

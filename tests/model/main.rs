@@ -10,6 +10,7 @@ use weights_util::common;
 mod beam_parity;
 mod beam_scripted;
 mod cli_batch;
+mod cli_contract;
 mod custom_tasks;
 mod decode_batch;
 mod decode_plan;

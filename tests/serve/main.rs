@@ -19,6 +19,7 @@ mod common;
 mod serve_util;
 
 mod batching;
+mod contract;
 mod guards;
 mod soak;
 mod web_clients;
@@ -313,11 +314,7 @@ fn validation_errors_are_400_in_the_openai_shape() {
         e["message"].as_str().unwrap().contains("<OCR_WITH_REGION>"),
         "{e}"
     );
-    bad(
-        chat_body("describe this", &url, json!({})),
-        "invalid_prompt",
-        "no marker",
-    );
+    // A prompt without a marker runs --default-task (tests/serve/contract.rs).
     bad(
         chat_body("<OD>extra", &url, json!({})),
         "invalid_prompt",

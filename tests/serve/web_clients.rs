@@ -142,7 +142,8 @@ fn answer(server: &Server, prompt: &str, image: &str) -> Value {
 #[test]
 fn own_task_markers_and_more_image_formats() {
     let dir = tiny4_with_own_tasks();
-    let server = Server::start(dir.to_str().unwrap(), &[], &[]);
+    // Served under the fixture's id, which the requests name.
+    let server = Server::start(dir.to_str().unwrap(), &["--model-id", "tiny4"], &[]);
     server.wait_ready();
 
     // /v1/models lists the 15 built-in markers and the model's own.

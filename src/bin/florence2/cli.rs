@@ -33,7 +33,12 @@
 //! directory, so only the first run times anything); `--profile` prints per-op GPU times from timestamp
 //! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
-//! error (clap's message naming the flag, then the subcommand's usage).
+//! error (clap's message naming the flag, then the subcommand's usage; also an input set without images,
+//! saying where and for which extensions it looked), 141 when stdout's reader went away (`| head`: the
+//! process ends quietly, as tools that die of SIGPIPE do).
+//! `--task` takes a marker (`<OD>`), a whole prompt, or a built-in task's name in any case (`OD`, `od`),
+//! the same way in `run`, `parse` and `serve --default-task`. `run --image -` reads one image's bytes
+//! from stdin; files of a directory that are not images (`.avif`, `.heic`, `.txt`) are named on stderr.
 //! `convert` writes any checkpoint the loader reads as safetensors in the package's format for a
 //! resident dtype (q8/q4: `florence2-wasm-block`), optionally sharded (`500MB`, `100MiB`, bytes), with
 //! the configs and a completed tokenizer.json, into a new directory, and prints tensors and bytes per
@@ -115,6 +120,63 @@ pub enum Failure {
     Run(String),
 }
 
+/// The exit status when stdout's reader went away (`florence2 run --json ... | head -c1`): 141
+/// (128 + SIGPIPE), what a shell reports for `cat`, `yes` and the other tools that die of SIGPIPE, so
+/// a `set -o pipefail` script sees what it sees for those. The process ends quietly (no message).
+pub const EXIT_STDOUT_CLOSED: u8 = 141;
+
+/// Set by the first write that finds stdout closed; [`main`] then exits with [`EXIT_STDOUT_CLOSED`]
+/// whatever the subcommand returned.
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Failure {
+    /// A failed write to `what`: a broken pipe marks stdout closed (a quiet exit 141); anything else
+    /// is a runtime error naming `what`.
+    pub fn write(what: &str, e: std::io::Error) -> Failure {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            STDOUT_CLOSED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Failure::Run(format!("writing {what}: {e}"))
+    }
+}
+
+/// Write `s` to stdout and flush it (no panic when the reader has gone, see [`EXIT_STDOUT_CLOSED`]).
+pub fn out(s: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(s.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Failure::write("stdout", e))
+}
+
+/// Write `s` and a newline to stdout (see [`out`]).
+pub fn out_line(s: &str) -> Result<(), Failure> {
+    out(&format!("{s}\n"))
+}
+
+/// The weight format `run` loads (and so `tune` tunes) unless `--dtype` says otherwise.
+pub const DEFAULT_DTYPE: &str = "fp16";
+
+/// A `--task` value as every subcommand takes it: a built-in task's name in any case (`OD`, `od`,
+/// `caption_to_phrase_grounding`) becomes its marker (`<OD>`); a value that starts with `<` (a marker
+/// or a whole prompt, `<OPEN_VOCABULARY_DETECTION>cat`, a fine-tune's `<MY_TASK>`) stays as given.
+pub fn task_arg(s: &str) -> Result<String, String> {
+    use florence2_wasm::processor::prompt::Task;
+    let t = s.trim();
+    if t.starts_with('<') {
+        return Ok(s.to_string());
+    }
+    Task::from_name(&t.to_ascii_uppercase())
+        .map(|task| task.marker().to_string())
+        .ok_or_else(|| {
+            format!(
+                "{t:?} is not a task: give a task name (OD, caption, ...) or a marker; valid markers: {}",
+                Task::valid_markers()
+            )
+        })
+}
+
 /// A library error, named as the JS package names it: `florence2: DeviceLostError: the GPU device was
 /// lost: ...`.
 impl From<florence2_wasm::Error> for Failure {
@@ -140,7 +202,11 @@ pub fn main() -> ExitCode {
         Err(e) => return clap_exit(e),
     };
     let _ = OFFLINE.set(cli.offline);
-    match dispatch(cli) {
+    let result = dispatch(cli);
+    if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return ExitCode::from(EXIT_STDOUT_CLOSED);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(msg)) => {
             eprintln!("florence2: {msg}\nusage: florence2 --help, florence2 SUBCOMMAND --help");
@@ -158,10 +224,10 @@ pub fn main() -> ExitCode {
 fn clap_exit(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            print!("{e}");
-            ExitCode::SUCCESS
-        }
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match out(&e.to_string()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(EXIT_STDOUT_CLOSED),
+        },
         _ => {
             let mut msg = e.to_string();
             if !msg.contains("Usage:") {
@@ -181,7 +247,6 @@ fn clap_exit(e: clap::Error) -> ExitCode {
     }
 }
 
-/// Print a JSON value on one line.
 /// `--device`: auto, gpu (or webgpu) or cpu.
 pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::Device, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
@@ -192,10 +257,10 @@ pub fn parse_dtype_request(s: &str) -> Result<florence2_wasm::estimate::DTypeReq
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 
+/// Print a JSON value on one line.
 pub fn print_json(v: &serde_json::Value) -> Result<(), Failure> {
     let s = serde_json::to_string(v).map_err(|e| Failure::Run(e.to_string()))?;
-    println!("{s}");
-    Ok(())
+    out_line(&s)
 }
 
 #[cfg(test)]
@@ -205,5 +270,97 @@ mod tests {
     #[test]
     fn the_command_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Every subcommand's `--help` renders, and a flag with a default value does not state it again
+    /// in its own text (clap appends `[default: X]` once).
+    #[test]
+    fn help_texts_render_and_state_each_default_once() {
+        let mut cli = Cli::command();
+        cli.build();
+        for sub in cli.get_subcommands_mut() {
+            let name = sub.get_name().to_string();
+            let help = sub.render_long_help().to_string();
+            assert!(help.contains("Usage:"), "{name} --help: {help}");
+            for arg in sub.get_arguments() {
+                let text = arg
+                    .get_long_help()
+                    .or(arg.get_help())
+                    .map(|h| h.to_string());
+                let stated = text.as_deref().is_some_and(|t| t.contains("[default:"));
+                assert!(
+                    arg.get_default_values().is_empty() || !stated,
+                    "{name} --{}: the default is stated twice",
+                    arg.get_id()
+                );
+            }
+            for line in help.lines().filter(|l| l.contains("[default: ")) {
+                assert_eq!(line.matches("[default: ").count(), 1, "{name}: {line}");
+            }
+        }
+    }
+
+    /// The flags of the synopsis in this module's documentation exist on their subcommands.
+    #[test]
+    fn documented_flags_exist() {
+        let cli = Cli::command();
+        let doc = include_str!("cli.rs");
+        let mut sub: Option<&clap::Command> = None;
+        let mut checked = 0;
+        for line in doc.lines().take_while(|l| l.starts_with("//!")) {
+            let line = line.trim_start_matches("//!").trim();
+            if let Some(rest) = line.strip_prefix("florence2 ") {
+                let name = rest.split_whitespace().next().unwrap_or("");
+                sub = cli.find_subcommand(name);
+            }
+            let Some(cmd) = sub else { continue };
+            for flag in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                let Some(long) = flag.strip_prefix("--").filter(|f| !f.is_empty()) else {
+                    continue;
+                };
+                let known = long == "help"
+                    || cli.get_arguments().any(|a| a.get_long() == Some(long))
+                    || cmd.get_arguments().any(|a| a.get_long() == Some(long));
+                assert!(
+                    known,
+                    "{} --{long} is documented but not defined",
+                    cmd.get_name()
+                );
+                checked += 1;
+            }
+            if line.starts_with("```") && checked > 0 {
+                break;
+            }
+        }
+        assert!(checked > 30, "only {checked} documented flags found");
+    }
+
+    #[test]
+    fn task_names_are_accepted_in_any_case() {
+        assert_eq!(task_arg("OD").unwrap(), "<OD>");
+        assert_eq!(task_arg("od").unwrap(), "<OD>");
+        assert_eq!(task_arg("<OD>").unwrap(), "<OD>");
+        assert_eq!(
+            task_arg("caption_to_phrase_grounding").unwrap(),
+            "<CAPTION_TO_PHRASE_GROUNDING>"
+        );
+        assert_eq!(task_arg("<MY_TASK>x").unwrap(), "<MY_TASK>x");
+        let e = task_arg("describe this").unwrap_err();
+        assert!(e.contains("not a task") && e.contains("<OD>"), "{e}");
+    }
+
+    #[test]
+    fn tune_tunes_the_format_run_loads() {
+        let cli = Cli::command();
+        let default = |sub: &str| {
+            let cmd = cli.find_subcommand(sub).unwrap();
+            let arg = cmd.get_arguments().find(|a| a.get_long() == Some("dtype"));
+            arg.unwrap().get_default_values()[0]
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(default("run"), DEFAULT_DTYPE);
+        assert_eq!(default("tune"), DEFAULT_DTYPE);
     }
 }

@@ -50,22 +50,22 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<(), Failure> {
     opts.shard_size = a.shard_size;
     let s = convert_dir(&src, &a.out, &opts)?;
     for n in &s.notes {
-        println!("{n}");
+        super::out_line(n)?;
     }
     if !s.dropped.is_empty() {
-        println!("tied copies dropped: {}", s.dropped.join(", "));
+        super::out_line(&format!("tied copies dropped: {}", s.dropped.join(", ")))?;
     }
     if !s.ignored.is_empty() {
-        println!(
+        super::out_line(&format!(
             "{} source tensors the model does not use left out",
             s.ignored.len()
-        );
+        ))?;
     }
     for (label, (n, bytes)) in s.by_format() {
-        println!("{label:>5}: {n:4} tensors, {bytes:>12} bytes");
+        super::out_line(&format!("{label:>5}: {n:4} tensors, {bytes:>12} bytes"))?;
     }
     let files: Vec<&str> = s.files.iter().map(|f| f.name.as_str()).collect();
-    println!(
+    super::out_line(&format!(
         "wrote {}: {} tensors ({}), {} bytes in {} file(s): {}",
         a.out.display(),
         s.tensors(),
@@ -73,6 +73,5 @@ pub fn convert_cmd(a: ConvertArgs) -> Result<(), Failure> {
         s.file_bytes(),
         files.len(),
         files.join(", ")
-    );
-    Ok(())
+    ))
 }

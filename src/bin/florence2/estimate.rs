@@ -21,7 +21,7 @@ pub struct EstimateArgs {
     /// Model directory or hub id org/name[@revision] (as for `run`)
     #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
-    /// One format, or auto (every format and the choice) [default: auto]
+    /// One format, or auto (every format and the choice)
     #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "auto", value_parser = super::parse_dtype_request)]
     dtype: DTypeRequest,
     /// The device whose limits and class the estimate is judged against (as for `run`)

@@ -9,7 +9,7 @@ use super::{print_json, Failure};
 
 #[derive(Args, Debug)]
 pub struct ParseArgs {
-    /// A marker (<OD>), a name (OD) or a whole prompt ('<OPEN_VOCABULARY_DETECTION>cat'); a marker that
+    /// A marker (<OD>), a name in any case (OD, od) or a whole prompt ('<OPEN_VOCABULARY_DETECTION>cat'); a marker that
     /// is not built in (<MY_TASK>) is post-processed as pure text, as the reference does
     #[arg(long, value_name = "TASK", value_parser = parse_task)]
     task: MarkedTask,
@@ -24,8 +24,9 @@ pub struct ParseArgs {
     json: bool,
 }
 
+/// As `run --task` takes it ([`super::task_arg`]: a name in any case, a marker or a prompt).
 fn parse_task(s: &str) -> Result<MarkedTask, String> {
-    MarkedTask::parse(s).map_err(|e| e.to_string())
+    MarkedTask::parse(&super::task_arg(s)?).map_err(|e| e.to_string())
 }
 
 /// `W,H` (or `WxH`) with both positive.
@@ -58,7 +59,7 @@ pub fn parse_cmd(a: ParseArgs) -> Result<(), Failure> {
         }))
     } else {
         if !text.is_empty() {
-            println!("{text}");
+            super::out_line(&text)?;
         }
         Ok(())
     }

@@ -30,7 +30,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR|ORG/NAME")]
     pub(super) model: PathBuf,
     /// Image (PNG, JPEG, WebP, GIF or BMP), or a directory of them; repeat for several (a batch:
-    /// JSON Lines output)
+    /// JSON Lines output); '-' reads one image's bytes from stdin
     #[arg(
         long = "image",
         value_name = "FILE|DIR",
@@ -61,9 +61,10 @@ pub struct RunArgs {
     /// are the same either way
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub(super) max_batch: u64,
-    /// Task prompt, e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats'; repeat to run several tasks
-    /// on one image (encoded once; --json then prints an array)
-    #[arg(long = "task", value_name = "PROMPT", required = true)]
+    /// Task prompt, e.g. '<OD>' or '<CAPTION_TO_PHRASE_GROUNDING>two cats', or a task's name in any
+    /// case (OD, od); repeat to run several tasks on one image (encoded once; --json then prints an
+    /// array)
+    #[arg(long = "task", value_name = "PROMPT", required = true, value_parser = super::task_arg)]
     tasks: Vec<String>,
     /// Text input appended to the task prompt; give it once per --task when repeating (may be '')
     #[arg(long = "text", value_name = "INPUT", allow_hyphen_values = true)]
@@ -86,7 +87,7 @@ pub struct RunArgs {
     /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
     /// 32 weights per f16 scale); any checkpoint converts on load. auto: the best of fp16, q8, q4 whose
     /// estimated memory fits the device (printed on stderr with the reason)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp16", value_parser = super::parse_dtype_request)]
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
     pub(super) dtype: DTypeRequest,
     /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
     /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
@@ -245,7 +246,12 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         gpu.profiler.enable(&gpu, true)?;
     }
 
-    let bytes = files::read_capped(&a.images[0], pipeline.limits().max_alloc_bytes)?;
+    let max = pipeline.limits().max_alloc_bytes;
+    let bytes = if a.images[0].as_os_str() == "-" {
+        files::read_stream_capped(std::io::stdin().lock(), "stdin", max)?
+    } else {
+        files::read_capped(&a.images[0], max)?
+    };
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
 
@@ -301,9 +307,9 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     } else {
         for (i, out) in outputs.iter().enumerate() {
             if several {
-                println!("{}", out.marker);
+                super::out_line(&out.marker)?;
             }
-            println!("{}", out.text);
+            super::out_line(&out.text)?;
             let t = &out.timings;
             let (pre, vision) = if i == 0 {
                 (image.preprocess_ms(), image.vision_ms())

@@ -37,8 +37,9 @@ pub struct TuneArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
     device: Device,
-    /// Resident weight format the shapes are tuned with (as for `run`; auto: the best that fits)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp32", value_parser = super::parse_dtype_request)]
+    /// Resident weight format the shapes are tuned with (the default is `run`'s, so a plain `tune`
+    /// pre-warms a plain `run`; auto: the best that fits)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
     dtype: DTypeRequest,
 }
 
@@ -76,14 +77,13 @@ pub fn tune_cmd(a: TuneArgs) -> Result<(), Failure> {
         eprintln!("florence2 tune: dtype auto: {r}");
     }
     let (h, w, beams) = (sizes.height, sizes.width, sizes.beams);
-    println!("adapter: {}", gpu.describe());
-    println!("weights: {dtype}");
-    println!(
-        "image {w}x{h}, decode rows 1 and {beams}, tuning {}; cache: {}",
+    super::out(&format!(
+        "adapter: {}\nweights: {dtype}\nimage {w}x{h}, decode rows 1 and {beams}, tuning {}; cache: {}\n{}",
+        gpu.describe(),
         a.tuning.name(),
-        report.cache_path.as_deref().unwrap_or("none")
-    );
-    print!("{}", report.table());
+        report.cache_path.as_deref().unwrap_or("none"),
+        report.table()
+    ))?;
     for warning in &report.warnings {
         eprintln!("warning: {warning}");
     }

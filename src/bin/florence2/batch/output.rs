@@ -94,7 +94,7 @@ impl Sink {
             .out
             .write_all(s.as_bytes())
             .and_then(|()| self.out.flush());
-        r.map_err(|e| Failure::Run(format!("writing {}: {e}", shown())))
+        r.map_err(|e| Failure::write(&shown(), e))
     }
 }
 

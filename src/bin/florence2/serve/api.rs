@@ -4,7 +4,12 @@
 //! image is the one `image_url` part among all messages), optional `model`, `max_tokens` (or
 //! `max_completion_tokens`), `n` (1 only), `stream`, `stream_options.include_usage` and the extension
 //! `num_beams`. Sampling parameters (`temperature`, `top_p`, ...) are accepted and ignored: Florence-2
-//! decodes deterministically (greedy or beam search). Every failure is a 400 naming the parameter.
+//! decodes deterministically (greedy or beam search). Every failure is a 400 naming the parameter, but
+//! for a `model` the server does not serve: a 404 `model_not_found` (see [`Served::serves`]).
+//!
+//! A prompt that starts with no task marker (a generic client's plain question, or no text at all) runs
+//! `--default-task` (default `<MORE_DETAILED_CAPTION>`): with the text as its input when that task takes
+//! text, else without it. The answer says so (`florence2_result.default_task`).
 //!
 //! Images are `data:image/(png|jpeg|webp|gif|bmp);base64,...` URLs. The declared media type,
 //! the encoded size (computed from the base64 length, before decoding it) and the decoded byte count are
@@ -18,6 +23,7 @@ use serde_json::Value;
 
 use florence2_wasm::model::generate::MAX_BEAMS;
 use florence2_wasm::processor::custom_tasks::{AnyTaskPrompt, CustomTasks};
+use florence2_wasm::processor::prompt::{InputKind, Task};
 
 use super::error::{excerpt, ApiError};
 use super::media::{image_kind, media_kind, remote_scheme};
@@ -42,6 +48,43 @@ pub enum ImageSource {
     Remote { param: String, url: String },
 }
 
+/// What the server serves: the model id clients name, and the task a plain-text prompt runs.
+#[derive(Clone, Debug)]
+pub struct Served {
+    pub model_id: String,
+    /// A built-in task without its input (`--default-task`).
+    pub default_task: Task,
+}
+
+impl Served {
+    /// Whether `name` names the served model: its id, or for a hub id `org/name` also `name`, compared
+    /// ASCII-case-insensitively (hub ids are case-insensitive).
+    pub fn serves(&self, name: &str) -> bool {
+        let id = self.model_id.as_str();
+        let short = id.rsplit('/').next().unwrap_or(id);
+        name.eq_ignore_ascii_case(id) || name.eq_ignore_ascii_case(short)
+    }
+}
+
+/// `--default-task`: a built-in task taken as every `--task` is (`super::super::task_arg`: a name in
+/// any case or a marker), without its input.
+pub fn parse_default_task(s: &str) -> Result<Task, String> {
+    let marker = crate::cli::task_arg(s)?;
+    Task::from_marker(marker.trim()).ok_or_else(|| {
+        format!(
+            "takes a built-in task without its input; valid markers: {}",
+            Task::valid_markers()
+        )
+    })
+}
+
+/// A prompt without a task marker ran the default task: which, and whether the text was its input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultTask {
+    pub marker: &'static str,
+    pub text_used: bool,
+}
+
 /// A validated chat-completions request.
 #[derive(Debug)]
 pub struct ChatRequest {
@@ -53,6 +96,8 @@ pub struct ChatRequest {
     pub num_beams: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// `Some` when the prompt had no task marker and `--default-task` ran.
+    pub default_task: Option<DefaultTask>,
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -138,11 +183,12 @@ fn refuse_unsupported(body: &Value) -> Result<(), ApiError> {
 }
 
 /// Parse and validate a request body (already size-checked); the prompt is a built-in task or one of
-/// `tasks` (the model's own markers).
+/// `tasks` (the model's own markers); `served` names the model and the default task.
 pub fn parse_chat_request(
     bytes: &[u8],
     limits: &RequestLimits,
     tasks: &CustomTasks,
+    served: &Served,
 ) -> Result<ChatRequest, ApiError> {
     let body: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_json(format!("the request body is not valid JSON: {e}")))?;
@@ -152,7 +198,7 @@ pub fn parse_chat_request(
             type_name(&body)
         )));
     }
-    let opts = parse_options(&body, limits)?;
+    let opts = parse_options(&body, limits, served)?;
     let mut prompt_text: Option<String> = None;
     let mut images: Vec<(String, &str)> = Vec::new();
     for (i, msg) in messages_of(&body)?.iter().enumerate() {
@@ -167,6 +213,7 @@ pub fn parse_chat_request(
             "no user message: the task prompt (e.g. <OD>) is the text of the last user message",
         )
     })?;
+    let (prompt_text, default_task) = with_default_task(prompt_text, served.default_task);
     let prompt = tasks
         .parse(&prompt_text)
         .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
@@ -178,7 +225,24 @@ pub fn parse_chat_request(
         num_beams: opts.num_beams,
         stream: opts.stream,
         include_usage: opts.include_usage,
+        default_task,
     })
+}
+
+/// A prompt that starts with a task marker as it is; any other (plain text, or none) as `task`'s
+/// prompt, with the text as its input when `task` takes text.
+fn with_default_task(text: String, task: Task) -> (String, Option<DefaultTask>) {
+    let trimmed = text.trim();
+    if trimmed.starts_with('<') {
+        return (text, None);
+    }
+    let text_used = task.input_kind() == InputKind::Text && !trimmed.is_empty();
+    let prompt = match text_used {
+        true => format!("{}{trimmed}", task.marker()),
+        false => task.marker().to_string(),
+    };
+    let marker = task.marker();
+    (prompt, Some(DefaultTask { marker, text_used }))
 }
 
 /// The request's scalar options.
@@ -191,13 +255,20 @@ struct Options {
 
 /// `model`, `n`, `max_(completion_)tokens`, `num_beams`, `stream`, `stream_options`; unsupported
 /// parameters are refused by name.
-fn parse_options(body: &Value, limits: &RequestLimits) -> Result<Options, ApiError> {
-    if let Some(m) = body.get("model") {
-        if !m.is_string() && !m.is_null() {
+fn parse_options(
+    body: &Value,
+    limits: &RequestLimits,
+    served: &Served,
+) -> Result<Options, ApiError> {
+    match body.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if served.serves(m) => {}
+        Some(Value::String(m)) => return Err(ApiError::model_not_found(m, &served.model_id)),
+        Some(m) => {
             return Err(ApiError::invalid(
                 "model",
                 format!("model must be a string, got {}", type_name(m)),
-            ));
+            ))
         }
     }
     match body.get("n") {
@@ -569,6 +640,13 @@ mod tests {
         )
     }
 
+    fn served() -> Served {
+        Served {
+            model_id: "org/m".into(),
+            default_task: Task::MoreDetailedCaption,
+        }
+    }
+
     fn body(text: &str, url: &str) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
             "model": "m",
@@ -580,10 +658,79 @@ mod tests {
         .unwrap()
     }
 
+    fn body_with(v: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_plain_text_prompt_runs_the_default_task() {
+        let parse = |text: &str, task: Task| {
+            let s = Served {
+                default_task: task,
+                ..served()
+            };
+            parse_chat_request(&body(text, &png_url()), &limits(), &CustomTasks::new(), &s)
+        };
+        let r = parse("What is in this picture?", Task::MoreDetailedCaption).unwrap();
+        assert_eq!(r.prompt.marker(), "<MORE_DETAILED_CAPTION>");
+        let want = DefaultTask {
+            marker: "<MORE_DETAILED_CAPTION>",
+            text_used: false,
+        };
+        assert_eq!(r.default_task, Some(want));
+        // An image alone (empty text) too.
+        let r = parse("", Task::MoreDetailedCaption).unwrap();
+        assert_eq!(r.prompt.marker(), "<MORE_DETAILED_CAPTION>");
+        // A default task that takes text gets the text as its input.
+        let r = parse("  a red car ", Task::OpenVocabularyDetection).unwrap();
+        assert_eq!(r.prompt.marker(), "<OPEN_VOCABULARY_DETECTION>");
+        assert_eq!(r.prompt.encoder_text(), "Locate a red car in the image.");
+        assert!(r.default_task.unwrap().text_used);
+        // A marker is never the default task's business.
+        let r = parse("<OD>", Task::MoreDetailedCaption).unwrap();
+        assert_eq!((r.prompt.marker(), r.default_task), ("<OD>", None));
+    }
+
+    #[test]
+    fn only_the_served_model_is_accepted() {
+        let with_model = |m: serde_json::Value| {
+            body_with(serde_json::json!({
+                "model": m,
+                "messages": [{"role": "user", "content": [
+                    {"type": "text", "text": "<OD>"},
+                    {"type": "image_url", "image_url": {"url": png_url()}}
+                ]}]
+            }))
+        };
+        let parse =
+            |m| parse_chat_request(&with_model(m), &limits(), &CustomTasks::new(), &served());
+        for ok in ["org/m", "m", "M", "ORG/M"] {
+            assert!(parse(serde_json::json!(ok)).is_ok(), "{ok}");
+        }
+        assert!(parse(serde_json::Value::Null).is_ok());
+        for other in ["gpt-4o", "", "org/mm", "other/m"] {
+            let e = parse(serde_json::json!(other)).unwrap_err();
+            assert_eq!(
+                (e.status.as_u16(), e.code),
+                (404, "model_not_found"),
+                "{other}"
+            );
+            assert_eq!(e.param.as_deref(), Some("model"));
+            assert_eq!(e.kind, "invalid_request_error");
+        }
+        let e = parse(serde_json::json!(3)).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (400, "invalid_value"));
+    }
+
     #[test]
     fn parses_a_valid_request() {
-        let r =
-            parse_chat_request(&body("<OD>", &png_url()), &limits(), &CustomTasks::new()).unwrap();
+        let r = parse_chat_request(
+            &body("<OD>", &png_url()),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap();
         assert_eq!(r.prompt.marker(), "<OD>");
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
         assert!(!r.stream);
@@ -593,20 +740,35 @@ mod tests {
     fn image_size_is_checked_from_the_base64_length() {
         // 200 bytes of payload decode to 150 > 100: refused before decoding (the payload is not even base64).
         let url = format!("data:image/png;base64,{}", "!".repeat(200));
-        let e =
-            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
+        let e = parse_chat_request(
+            &body("<OD>", &url),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "image_too_large", "{}", e.message);
     }
 
     #[test]
     fn declared_type_must_match_the_bytes() {
         let url = png_url().replace("image/png", "image/jpeg");
-        let e =
-            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
+        let e = parse_chat_request(
+            &body("<OD>", &url),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
         let url = png_url().replace("image/png", "image/gif");
-        let e =
-            parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap_err();
+        let e = parse_chat_request(
+            &body("<OD>", &url),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
     }
 
@@ -615,8 +777,13 @@ mod tests {
         let url = png_url();
         let (head, payload) = url.split_once(',').unwrap();
         let wrapped = format!("{head},{}\n{}", &payload[..8], &payload[8..]);
-        let r =
-            parse_chat_request(&body("<OD>", &wrapped), &limits(), &CustomTasks::new()).unwrap();
+        let r = parse_chat_request(
+            &body("<OD>", &wrapped),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap();
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
     }
 
@@ -636,6 +803,7 @@ mod tests {
                 &serde_json::to_vec(&b).unwrap(),
                 &limits(),
                 &CustomTasks::new(),
+                &served(),
             )
             .unwrap_err();
             assert_eq!(e.code, "unsupported_parameter", "{k}");
@@ -649,7 +817,8 @@ mod tests {
         assert!(parse_chat_request(
             &serde_json::to_vec(&b).unwrap(),
             &limits(),
-            &CustomTasks::new()
+            &CustomTasks::new(),
+            &served()
         )
         .is_ok());
     }
@@ -657,14 +826,20 @@ mod tests {
     #[test]
     fn remote_and_file_urls_are_refused() {
         for url in ["http://x/a.png", "https://x/a.png"] {
-            let e =
-                parse_chat_request(&body("<OD>", url), &limits(), &CustomTasks::new()).unwrap_err();
+            let e = parse_chat_request(
+                &body("<OD>", url),
+                &limits(),
+                &CustomTasks::new(),
+                &served(),
+            )
+            .unwrap_err();
             assert_eq!(e.code, "remote_image_refused");
         }
         let e = parse_chat_request(
             &body("<OD>", "file:///etc/passwd"),
             &limits(),
             &CustomTasks::new(),
+            &served(),
         )
         .unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
@@ -676,6 +851,7 @@ mod tests {
             &body("<OD>", "https://x/a.png"),
             &allow,
             &CustomTasks::new(),
+            &served(),
         )
         .unwrap();
         assert!(matches!(r.image, ImageSource::Remote { ref url, .. } if url == "https://x/a.png"));
@@ -683,6 +859,7 @@ mod tests {
             &body("<OD>", "file:///etc/passwd"),
             &allow,
             &CustomTasks::new(),
+            &served(),
         )
         .unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
@@ -690,14 +867,20 @@ mod tests {
 
     #[test]
     fn prompt_errors_are_the_library_rules() {
-        let e = parse_chat_request(&body("<NOPE>", &png_url()), &limits(), &CustomTasks::new())
-            .unwrap_err();
+        let e = parse_chat_request(
+            &body("<NOPE>", &png_url()),
+            &limits(),
+            &CustomTasks::new(),
+            &served(),
+        )
+        .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
         assert!(e.message.contains("<CAPTION>"), "{}", e.message);
         let e = parse_chat_request(
             &body("<REGION_TO_CATEGORY><loc_1><loc_2><loc_3>", &png_url()),
             &limits(),
             &CustomTasks::new(),
+            &served(),
         )
         .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
@@ -707,17 +890,24 @@ mod tests {
     fn a_models_own_markers_are_accepted() {
         let tasks =
             CustomTasks::from_processor_config(br#"{"tasks": ["<GENERATE_TAGS>"]}"#).unwrap();
-        let r =
-            parse_chat_request(&body("<GENERATE_TAGS>", &png_url()), &limits(), &tasks).unwrap();
+        let r = parse_chat_request(
+            &body("<GENERATE_TAGS>", &png_url()),
+            &limits(),
+            &tasks,
+            &served(),
+        )
+        .unwrap();
         assert_eq!(r.prompt.marker(), "<GENERATE_TAGS>");
         let e = parse_chat_request(
             &body("<GENERATE_TAGS>", &png_url()),
             &limits(),
             &CustomTasks::new(),
+            &served(),
         )
         .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
-        let e = parse_chat_request(&body("<OTHER>", &png_url()), &limits(), &tasks).unwrap_err();
+        let e = parse_chat_request(&body("<OTHER>", &png_url()), &limits(), &tasks, &served())
+            .unwrap_err();
         assert!(e.message.contains("<GENERATE_TAGS>"), "{}", e.message);
     }
 
@@ -733,15 +923,25 @@ mod tests {
         ] {
             let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
             let url = format!("data:{media};base64,{b64}");
-            let r =
-                parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new()).unwrap();
+            let r = parse_chat_request(
+                &body("<OD>", &url),
+                &limits(),
+                &CustomTasks::new(),
+                &served(),
+            )
+            .unwrap();
             assert!(
                 matches!(r.image, ImageSource::Inline(ref b) if b == bytes),
                 "{media}"
             );
             let url = format!("data:image/png;base64,{b64}");
-            let e = parse_chat_request(&body("<OD>", &url), &limits(), &CustomTasks::new())
-                .unwrap_err();
+            let e = parse_chat_request(
+                &body("<OD>", &url),
+                &limits(),
+                &CustomTasks::new(),
+                &served(),
+            )
+            .unwrap_err();
             assert_eq!(e.code, "invalid_image_type", "{media}");
         }
     }

@@ -155,6 +155,23 @@ impl ApiError {
         )
     }
 
+    /// 404: a `model` the server does not serve (OpenAI's `model_not_found`).
+    pub fn model_not_found(name: &str, served: &str) -> Self {
+        ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                format!(
+                    "the model {} does not exist here; this server serves {}",
+                    excerpt(name),
+                    excerpt(served)
+                ),
+            )
+        }
+    }
+
     pub fn method_not_allowed() -> Self {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16] [--max-batch 8]
+//!                 [--default-task <MORE_DETAILED_CAPTION>] [--log-format text|json]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
 //!                 [--allow-remote-images [--remote-image-timeout SECS] [--max-remote-redirects N]
@@ -15,6 +16,7 @@
 //! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
 //! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0.
 
+mod access_log;
 mod api;
 mod cors;
 mod engine;
@@ -123,6 +125,13 @@ pub struct ServeArgs {
     /// wait or run; a request beyond it gets 429. At least 3 x --max-image-pixels
     #[arg(long, value_name = "N", default_value_t = 512 << 20, value_parser = clap::value_parser!(u64).range(1..))]
     max_queued_image_bytes: u64,
+    /// The task a prompt without a task marker runs (a generic client's plain question, or an image
+    /// alone): a built-in task's name or marker; one that takes text gets the prompt as its input
+    #[arg(long, value_name = "TASK", default_value = "<MORE_DETAILED_CAPTION>", value_parser = api::parse_default_task)]
+    default_task: florence2_wasm::processor::prompt::Task,
+    /// Access log on stderr, one line per request (method, path, status, tokens, ms): text or json
+    #[arg(long, value_name = "text|json", default_value = "text", value_parser = access_log::parse_format)]
+    log_format: access_log::LogFormat,
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {
@@ -158,6 +167,8 @@ struct ServeOptions {
     remote: Option<remote::RemoteLimits>,
     cors: Option<cors::CorsOrigins>,
     max_queued_image_bytes: u64,
+    default_task: florence2_wasm::processor::prompt::Task,
+    log_format: access_log::LogFormat,
 }
 
 impl From<ServeArgs> for ServeOptions {
@@ -192,6 +203,8 @@ impl From<ServeArgs> for ServeOptions {
             }),
             cors: cors::CorsOrigins::from_args(&a.cors_origins),
             max_queued_image_bytes: a.max_queued_image_bytes,
+            default_task: a.default_task,
+            log_format: a.log_format,
         }
     }
 }
@@ -375,6 +388,8 @@ fn app_state(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        default_task: opts.default_task,
+        log_format: opts.log_format,
     }
 }
 

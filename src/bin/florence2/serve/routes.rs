@@ -7,7 +7,10 @@
 //! decoded images of admitted requests would pass `--max-queued-image-bytes`; sized from the image
 //! header before decoding), image decoding under the pixel limit (400), then the worker's queue. With
 //! `--cors-origin` every route answers CORS requests (`cors.rs`). The answer is one JSON object, or with `"stream": true` an SSE
-//! stream of `chat.completion.chunk` objects ending with `data: [DONE]`.
+//! stream of `chat.completion.chunk` objects ending with `data: [DONE]`. A request whose `model` is not
+//! the served one is a 404 (`model_not_found`, see `api.rs`); a prompt without a task marker runs
+//! `--default-task` and the answer's `florence2_result.default_task` says so. Every request, whatever
+//! its route and status, writes one access-log line (`access_log.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,7 +33,10 @@ use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 use florence2_wasm::processor::prompt::Task;
 
-use super::api::{parse_chat_request, ChatRequest, ImageSource, RequestLimits};
+use super::access_log::{self, Entry as LogEntry, LogFormat};
+use super::api::{
+    parse_chat_request, ChatRequest, DefaultTask, ImageSource, RequestLimits, Served,
+};
 use super::engine::Answer;
 use super::error::ApiError;
 use super::metrics::{Outcome, Phase};
@@ -58,10 +64,25 @@ pub struct AppState {
     pub admission: Arc<Semaphore>,
     pub jobs: std::sync::Mutex<Option<std::sync::mpsc::Sender<Job>>>,
     pub started: u64,
+    /// `--default-task`: what a prompt without a task marker runs.
+    pub default_task: Task,
+    /// `--log-format` of the access log.
+    pub log_format: LogFormat,
+}
+
+impl AppState {
+    /// The model clients may name and the default task.
+    fn served(&self) -> Served {
+        Served {
+            model_id: self.model_id.clone(),
+            default_task: self.default_task,
+        }
+    }
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
     let cors = state.cors.clone();
+    let log_format = state.log_format;
     let router = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
@@ -71,13 +92,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(fallback)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state);
-    match cors {
+    let router = match cors {
         Some(origins) => router.layer(axum::middleware::from_fn_with_state(
             Arc::new(origins),
             super::cors::cors,
         )),
         None => router,
-    }
+    };
+    // Outermost: CORS preflights and every refusal are logged too.
+    router.layer(axum::middleware::from_fn_with_state(
+        log_format,
+        access_log::access_log,
+    ))
 }
 
 /// A share of the queued-image budget for the decoded size of `bytes` (width x height x 3, read from
@@ -235,17 +261,10 @@ async fn model(
     if let Err(e) = check_auth(&state, &headers) {
         return e.into_response();
     }
-    if id == state.model_id {
+    if state.served().serves(&id) {
         Json(model_object(&state)).into_response()
     } else {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            kind: "invalid_request_error",
-            code: "model_not_found",
-            param: Some("model".into()),
-            message: format!("no model {}", super::error::excerpt(&id)),
-        }
-        .into_response()
+        ApiError::model_not_found(&id, &state.model_id).into_response()
     }
 }
 
@@ -285,6 +304,7 @@ async fn chat(State(state): State<Arc<AppState>>, req: Request) -> Response {
 
 async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, ApiError> {
     let (parts, body) = req.into_parts();
+    let log = parts.extensions.get::<Arc<LogEntry>>().cloned();
     check_auth(state, &parts.headers)?;
     let shared = &state.shared;
     if shared.closing.load(Ordering::Relaxed) {
@@ -302,7 +322,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         max_new_tokens: info.max_new_tokens,
         allow_remote_images: state.remote.is_some(),
     };
-    let req = parse_chat_request(&bytes, &limits, &info.tasks)?;
+    let req = parse_chat_request(&bytes, &limits, &info.tasks, &state.served())?;
     drop(bytes);
 
     // Admission: a slot among `capacity`, held until the worker is done with the request.
@@ -327,6 +347,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         num_beams,
         stream,
         include_usage,
+        default_task,
     } = req;
     let parts = JobParts {
         prompt,
@@ -352,6 +373,8 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         id,
         created: unix_now(),
         model: state.model_id.clone(),
+        default_task,
+        log,
     };
     if stream {
         Ok(sse_response(meta, rx, include_usage, guard))
@@ -364,7 +387,10 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
                 Some(Event::Step | Event::Text(_)) => guard.armed = true,
                 Some(Event::Done(done)) => {
                     return match *done {
-                        Ok(answer) => Ok(Json(completion(&meta, &answer)).into_response()),
+                        Ok(answer) => {
+                            meta.log_tokens(&answer);
+                            Ok(Json(completion(&meta, &answer)).into_response())
+                        }
                         Err(e) => Err(e),
                     }
                 }
@@ -497,6 +523,19 @@ struct Meta {
     id: String,
     created: u64,
     model: String,
+    /// The prompt had no task marker: `--default-task` ran.
+    default_task: Option<DefaultTask>,
+    /// The request's access-log line (`None` only outside the router's middleware).
+    log: Option<Arc<LogEntry>>,
+}
+
+impl Meta {
+    /// The generated tokens, for the access log.
+    fn log_tokens(&self, a: &Answer) {
+        if let Some(log) = &self.log {
+            log.set_tokens(a.out.usage.generated_tokens);
+        }
+    }
 }
 
 fn finish_reason(a: &Answer) -> &'static str {
@@ -518,16 +557,21 @@ fn usage(a: &Answer) -> Value {
 
 /// `message.florence2_result`: the task, the post-processed result exactly as `florence2 run --json`
 /// prints it (`{TASK: value}` with reference key names and float pixel coordinates), the raw generation
-/// and its token ids, and the image size the coordinates refer to.
-fn florence2_result(a: &Answer) -> Value {
+/// and its token ids, and the image size the coordinates refer to; `default_task` `{task, text_used}`
+/// when the prompt had no task marker and `--default-task` ran in its place.
+fn florence2_result(meta: &Meta, a: &Answer) -> Value {
     let o = &a.out;
-    json!({
+    let mut v = json!({
         "task": o.marker,
         "result": o.result_json(),
         "generated_text": o.generated_text,
         "token_ids": o.token_ids,
         "image_size": [o.image_size.0, o.image_size.1],
-    })
+    });
+    if let Some(d) = &meta.default_task {
+        v["default_task"] = json!({"task": d.marker, "text_used": d.text_used});
+    }
+    v
 }
 
 fn completion(meta: &Meta, a: &Answer) -> Value {
@@ -542,7 +586,7 @@ fn completion(meta: &Meta, a: &Answer) -> Value {
                 "role": "assistant",
                 "content": a.out.text,
                 "refusal": null,
-                "florence2_result": florence2_result(a),
+                "florence2_result": florence2_result(meta, a),
             },
             "logprobs": null,
             "finish_reason": finish_reason(a),
@@ -609,10 +653,11 @@ fn sse_response(
             }
             Some(Event::Done(done)) => match *done {
                 Ok(a) => {
+                    meta.log_tokens(&a);
                     let mut v = vec![
                         data(&chunk(
                             &meta,
-                            json!({"content": remainder(&a), "florence2_result": florence2_result(&a)}),
+                            json!({"content": remainder(&a), "florence2_result": florence2_result(&meta, &a)}),
                             None,
                         )),
                         data(&chunk(&meta, json!({}), Some(finish_reason(&a)))),
