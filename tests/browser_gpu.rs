@@ -82,6 +82,21 @@ extern "C" {
 
 // ---- fixtures and helpers ---------------------------------------------------------------------------
 
+/// Destroy `m`'s device and wait for the event a real loss gives: the device's `lost` promise resolves
+/// (on a busy machine, later than any fixed sleep). Two minutes is only a last guard.
+async fn lose_device(m: &Florence2) {
+    m.debug_lose_device();
+    let gpu = m.debug_gpu();
+    let start = js_sys::Date::now();
+    while !gpu.is_lost() {
+        assert!(
+            js_sys::Date::now() - start < 120_000.0,
+            "the destroyed device's lost promise did not resolve in 120 s"
+        );
+        sleep(5).await;
+    }
+}
+
 const TINY2: &[(&str, &[u8])] = &[
     (
         "config.json",
@@ -321,8 +336,7 @@ async fn lost_device_fails_the_call_in_flight_and_recovers_from_the_cache() {
     assert_err(&e, "DeviceLostError", "encode the image again");
 
     // Lost between calls; calls queued behind the first one after the loss also succeed.
-    m.debug_lose_device();
-    sleep(20).await;
+    lose_device(&m).await;
     let p1 = m.run_task(scene(), "<CAPTION>".into(), greedy(12));
     let p2 = m.run_task(scene(), "<OD>".into(), greedy(12));
     let strip = |v: JsValue| {
@@ -355,8 +369,7 @@ async fn without_auto_recover_calls_fail_until_reload() {
     .unwrap();
     let before = run(&m, scene(), "<CAPTION>", greedy(10)).await.unwrap();
     let downloads = model_requests(dir);
-    m.debug_lose_device();
-    sleep(20).await;
+    lose_device(&m).await;
     for _ in 0..2 {
         let e = run(&m, scene(), "<CAPTION>", greedy(10)).await.unwrap_err();
         assert_err(&e, "DeviceLostError", "reload()");

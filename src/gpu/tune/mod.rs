@@ -25,7 +25,8 @@
 //! the median is kept; tiny shapes get more samples.
 //!
 //! **Budget** (`auto`). Classes are tuned in order of their share of the workload's estimated cost, and
-//! a class is started only while the time spent plus the average class so far fits the budget
+//! a class is started only while the time spent plus the average class so far fits the budget (a load's
+//! first class to time always starts, however long reading the cache took on a busy machine)
 //! ([`AUTO_BUDGET_MS`] by default, on every adapter: on CPU adapters a base model does not fit in one
 //! load). Classes left over keep the static choice for this load; every finished class is cached at
 //! once, so the next load continues where this one stopped and, once all are cached, times nothing.
