@@ -1265,12 +1265,14 @@ async fn tuning_auto_continues_across_loads() {
         };
         (num("classes"), num("from"), num("left"))
     };
-    // Each load continues where the last stopped: what is left never grows, and within a few loads
-    // classes come from the cache. (That the loads end with everything cached and nothing timed is
-    // tested natively, in tests/model/tuning.rs, with a step clock: SwiftShader compiles slowly, so a model
-    // takes many loads here.)
+    // Each load continues where the last stopped: it times at least one class (a positive budget
+    // always admits a load's first class), what the cache holds finished never shrinks, and within a
+    // few loads classes come from the cache. (What is left may grow on a busier load: a class cut
+    // short counts as timed when it starts and as left when a later load has no time to resume it.)
+    // (That the loads end with everything cached and nothing timed is tested natively, in
+    // tests/model/tuning.rs, with a step clock: SwiftShader compiles slowly, so a model takes many
+    // loads here.)
     let mut loads = Vec::new();
-    let mut last_left = usize::MAX;
     let mut cached_seen = 0;
     for i in 0..5 {
         let t = now();
@@ -1288,9 +1290,8 @@ async fn tuning_auto_continues_across_loads() {
             assert!(timed >= 1 && cached == 0, "{table}");
         }
         assert!(timed >= 1 || left == 0, "every load progresses: {table}");
-        assert!(left <= last_left, "{loads:?}");
-        last_left = left;
-        cached_seen = cached_seen.max(cached);
+        assert!(cached >= cached_seen, "{loads:?}");
+        cached_seen = cached;
         if left == 0 && timed == 0 {
             break;
         }

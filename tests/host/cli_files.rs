@@ -134,3 +134,39 @@ fn generation_ids_outside_the_vocabulary_fail_at_load() {
     assert!(err.contains("forced_bos_token_id"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `florence2 run` with a stdout that cannot take the answer (`/dev/full`: every write fails with
+/// ENOSPC): a named error and exit status 1, not a panic (status 101), as text and as `--json`.
+#[test]
+fn run_to_a_full_stdout_is_a_named_error() {
+    let scene = fixtures().join("images/scene.png");
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
+        cmd.args(["run", "--device", "cpu", "--model"])
+            .arg(fixtures().join("models/tiny2"))
+            .arg("--image")
+            .arg(&scene)
+            .args([
+                "--task",
+                "<OD>",
+                "--num-beams",
+                "1",
+                "--max-new-tokens",
+                "2",
+            ]);
+        if json {
+            cmd.arg("--json");
+        }
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = cmd.stdout(full).stderr(Stdio::piped()).output().unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "json {json}: {err}");
+        assert!(
+            err.contains("florence2: writing stdout: No space left on device"),
+            "json {json}: {err}"
+        );
+    }
+}

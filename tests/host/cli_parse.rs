@@ -281,3 +281,32 @@ fn batch_usage_errors_exit_2() {
         assert!(stderr.contains("usage"), "{extra:?}: {stderr}");
     }
 }
+
+/// A stdout that cannot take the answer (`/dev/full`: every write fails with ENOSPC) is a named error
+/// and exit status 1, not a panic (status 101), for the rendering and for `--json`.
+#[test]
+fn a_full_stdout_is_a_named_error() {
+    for json in [false, true] {
+        let mut args = vec!["parse", "--task", "<OD>", "--image-size", "640,480"];
+        args.extend(["--text", OD_TEXT]);
+        if json {
+            args.push("--json");
+        }
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(BIN)
+            .args(&args)
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "json {json}: {err}");
+        assert!(
+            err.contains("florence2: writing stdout: No space left on device"),
+            "json {json}: {err}"
+        );
+    }
+}
