@@ -60,7 +60,8 @@ async function freePort() {
 }
 
 async function waitFor(url, child) {
-  for (let i = 0; i < 300; i++) {
+  // 120 s is only a last guard: the poll ends when the server answers.
+  for (let i = 0; i < 1200; i++) {
     if (child.exitCode !== null) throw new Error(`server exited:\n${child.log}`);
     try {
       const r = await fetch(url);

@@ -88,12 +88,15 @@ const server = spawn("python3", [join(root, "scripts/serve.py"), "--port", Strin
   "--mount", `/images/=${join(root, "tests/fixtures/images")}`], { stdio: ["ignore", "ignore", "pipe"] });
 let serverLog = "";
 server.stderr.on("data", (d) => { serverLog += d; });
-for (let i = 0; i < 100; i++) {
+// Polls for the server's first answer; 120 s is only a last guard (a loaded machine starts it late).
+let up = false;
+for (let i = 0; i < 1200 && !up; i++) {
   try {
-    if ((await fetch(`${origin}/images/scene.png`)).ok) break;
+    up = (await fetch(`${origin}/images/scene.png`)).ok;
   } catch (_) { /* not up yet */ }
-  await new Promise((r) => setTimeout(r, 100));
+  if (!up) await new Promise((r) => setTimeout(r, 100));
 }
+if (!up) throw new Error(`serve.py did not start in 120 s:\n${serverLog}`);
 
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",

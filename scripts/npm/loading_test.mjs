@@ -201,7 +201,8 @@ async function startServer(mode) {
   { stdio: ["ignore", "ignore", "pipe"] });
   server.log = "";
   server.stderr.on("data", (d) => { server.log += d; });
-  for (let i = 0; i < 100; i++) {
+  // Polls for the server's first answer; 120 s is only a last guard (a loaded machine starts it late).
+  for (let i = 0; i < 1200; i++) {
     try {
       const r = await fetch(`${origin}/images/scene.png`);
       if (r.ok) return;
