@@ -373,6 +373,33 @@ fn zero_budget_times_nothing() {
     assert!(r.table().contains("left for later loads"));
 }
 
+/// A load whose budget is already spent when its first class comes up (reading the cache took that
+/// long: a busy machine) still times that one class, so every load progresses; the next class waits for
+/// a later load. The clock steps past the whole budget at every read.
+#[test]
+fn a_load_late_for_its_budget_still_times_one_class() {
+    let g = open(GpuOptions::default());
+    let dir = cache_dir("late-budget");
+    let work = tiny4_workload();
+    let opts = tune::TuneOptions::new(Tuning::Auto)
+        .with_budget_ms(Some(10.0))
+        .with_clock(Arc::new(StepClock {
+            reads: Default::default(),
+            step_ms: 100.0,
+        }));
+    let r = tune_opts(&g, &work, &opts, &dir);
+    eprint!("{}", r.table());
+    let timed = r.rows.iter().filter(|x| x.status == tune::RowStatus::Timed);
+    assert_eq!(timed.count(), 1, "{}", r.table());
+    assert_eq!(r.skipped, r.rows.len() - 1);
+    assert_eq!(
+        r.rows[0].status,
+        tune::RowStatus::Timed,
+        "the costliest class"
+    );
+    assert_eq!(json_files(&dir).len(), 1, "the timed class is cached");
+}
+
 /// With a budget, `auto` tunes the most expensive classes first and stops; each later load continues
 /// from the cache where the last one stopped, until all are cached and a load times nothing.
 /// `exhaustive` ignores the budget.
