@@ -19,6 +19,8 @@
 //! the host a large file redirects to. Offline (`HF_HUB_OFFLINE=1` or [`HubCacheOptions::offline`]),
 //! only the cache is read; online, a network failure falls back to the cached snapshot of the revision.
 
+pub mod checksum;
+mod download;
 pub mod http;
 pub mod layout;
 
