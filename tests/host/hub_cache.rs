@@ -43,6 +43,9 @@ struct Quirks {
     bad_range: bool,
     /// The storage host holds its first GET until the gate opens.
     gate: Option<Gate>,
+    /// The storage host sends half of its first GET's body, then holds the connection until the gate
+    /// opens (and then drops it).
+    stall_mid_body: Option<Gate>,
 }
 
 /// A gate a server thread waits on until the test opens it.
@@ -147,6 +150,7 @@ impl Hub {
         let t2 = std::thread::spawn(move || {
             let mut cut = cdn_quirks.cut_first_get;
             let mut gate = cdn_quirks.gate.clone();
+            let mut stall = cdn_quirks.stall_mid_body.clone();
             for conn in cdn.incoming() {
                 let Ok(mut c) = conn else { continue };
                 let Some((method, path, headers)) = read_request(&c) else {
@@ -174,6 +178,14 @@ impl Hub {
                     if let Some(g) = gate.take() {
                         g.wait();
                     }
+                }
+                if let Some(g) = (method == "GET").then(|| stall.take()).flatten() {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len());
+                    let _ = c.write_all(head.as_bytes());
+                    let _ = c.write_all(&b[..b.len() / 2]);
+                    let _ = c.flush();
+                    g.wait();
+                    continue;
                 }
                 if method == "GET" && std::mem::take(&mut cut) {
                     let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len());
@@ -699,4 +711,67 @@ fn two_processes_download_a_blob_once() {
         names.iter().all(|n| !n.ends_with(".incomplete")),
         "{names:?}"
     );
+}
+
+/// kill -9 of a CLI process mid-download leaves only `blobs/ETAG.incomplete` (no blob under its final
+/// name, no snapshot link to the weights); the next resolution resumes it and verifies the bytes.
+#[cfg(unix)]
+#[test]
+fn a_killed_download_leaves_no_trusted_blob_and_the_next_run_resumes() {
+    let stall = Gate::default();
+    let hub = Hub::start(Quirks {
+        stall_mid_body: Some(stall.clone()),
+        ..Default::default()
+    });
+    let cache = tempdir("killed");
+    let repo = cache.join("models--acme--tiny4");
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    let part = repo.join("blobs").join(format!("{etag}.incomplete"));
+    let image = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/scene.png");
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HUB_CACHE", &cache)
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_TOKEN")
+        .args(["run", "--device", "cpu", "--model", "acme/tiny4", "--image"])
+        .arg(&image)
+        .args(["--task", "<OD>"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The event: half the weights are on disk (the storage host then holds the connection).
+    let t = std::time::Instant::now();
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < (w.len() / 2) as u64 {
+        assert!(
+            t.elapsed().as_secs() < 120,
+            "the download never reached half"
+        );
+        assert!(cli.try_wait().unwrap().is_none(), "the CLI ended early");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    cli.kill().unwrap(); // SIGKILL
+    cli.wait().unwrap();
+    stall.open();
+    assert!(
+        !repo.join("blobs").join(&etag).exists(),
+        "a half blob under its final name"
+    );
+    let snap = repo.join("snapshots").join(COMMIT);
+    assert!(snap.join("model.safetensors").symlink_metadata().is_err());
+    // Offline, the cache has no complete snapshot to offer.
+    let mut offline = hub.options(&cache);
+    offline.offline = true;
+    let e = resolve_model("acme/tiny4", &offline).unwrap_err();
+    assert!(e.to_string().contains("no complete weights"), "{e}");
+    // Online again: resumed from the half, verified, linked.
+    let dir = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap();
+    assert_eq!(
+        *hub.ranges.lock().unwrap(),
+        vec![format!("bytes={}-", w.len() / 2)]
+    );
+    assert_same_files(&dir, &fixture("tiny4"));
+    assert!(!part.exists());
 }
