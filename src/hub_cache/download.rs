@@ -10,9 +10,16 @@ use crate::error::{Error, Result};
 
 use super::checksum;
 use super::http::{header, join_url, Client, MAX_REDIRECTS};
+use super::progress::DownloadProgress;
 
 /// The most a file of unannounced length may be (a hostile server's endless body stops here).
 const MAX_UNANNOUNCED: u64 = 64 << 30;
+
+/// A failed copy: the network side or the disk side.
+enum Copy {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
 
 /// Where a GET starts writing.
 enum Start {
@@ -79,10 +86,21 @@ impl Client {
         // One byte past the announced length tells an overlong body from an exact one.
         let cap = size.map_or(MAX_UNANNOUNCED, |s| s - from) + 1;
         let mut body = resp.body_mut().as_reader().take(cap);
-        let n = std::io::copy(&mut body, &mut out).map_err(|e| {
-            self.unreachable.set(true);
-            fail(format!("download interrupted: {e}"))
-        })?;
+        let mut state = DownloadProgress {
+            file: shown.to_owned(),
+            done: from,
+            total: size,
+            finished: false,
+        };
+        let n = self
+            .copy(&mut body, &mut out, &mut state)
+            .map_err(|e| match e {
+                Copy::Read(e) => {
+                    self.unreachable.set(true);
+                    fail(format!("download interrupted: {e}"))
+                }
+                Copy::Write(e) => write(e),
+            })?;
         out.flush().map_err(write)?;
         drop(out);
         let total = from + n;
@@ -98,7 +116,37 @@ impl Client {
             let _ = std::fs::remove_file(&part);
             return Err(e);
         }
-        std::fs::rename(&part, blob).map_err(write)
+        std::fs::rename(&part, blob).map_err(write)?;
+        if let Some(p) = &self.progress {
+            state.finished = true;
+            p.report(&state);
+        }
+        Ok(())
+    }
+
+    /// `body` into `out`, reporting each chunk; the bytes copied.
+    fn copy(
+        &self,
+        body: &mut impl Read,
+        out: &mut impl Write,
+        state: &mut DownloadProgress,
+    ) -> std::result::Result<u64, Copy> {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut n = 0u64;
+        loop {
+            let k = match body.read(&mut buf) {
+                Ok(0) => return Ok(n),
+                Ok(k) => k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Copy::Read(e)),
+            };
+            out.write_all(&buf[..k]).map_err(Copy::Write)?;
+            n += k as u64;
+            state.done += k as u64;
+            if let Some(p) = &self.progress {
+                p.report(state);
+            }
+        }
     }
 
     /// GET `url` from byte `from`, following redirects: the answer and where it starts, or `None` on

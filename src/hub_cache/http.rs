@@ -23,6 +23,7 @@ pub struct Client {
     endpoint: String,
     token: Option<String>,
     pub(super) verbose: bool,
+    pub(super) progress: Option<super::ProgressObserver>,
     pub(super) unreachable: Cell<bool>,
 }
 
@@ -73,6 +74,7 @@ impl Client {
             endpoint: opts.endpoint.clone(),
             token: opts.token.clone(),
             verbose: opts.verbose,
+            progress: opts.progress.clone(),
             unreachable: Cell::new(false),
         }
     }

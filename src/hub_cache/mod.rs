@@ -23,6 +23,7 @@ pub mod checksum;
 mod download;
 pub mod http;
 pub mod layout;
+pub mod progress;
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +34,7 @@ use crate::weights::load::{
 };
 
 pub use layout::RepoCache;
+pub use progress::{DownloadProgress, ProgressObserver};
 
 /// The files a model directory needs besides its weights (`config.json` and `tokenizer.json` required).
 pub const REQUIRED_FILES: [&str; 2] = [CONFIG_FILE, "tokenizer.json"];
@@ -62,6 +64,8 @@ pub struct HubCacheOptions {
     pub token: Option<String>,
     /// Print a line per downloaded file to stderr.
     pub verbose: bool,
+    /// Told the bytes done of each file being downloaded.
+    pub progress: Option<ProgressObserver>,
 }
 
 impl HubCacheOptions {
@@ -99,6 +103,7 @@ impl HubCacheOptions {
             offline: var("HF_HUB_OFFLINE").is_some_and(|v| truthy(&v)),
             token,
             verbose: false,
+            progress: None,
         }
     }
 }

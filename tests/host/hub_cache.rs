@@ -11,7 +11,9 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions, ModelId};
+use florence2_wasm::hub_cache::{
+    resolve_model, DownloadProgress, HubCacheOptions, ModelId, ProgressObserver,
+};
 use florence2_wasm::Error;
 use sha1::Digest;
 
@@ -211,6 +213,7 @@ impl Hub {
             offline: false,
             token: Some("hf_secret".into()),
             verbose: false,
+            progress: None,
         }
     }
 
@@ -564,8 +567,23 @@ fn an_interrupted_download_resumes_from_its_incomplete_blob_with_a_range_request
     assert!(!repo.join("blobs").join(&etag).exists());
     let snap = repo.join("snapshots").join(COMMIT);
     assert!(snap.join("model.safetensors").symlink_metadata().is_err());
-    // The next run asks for the rest and completes the same bytes.
-    let dir = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap();
+    // The next run asks for the rest and completes the same bytes, reporting progress from the half.
+    let events: Arc<Mutex<Vec<DownloadProgress>>> = Arc::default();
+    let mut opts = hub.options(&cache);
+    let log = events.clone();
+    opts.progress = Some(ProgressObserver::new(move |p| {
+        log.lock().unwrap().push(p.clone())
+    }));
+    let dir = resolve_model("acme/tiny4", &opts).unwrap();
+    let events = events.lock().unwrap();
+    let total = Some(w.len() as u64);
+    let first = events.first().unwrap();
+    assert_eq!(first.file, "acme/tiny4/model.safetensors");
+    assert!(first.done > (w.len() / 2) as u64 && first.total == total);
+    assert!(events.windows(2).all(|p| p[0].done <= p[1].done));
+    let last = events.last().unwrap();
+    assert!(last.finished && last.done == w.len() as u64, "{last:?}");
+    assert_eq!(events.iter().filter(|p| p.finished).count(), 1);
     assert_eq!(
         *hub.ranges.lock().unwrap(),
         vec![format!("bytes={}-", w.len() / 2)]
@@ -653,6 +671,7 @@ fn two_processes_download_a_blob_once() {
             offline: false,
             token: None,
             verbose: false,
+            progress: None,
         };
         resolve_model("acme/tiny4", &opts).unwrap();
         return;
