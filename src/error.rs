@@ -114,6 +114,15 @@ pub enum Error {
     #[error("cannot write {file}: {msg}")]
     FileWrite { file: String, msg: String },
 
+    /// A downloaded file's bytes do not hash to the checksum the hub announced (its ETag); the file is
+    /// not kept.
+    #[error("checksum mismatch for {file}: the hub announced {expected}, the bytes hash to {got}")]
+    Checksum {
+        file: String,
+        expected: String,
+        got: String,
+    },
+
     // ---- tasks -------------------------------------------------------------------------------------
     /// A task prompt failed validation (unknown marker, missing/unexpected input, bad region, ...).
     #[error("invalid task prompt: {0}")]
@@ -206,6 +215,7 @@ impl Error {
             | Error::TorchCheckpoint { .. }
             | Error::FileRead { .. }
             | Error::FileWrite { .. }
+            | Error::Checksum { .. }
             | Error::NoFittingDType(_) => "Florence2LoadError",
             Error::Prompt(_) => "Florence2PromptError",
             Error::Image(_) => "Florence2ImageError",
@@ -301,6 +311,11 @@ mod tests {
                 file: s(),
                 msg: s(),
             },
+            Error::Checksum {
+                file: s(),
+                expected: s(),
+                got: s(),
+            },
             Error::Prompt(s()),
             Error::Image(s()),
             Error::ImageTooLarge {
@@ -345,6 +360,7 @@ mod tests {
                 | Error::TorchCheckpoint { .. }
                 | Error::FileRead { .. }
                 | Error::FileWrite { .. }
+                | Error::Checksum { .. }
                 | Error::Prompt(_)
                 | Error::Image(_)
                 | Error::ImageTooLarge { .. }

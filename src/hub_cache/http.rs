@@ -1,10 +1,9 @@
 //! Fetching one file of a hub repository into the cache: a HEAD request for its commit and ETag (the
 //! hub answers a large file with a redirect to its storage host, which is not followed), then, if the
-//! blob is not cached yet, a GET that follows redirects, streamed to `blobs/ETAG.incomplete` and renamed
-//! once its length checks out. The token goes to the endpoint's host only.
+//! blob is not cached yet, a GET that follows redirects (see [`super::download`]: resumed, capped,
+//! verified against the ETag). The token goes to the endpoint's host only.
 
 use std::cell::Cell;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -16,15 +15,16 @@ use super::layout::{is_key, normalize_etag, RepoCache};
 use super::{HubCacheOptions, ModelId};
 
 /// Redirects followed by a download (the hub uses one; mirrors a few).
-const MAX_REDIRECTS: u32 = 8;
+pub(super) const MAX_REDIRECTS: u32 = 8;
 
 /// An HTTP client for one resolution.
 pub struct Client {
     agent: ureq::Agent,
     endpoint: String,
     token: Option<String>,
-    verbose: bool,
-    unreachable: Cell<bool>,
+    pub(super) verbose: bool,
+    pub(super) progress: Option<super::ProgressObserver>,
+    pub(super) unreachable: Cell<bool>,
 }
 
 /// What a HEAD request says about a file.
@@ -40,7 +40,7 @@ fn host_of(url: &str) -> &str {
 }
 
 /// `location` (absolute, or relative to `base`) as an absolute URL.
-fn join_url(base: &str, location: &str) -> String {
+pub(super) fn join_url(base: &str, location: &str) -> String {
     if location.contains("://") {
         return location.to_owned();
     }
@@ -53,7 +53,7 @@ fn join_url(base: &str, location: &str) -> String {
     format!("{scheme}://{dir}{location}")
 }
 
-fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+pub(super) fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
     resp.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -74,6 +74,7 @@ impl Client {
             endpoint: opts.endpoint.clone(),
             token: opts.token.clone(),
             verbose: opts.verbose,
+            progress: opts.progress.clone(),
             unreachable: Cell::new(false),
         }
     }
@@ -99,13 +100,23 @@ impl Client {
         }
     }
 
-    /// A request to `url` with the token when `url` is on the endpoint's host.
-    fn call(&self, head: bool, url: &str) -> Result<ureq::http::Response<ureq::Body>> {
+    /// A request to `url` with the token when `url` is on the endpoint's host; a GET from byte `from`
+    /// asks for `Range: bytes=FROM-`.
+    pub(super) fn call(
+        &self,
+        head: bool,
+        url: &str,
+        from: Option<u64>,
+    ) -> Result<ureq::http::Response<ureq::Body>> {
         let own_host = host_of(url) == host_of(&self.endpoint);
         let r = if head {
             self.agent.head(url).header("Accept-Encoding", "identity")
         } else {
             self.agent.get(url).header("Accept-Encoding", "identity")
+        };
+        let r = match from {
+            Some(n) => r.header("Range", format!("bytes={n}-")),
+            None => r,
         };
         let r = match (&self.token, own_host) {
             (Some(t), true) => r.header("Authorization", format!("Bearer {t}")),
@@ -166,11 +177,13 @@ impl Client {
             .etag
             .ok_or_else(|| fail(format!("{url}: the server sent no usable ETag")))?;
         let blob = cache.blob_path(&etag);
+        // Another process may be fetching the same blob: wait for it, then look again.
+        let _lock = cache.lock_blob(&etag)?;
         let cached = std::fs::metadata(&blob)
             .ok()
             .filter(|m| m.is_file() && meta.size.is_none_or(|n| n == m.len()));
         if cached.is_none() {
-            self.download(&url, &blob, meta.size, &shown)?;
+            self.download(&url, &blob, meta.size, &etag, &shown)?;
         }
         let c = commit.as_deref().unwrap_or(&got);
         cache.link(c, file, &etag).map(Some)
@@ -181,7 +194,7 @@ impl Client {
     fn head(&self, url: &str, shown: &str) -> Result<Option<Meta>> {
         let mut url = url.to_owned();
         for _ in 0..MAX_REDIRECTS {
-            let resp = self.call(true, &url)?;
+            let resp = self.call(true, &url, None)?;
             let status = resp.status().as_u16();
             let meta = Meta {
                 commit: header(&resp, "x-repo-commit").filter(|c| is_key(c)),
@@ -229,58 +242,5 @@ impl Client {
             file: shown.to_owned(),
             msg: format!("more than {MAX_REDIRECTS} redirects"),
         })
-    }
-
-    /// GET `url` (following redirects) into `blob`, through `blob.incomplete`.
-    fn download(
-        &self,
-        url: &str,
-        blob: &std::path::Path,
-        size: Option<u64>,
-        shown: &str,
-    ) -> Result<()> {
-        let fail = |msg: String| Error::FileRead {
-            file: shown.to_owned(),
-            msg,
-        };
-        let mut url = url.to_owned();
-        let mut resp = None;
-        for _ in 0..MAX_REDIRECTS {
-            let r = self.call(false, &url)?;
-            let status = r.status().as_u16();
-            if (301..=308).contains(&status) {
-                url = join_url(&url, &header(&r, "location").unwrap_or_default());
-                continue;
-            }
-            if !(200..300).contains(&status) {
-                return Err(fail(format!("HTTP {status} from {url}")));
-            }
-            resp = Some(r);
-            break;
-        }
-        let mut resp = resp.ok_or_else(|| fail(format!("more than {MAX_REDIRECTS} redirects")))?;
-        if self.verbose {
-            let mb = size.map_or(String::new(), |n| format!(" ({:.1} MB)", n as f64 / 1e6));
-            eprintln!("florence2: downloading {shown}{mb}");
-        }
-        let dir = blob.parent().ok_or_else(|| fail("bad cache path".into()))?;
-        std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
-        let part = blob.with_extension("incomplete");
-        let write = |e: std::io::Error| fail(format!("{}: {e}", part.display()));
-        let mut out = std::fs::File::create(&part).map_err(write)?;
-        let n = std::io::copy(&mut resp.body_mut().as_reader(), &mut out).map_err(|e| {
-            self.unreachable.set(true);
-            fail(format!("download interrupted: {e}"))
-        })?;
-        out.flush().map_err(write)?;
-        drop(out);
-        if size.is_some_and(|s| s != n) {
-            let _ = std::fs::remove_file(&part);
-            return Err(fail(format!(
-                "downloaded {n} bytes, the hub announced {}",
-                size.unwrap_or(0)
-            )));
-        }
-        std::fs::rename(&part, blob).map_err(write)
     }
 }

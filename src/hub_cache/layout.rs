@@ -1,8 +1,10 @@
 //! The Hugging Face cache layout of one model repository, as `huggingface_hub` writes it:
 //!
 //! ```text
+//! CACHE/.locks/models--ORG--NAME/ETAG.lock   held while one process downloads the blob
 //! CACHE/models--ORG--NAME/
 //!   blobs/ETAG                      the file's bytes, named by its ETag (sha256 for LFS files)
+//!   blobs/ETAG.incomplete           a partial download, resumed by the next run
 //!   refs/REVISION                   the commit a branch or tag pointed to when last fetched
 //!   snapshots/COMMIT/FILE           a relative link to ../../blobs/ETAG (a copy where links fail)
 //!   .no_exist/COMMIT/FILE           an empty file: the repository has no FILE at COMMIT
@@ -69,6 +71,31 @@ impl RepoCache {
 
     pub fn blob_path(&self, etag: &str) -> PathBuf {
         self.root.join("blobs").join(etag)
+    }
+
+    /// `CACHE/.locks/models--ORG--NAME/ETAG.lock`, the lock `huggingface_hub` takes around a blob's
+    /// download.
+    pub fn lock_path(&self, etag: &str) -> PathBuf {
+        let repo = self.root.file_name().unwrap_or_default();
+        let cache = self.root.parent().unwrap_or(&self.root);
+        cache.join(".locks").join(repo).join(format!("{etag}.lock"))
+    }
+
+    /// Wait for and hold the exclusive lock on blob `etag` (released when the file is dropped), so
+    /// that concurrent processes, this one's or `huggingface_hub`'s, download a blob once.
+    pub fn lock_blob(&self, etag: &str) -> Result<std::fs::File> {
+        let path = self.lock_path(etag);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| io_err(&path, e))?;
+        f.lock().map_err(|e| io_err(&path, e))?;
+        Ok(f)
     }
 
     /// The commit `revision` names in the cache: a commit hash with a snapshot, or what `refs/REVISION`

@@ -19,8 +19,11 @@
 //! the host a large file redirects to. Offline (`HF_HUB_OFFLINE=1` or [`HubCacheOptions::offline`]),
 //! only the cache is read; online, a network failure falls back to the cached snapshot of the revision.
 
+pub mod checksum;
+mod download;
 pub mod http;
 pub mod layout;
+pub mod progress;
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +34,7 @@ use crate::weights::load::{
 };
 
 pub use layout::RepoCache;
+pub use progress::{DownloadProgress, ProgressObserver};
 
 /// The files a model directory needs besides its weights (`config.json` and `tokenizer.json` required).
 pub const REQUIRED_FILES: [&str; 2] = [CONFIG_FILE, "tokenizer.json"];
@@ -60,6 +64,8 @@ pub struct HubCacheOptions {
     pub token: Option<String>,
     /// Print a line per downloaded file to stderr.
     pub verbose: bool,
+    /// Told the bytes done of each file being downloaded.
+    pub progress: Option<ProgressObserver>,
 }
 
 impl HubCacheOptions {
@@ -97,6 +103,7 @@ impl HubCacheOptions {
             offline: var("HF_HUB_OFFLINE").is_some_and(|v| truthy(&v)),
             token,
             verbose: false,
+            progress: None,
         }
     }
 }

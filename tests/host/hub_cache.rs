@@ -11,7 +11,11 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions, ModelId};
+use florence2_wasm::hub_cache::{
+    resolve_model, DownloadProgress, HubCacheOptions, ModelId, ProgressObserver,
+};
+use florence2_wasm::Error;
+use sha1::Digest;
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -31,6 +35,37 @@ struct Quirks {
     etag: Option<String>,
     /// Answer 401 to everything.
     private: bool,
+    /// The storage host cuts its first GET after half the body.
+    cut_first_get: bool,
+    /// The storage host sends the weights with their last byte flipped.
+    corrupt: bool,
+    /// The storage host sends this many bytes more than announced.
+    overlong: usize,
+    /// The storage host answers a range request with a Content-Range from byte 0.
+    bad_range: bool,
+    /// The storage host holds its first GET until the gate opens.
+    gate: Option<Gate>,
+    /// The storage host sends half of its first GET's body, then holds the connection until the gate
+    /// opens (and then drops it).
+    stall_mid_body: Option<Gate>,
+}
+
+/// A gate a server thread waits on until the test opens it.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut open = self.0 .0.lock().unwrap();
+        while !*open {
+            open = self.0 .1.wait(open).unwrap();
+        }
+    }
 }
 
 /// A hub on one port and its storage host (large files redirect there) on another. Every repository
@@ -38,18 +73,21 @@ struct Quirks {
 struct Hub {
     endpoint: String,
     seen: Seen,
+    /// The Range headers the storage host got.
+    ranges: Arc<Mutex<Vec<String>>>,
     _threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// The hub's ETag of `bytes`: the sha256 of an LFS file, the git blob sha1 of a small one.
 fn fake_etag(bytes: &[u8], long: bool) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    let x = h.finish();
+    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
     if long {
-        format!("{x:016x}").repeat(4) // 64 hex digits, as an LFS sha256
+        hex(&sha2::Sha256::digest(bytes))
     } else {
-        format!("{x:016x}{:08x}", bytes.len()) // 40-ish, as a git blob id
+        let mut h = sha1::Sha1::new();
+        h.update(format!("blob {}\0", bytes.len()).as_bytes());
+        h.update(bytes);
+        hex(&h.finalize())
     }
 }
 
@@ -93,6 +131,7 @@ impl Hub {
         let endpoint = format!("http://{}", hub.local_addr().unwrap());
         let seen: Seen = Arc::default();
         let (s1, s2) = (seen.clone(), seen.clone());
+        let cdn_quirks = quirks.clone();
         let t1 = std::thread::spawn(move || {
             for conn in hub.incoming() {
                 let Ok(mut c) = conn else { continue };
@@ -108,7 +147,12 @@ impl Hub {
                 hub_answer(&mut c, &method, &path, &cdn_base, &quirks);
             }
         });
+        let ranges: Arc<Mutex<Vec<String>>> = Arc::default();
+        let r2 = ranges.clone();
         let t2 = std::thread::spawn(move || {
+            let mut cut = cdn_quirks.cut_first_get;
+            let mut gate = cdn_quirks.gate.clone();
+            let mut stall = cdn_quirks.stall_mid_body.clone();
             for conn in cdn.incoming() {
                 let Ok(mut c) = conn else { continue };
                 let Some((method, path, headers)) = read_request(&c) else {
@@ -120,20 +164,44 @@ impl Hub {
                     path.clone(),
                     headers.get("authorization").cloned(),
                 ));
+                if let Some(r) = headers.get("range") {
+                    r2.lock().unwrap().push(r.clone());
+                }
                 // /NAME/FILE
                 let file = path
                     .trim_start_matches('/')
                     .split_once('/')
                     .map(|(n, f)| fixture(n).join(f));
-                match file.and_then(|f| std::fs::read(f).ok()) {
-                    Some(b) => respond(&mut c, "200 OK", &[], &b, method == "HEAD"),
-                    None => respond(&mut c, "404 Not Found", &[], b"", method == "HEAD"),
+                let Some(b) = file.and_then(|f| std::fs::read(f).ok()) else {
+                    respond(&mut c, "404 Not Found", &[], b"", method == "HEAD");
+                    continue;
+                };
+                if method == "GET" {
+                    if let Some(g) = gate.take() {
+                        g.wait();
+                    }
                 }
+                if let Some(g) = (method == "GET").then(|| stall.take()).flatten() {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len());
+                    let _ = c.write_all(head.as_bytes());
+                    let _ = c.write_all(&b[..b.len() / 2]);
+                    let _ = c.flush();
+                    g.wait();
+                    continue;
+                }
+                if method == "GET" && std::mem::take(&mut cut) {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len());
+                    let _ = c.write_all(head.as_bytes());
+                    let _ = c.write_all(&b[..b.len() / 2]);
+                    continue; // the connection drops mid-body
+                }
+                cdn_answer(&mut c, &method, headers.get("range"), b, &cdn_quirks);
             }
         });
         Hub {
             endpoint,
             seen,
+            ranges,
             _threads: vec![t1, t2],
         }
     }
@@ -145,6 +213,7 @@ impl Hub {
             offline: false,
             token: Some("hf_secret".into()),
             verbose: false,
+            progress: None,
         }
     }
 
@@ -203,6 +272,31 @@ fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Quirks
         respond(c, "302 Found", &h, b"", head)
     } else {
         respond(c, "200 OK", &[commit, ("ETag".into(), etag)], &bytes, head)
+    }
+}
+
+/// The storage host's answer: the bytes (as the quirks spoil them), from `Range: bytes=N-` if asked.
+fn cdn_answer(c: &mut TcpStream, method: &str, range: Option<&String>, b: Vec<u8>, q: &Quirks) {
+    let mut b = b;
+    if q.corrupt {
+        if let Some(last) = b.last_mut() {
+            *last ^= 1;
+        }
+    }
+    b.extend(std::iter::repeat_n(0u8, q.overlong));
+    let from = range
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.strip_suffix('-'))
+        .and_then(|n| n.parse::<usize>().ok());
+    match from {
+        Some(n) if n < b.len() => {
+            let start = if q.bad_range { 0 } else { n };
+            let cr = format!("bytes {start}-{}/{}", b.len() - 1, b.len());
+            let h = [("Content-Range".to_string(), cr)];
+            respond(c, "206 Partial Content", &h, &b[n..], method == "HEAD")
+        }
+        Some(_) => respond(c, "416 Range Not Satisfiable", &[], b"", method == "HEAD"),
+        None => respond(c, "200 OK", &[], &b, method == "HEAD"),
     }
 }
 
@@ -438,4 +532,265 @@ fn the_cli_answers_on_a_hub_id_as_on_the_directory_and_offline_from_the_cache() 
         asked,
         "--offline asked the hub"
     );
+}
+
+/// The blobs directory's file names.
+fn blob_names(repo: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo.join("blobs"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn an_interrupted_download_resumes_from_its_incomplete_blob_with_a_range_request() {
+    let hub = Hub::start(Quirks {
+        cut_first_get: true,
+        ..Default::default()
+    });
+    let cache = tempdir("resume");
+    let repo = cache.join("models--acme--tiny4");
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert!(e.to_string().contains("interrupted"), "{e}");
+    // Only the partial blob, under huggingface_hub's name, and no snapshot link to it.
+    let part = repo.join("blobs").join(format!("{etag}.incomplete"));
+    assert_eq!(
+        std::fs::metadata(&part).unwrap().len(),
+        (w.len() / 2) as u64
+    );
+    assert!(!repo.join("blobs").join(&etag).exists());
+    let snap = repo.join("snapshots").join(COMMIT);
+    assert!(snap.join("model.safetensors").symlink_metadata().is_err());
+    // The next run asks for the rest and completes the same bytes, reporting progress from the half.
+    let events: Arc<Mutex<Vec<DownloadProgress>>> = Arc::default();
+    let mut opts = hub.options(&cache);
+    let log = events.clone();
+    opts.progress = Some(ProgressObserver::new(move |p| {
+        log.lock().unwrap().push(p.clone())
+    }));
+    let dir = resolve_model("acme/tiny4", &opts).unwrap();
+    let events = events.lock().unwrap();
+    let total = Some(w.len() as u64);
+    let first = events.first().unwrap();
+    assert_eq!(first.file, "acme/tiny4/model.safetensors");
+    assert!(first.done > (w.len() / 2) as u64 && first.total == total);
+    assert!(events.windows(2).all(|p| p[0].done <= p[1].done));
+    let last = events.last().unwrap();
+    assert!(last.finished && last.done == w.len() as u64, "{last:?}");
+    assert_eq!(events.iter().filter(|p| p.finished).count(), 1);
+    assert_eq!(
+        *hub.ranges.lock().unwrap(),
+        vec![format!("bytes={}-", w.len() / 2)]
+    );
+    assert_same_files(&dir, &fixture("tiny4"));
+    assert!(!part.exists());
+    assert_eq!(hub.count("cdn", "GET"), 2);
+}
+
+#[test]
+fn a_checksum_mismatch_or_a_hostile_length_or_range_keeps_no_blob() {
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    // Same length, one byte off: the sha256 the ETag names does not match.
+    let hub = Hub::start(Quirks {
+        corrupt: true,
+        ..Default::default()
+    });
+    let cache = tempdir("checksum");
+    let repo = cache.join("models--acme--tiny4");
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert_eq!(e.name(), "Florence2LoadError");
+    match &e {
+        Error::Checksum { expected, got, .. } => {
+            assert_eq!(expected, &etag);
+            assert_ne!(got, &etag);
+        }
+        other => panic!("not a checksum error: {other}"),
+    }
+    // The small files verified (their git blob ids match) and stay; the weights left nothing.
+    let names = blob_names(&repo);
+    assert!(!names.iter().any(|n| n.starts_with(&etag)), "{names:?}");
+    assert!(repo
+        .join("snapshots")
+        .join(COMMIT)
+        .join("config.json")
+        .is_file());
+    // A body longer than announced: a named cause, nothing kept.
+    let hub = Hub::start(Quirks {
+        overlong: 1 << 20,
+        ..Default::default()
+    });
+    let cache = tempdir("overlong");
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert!(e.to_string().contains("more than"), "{e}");
+    let names = blob_names(&cache.join("models--acme--tiny4"));
+    assert!(!names.iter().any(|n| n.starts_with(&etag)), "{names:?}");
+    // A resumed answer whose Content-Range does not continue the partial file is refused.
+    let hub = Hub::start(Quirks {
+        cut_first_get: true,
+        bad_range: true,
+        ..Default::default()
+    });
+    let cache = tempdir("bad-range");
+    assert!(resolve_model("acme/tiny4", &hub.options(&cache)).is_err());
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert!(e.to_string().contains("Content-Range"), "{e}");
+    let repo = cache.join("models--acme--tiny4");
+    assert!(!repo.join("blobs").join(&etag).exists());
+}
+
+/// Whether a process waits on a flock of the file with inode `ino` (a `->` line of /proc/locks).
+#[cfg(target_os = "linux")]
+fn lock_has_waiter(ino: u64) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let tag = format!(":{ino} ");
+    locks.lines().any(|l| l.contains("->") && l.contains(&tag))
+}
+
+/// The environment variable that makes the test below a child that resolves one id and exits.
+const CHILD_ENV: &str = "FLORENCE2_HUB_CACHE_CHILD";
+
+/// Two processes resolve the same id at once: the first holds the blob's lock
+/// (`.locks/models--ORG--NAME/ETAG.lock`, huggingface_hub's) while the storage host stalls its GET;
+/// the second is seen waiting on that lock (or, were there no lock, sending its own GET), then the
+/// stall ends. The weights are fetched once and both processes succeed.
+#[cfg(target_os = "linux")]
+#[test]
+fn two_processes_download_a_blob_once() {
+    if let Ok(v) = std::env::var(CHILD_ENV) {
+        let (endpoint, cache) = v.split_once('|').unwrap();
+        let opts = HubCacheOptions {
+            endpoint: endpoint.into(),
+            cache_dir: cache.into(),
+            offline: false,
+            token: None,
+            verbose: false,
+            progress: None,
+        };
+        resolve_model("acme/tiny4", &opts).unwrap();
+        return;
+    }
+    let gate = Gate::default();
+    let hub = Hub::start(Quirks {
+        gate: Some(gate.clone()),
+        ..Default::default()
+    });
+    let cache = tempdir("two-processes");
+    let child = || {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "hub_cache::two_processes_download_a_blob_once"])
+            .args(["--test-threads=1", "--nocapture"])
+            .env(CHILD_ENV, format!("{}|{}", hub.endpoint, cache.display()))
+            .spawn()
+            .unwrap()
+    };
+    let weights_gets = || {
+        let seen = hub.seen.lock().unwrap();
+        let n = |server| {
+            seen.iter()
+                .filter(|r| r.0 == server && r.1 == "GET" && r.2.ends_with("model.safetensors"))
+                .count()
+        };
+        (n("hub"), n("cdn"))
+    };
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        // Events, polled; the bound only guards against a hang.
+        let t = std::time::Instant::now();
+        while !done() {
+            assert!(t.elapsed().as_secs() < 120, "never saw: {what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let mut a = child();
+    wait_for("the first GET", &|| weights_gets().1 == 1);
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let lock = cache
+        .join(".locks/models--acme--tiny4")
+        .join(format!("{}.lock", fake_etag(&w, true)));
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&lock).unwrap().ino();
+    let mut b = child();
+    wait_for("the second process waiting (or fetching)", &|| {
+        lock_has_waiter(ino) || weights_gets().0 > 1
+    });
+    gate.open();
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    assert_eq!(weights_gets(), (1, 1), "the weights were fetched twice");
+    let dir = cache.join("models--acme--tiny4/snapshots").join(COMMIT);
+    assert_same_files(&dir, &fixture("tiny4"));
+    let names = blob_names(&cache.join("models--acme--tiny4"));
+    assert!(
+        names.iter().all(|n| !n.ends_with(".incomplete")),
+        "{names:?}"
+    );
+}
+
+/// kill -9 of a CLI process mid-download leaves only `blobs/ETAG.incomplete` (no blob under its final
+/// name, no snapshot link to the weights); the next resolution resumes it and verifies the bytes.
+#[cfg(unix)]
+#[test]
+fn a_killed_download_leaves_no_trusted_blob_and_the_next_run_resumes() {
+    let stall = Gate::default();
+    let hub = Hub::start(Quirks {
+        stall_mid_body: Some(stall.clone()),
+        ..Default::default()
+    });
+    let cache = tempdir("killed");
+    let repo = cache.join("models--acme--tiny4");
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    let part = repo.join("blobs").join(format!("{etag}.incomplete"));
+    let image = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/images/scene.png");
+    let mut cli = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HUB_CACHE", &cache)
+        .env_remove("HF_HUB_OFFLINE")
+        .env_remove("HF_TOKEN")
+        .args(["run", "--device", "cpu", "--model", "acme/tiny4", "--image"])
+        .arg(&image)
+        .args(["--task", "<OD>"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The event: half the weights are on disk (the storage host then holds the connection).
+    let t = std::time::Instant::now();
+    while std::fs::metadata(&part).map_or(0, |m| m.len()) < (w.len() / 2) as u64 {
+        assert!(
+            t.elapsed().as_secs() < 120,
+            "the download never reached half"
+        );
+        assert!(cli.try_wait().unwrap().is_none(), "the CLI ended early");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    cli.kill().unwrap(); // SIGKILL
+    cli.wait().unwrap();
+    stall.open();
+    assert!(
+        !repo.join("blobs").join(&etag).exists(),
+        "a half blob under its final name"
+    );
+    let snap = repo.join("snapshots").join(COMMIT);
+    assert!(snap.join("model.safetensors").symlink_metadata().is_err());
+    // Offline, the cache has no complete snapshot to offer.
+    let mut offline = hub.options(&cache);
+    offline.offline = true;
+    let e = resolve_model("acme/tiny4", &offline).unwrap_err();
+    assert!(e.to_string().contains("no complete weights"), "{e}");
+    // Online again: resumed from the half, verified, linked.
+    let dir = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap();
+    assert_eq!(
+        *hub.ranges.lock().unwrap(),
+        vec![format!("bytes={}-", w.len() / 2)]
+    );
+    assert_same_files(&dir, &fixture("tiny4"));
+    assert!(!part.exists());
 }

@@ -56,6 +56,7 @@
 
 mod batch;
 mod convert;
+mod download_bar;
 mod estimate;
 mod parse;
 mod run;
@@ -89,7 +90,7 @@ pub fn model_dir(arg: &std::path::Path) -> Result<std::path::PathBuf, Failure> {
     use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions};
     let mut opts = HubCacheOptions::from_env();
     opts.offline |= OFFLINE.get().copied().unwrap_or(false);
-    opts.verbose = true;
+    download_bar::attach(&mut opts);
     let s = arg
         .to_str()
         .ok_or_else(|| Failure::Usage(format!("--model {}: not UTF-8", arg.display())))?;
