@@ -46,6 +46,8 @@ phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
 scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
 
+phase "Node native addon (napi): ids equal the CLI's, named errors, abort, dispose"; scripts/npm/node_addon_test.sh
+
 # Every test and bench target compiled for wasm32 (the browser-only benches under scripts/bench/ are not
 # run below; this catches a wasm-only target broken by a native-looking change).
 phase "wasm32 compile check of every test target"

@@ -77,9 +77,13 @@ test("bytes of every format, a file: URL and RGBA pixels give the CLI's ids", as
 });
 
 test("named errors: missing model, corrupt weights, bad device, bad image", async () => {
-  await assert.rejects(load(join(root, "tests/fixtures/models/no-such-model")), (e) => {
-    assert.match(e.name, /^Florence2\w*Error$/);
-    return true;
+  await assert.rejects(load(join(root, "tests/fixtures/models/no-such-model")), {
+    name: "Florence2LoadError",
+    message: /no such model directory/,
+  });
+  await assert.rejects(load("file:///nonexistent/model%20dir"), {
+    name: "Florence2LoadError",
+    message: /\/nonexistent\/model dir/,
   });
   const dir = mkdtempSync(join(tmpdir(), "florence2-node-"));
   try {
