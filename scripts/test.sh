@@ -54,6 +54,9 @@ scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/
 phase "installs (cargo install from the debug build, cargo publish --dry-run, serve.sh's build check)"
 scripts/install_check.sh
 
+phase "Node native addon (napi): ids equal the CLI's, named errors, abort, dispose"
+scripts/npm/node_addon_test.sh
+
 # Every test and bench target compiled for wasm32 (the browser-only benches under scripts/bench/ are not
 # run below; this catches a wasm-only target broken by a native-looking change).
 phase "wasm32 compile check of every test target"

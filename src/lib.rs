@@ -20,6 +20,9 @@ pub mod hub;
 pub mod hub_cache;
 pub mod json;
 pub mod model;
+/// The Node.js native addon (napi-rs), only with the `node` feature, natively.
+#[cfg(all(feature = "node", not(target_arch = "wasm32")))]
+pub mod node;
 pub mod ops;
 pub mod pipeline;
 pub mod postprocess;

@@ -1,0 +1,63 @@
+// Types of scripts/npm/node_addon.js: the `Florence2` API on the native Node addon.
+
+// Errors carry the facade's names (`Florence2ErrorName` of the package's types) as `error.name`.
+
+/** The engine to load on: a hardware GPU else the CPU backend, any GPU adapter, or the CPU backend. */
+export type NativeDevice = "auto" | "gpu" | "cpu";
+
+export interface NativeLoadOptions {
+  device?: NativeDevice;
+  /** "auto" (fp16), "fp32", "fp16", "q8" or "q4". */
+  dtype?: "auto" | "fp32" | "fp16" | "q8" | "q4";
+  signal?: AbortSignal;
+}
+
+export interface NativeTaskOptions {
+  maxNewTokens?: number;
+  numBeams?: number;
+  noRepeatNgramSize?: number;
+  signal?: AbortSignal;
+}
+
+/** A path, a `file:` URL, a PNG/JPEG/WebP/GIF/BMP file's bytes, or RGBA pixels. */
+export type NativeImage =
+  | string
+  | URL
+  | ArrayBuffer
+  | ArrayBufferView
+  | { data: ArrayBufferView; width: number; height: number };
+
+export interface NativeMemory {
+  dtype: string;
+  /** Which engine ran: "gpu" (native wgpu) or "cpu" (the native CPU backend). */
+  device: "gpu" | "cpu";
+  weightsBytes: number;
+  activationsBytes: number;
+  currentBytes: number;
+  peakBytes: number;
+  peakActivationsBytes: number;
+  allocations: number;
+}
+
+/** The wasm build's result shape. */
+export interface NativeTaskResult {
+  task: string;
+  text: string;
+  result: Record<string, unknown>;
+  generatedText: string;
+  tokenIds: number[];
+  timings: { preprocess: number; encode: number; decode: number; total: number };
+  memory: NativeMemory;
+}
+
+export declare const PLATFORM_PACKAGES: Record<string, string>;
+export declare function platformTriple(): string;
+export declare function loadAddon(): { addon: unknown | null; reason: string };
+
+export declare class NativeFlorence2 {
+  private constructor(model: unknown);
+  static load(source: string | URL, options?: NativeLoadOptions): Promise<NativeFlorence2>;
+  runTask(image: NativeImage, task: string, options?: NativeTaskOptions): Promise<NativeTaskResult>;
+  memory(): NativeMemory;
+  dispose(): void;
+}

@@ -1,0 +1,251 @@
+//! The Node.js native addon (feature `node`, native only): the same engine as the CLI behind the
+//! `Florence2` API of the wasm facade. Every load and task runs on libuv's thread pool (napi
+//! `AsyncTask`), so the event loop stays free; a Rust panic becomes a rejected promise.
+//!
+//! Errors reach JS as `Error`s whose message starts with `[Name] ` (a name of [`crate::error::ERROR_NAMES`]);
+//! the package's `node.js` turns the prefix into `error.name`, as the browser build names them.
+
+mod image;
+mod output;
+mod source;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use napi::bindgen_prelude::{AsyncTask, Buffer, Either3};
+use napi::{Env, Task};
+use napi_derive::napi;
+
+use crate::pipeline::{open_device, CancelToken, Device, Pipeline, TaskOptions};
+use crate::weights::{LoadOptions, WeightDType};
+use crate::Error;
+
+/// A library error as a JS error carrying its name.
+fn js_error(e: &Error) -> napi::Error {
+    named_error(e.name(), &e.to_string())
+}
+
+fn named_error(name: &str, message: &str) -> napi::Error {
+    napi::Error::from_reason(format!("[{name}] {message}"))
+}
+
+/// Runs `f`, turning a panic into a named error (nothing unwinds into Node).
+fn guarded<T>(what: &str, f: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(named_error(
+            "Florence2GpuError",
+            &format!("{what}: internal error (panic): {msg}"),
+        ))
+    })
+}
+
+fn parse_device(s: Option<&str>) -> napi::Result<Device> {
+    match s.unwrap_or("auto") {
+        "auto" => Ok(Device::Auto),
+        "gpu" => Ok(Device::Gpu),
+        "cpu" => Ok(Device::Cpu),
+        other => Err(js_error(&Error::InvalidInput(format!(
+            "device {other:?}: expected \"auto\", \"gpu\" or \"cpu\" (\"wasm\" is chosen in JS)"
+        )))),
+    }
+}
+
+/// `load(source, options)`'s options (the JS side keeps `onProgress`, `signal` and `device: "wasm"`).
+#[napi(object)]
+pub struct NativeLoadOptions {
+    pub device: Option<String>,
+    /// "fp32" | "fp16" | "q8" | "q4"; absent: fp16 (the library's default resident format).
+    pub dtype: Option<String>,
+}
+
+/// A loaded model shared by its tasks: `dispose` drops the handle's reference, a running task keeps its
+/// own until it ends.
+pub struct Loaded {
+    pipeline: Pipeline,
+}
+
+pub struct LoadTask {
+    source: String,
+    device: Device,
+    dtype: WeightDType,
+}
+
+impl Task for LoadTask {
+    type Output = Arc<Loaded>;
+    type JsValue = NativeModel;
+
+    fn compute(&mut self) -> napi::Result<Arc<Loaded>> {
+        guarded("load", || {
+            let dir = source::model_dir(&self.source).map_err(|e| js_error(&e))?;
+            let gpu = pollster::block_on(open_device(self.device, Default::default()))
+                .map_err(|e| js_error(&e))?;
+            let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(self.dtype))
+                .map_err(|e| js_error(&e))?;
+            gpu.reset_peak_memory();
+            Ok(Arc::new(Loaded { pipeline }))
+        })
+    }
+
+    fn resolve(&mut self, _env: Env, loaded: Arc<Loaded>) -> napi::Result<NativeModel> {
+        Ok(NativeModel {
+            loaded: Mutex::new(Some(loaded)),
+            disposed: CancelToken::new(),
+        })
+    }
+}
+
+/// Loads a model directory, a `file://` URL or a hub id (`org/name[@revision]`, through the CLI's
+/// Hugging Face cache) on the thread pool.
+#[napi]
+pub fn load(
+    source: String,
+    options: Option<NativeLoadOptions>,
+) -> napi::Result<AsyncTask<LoadTask>> {
+    let device = parse_device(options.as_ref().and_then(|o| o.device.as_deref()))?;
+    let dtype = match options.as_ref().and_then(|o| o.dtype.as_deref()) {
+        None | Some("auto") => WeightDType::default(),
+        Some(d) => d.parse::<WeightDType>().map_err(|e: Error| js_error(&e))?,
+    };
+    Ok(AsyncTask::new(LoadTask {
+        source,
+        device,
+        dtype,
+    }))
+}
+
+/// Cancels the tasks it is handed to (the JS side calls `cancel` on its `AbortSignal`'s abort).
+#[napi]
+pub struct CancelHandle {
+    token: CancelToken,
+}
+
+#[napi]
+impl CancelHandle {
+    #[napi(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        CancelHandle {
+            token: CancelToken::new(),
+        }
+    }
+
+    #[napi]
+    pub fn cancel(&self) {
+        self.token.cancel();
+    }
+}
+
+/// `runTask`'s decoding options (absent: the model's generation_config.json).
+#[napi(object)]
+pub struct NativeTaskOptions {
+    pub max_new_tokens: Option<u32>,
+    pub num_beams: Option<u32>,
+    pub no_repeat_ngram_size: Option<u32>,
+}
+
+impl From<&NativeTaskOptions> for TaskOptions {
+    fn from(o: &NativeTaskOptions) -> Self {
+        TaskOptions {
+            max_new_tokens: o.max_new_tokens.map(|n| n as usize),
+            num_beams: o.num_beams.map(|n| n as usize),
+            no_repeat_ngram_size: o.no_repeat_ngram_size.map(|n| n as usize),
+            ..Default::default()
+        }
+    }
+}
+
+/// A loaded model (`Florence2` in JS wraps it).
+#[napi]
+pub struct NativeModel {
+    loaded: Mutex<Option<Arc<Loaded>>>,
+    /// Cancelled by `dispose`: a running task stops at its next check.
+    disposed: CancelToken,
+}
+
+impl NativeModel {
+    fn loaded(&self) -> napi::Result<Arc<Loaded>> {
+        let guard = self.loaded.lock().map_err(|_| js_error(&Error::Disposed))?;
+        guard.clone().ok_or_else(|| js_error(&Error::Disposed))
+    }
+}
+
+#[napi]
+impl NativeModel {
+    /// Runs `task` (a marker such as `<CAPTION>`, with its text input if any) on an image: a file
+    /// path, the bytes of a PNG/JPEG/WebP/GIF/BMP file, or `{data, width, height}` RGBA pixels.
+    #[napi]
+    pub fn run_task(
+        &self,
+        image: Either3<String, Buffer, image::RgbaPixels>,
+        task: String,
+        options: Option<NativeTaskOptions>,
+        cancel: Option<&CancelHandle>,
+    ) -> napi::Result<AsyncTask<RunTask>> {
+        Ok(AsyncTask::new(RunTask {
+            loaded: self.loaded()?,
+            image: image::Owned::from_js(image),
+            task,
+            options: options.as_ref().map(TaskOptions::from).unwrap_or_default(),
+            cancel: cancel.map(|c| c.token.clone()).unwrap_or_default(),
+            disposed: self.disposed.clone(),
+        }))
+    }
+
+    /// Memory now (the `memory` object of a result, without a task).
+    #[napi]
+    pub fn memory(&self) -> napi::Result<serde_json::Value> {
+        let l = self.loaded()?;
+        Ok(output::memory_json(&l.pipeline, l.pipeline.memory()))
+    }
+
+    /// Frees the model once its running tasks end; those stop at their next check and reject with
+    /// `Florence2DisposedError`. Later calls reject with the same error.
+    #[napi]
+    pub fn dispose(&self) {
+        self.disposed.cancel();
+        if let Ok(mut g) = self.loaded.lock() {
+            g.take();
+        }
+    }
+}
+
+pub struct RunTask {
+    loaded: Arc<Loaded>,
+    image: image::Owned,
+    task: String,
+    options: TaskOptions,
+    cancel: CancelToken,
+    disposed: CancelToken,
+}
+
+impl Task for RunTask {
+    type Output = serde_json::Value;
+    type JsValue = napi::JsUnknown;
+
+    fn compute(&mut self) -> napi::Result<serde_json::Value> {
+        guarded("runTask", || {
+            let cancel = || self.cancel.is_cancelled() || self.disposed.is_cancelled();
+            let r = output::run(
+                &self.loaded.pipeline,
+                &self.image,
+                &self.task,
+                &self.options,
+                &cancel,
+            );
+            r.map_err(|e| match e {
+                Error::Cancelled if self.disposed.is_cancelled() => js_error(&Error::Disposed),
+                Error::Cancelled => named_error("AbortError", "runTask: aborted"),
+                e => js_error(&e),
+            })
+        })
+    }
+
+    fn resolve(&mut self, env: Env, out: serde_json::Value) -> napi::Result<napi::JsUnknown> {
+        env.to_js_value(&out)
+    }
+}

@@ -1,0 +1,55 @@
+//! One task run and its result object, the shape of the wasm build's `runTask` result
+//! (`{task, text, result, generatedText, tokenIds, timings, memory}`).
+
+use serde_json::{json, Value};
+
+use crate::gpu::MemReport;
+use crate::pipeline::{Callbacks, Cancel, Pipeline, Stopwatch, TaskOptions};
+use crate::Result;
+
+use super::image::Owned;
+
+/// Reads, encodes and runs the task, blocking this (pool) thread.
+pub fn run(
+    pipeline: &Pipeline,
+    image: &Owned,
+    task: &str,
+    options: &TaskOptions,
+    cancel: &dyn Cancel,
+) -> Result<Value> {
+    let t = Stopwatch::start();
+    let file = image.read(pipeline.limits().max_alloc_bytes)?;
+    let read_ms = t.ms();
+    let view = image.view(file.as_deref());
+    let out =
+        pipeline.run_task_blocking(view.into(), task, options, cancel, &Callbacks::default())?;
+    let tm = &out.timings;
+    Ok(json!({
+        "task": out.marker,
+        "text": out.text,
+        "result": out.result_json(),
+        "generatedText": out.generated_text,
+        "tokenIds": out.token_ids,
+        "timings": {
+            "preprocess": read_ms + tm.preprocess_ms,
+            "encode": tm.vision_ms + tm.encoder_ms,
+            "decode": tm.decode_ms,
+            "total": read_ms + tm.total_ms(),
+        },
+        "memory": memory_json(pipeline, out.memory),
+    }))
+}
+
+/// The wasm build's `memory` object; `device` is "gpu" or "cpu" (the wasm fallback says "wasm").
+pub fn memory_json(pipeline: &Pipeline, m: MemReport) -> Value {
+    json!({
+        "dtype": pipeline.weight_dtype().as_str(),
+        "device": if pipeline.gpu().is_host() { "cpu" } else { "gpu" },
+        "weightsBytes": m.weights_bytes,
+        "activationsBytes": m.activations_bytes,
+        "currentBytes": m.current_bytes,
+        "peakBytes": m.peak_bytes,
+        "peakActivationsBytes": m.peak_activations_bytes,
+        "allocations": m.allocations,
+    })
+}
