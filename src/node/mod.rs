@@ -16,8 +16,9 @@ use napi::bindgen_prelude::{AsyncTask, Buffer, Either3};
 use napi::{Env, Task};
 use napi_derive::napi;
 
-use crate::pipeline::{open_device, CancelToken, Device, Pipeline, TaskOptions};
-use crate::weights::{LoadOptions, WeightDType};
+use crate::estimate::DTypeRequest;
+use crate::pipeline::{open, CancelToken, Device, OpenOptions, Pipeline, TaskOptions};
+use crate::weights::{DirFiles, WeightDType};
 use crate::Error;
 
 /// A library error as a JS error carrying its name.
@@ -72,7 +73,7 @@ pub struct Loaded {
 pub struct LoadTask {
     source: String,
     device: Device,
-    dtype: WeightDType,
+    dtype: DTypeRequest,
 }
 
 impl Task for LoadTask {
@@ -82,11 +83,16 @@ impl Task for LoadTask {
     fn compute(&mut self) -> napi::Result<Arc<Loaded>> {
         guarded("load", || {
             let dir = source::model_dir(&self.source).map_err(|e| js_error(&e))?;
-            let gpu = pollster::block_on(open_device(self.device, Default::default()))
-                .map_err(|e| js_error(&e))?;
-            let pipeline = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(self.dtype))
-                .map_err(|e| js_error(&e))?;
-            gpu.reset_peak_memory();
+            let files = DirFiles::new(&dir);
+            let opts = OpenOptions {
+                device: self.device,
+                dtype: self.dtype,
+                ..OpenOptions::default()
+            };
+            let opened =
+                pollster::block_on(open(&files, &files, &opts)).map_err(|e| js_error(&e))?;
+            let pipeline = opened.pipeline;
+            opened.gpu.reset_peak_memory();
             Ok(Arc::new(Loaded { pipeline }))
         })
     }
@@ -108,8 +114,9 @@ pub fn load(
 ) -> napi::Result<AsyncTask<LoadTask>> {
     let device = parse_device(options.as_ref().and_then(|o| o.device.as_deref()))?;
     let dtype = match options.as_ref().and_then(|o| o.dtype.as_deref()) {
-        None | Some("auto") => WeightDType::default(),
-        Some(d) => d.parse::<WeightDType>().map_err(|e: Error| js_error(&e))?,
+        None => DTypeRequest::default(),
+        Some("auto") => DTypeRequest::Auto,
+        Some(d) => DTypeRequest::Fixed(d.parse::<WeightDType>().map_err(|e: Error| js_error(&e))?),
     };
     Ok(AsyncTask::new(LoadTask {
         source,
