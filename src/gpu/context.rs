@@ -412,8 +412,11 @@ impl Gpu {
     }
 }
 
+/// A slot a device callback fills and the next submit or readback reports.
+type Slot<T> = Arc<Mutex<Option<T>>>;
+
 /// Route `device`'s uncaptured errors and loss into slots the next submit or readback reports.
-fn watch_faults(device: &wgpu::Device) -> (Arc<Mutex<Option<Fault>>>, Arc<Mutex<Option<String>>>) {
+fn watch_faults(device: &wgpu::Device) -> (Slot<Fault>, Slot<String>) {
     // wgpu's default handler panics on an uncaptured error; record it instead and surface it as
     // `Error::Gpu` at the next submit or readback.
     // An out-of-memory error keeps its kind, so it reaches the caller as `Error::OutOfMemory`.
