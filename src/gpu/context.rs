@@ -261,71 +261,14 @@ impl Gpu {
             .await
             .map_err(|e| Error::Device(e.to_string()))?;
 
-        // wgpu's default handler panics on an uncaptured error; record it instead and surface it as
-        // `Error::Gpu` at the next submit or readback.
-        // An out-of-memory error keeps its kind, so it reaches the caller as `Error::OutOfMemory`.
-        let error: Arc<Mutex<Option<Fault>>> = Arc::new(Mutex::new(None));
-        let slot = error.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            if let Ok(mut s) = slot.lock() {
-                if s.is_none() {
-                    *s = Some(Fault::from_wgpu(&e));
-                }
-            }
-        }));
-        let lost: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-        let lslot = lost.clone();
-        device.set_device_lost_callback(move |reason, msg| {
-            if let Ok(mut s) = lslot.lock() {
-                *s = Some(format!("{reason:?}: {msg}"));
-            }
-        });
+        let (error, lost) = watch_faults(&device);
 
-        let subgroups = features.contains(wgpu::Features::SUBGROUP);
         // In the browser wgpu reports no vendor/device ids; GPUAdapterInfo's strings identify the adapter.
         #[cfg(target_arch = "wasm32")]
         let web = web_adapter_info().await;
         #[cfg(not(target_arch = "wasm32"))]
         let web = String::new();
-        let adapter_name = if info.name.is_empty() && !web.is_empty() {
-            web.clone()
-        } else {
-            info.name.clone()
-        };
-        let caps = Caps {
-            subgroups,
-            timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
-            subgroup_min_size: if subgroups {
-                adapter.get_info().subgroup_min_size
-            } else {
-                0
-            },
-            max_storage_binding: limits.max_storage_buffer_binding_size,
-            max_buffer: limits.max_buffer_size,
-            max_invocations: limits.max_compute_invocations_per_workgroup,
-            max_workgroup_storage: limits.max_compute_workgroup_storage_size,
-            max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
-            storage_offset_alignment: limits.min_storage_buffer_offset_alignment,
-            uniform_offset_alignment: limits.min_uniform_buffer_offset_alignment,
-            is_cpu: info.device_type == wgpu::DeviceType::Cpu
-                || is_software_adapter(&format!("{} {web}", info.name)),
-            device_type: format!("{:?}", info.device_type),
-            adapter_name,
-            backend: format!("{:?}", info.backend),
-            adapter_key: format!(
-                "vendor={:#x} device={:#x} name={} type={:?} driver={} driver_info={} backend={:?} \
-                 {web} features={:?} limits={:?}",
-                info.vendor,
-                info.device,
-                info.name,
-                info.device_type,
-                info.driver,
-                info.driver_info,
-                info.backend,
-                features,
-                limits
-            ),
-        };
+        let caps = caps_of(&adapter, &info, features, &limits, &web);
 
         Ok(Arc::new(Gpu {
             wgpu: Some(Wgpu { device, queue }),
@@ -466,5 +409,83 @@ impl Gpu {
             c.max_storage_binding >> 20,
             c.max_invocations
         )
+    }
+}
+
+/// A slot a device callback fills and the next submit or readback reports.
+type Slot<T> = Arc<Mutex<Option<T>>>;
+
+/// Route `device`'s uncaptured errors and loss into slots the next submit or readback reports.
+fn watch_faults(device: &wgpu::Device) -> (Slot<Fault>, Slot<String>) {
+    // wgpu's default handler panics on an uncaptured error; record it instead and surface it as
+    // `Error::Gpu` at the next submit or readback.
+    // An out-of-memory error keeps its kind, so it reaches the caller as `Error::OutOfMemory`.
+    let error: Arc<Mutex<Option<Fault>>> = Arc::new(Mutex::new(None));
+    let slot = error.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        if let Ok(mut s) = slot.lock() {
+            if s.is_none() {
+                *s = Some(Fault::from_wgpu(&e));
+            }
+        }
+    }));
+    let lost: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let lslot = lost.clone();
+    device.set_device_lost_callback(move |reason, msg| {
+        if let Ok(mut s) = lslot.lock() {
+            *s = Some(format!("{reason:?}: {msg}"));
+        }
+    });
+    (error, lost)
+}
+
+/// The capabilities of a device opened on `adapter` with `features` and `limits`; `web` is the
+/// browser's adapter description (empty natively).
+fn caps_of(
+    adapter: &wgpu::Adapter,
+    info: &wgpu::AdapterInfo,
+    features: wgpu::Features,
+    limits: &wgpu::Limits,
+    web: &str,
+) -> Caps {
+    let subgroups = features.contains(wgpu::Features::SUBGROUP);
+    let adapter_name = if info.name.is_empty() && !web.is_empty() {
+        web.to_string()
+    } else {
+        info.name.clone()
+    };
+    Caps {
+        subgroups,
+        timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        subgroup_min_size: if subgroups {
+            adapter.get_info().subgroup_min_size
+        } else {
+            0
+        },
+        max_storage_binding: limits.max_storage_buffer_binding_size,
+        max_buffer: limits.max_buffer_size,
+        max_invocations: limits.max_compute_invocations_per_workgroup,
+        max_workgroup_storage: limits.max_compute_workgroup_storage_size,
+        max_storage_buffers_per_stage: limits.max_storage_buffers_per_shader_stage,
+        storage_offset_alignment: limits.min_storage_buffer_offset_alignment,
+        uniform_offset_alignment: limits.min_uniform_buffer_offset_alignment,
+        is_cpu: info.device_type == wgpu::DeviceType::Cpu
+            || is_software_adapter(&format!("{} {web}", info.name)),
+        device_type: format!("{:?}", info.device_type),
+        adapter_name,
+        backend: format!("{:?}", info.backend),
+        adapter_key: format!(
+            "vendor={:#x} device={:#x} name={} type={:?} driver={} driver_info={} backend={:?} \
+             {web} features={:?} limits={:?}",
+            info.vendor,
+            info.device,
+            info.name,
+            info.device_type,
+            info.driver,
+            info.driver_info,
+            info.backend,
+            features,
+            limits
+        ),
     }
 }

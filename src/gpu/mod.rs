@@ -10,6 +10,7 @@
 //! passes them to [`Recorder::dispatch`].
 
 mod context;
+pub(crate) mod declare;
 pub mod host;
 mod kernel;
 pub mod preprocess;
@@ -22,6 +23,7 @@ pub mod tune;
 
 pub use crate::quant::QFormat;
 pub use context::{Caps, Gpu, GpuOptions, Wgpu};
+pub(crate) use declare::{shader, uniform};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
 #[cfg(target_arch = "wasm32")]
 pub use recorder::next_task;

@@ -15,42 +15,30 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
-use crate::gpu::{grid_1d, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{grid_1d, shader, uniform, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "attention",
-    source: include_str!("../../shaders/attention.wgsl"),
-    consts: &[
-        ("WG", WG),
-        ("Q_CAP", Q_CAP as u32),
-        ("KV_CAP", KV_CAP as u32),
-        ("S_CAP", S_CAP as u32),
-        ("QB_MAX", QB_MAX as u32),
-        ("DEC_MAXK", DEC_MAXK as u32),
-    ],
-};
+shader!(pub static SHADER = "attention", [
+    ("WG", WG),
+    ("Q_CAP", Q_CAP as u32),
+    ("KV_CAP", KV_CAP as u32),
+    ("S_CAP", S_CAP as u32),
+    ("QB_MAX", QB_MAX as u32),
+    ("DEC_MAXK", DEC_MAXK as u32),
+]);
 
-pub static ROWS_SHADER: Shader = Shader {
-    name: "attention_rows",
-    source: include_str!("../../shaders/attention_rows.wgsl"),
-    consts: &[
-        ("MAX_WG", ROWS_WG),
-        ("MAXD4", (ROWS_MAX_HEAD_DIM / 4) as u32),
-        ("MAXQ", ROWS_QPI as u32),
-    ],
-};
+shader!(pub static ROWS_SHADER = "attention_rows", [
+    ("MAX_WG", ROWS_WG),
+    ("MAXD4", (ROWS_MAX_HEAD_DIM / 4) as u32),
+    ("MAXQ", ROWS_QPI as u32),
+]);
 
-pub static FLASH_SHADER: Shader = Shader {
-    name: "attention_flash",
-    source: include_str!("../../shaders/attention_flash.wgsl"),
-    consts: &[
-        ("MAX_WG", FLASH_MAX_WG as u32),
-        ("MAXD4", (FLASH_MAX_HEAD_DIM / 4) as u32),
-        ("MAXKPL", FLASH_MAXKPL as u32),
-        ("KV4", FLASH_KV4 as u32),
-    ],
-};
+shader!(pub static FLASH_SHADER = "attention_flash", [
+    ("MAX_WG", FLASH_MAX_WG as u32),
+    ("MAXD4", (FLASH_MAX_HEAD_DIM / 4) as u32),
+    ("MAXKPL", FLASH_MAXKPL as u32),
+    ("KV4", FLASH_KV4 as u32),
+]);
 
 /// Workgroup size of the tiled kernel.
 const WG: u32 = 64;
@@ -221,26 +209,13 @@ impl Default for AttnOpts<'_> {
     }
 }
 
-/// Mirrors `Params` in `shaders/include/attn_params.wgsl`: the uniform of every attention kernel.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct AttnParams {
-    batch: u32,
-    tq: u32,
-    tk: u32,
-    heads: u32,
-    bk: u32,
-    kv_len: u32,
-    q_offset: u32,
-    causal: u32,
-    has_mask: u32,
-    n_qblocks: u32,
-    scale: f32,
-    q_stride: u32,
-    kv_stride: u32,
-    k_off: u32,
-    v_off: u32,
-    out_stride: u32,
+uniform! {
+    /// The uniform of every attention kernel.
+    struct AttnParams: ATTN_PARAMS_LAYOUT = "include/attn_params" / Params {
+        batch: u32, tq: u32, tk: u32, heads: u32, bk: u32, kv_len: u32, q_offset: u32, causal: u32,
+        has_mask: u32, n_qblocks: u32, scale: f32, q_stride: u32, kv_stride: u32, k_off: u32,
+        v_off: u32, out_stride: u32
+    }
 }
 
 impl AttnParams {
@@ -302,14 +277,13 @@ pub fn attention(
     }
     let tensors = [q, k, v, mask];
     let dyn_len = opts.dyn_len;
-    match variant {
-        AttnVariant::Tiled => record_tiled(rec, &layout, opts, tensors, dyn_len, out),
-        AttnVariant::Rows => record_rows(rec, &layout, opts, tensors, dyn_len, out),
-        AttnVariant::Flash => record_flash(rec, &layout, FLASH_MAX_WG, opts, tensors, dyn_len, out),
-        AttnVariant::FlashSplit => {
-            record_flash(rec, &layout, FLASH_SPLIT_ROWS, opts, tensors, dyn_len, out)
-        }
-    }
+    let launch = match variant {
+        AttnVariant::Tiled => tiled_launch(&layout)?,
+        AttnVariant::Rows => rows_launch(&layout)?,
+        AttnVariant::Flash => flash_launch(&layout, FLASH_MAX_WG)?,
+        AttnVariant::FlashSplit => flash_launch(&layout, FLASH_SPLIT_ROWS)?,
+    };
+    record_launch(rec, &layout, opts, tensors, dyn_len, out, launch)
 }
 
 /// The registry's choice for the call's [`attention_class`] when the tuner made one and it supports the
@@ -453,84 +427,101 @@ fn mask_of<'t>(q: &'t Tensor, opts: &AttnOpts<'t>, tq: usize, tk: usize) -> Resu
     }
 }
 
-/// The tiled kernel: one workgroup per (batch row, head, block of QB query rows); a decode step (one
-/// query row, at most [`DEC_MAXK`] keys) takes its `attention_decode` entry.
-fn record_tiled(
+/// One attention kernel's launch: its shader and entry point, override constants, the blocks of query
+/// rows its uniform counts, and the workgroups of its grid.
+struct AttnLaunch {
+    shader: &'static Shader,
+    entry: &'static str,
+    overrides: Vec<(&'static str, f64)>,
+    n_blocks: usize,
+    workgroups: usize,
+    /// Element indices are u32 in the shader (checked for q, k, v, out).
+    u32_indices: bool,
+}
+
+/// Record `launch` over `[q, k, v, mask]` into `out`: the uniform, the bindings and the dispatch every
+/// attention kernel shares.
+fn record_launch(
     rec: &mut Recorder,
     l: &AttnLayout,
     opts: &AttnOpts,
     [q, k, v, mask]: [&Tensor; 4],
     dyn_len: Option<&Tensor>,
     out: &Tensor,
+    launch: AttnLaunch,
 ) -> Result<()> {
     let gpu = rec.gpu().clone();
+    let params = AttnParams::new(l, opts, launch.n_blocks)?;
+    if launch.u32_indices {
+        for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
+            check::u32_of(OP, name, t.numel())?;
+        }
+    }
+    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
+    rec.dispatch(
+        &Kernel::new(launch.shader, launch.entry)
+            .with(&launch.overrides)
+            .defines(variant_defines(dyn_len, k)),
+        &params,
+        &bindings,
+        grid_1d(check::u32_of(OP, "workgroups", launch.workgroups)?),
+    )
+}
+
+/// batch x heads x `per_head` (workgroups or invocations), or a named error on overflow.
+fn per_head_count(l: &AttnLayout, per_head: usize, what: &str) -> Result<usize> {
+    l.batch
+        .checked_mul(l.heads)
+        .and_then(|x| x.checked_mul(per_head))
+        .ok_or_else(|| Error::shape(OP, format!("{what} count overflows")))
+}
+
+/// The tiled kernel: one workgroup per (batch row, head, block of QB query rows); a decode step (one
+/// query row, at most [`DEC_MAXK`] keys) takes its `attention_decode` entry.
+fn tiled_launch(l: &AttnLayout) -> Result<AttnLaunch> {
     // Decode: one query row; all visible keys' scores fit the decode kernel's workgroup buffer.
     let decode = l.tq == 1 && l.kv_len <= DEC_MAXK;
     let (qb, kt) = if decode { (1, 1) } else { tiles(l.d, l.tq) };
     let n_qblocks = l.tq.div_ceil(qb);
-    let groups = l
-        .batch
-        .checked_mul(l.heads)
-        .and_then(|x| x.checked_mul(n_qblocks))
-        .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
-    let params = AttnParams::new(l, opts, n_qblocks)?;
-    let overrides = [("D", l.d as f64), ("QB", qb as f64), ("KT", kt as f64)];
-    let entry = if decode {
-        "attention_decode"
-    } else {
-        "attention"
-    };
-    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
-    rec.dispatch(
-        &Kernel::new(&SHADER, entry)
-            .with(&overrides)
-            .defines(variant_defines(dyn_len, k)),
-        &params,
-        &bindings,
-        grid_1d(check::u32_of(OP, "workgroups", groups)?),
-    )
+    Ok(AttnLaunch {
+        shader: &SHADER,
+        entry: if decode {
+            "attention_decode"
+        } else {
+            "attention"
+        },
+        overrides: vec![("D", l.d as f64), ("QB", qb as f64), ("KT", kt as f64)],
+        n_blocks: n_qblocks,
+        workgroups: per_head_count(l, n_qblocks, "workgroup")?,
+        u32_indices: false,
+    })
 }
 
 /// The register kernel: one invocation per (batch row, head, group of up to 4 query rows). Its shader runs
 /// without run-time bounds checks: the shape checks of [`attention`] (and `variant_supports`:
 /// D % 4 == 0, D <= 80) are what its header's bounds proof relies on; keep them in step.
-fn record_rows(
-    rec: &mut Recorder,
-    l: &AttnLayout,
-    opts: &AttnOpts,
-    [q, k, v, mask]: [&Tensor; 4],
-    dyn_len: Option<&Tensor>,
-    out: &Tensor,
-) -> Result<()> {
-    let gpu = rec.gpu().clone();
+fn rows_launch(l: &AttnLayout) -> Result<AttnLaunch> {
     let qpi = ROWS_QPI.min(l.tq);
     let n_qgroups = l.tq.div_ceil(qpi);
-    let total = l
-        .batch
-        .checked_mul(l.heads)
-        .and_then(|x| x.checked_mul(n_qgroups))
-        .ok_or_else(|| Error::shape(OP, "invocation count overflows"))?;
+    let total = per_head_count(l, n_qgroups, "invocation")?;
     let total32 = check::u32_of(OP, "invocations", total)?;
     let wg = if total < ROWS_FEW {
         ROWS_WG_SMALL
     } else {
         ROWS_WG
     };
-    let params = AttnParams::new(l, opts, n_qgroups)?;
-    let overrides = [
-        ("WG", wg as f64),
-        ("D4", (l.d / 4) as f64),
-        ("QPI", qpi as f64),
-    ];
-    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
-    rec.dispatch(
-        &Kernel::new(&ROWS_SHADER, "attention_rows")
-            .with(&overrides)
-            .defines(variant_defines(dyn_len, k)),
-        &params,
-        &bindings,
-        grid_1d(total32.div_ceil(wg)),
-    )
+    Ok(AttnLaunch {
+        shader: &ROWS_SHADER,
+        entry: "attention_rows",
+        overrides: vec![
+            ("WG", wg as f64),
+            ("D4", (l.d / 4) as f64),
+            ("QPI", qpi as f64),
+        ],
+        n_blocks: n_qgroups,
+        workgroups: total32.div_ceil(wg) as usize,
+        u32_indices: false,
+    })
 }
 
 /// Bindings 1-5 of every attention shader (q, k, v, mask, out), then binding 6 (the kv_len / q_offset
@@ -698,40 +689,32 @@ pub(crate) fn record_flash(
     l: &AttnLayout,
     max_rows: usize,
     opts: &AttnOpts,
-    [q, k, v, mask]: [&Tensor; 4],
+    tensors: [&Tensor; 4],
     dyn_len: Option<&Tensor>,
     out: &Tensor,
 ) -> Result<()> {
-    let gpu = rec.gpu().clone();
+    let launch = flash_launch(l, max_rows)?;
+    record_launch(rec, l, opts, tensors, dyn_len, out, launch)
+}
+
+/// The flash kernel: one workgroup per (batch row, head, block of QB query rows), S invocations per row.
+fn flash_launch(l: &AttnLayout, max_rows: usize) -> Result<AttnLaunch> {
     let (qb, s, kt) = flash_tiles(l.d, l.tq, max_rows);
     let n_qblocks = l.tq.div_ceil(qb);
-    let groups = l
-        .batch
-        .checked_mul(l.heads)
-        .and_then(|x| x.checked_mul(n_qblocks))
-        .ok_or_else(|| Error::shape(OP, "workgroup count overflows"))?;
-    let u = |name: &str, x: usize| check::u32_of(OP, name, x);
-    let params = AttnParams::new(l, opts, n_qblocks)?;
-    // Element indices are u32 in the shader.
-    for (name, t) in [("q", q), ("k", k), ("v", v), ("out", out)] {
-        check::u32_of(OP, name, t.numel())?;
-    }
-    let overrides = [
-        ("WG", (qb * s) as f64),
-        ("D4", (l.d / 4) as f64),
-        ("QB", qb as f64),
-        ("S", s as f64),
-        ("KT", kt as f64),
-    ];
-    let bindings = attn_bindings(&gpu, [q, k, v, mask, out], dyn_len)?;
-    rec.dispatch(
-        &Kernel::new(&FLASH_SHADER, "attention_flash")
-            .with(&overrides)
-            .defines(variant_defines(dyn_len, k)),
-        &params,
-        &bindings,
-        grid_1d(u("workgroups", groups)?),
-    )
+    Ok(AttnLaunch {
+        shader: &FLASH_SHADER,
+        entry: "attention_flash",
+        overrides: vec![
+            ("WG", (qb * s) as f64),
+            ("D4", (l.d / 4) as f64),
+            ("QB", qb as f64),
+            ("S", s as f64),
+            ("KT", kt as f64),
+        ],
+        n_blocks: n_qblocks,
+        workgroups: per_head_count(l, n_qblocks, "workgroup")?,
+        u32_indices: true,
+    })
 }
 
 #[cfg(test)]

@@ -3,25 +3,17 @@
 //! not fp32).
 
 use crate::error::Result;
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "cast",
-    source: include_str!("../../shaders/cast.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "cast", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/cast.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    words: u32,
-    _pad0: u32,
-    _pad1: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "cast" / Params {
+        n: u32, words: u32, _pad0: u32, _pad1: u32
+    }
 }
 
 /// out = x rounded to f16 (`pack2x16float`: WGSL allows either neighbour, a relative error below

@@ -4,14 +4,12 @@
 use crate::cpu::channel_attn::{channel_logits as cpu_logits, ChannelLogits as CpuLogits};
 use crate::error::{Error, Result};
 use crate::gpu::host::with_host;
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor, MAX_GRID_DIM};
+use crate::gpu::{
+    ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor, MAX_GRID_DIM,
+};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "channel_attn",
-    source: include_str!("../../shaders/channel_attn.wgsl"),
-    consts: &[("WG", WG), ("TILE", TILE as u32)],
-};
+shader!(pub static SHADER = "channel_attn", [("WG", WG), ("TILE", TILE as u32)]);
 
 const WG: u32 = 256;
 /// Tokens summed by one `gram_partial` workgroup. 256 keeps stage 0 of a 768 image (36864 tokens) at
@@ -20,22 +18,12 @@ const CHUNK: usize = 256;
 /// (i, j) tile edge of one `gram_partial` workgroup (8x8 invocations x 4x4 outputs).
 const TILE: usize = 32;
 
-/// Mirrors `Params` in `shaders/channel_attn.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    c: u32,
-    d: u32,
-    g: u32,
-    chunk: u32,
-    nsplit: u32,
-    tiles_j: u32,
-    total: u32,
-    scale: f32,
-    qk_stride: u32,
-    v_stride: u32,
-    v_off: u32,
+uniform! {
+    #[derive(Debug)]
+    struct Params: PARAMS_LAYOUT = "channel_attn" / Params {
+        n: u32, c: u32, d: u32, g: u32, chunk: u32, nsplit: u32, tiles_j: u32, total: u32,
+        scale: f32, qk_stride: u32, v_stride: u32, v_off: u32
+    }
 }
 
 /// Channel attention for qkv (B, N, 3C) (columns: q | k | v, each split into `groups` groups of d = C /
@@ -284,7 +272,7 @@ fn logits_impl(
     )?;
     // vec4 kernels when every group starts on a 4-float boundary and spans whole vec4s.
     let vec4 = c.is_multiple_of(4) && d.is_multiple_of(4);
-    let mut params = Params {
+    let params = Params {
         n: n as u32,
         c: c as u32,
         d: d as u32,
@@ -311,6 +299,22 @@ fn logits_impl(
         out.host_logits(src, groups)?;
         return Ok(out);
     }
+    record_logits(rec, src, &out, scratch)?;
+    Ok(out)
+}
+
+/// Record the two logits passes into `out.attn_t`: per-split Gram partials of q and k (into `scratch`
+/// when it is large enough), then their sum's row softmax, transposed.
+fn record_logits(
+    rec: &mut Recorder,
+    src: &Tensor,
+    out: &ChannelLogits,
+    scratch: Option<&Tensor>,
+) -> Result<()> {
+    let gpu = rec.gpu().clone();
+    let mut params = out.params;
+    let (b, groups, d) = (out.dims.0, params.g as usize, params.d as usize);
+    let (nsplit, tiles, vec4) = (params.nsplit as usize, params.tiles_j as usize, out.vec4);
     let part_shape = [b, nsplit, groups, d, d];
     let part = match scratch {
         Some(t) if t.byte_size() >= (part_shape.iter().product::<usize>() * 4) as u64 => {
@@ -344,5 +348,5 @@ fn logits_impl(
         ],
         grid_1d(ceil_div(rows, WG as usize)),
     )?;
-    Ok(out)
+    Ok(())
 }

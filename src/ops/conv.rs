@@ -2,15 +2,11 @@
 //! (im2col + the tuned `linear` GEMM) and DaViT's depthwise positional conv with its residual fused.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, MemKind, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, MemKind, Recorder, Tensor};
 use crate::ops::matmul::{linear, LinearArgs};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "conv",
-    source: include_str!("../../shaders/conv.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "conv", [("WG", WG)]);
 
 const WG: u32 = 256;
 
@@ -18,32 +14,17 @@ const WG: u32 = 256;
 /// under the 128 MiB binding limit common to lavapipe and browsers bounds the transient memory.
 pub const IM2COL_CHUNK_BYTES: u64 = 64 << 20;
 
-/// Mirrors `Im2colParams` in `shaders/conv.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Im2colParams {
-    h: u32,
-    w: u32,
-    cin: u32,
-    ho: u32,
-    wo: u32,
-    kh: u32,
-    kw: u32,
-    stride: u32,
-    pad: u32,
-    row0: u32,
-    rows: u32,
-    kp: u32,
+uniform! {
+    struct Im2colParams: IM2COL_PARAMS_LAYOUT = "conv" / Im2colParams {
+        h: u32, w: u32, cin: u32, ho: u32, wo: u32, kh: u32, kw: u32, stride: u32, pad: u32,
+        row0: u32, rows: u32, kp: u32
+    }
 }
 
-/// Mirrors `DwParams` in `shaders/conv.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct DwParams {
-    n: u32,
-    h: u32,
-    w: u32,
-    c: u32,
+uniform! {
+    struct DwParams: DW_PARAMS_LAYOUT = "conv" / DwParams {
+        n: u32, h: u32, w: u32, c: u32
+    }
 }
 
 /// The GEMM K step the fast linear kernels need (vec4 loads, 8 k-values per step: `LinearVariant`'s

@@ -3,25 +3,17 @@
 //! once ([`crate::gpu::Plan`]) serves every position.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "decode_step",
-    source: include_str!("../../shaders/decode_step.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "decode_step", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/decode_step.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    b: u32,
-    d: u32,
-    rows: u32,
-    at: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "decode_step" / Params {
+        b: u32, d: u32, rows: u32, at: u32
+    }
 }
 
 /// The step buffer: U32 with an element at index `at`.

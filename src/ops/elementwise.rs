@@ -5,25 +5,17 @@
 //! of 4, the VEC4 variant runs instead (5-10x faster on lavapipe).
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "elementwise",
-    source: include_str!("../../shaders/elementwise.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "elementwise", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/elementwise.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    scale: f32,
-    c: u32,
-    start: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "elementwise" / Params {
+        n: u32, scale: f32, c: u32, start: u32
+    }
 }
 
 /// Record `entry` over `params.n` elements: the VEC4 variant when `vec4`, the INPLACE one when `inplace`

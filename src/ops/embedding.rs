@@ -1,29 +1,17 @@
 //! Embedding gather (`shaders/embedding.wgsl`), for tables larger than one storage binding.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "embedding",
-    source: include_str!("../../shaders/embedding.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "embedding", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/embedding.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    c: u32,
-    row_start: u32,
-    rows: u32,
-    v: u32,
-    zero_oob: u32,
-    _pad0: u32,
-    _pad1: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "embedding" / Params {
+        n: u32, c: u32, row_start: u32, rows: u32, v: u32, zero_oob: u32, _pad0: u32, _pad1: u32
+    }
 }
 
 /// out[t, :] = table[ids[t], :] for ids U32 (T), table (V, C) f32, f16 (C even) or q8/q4 (C % 32 == 0,

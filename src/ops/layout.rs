@@ -2,27 +2,17 @@
 //! output into separate q, k, v).
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "layout",
-    source: include_str!("../../shaders/layout.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "layout", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/layout.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    a: u32,
-    b: u32,
-    _pad: u32,
-    out_dims: [u32; 4],
-    in_strides: [u32; 4],
+uniform! {
+    struct Params: PARAMS_LAYOUT = "layout" / Params {
+        n: u32, a: u32, b: u32, _pad: u32, out_dims: [u32; 4], in_strides: [u32; 4]
+    }
 }
 
 impl Params {

@@ -9,61 +9,43 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
-use crate::gpu::{ceil_div, grid_1d, Caps, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{
+    ceil_div, grid_1d, shader, uniform, Caps, DType, Kernel, Recorder, Shader, Tensor,
+};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "matmul",
-    source: include_str!("../../shaders/matmul.wgsl"),
-    consts: &[
-        ("EDGE", EDGE as u32),
-        ("TM", SCALAR_BLOCK.0 as u32),
-        ("TN", SCALAR_BLOCK.1 as u32),
-        ("TILED_WG", TILED_WG as u32),
-        ("TN_T", TILED_COLS as u32),
-        ("MAX_RM", TILED_MAX_RM as u32),
-    ],
-};
+shader!(pub static SHADER = "matmul", [
+    ("EDGE", EDGE as u32),
+    ("TM", SCALAR_BLOCK.0 as u32),
+    ("TN", SCALAR_BLOCK.1 as u32),
+    ("TILED_WG", TILED_WG as u32),
+    ("TN_T", TILED_COLS as u32),
+    ("MAX_RM", TILED_MAX_RM as u32),
+]);
 
-pub static SHADER_RB: Shader = Shader {
-    name: "matmul_rb",
-    source: include_str!("../../shaders/matmul_rb.wgsl"),
-    consts: &[("RB_MAX_WG", RB_MAX_WG as u32)],
-};
+shader!(pub static SHADER_RB = "matmul_rb", [("RB_MAX_WG", RB_MAX_WG as u32)]);
 
-pub static SHADER_SG: Shader = Shader {
-    name: "matmul_sg",
-    source: include_str!("../../shaders/matmul_sg.wgsl"),
-    consts: &[
-        ("SG_WG", SG_WG as u32),
-        ("SG_M", SG_BLOCK.0 as u32),
-        ("SG_N", SG_BLOCK.1 as u32),
-        ("C4_M", SG_C4_BLOCK.0 as u32),
-        ("C4_N", SG_C4_BLOCK.1 as u32),
-        ("R16_M", SG_R16_BLOCK.0 as u32),
-        ("R16_N", SG_R16_BLOCK.1 as u32),
-    ],
-};
+shader!(pub static SHADER_SG = "matmul_sg", [
+    ("SG_WG", SG_WG as u32),
+    ("SG_M", SG_BLOCK.0 as u32),
+    ("SG_N", SG_BLOCK.1 as u32),
+    ("C4_M", SG_C4_BLOCK.0 as u32),
+    ("C4_N", SG_C4_BLOCK.1 as u32),
+    ("R16_M", SG_R16_BLOCK.0 as u32),
+    ("R16_N", SG_R16_BLOCK.1 as u32),
+]);
 
-pub static SHADER_GEMV: Shader = Shader {
-    name: "matmul_gemv",
-    source: include_str!("../../shaders/matmul_gemv.wgsl"),
-    consts: &[
-        ("GEMV_WG", GEMV_WG as u32),
-        ("MAX_MR", GEMV_MAX_ROWS as u32),
-        ("RW", GEMV_WG_COLS as u32),
-    ],
-};
+shader!(pub static SHADER_GEMV = "matmul_gemv", [
+    ("GEMV_WG", GEMV_WG as u32),
+    ("MAX_MR", GEMV_MAX_ROWS as u32),
+    ("RW", GEMV_WG_COLS as u32),
+]);
 
-pub static SHADER_BATCHED: Shader = Shader {
-    name: "matmul_batched",
-    source: include_str!("../../shaders/matmul_batched.wgsl"),
-    consts: &[
-        ("EDGE", EDGE as u32),
-        ("TM", SCALAR_BLOCK.0 as u32),
-        ("TN", SCALAR_BLOCK.1 as u32),
-    ],
-};
+shader!(pub static SHADER_BATCHED = "matmul_batched", [
+    ("EDGE", EDGE as u32),
+    ("TM", SCALAR_BLOCK.0 as u32),
+    ("TN", SCALAR_BLOCK.1 as u32),
+]);
 
 pub use crate::cpu::activation::Act;
 
@@ -263,28 +245,16 @@ pub fn choose_linear_variant_for(caps: &Caps, m: usize, k: usize, format: DType)
     }
 }
 
-/// Mirrors `Params` in `shaders/include/linear_params.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct LinearParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    n_off: u32,
-    n_rows: u32,
-    flags: u32,
-    _pad0: u32,
-    _pad1: u32,
+uniform! {
+    struct LinearParams: LINEAR_PARAMS_LAYOUT = "include/linear_params" / Params {
+        m: u32, n: u32, k: u32, n_off: u32, n_rows: u32, flags: u32, _pad0: u32, _pad1: u32
+    }
 }
 
-/// Mirrors `Params` in `shaders/matmul_batched.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct BmmParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u32,
+uniform! {
+    struct BmmParams: BMM_PARAMS_LAYOUT = "matmul_batched" / Params {
+        m: u32, n: u32, k: u32, batch: u32
+    }
 }
 
 /// Workgroup sizes of the subgroup and GEMV kernels (invocations).

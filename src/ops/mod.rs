@@ -51,3 +51,40 @@ pub static SHADERS: &[&Shader] = &[
     &window::SHADER,
     &window_attn::SHADER,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every declared `Params` uniform, for the layout test.
+    const UNIFORMS: &[crate::gpu::declare::UniformLayout] = &[
+        attention::ATTN_PARAMS_LAYOUT,
+        cast::PARAMS_LAYOUT,
+        channel_attn::PARAMS_LAYOUT,
+        conv::IM2COL_PARAMS_LAYOUT,
+        conv::DW_PARAMS_LAYOUT,
+        decode_step::PARAMS_LAYOUT,
+        elementwise::PARAMS_LAYOUT,
+        embedding::PARAMS_LAYOUT,
+        layout::PARAMS_LAYOUT,
+        matmul::LINEAR_PARAMS_LAYOUT,
+        matmul::BMM_PARAMS_LAYOUT,
+        norm::PARAMS_LAYOUT,
+        pos_embed::PARAMS_LAYOUT,
+        reduce::PARAMS_LAYOUT,
+        softmax::PARAMS_LAYOUT,
+        window::PARAMS_LAYOUT,
+        window_attn::PARAMS_LAYOUT,
+    ];
+
+    #[test]
+    fn every_uniform_mirrors_its_wgsl_struct_field_by_field_and_to_the_byte() {
+        for u in UNIFORMS {
+            let wgsl = u.wgsl_fields().unwrap();
+            let names: Vec<&str> = wgsl.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, u.fields, "{} / {}", u.file, u.name);
+            let size: usize = wgsl.iter().map(|f| f.1).sum();
+            assert_eq!(size, u.size, "{} / {}: WGSL bytes vs Rust", u.file, u.name);
+        }
+    }
+}

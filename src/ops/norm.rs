@@ -1,28 +1,20 @@
 //! LayerNorm (`shaders/norm.wgsl`).
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "norm",
-    source: include_str!("../../shaders/norm.wgsl"),
-    consts: &[("MAX_WG", MAX_WG)],
-};
+shader!(pub static SHADER = "norm", [("MAX_WG", MAX_WG)]);
 
 /// Largest workgroup of `layer_norm` (a power of two; the shader's default WG).
 const MAX_WG: u32 = 256;
 /// Workgroup size of `layer_norm_rowwise` (one invocation per row).
 const ROWWISE_WG: u32 = 64;
 
-/// Mirrors `Params` in `shaders/norm.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    c: u32,
-    eps: f32,
-    _pad: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "norm" / Params {
+        rows: u32, c: u32, eps: f32, _pad: u32
+    }
 }
 
 /// How a row reduction is spread over invocations.

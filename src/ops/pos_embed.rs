@@ -2,30 +2,20 @@
 //! (column half first) plus the cosine temporal row 0, added to the image tokens in one pass.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
 use crate::ops::host;
 
-pub static SHADER: Shader = Shader {
-    name: "pos_embed",
-    source: include_str!("../../shaders/pos_embed.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "pos_embed", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/pos_embed.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    h: u32,
-    w: u32,
-    c: u32,
-    ccol: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "pos_embed" / Params {
+        n: u32, h: u32, w: u32, c: u32, ccol: u32, _pad0: u32, _pad1: u32, _pad2: u32
+    }
 }
+
+const OP: &str = "pos2d_temporal_add";
 
 /// out[b, y*w + x] = (feats[b, y*w + x] + concat(col[x], row[y])) + temporal[0] for feats, out
 /// (B, h*w, C), col (P, C - C/2), row (P, C/2) with h, w <= P, temporal (T, C) with T >= 1.
@@ -38,7 +28,50 @@ pub fn pos2d_temporal_add(
     grid: (usize, usize),
     out: &Tensor,
 ) -> Result<()> {
-    const OP: &str = "pos2d_temporal_add";
+    check_operands(feats, [col, row, temporal], grid, out)?;
+    let (h, w) = grid;
+    let c = feats.dim(2);
+    let ccol = c - c / 2;
+    let n = feats.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    if host::on_host(rec)? {
+        return host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out);
+    }
+    let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
+    let gpu = rec.gpu().clone();
+    let params = Params {
+        n: n32,
+        h: h as u32,
+        w: w as u32,
+        c: c as u32,
+        ccol: ccol as u32,
+        _pad0: 0,
+        _pad1: 0,
+        _pad2: 0,
+    };
+    rec.dispatch(
+        &Kernel::new(&SHADER, "pos2d_temporal_add"),
+        &params,
+        &[
+            feats.binding(&gpu)?,
+            col.binding(&gpu)?,
+            row.binding(&gpu)?,
+            temporal.binding(&gpu)?,
+            out.binding(&gpu)?,
+        ],
+        grid_1d(ceil_div(n, WG as usize)),
+    )
+}
+
+/// F32 operands of matching shapes (see [`pos2d_temporal_add`]), `out` apart from `feats`.
+fn check_operands(
+    feats: &Tensor,
+    [col, row, temporal]: [&Tensor; 3],
+    grid: (usize, usize),
+    out: &Tensor,
+) -> Result<()> {
     for (n, t) in [
         ("feats", feats),
         ("col", col),
@@ -95,35 +128,5 @@ pub fn pos2d_temporal_add(
     if feats.same_buffer(out) {
         return Err(Error::shape(OP, "out must not share feats' buffer"));
     }
-    let n = feats.numel();
-    if n == 0 {
-        return Ok(());
-    }
-    if host::on_host(rec)? {
-        return host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out);
-    }
-    let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
-    let gpu = rec.gpu().clone();
-    let params = Params {
-        n: n32,
-        h: h as u32,
-        w: w as u32,
-        c: c as u32,
-        ccol: ccol as u32,
-        _pad0: 0,
-        _pad1: 0,
-        _pad2: 0,
-    };
-    rec.dispatch(
-        &Kernel::new(&SHADER, "pos2d_temporal_add"),
-        &params,
-        &[
-            feats.binding(&gpu)?,
-            col.binding(&gpu)?,
-            row.binding(&gpu)?,
-            temporal.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
-        grid_1d(ceil_div(n, WG as usize)),
-    )
+    Ok(())
 }

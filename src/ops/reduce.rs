@@ -7,14 +7,10 @@
 //! descending sort.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, DType, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "reduce",
-    source: include_str!("../../shaders/reduce.wgsl"),
-    consts: &[("MAX_WG", MAX_WG), ("MAXK", MAX_TOPK as u32)],
-};
+shader!(pub static SHADER = "reduce", [("MAX_WG", MAX_WG), ("MAXK", MAX_TOPK as u32)]);
 
 /// Largest k supported by `topk_rows`.
 pub const MAX_TOPK: usize = 16;
@@ -22,14 +18,10 @@ pub const MAX_TOPK: usize = 16;
 /// Largest workgroup (a power of two): the size of the shader's workgroup arrays; `mean_rows` runs with it.
 const MAX_WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/reduce.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    v: u32,
-    k: u32,
-    _pad: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "reduce" / Params {
+        rows: u32, v: u32, k: u32, _pad: u32
+    }
 }
 
 /// (R, V) of a row-reduction input; any leading dims are flattened into R.

@@ -1,26 +1,18 @@
 //! Row softmax and log-softmax (`shaders/softmax.wgsl`), numerically stable (max-subtracted).
 
 use crate::error::{Error, Result};
-use crate::gpu::{grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{grid_1d, shader, uniform, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "softmax",
-    source: include_str!("../../shaders/softmax.wgsl"),
-    consts: &[("MAX_WG", MAX_WG)],
-};
+shader!(pub static SHADER = "softmax", [("MAX_WG", MAX_WG)]);
 
 /// Largest workgroup (a power of two; the shader's default WG).
 const MAX_WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/softmax.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    c: u32,
-    _pad0: u32,
-    _pad1: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "softmax" / Params {
+        rows: u32, c: u32, _pad0: u32, _pad1: u32
+    }
 }
 
 fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Result<()> {

@@ -2,29 +2,17 @@
 //! into ws x ws windows (row-major windows, row-major tokens), and the inverse with the padding cropped.
 
 use crate::error::{Error, Result};
-use crate::gpu::{ceil_div, grid_1d, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "window",
-    source: include_str!("../../shaders/window.wgsl"),
-    consts: &[("WG", WG)],
-};
+shader!(pub static SHADER = "window", [("WG", WG)]);
 
 const WG: u32 = 256;
 
-/// Mirrors `Params` in `shaders/window.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    h: u32,
-    w: u32,
-    c: u32,
-    ws: u32,
-    nwh: u32,
-    nww: u32,
-    _pad0: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "window" / Params {
+        n: u32, h: u32, w: u32, c: u32, ws: u32, nwh: u32, nww: u32, _pad0: u32
+    }
 }
 
 pub use crate::cpu::window::window_grid;

@@ -8,19 +8,15 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
-use crate::gpu::{ceil_div, grid_1d, Caps, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{ceil_div, grid_1d, shader, uniform, Caps, Kernel, Recorder, Tensor};
 use crate::ops::attention::{record_flash, AttnLayout, AttnOpts, AttnVariant, FLASH_MAX_WG};
 use crate::ops::{check, host};
 
-pub static SHADER: Shader = Shader {
-    name: "window_attn",
-    source: include_str!("../../shaders/window_attn.wgsl"),
-    consts: &[
-        ("WG", WG),
-        ("QPI", QPI as u32),
-        ("MAXD4", (MAX_HEAD_DIM / 4) as u32),
-    ],
-};
+shader!(pub static SHADER = "window_attn", [
+    ("WG", WG),
+    ("QPI", QPI as u32),
+    ("MAXD4", (MAX_HEAD_DIM / 4) as u32),
+]);
 
 const WG: u32 = 64;
 /// Query rows per invocation (the shader's four score lanes).
@@ -28,18 +24,10 @@ const QPI: usize = 4;
 /// Largest head_dim the fused kernel keeps in registers (the shader's MAXD4 * 4).
 pub const MAX_HEAD_DIM: usize = 32;
 
-/// Mirrors `Params` in `shaders/window_attn.wgsl`.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    total: u32,
-    t: u32,
-    heads: u32,
-    c4: u32,
-    nqg: u32,
-    _pad0: u32,
-    scale: f32,
-    _pad1: u32,
+uniform! {
+    struct Params: PARAMS_LAYOUT = "window_attn" / Params {
+        total: u32, t: u32, heads: u32, c4: u32, nqg: u32, _pad0: u32, scale: f32, _pad1: u32
+    }
 }
 
 /// Which kernel runs a [`window_attention`] call.
