@@ -52,11 +52,11 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::error::{Error, Result};
 use crate::estimate::{resolve_dtype_for, DTypeRequest};
 use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
-use crate::gpu::{Gpu, GpuOptions, MemReport};
+use crate::gpu::{Device, DeviceOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, Device, EncodedImage,
-    Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
+    cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, DeviceChoice,
+    EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
 };
 use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
@@ -91,7 +91,7 @@ struct LoadArgs {
     /// `adapterLimits`: what `auto` judges the device by, over the adapter's own limits.
     adapter_limits: estimate::LimitsOverride,
     /// `device`: auto (WebGPU on a hardware adapter, else the CPU backend), webgpu or cpu.
-    device: Device,
+    device: DeviceChoice,
     /// `fetch`: what fetches the model files instead of the global `fetch` (Node's entry passes one that
     /// reads `file:` URLs).
     fetch: Option<Function>,
@@ -108,7 +108,7 @@ struct Inner {
     stale_images: RefCell<HashSet<u32>>,
     lock: Rc<queue::FifoLock>,
     /// The current model's device (kept after `dispose()` for `adapterInfo`).
-    gpu: RefCell<Arc<Gpu>>,
+    gpu: RefCell<Arc<Device>>,
     /// The kernel tuner's table from the last load (`tuning` option).
     tuning_table: RefCell<String>,
     args: LoadArgs,
@@ -207,7 +207,7 @@ struct MemoryInfo {
 }
 
 impl MemoryInfo {
-    fn of(m: MemReport, dtype: WeightDType, gpu: &Gpu) -> Self {
+    fn of(m: MemReport, dtype: WeightDType, gpu: &Device) -> Self {
         MemoryInfo {
             dtype: dtype.as_str(),
             device: if gpu.is_host() { "cpu" } else { "webgpu" },
@@ -426,22 +426,24 @@ async fn open_pipeline(
     .with_revalidate(args.revalidate);
     f.check_abort("loading")?;
     let gpu = match args.device {
-        Device::Gpu => {
+        DeviceChoice::Gpu => {
             support::check_webgpu().await?;
-            Gpu::new(GpuOptions::default()).await?
+            Device::new(DeviceOptions::default()).await?
         }
-        Device::Cpu => cpu_device(),
+        DeviceChoice::Cpu => cpu_device(),
         // Without `navigator.gpu` (Node.js, browsers without WebGPU) wgpu is not asked at all.
-        Device::Auto if !support::webgpu_exposed() => {
+        DeviceChoice::Auto if !support::webgpu_exposed() => {
             let why = AdapterProbe::Missing("WebGPU is not exposed".into());
-            let decision = decide_device(Device::Auto, &why);
+            let decision = decide_device(DeviceChoice::Auto, &why);
             log::info!("device auto: {}", decision.reason);
             match decision.backend {
                 Backend::Cpu => cpu_device(),
-                Backend::Gpu => open_device(Device::Auto, GpuOptions::default()).await?,
+                Backend::Gpu => {
+                    open_device(DeviceChoice::Auto, DeviceOptions::default()).await?
+                }
             }
         }
-        Device::Auto => open_device(Device::Auto, GpuOptions::default()).await?,
+        DeviceChoice::Auto => open_device(DeviceChoice::Auto, DeviceOptions::default()).await?,
     };
 
     // The resident format: as asked, or what fits this device (estimated from the files' sizes and

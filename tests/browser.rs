@@ -8,14 +8,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-async fn gpu() -> Arc<Gpu> {
-    Gpu::new(GpuOptions::default())
+async fn gpu() -> Arc<Device> {
+    Device::new(DeviceOptions::default())
         .await
         .expect("WebGPU adapter (Chromium needs --enable-unsafe-webgpu)")
 }
@@ -67,7 +67,7 @@ async fn browser_add() {
     assert_eq!(max_diff(&got, &want), 0.0);
 }
 
-/// `Gpu::finished()` (what every stage's timing awaits before it reads the clock: `Stopwatch::ms_after_gpu`)
+/// `Device::finished()` (what every stage's timing awaits before it reads the clock: `Stopwatch::ms_after_gpu`)
 /// resolves only once the queue has finished the work submitted before it. The queue's own
 /// `onSubmittedWorkDone` callback, registered first, has run by then (WebGPU resolves them in order); a
 /// `finished()` that returned at once (timing the submission, not the GPU's work) would beat it, since
@@ -108,7 +108,7 @@ async fn browser_finished_waits_for_the_submitted_work() {
 // short sum (<= 147 terms) of products of values in [-1, 1] scaled to O(1) results, whose f32 rounding
 // error is below 147 * 2^-24 * 147^0.5 ~ 1e-4 in the worst case and ~1e-6 in practice.
 
-async fn run_vec(g: &Arc<Gpu>, t: &Tensor) -> Vec<f32> {
+async fn run_vec(g: &Arc<Device>, t: &Tensor) -> Vec<f32> {
     readback::to_f32(g, t).await.unwrap()
 }
 

@@ -7,7 +7,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use florence2_wasm::config::Florence2Config;
-use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::gpu::{Device, DeviceOptions};
 use florence2_wasm::weights::stream::step_len;
 use florence2_wasm::weights::{parse_header, Assembler, LoadOptions, StreamLoader};
 use florence2_wasm::Error;
@@ -105,7 +105,7 @@ fn stream_step_is_computed_before_narrowing() {
 /// the file as truncated at the end.
 #[wasm_bindgen_test]
 async fn a_4_gib_tensor_streams_instead_of_looping() {
-    let gpu = Gpu::new(GpuOptions::default())
+    let gpu = Device::new(DeviceOptions::default())
         .await
         .expect("WebGPU adapter (Chromium needs --enable-unsafe-webgpu)");
     let cfg = Florence2Config::from_json(&tiny_config()).unwrap();

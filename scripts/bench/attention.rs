@@ -14,7 +14,7 @@ mod common;
 use std::time::Instant;
 
 use common::Rng;
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{attention, choose_attention_variant, AttnOpts, AttnVariant};
 use florence2_wasm::ops::window_attn::{self, window_attention_variant, WindowAttnVariant};
 
@@ -27,7 +27,7 @@ fn main() {
         println!("attention bench: run with `cargo bench --bench attention`");
         return;
     }
-    let g = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    let g = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", g.describe());
     let reps: usize = std::env::var("ATTN_BENCH_REPS")
         .ok()
@@ -42,7 +42,12 @@ fn main() {
 
 /// Median ms per call of each runnable closure, `calls` calls per submit, interleaved rep by rep after a
 /// warm-up (kernel compilation). `None` marks a variant that cannot run the shape.
-fn time_all(g: &std::sync::Arc<Gpu>, runs: &[Run], reps: usize, calls: usize) -> Vec<Option<f64>> {
+fn time_all(
+    g: &std::sync::Arc<Device>,
+    runs: &[Run],
+    reps: usize,
+    calls: usize,
+) -> Vec<Option<f64>> {
     let mut ts: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
     for rep in 0..=reps {
         for (i, run) in runs.iter().enumerate() {
@@ -93,7 +98,7 @@ fn print_row(name: &str, names: &[&str], times: &[Option<f64>], static_name: &st
 }
 
 /// Generic attention on the base model's shapes (D = 64, 12 heads; 585 = 577 image tokens + 8 prompt).
-fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
+fn attention_rows(g: &std::sync::Arc<Device>, reps: usize) {
     // name, B, Bk, Tq, Tk, causal, kv_len, q_offset
     type Shape = (
         &'static str,
@@ -225,7 +230,7 @@ fn attention_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
 
 /// DaViT window attention over the fused qkv (stage 0 of base: C = 128, 4 heads, D = 32). 64 windows
 /// per call (a quarter of stage 0 at 768 px: the cost per window does not depend on the count).
-fn window_rows(g: &std::sync::Arc<Gpu>, reps: usize) {
+fn window_rows(g: &std::sync::Arc<Device>, reps: usize) {
     let (c, heads, nw) = (128, 4, 64);
     for ws in [12usize, 7] {
         let t = ws * ws;

@@ -16,7 +16,7 @@ use std::time::Instant;
 mod util;
 use util::cpu_secs;
 
-use florence2_wasm::gpu::{Gpu, GpuOptions, Recorder};
+use florence2_wasm::gpu::{Device, DeviceOptions, Recorder};
 use florence2_wasm::model::bart::DecoderState;
 use florence2_wasm::pipeline::{cpu_device, Callbacks, Image, NeverCancel, Pipeline, TaskInput};
 use florence2_wasm::weights::{LoadOptions, WeightDType};
@@ -41,9 +41,9 @@ fn main() {
         .unwrap_or_else(|_| "fp16".into())
         .parse()
         .expect("dtype");
-    let gpu: Arc<Gpu> = match std::env::var("BATCH_BENCH_DEVICE").as_deref() {
+    let gpu: Arc<Device> = match std::env::var("BATCH_BENCH_DEVICE").as_deref() {
         Ok("cpu") => cpu_device(),
-        _ => pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter"),
+        _ => pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter"),
     };
     let p = Pipeline::load_dir_with(&gpu, &dir, LoadOptions::with_dtype(dtype)).expect("model");
     println!("{} on {}, {dtype:?}", dir.display(), gpu.describe());
@@ -131,7 +131,7 @@ fn main() {
 /// STEPS batched decoder steps of `states`, each recorded by `record`, submitted and waited for: (wall ms
 /// per step, CPU ms per step of recording and submitting).
 fn batched_steps(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     states: &[DecoderState],
     record: &mut dyn FnMut(&mut Recorder, &[&DecoderState]) -> florence2_wasm::Result<()>,
 ) -> (f64, f64) {

@@ -13,7 +13,7 @@
 
 use florence2_wasm::gpu::registry::OpKind;
 use florence2_wasm::gpu::tune::{tune_with, CacheLocation, TuneCase, Tuning};
-use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::gpu::{Device, DeviceOptions};
 use florence2_wasm::ops::attention::{choose_attention_variant, AttnShape, AttnVariant};
 use florence2_wasm::ops::window_attn::WindowShape;
 use wasm_bindgen_test::*;
@@ -39,7 +39,7 @@ fn attn(b: usize, tq: usize, bk: usize, tk: usize) -> AttnShape {
 
 #[wasm_bindgen_test]
 async fn browser_attention_bench() {
-    let g = Gpu::new(GpuOptions::default())
+    let g = Device::new(DeviceOptions::default())
         .await
         .expect("WebGPU adapter (Chromium needs --enable-unsafe-webgpu)");
     log(&format!("adapter: {}", g.describe()));

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops::matmul::{self, LinearVariant};
 use wasm_bindgen_test::*;
 
@@ -52,7 +52,7 @@ fn now_ms() -> f64 {
     now.call0(&perf).unwrap().as_f64().unwrap()
 }
 
-async fn finish(g: &Gpu) {
+async fn finish(g: &Device) {
     let (tx, rx) = futures_channel::oneshot::channel();
     g.wgpu()
         .expect("a GPU device")
@@ -65,7 +65,7 @@ async fn finish(g: &Gpu) {
 
 #[wasm_bindgen_test]
 async fn browser_kernels_bench() {
-    let g: Arc<Gpu> = Gpu::new(GpuOptions::default())
+    let g: Arc<Device> = Device::new(DeviceOptions::default())
         .await
         .expect("WebGPU adapter (Chromium needs --enable-unsafe-webgpu)");
     log(&format!("adapter: {}", g.describe()));

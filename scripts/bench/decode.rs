@@ -29,7 +29,7 @@ use util::{cpu_secs, endless_options, Rng};
 
 use florence2_wasm::config::tensors::expected_tensors;
 use florence2_wasm::gpu::registry::ShapeClass;
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, QFormat, Recorder, Tensor};
+use florence2_wasm::gpu::{DType, Device, DeviceOptions, QFormat, Recorder, Tensor};
 use florence2_wasm::model::bart::Decoder;
 use florence2_wasm::model::generate;
 use florence2_wasm::model::Florence2Config;
@@ -54,7 +54,7 @@ fn base_config() -> Florence2Config {
     cfg
 }
 
-fn decoder(gpu: &Arc<Gpu>, cfg: &Florence2Config) -> Decoder {
+fn decoder(gpu: &Arc<Device>, cfg: &Florence2Config) -> Decoder {
     decoder_as(gpu, cfg, WeightDType::Fp32).0
 }
 
@@ -62,7 +62,7 @@ fn decoder(gpu: &Arc<Gpu>, cfg: &Florence2Config) -> Decoder {
 /// `WeightDType::matrix_dtype` for every `is_matrix_weight`), and the weight bytes one greedy step reads
 /// (every weight except the two embedding tables, of which a step reads one row each, plus the tied
 /// LM head, which is the token embedding read whole).
-fn decoder_as(gpu: &Arc<Gpu>, cfg: &Florence2Config, dtype: WeightDType) -> (Decoder, u64) {
+fn decoder_as(gpu: &Arc<Device>, cfg: &Florence2Config, dtype: WeightDType) -> (Decoder, u64) {
     let mut read_bytes = 0u64;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut w = Weights::new();
@@ -132,7 +132,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(24);
     let reps = 3;
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    let gpu = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", gpu.describe());
     let cfg = base_config();
     if let Ok(list) = std::env::var("DECODE_BENCH_DTYPES") {
@@ -264,7 +264,7 @@ fn main() {
 /// `gemv_subgroup` (the static decode GEMV before the block GEMV: "old"), all cells alternating, 3
 /// rounds; wall ms per step and CPU ms per step (lavapipe's threads: the work), the ratios to fp32, the
 /// weight bytes a step reads; then one planned step per dtype with the GPU profiler: time per op kind.
-fn per_dtype(gpu: &Arc<Gpu>, cfg: &Florence2Config, list: &str, steps: usize) {
+fn per_dtype(gpu: &Arc<Device>, cfg: &Florence2Config, list: &str, steps: usize) {
     let dtypes: Vec<WeightDType> = list
         .split(',')
         .map(|s| s.trim().parse().expect("DECODE_BENCH_DTYPES"))

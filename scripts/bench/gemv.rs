@@ -23,7 +23,9 @@ use std::time::Instant;
 mod util;
 use util::{cpu_secs, Rng};
 
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Kernel, QFormat, Recorder, Shader, Tensor};
+use florence2_wasm::gpu::{
+    DType, Device, DeviceOptions, Kernel, QFormat, Recorder, Shader, Tensor,
+};
 use florence2_wasm::ops::matmul::{self, LinearVariant};
 
 /// (label, K, N) of the decode linears of Florence-2-base (d_model 768, ffn 3072, vocabulary 51328).
@@ -39,7 +41,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn weight(gpu: &Gpu, fmt: DType, n: usize, k: usize, data: &[f32]) -> Tensor {
+fn weight(gpu: &Device, fmt: DType, n: usize, k: usize, data: &[f32]) -> Tensor {
     match fmt {
         DType::F32 => Tensor::from_f32(gpu, &[n, k], data, "w"),
         DType::F16 => Tensor::from_f32_as_f16(gpu, &[n, k], data, "w"),
@@ -69,7 +71,7 @@ fn memcpy_bandwidth(bytes: usize, threads: usize) -> f64 {
 }
 
 /// CPU ms (all threads) per call of `record`, `calls` calls in one submit, waited for.
-fn cpu_ms(gpu: &Arc<Gpu>, calls: usize, record: &dyn Fn(&mut Recorder)) -> f64 {
+fn cpu_ms(gpu: &Arc<Device>, calls: usize, record: &dyn Fn(&mut Recorder)) -> f64 {
     let mut rec = Recorder::new(gpu);
     for _ in 0..calls {
         record(&mut rec);
@@ -81,7 +83,7 @@ fn cpu_ms(gpu: &Arc<Gpu>, calls: usize, record: &dyn Fn(&mut Recorder)) -> f64 {
 }
 
 /// Median GPU ms per call of `record` (batches of calls reaching >= 2 ms, `samples` batches).
-fn gpu_ms(gpu: &Arc<Gpu>, calls: usize, record: &dyn Fn(&mut Recorder)) -> f64 {
+fn gpu_ms(gpu: &Arc<Device>, calls: usize, record: &dyn Fn(&mut Recorder)) -> f64 {
     let mut rec = Recorder::new_timed(gpu).expect("timestamp queries");
     for _ in 0..calls {
         record(&mut rec);
@@ -94,7 +96,7 @@ fn main() {
         println!("gemv bench: run with `cargo bench --bench gemv`");
         return;
     }
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    let gpu = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", gpu.describe());
     let filter: Vec<String> = std::env::var("GEMV_BENCH_VARIANTS")
         .unwrap_or_default()

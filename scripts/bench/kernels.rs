@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use florence2_wasm::gpu::registry::LinearShape;
 use florence2_wasm::gpu::tune;
-use florence2_wasm::gpu::{DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops::attention::{self, AttnOpts};
 use florence2_wasm::ops::linear_tune::AUTO_MAX_ROWS;
 use florence2_wasm::ops::matmul::{self, LinearVariant};
@@ -147,7 +147,7 @@ fn cpu_linear(cfg: &Cfg, m: usize, k: usize, n: usize) -> Timing {
 
 fn gpu_linear(
     cfg: &Cfg,
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     variant: LinearVariant,
     dtype: DType,
     m: usize,
@@ -183,7 +183,7 @@ fn gpu_linear(
     })
 }
 
-fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Gpu>, bt: usize, m: usize, k: usize, n: usize) -> Timing {
+fn gpu_bmm(cfg: &Cfg, gpu: &Arc<Device>, bt: usize, m: usize, k: usize, n: usize) -> Timing {
     let a = Tensor::from_f32(gpu, &[bt, m, k], &rand_vec(1, bt * m * k), "a").unwrap();
     let b = Tensor::from_f32(gpu, &[bt, k, n], &rand_vec(2, bt * k * n), "b").unwrap();
     let out = Tensor::zeros(gpu, &[bt, m, n], DType::F32, "out").unwrap();
@@ -227,7 +227,7 @@ fn main() {
     if std::env::var("MATMUL_NUM_THREADS").is_err() {
         std::env::set_var("MATMUL_NUM_THREADS", "2");
     }
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    let gpu = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", gpu.describe());
     println!(
         "CPU baseline: matrixmultiply sgemm, {} threads (threading feature); timing: median of <= {} \
@@ -394,17 +394,17 @@ fn main() {
     other_ops(&cfg, &gpu, cores);
 }
 
-fn rand_tensor(gpu: &Arc<Gpu>, seed: u64, shape: &[usize]) -> Tensor {
+fn rand_tensor(gpu: &Arc<Device>, seed: u64, shape: &[usize]) -> Tensor {
     let n = shape.iter().product();
     Tensor::from_f32(gpu, shape, &rand_vec(seed, n), "t").unwrap()
 }
 
-fn zeros(gpu: &Arc<Gpu>, shape: &[usize]) -> Tensor {
+fn zeros(gpu: &Arc<Device>, shape: &[usize]) -> Tensor {
     Tensor::zeros(gpu, shape, DType::F32, "out").unwrap()
 }
 
 /// Median timing of one op recorded alone, submitted and waited for.
-fn time_op(cfg: &Cfg, gpu: &Arc<Gpu>, mut op: impl FnMut(&mut Recorder)) -> Timing {
+fn time_op(cfg: &Cfg, gpu: &Arc<Device>, mut op: impl FnMut(&mut Recorder)) -> Timing {
     time_it(cfg, || {
         let mut rec = Recorder::new(gpu);
         op(&mut rec);
@@ -426,7 +426,7 @@ fn print_op(label: &str, t: Timing, work: f64, unit: &str, cores: f64) {
 
 /// Attention, convolution and LayerNorm at Florence-2-base shapes (same timing and normalisation as the
 /// linear table). FLOPs count the multiply-adds of q k^T and p v (4 T_q T_k C per batch row).
-fn other_ops(cfg: &Cfg, gpu: &Arc<Gpu>, cores: f64) {
+fn other_ops(cfg: &Cfg, gpu: &Arc<Device>, cores: f64) {
     println!();
     println!("other ops at Florence-2-base shapes   [wall ms, wall rate (CPU-normalised rate)]");
 

@@ -70,12 +70,12 @@ use florence2_wasm::config::tensors::{davit_mlp_hidden, expected_tensors};
 use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::tune;
 use florence2_wasm::gpu::QFormat;
-use florence2_wasm::gpu::{staging_buffer, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{staging_buffer, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::workloads;
 use florence2_wasm::ops;
 use florence2_wasm::ops::matmul::{Act, LinearVariant};
-use florence2_wasm::pipeline::{open_device, Device};
+use florence2_wasm::pipeline::{open_device, DeviceChoice};
 use florence2_wasm::processor::image::{preprocess, ImageProcessorConfig};
 use florence2_wasm::weights::{self, temporal_cosine_table, WeightDType};
 
@@ -381,7 +381,7 @@ fn weight_bytes_per_elem(dtype: WeightDType, k: usize) -> f64 {
 // ---------------------------------------------------------------------------------------------------
 // Kernel ceilings measured in this run
 
-fn time_submit(gpu: &Arc<Gpu>, reps: usize, mut record: impl FnMut(&mut Recorder)) -> f64 {
+fn time_submit(gpu: &Arc<Device>, reps: usize, mut record: impl FnMut(&mut Recorder)) -> f64 {
     let mut times = Vec::new();
     for i in 0..=reps {
         // On the CPU backend the work runs while it is recorded: time from the recorder's start.
@@ -398,7 +398,7 @@ fn time_submit(gpu: &Arc<Gpu>, reps: usize, mut record: impl FnMut(&mut Recorder
     median(&times)
 }
 
-fn rand_tensor(gpu: &Gpu, shape: &[usize], seed: u64) -> Tensor {
+fn rand_tensor(gpu: &Device, shape: &[usize], seed: u64) -> Tensor {
     let n: usize = shape.iter().product();
     let mut r = Rng::new(seed);
     let v: Vec<f32> = (0..n).map(|_| r.next() * 0.5).collect();
@@ -406,7 +406,7 @@ fn rand_tensor(gpu: &Gpu, shape: &[usize], seed: u64) -> Tensor {
 }
 
 /// Best GFLOP/s over the linear variants that can run (m, k, n) here, and its variant.
-fn gemm_rate(gpu: &Arc<Gpu>, m: usize, k: usize, n: usize) -> (f64, LinearVariant) {
+fn gemm_rate(gpu: &Arc<Device>, m: usize, k: usize, n: usize) -> (f64, LinearVariant) {
     let x = rand_tensor(gpu, &[m, k], 1);
     let w = rand_tensor(gpu, &[n, k], 2);
     let b = rand_tensor(gpu, &[n], 3);
@@ -455,7 +455,7 @@ fn gemm_rate(gpu: &Arc<Gpu>, m: usize, k: usize, n: usize) -> (f64, LinearVarian
 }
 
 /// GB/s of a GPU buffer-to-buffer copy (read + write bytes counted) and of the LM-head GEMV (weight bytes).
-fn copy_bandwidth(gpu: &Arc<Gpu>) -> f64 {
+fn copy_bandwidth(gpu: &Arc<Device>) -> f64 {
     let n = 32 << 20; // 128 MiB of f32
     let a = Tensor::zeros(gpu, &[n], DType::F32, "copy.a").expect("a");
     let b = Tensor::zeros(gpu, &[n], DType::F32, "copy.b").expect("b");
@@ -510,7 +510,7 @@ fn synthetic_image() -> image::RgbImage {
     })
 }
 
-fn wait(gpu: &Gpu) {
+fn wait(gpu: &Device) {
     gpu.wait_idle().expect("wait_idle");
 }
 
@@ -519,7 +519,7 @@ fn wait(gpu: &Gpu) {
 /// the kept image features (encoder + decode: what it does on an `EncodedImage`), each waited for, all
 /// with compiled kernels. Prints the median later/first ratio (issue 12's target: <= 25%).
 fn encoding_reuse(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     model: &Florence2,
     pcfg: &ImageProcessorConfig,
     img: &image::RgbImage,
@@ -574,7 +574,7 @@ fn encoding_reuse(
 }
 
 fn run_model(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     dir: &Path,
     resident: WeightDType,
     tokens: usize,
@@ -891,7 +891,7 @@ fn run_model(
 // Op-level breakdown of one DaViT block (spatial + channel half), the model's own weights and ops, each op
 // its own submit: where a block's time goes.
 
-fn block_breakdown(gpu: &Arc<Gpu>, model: &Florence2, s: usize, (h, w): (usize, usize)) -> f64 {
+fn block_breakdown(gpu: &Arc<Device>, model: &Florence2, s: usize, (h, w): (usize, usize)) -> f64 {
     let vt = &model.vision;
     let blk = &vt.blocks[s][0];
     let (sp, ch) = (&blk.spatial_block, &blk.channel_block);
@@ -1111,7 +1111,7 @@ type MemRow = (
 );
 
 /// Engine-counted GPU memory of one request per task and resident dtype (see the module doc).
-fn memory_table(gpu: &Arc<Gpu>, dir: &Path, residents: &[WeightDType], steps: usize) {
+fn memory_table(gpu: &Arc<Device>, dir: &Path, residents: &[WeightDType], steps: usize) {
     use florence2_wasm::Error;
     use std::cell::Cell;
     let disk = std::fs::metadata(dir.join("model.safetensors"))
@@ -1340,10 +1340,10 @@ fn main() {
 
     let cfg = Florence2Config::from_json_str(BASE_CONFIG).expect("base config");
     // MODEL_BENCH_DEVICE=gpu (default: the wgpu adapter, lavapipe here) | cpu (the CPU backend) | auto.
-    let device: Device = env_or("MODEL_BENCH_DEVICE", "gpu")
+    let device: DeviceChoice = env_or("MODEL_BENCH_DEVICE", "gpu")
         .parse()
         .expect("MODEL_BENCH_DEVICE");
-    let gpu = pollster::block_on(open_device(device, GpuOptions::default())).expect("device");
+    let gpu = pollster::block_on(open_device(device, DeviceOptions::default())).expect("device");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("adapter: {}", gpu.describe());
     println!(
@@ -1706,7 +1706,7 @@ struct StepRow {
 /// and beam-3 `generate` (`tokens` steps, no EOS possible, the planned decode steps) for every dtype in
 /// turn. The first dtype is the ratio base.
 fn alternating_steps(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     dir: &Path,
     residents: &[WeightDType],
     tokens: usize,

@@ -51,7 +51,7 @@ use std::sync::Arc;
 
 use common::fidelity::{reference_cases, score, top2, RefCase, Score};
 use common::fixtures::fixtures;
-use florence2_wasm::gpu::{readback, Gpu, GpuOptions, Tensor};
+use florence2_wasm::gpu::{readback, Device, DeviceOptions, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::quant::QFormat;
 use florence2_wasm::weights::{self, LoadOptions, WeightDType};
@@ -258,7 +258,7 @@ fn rel_rms(q: Quantizer, mats: &[&[f32]], book: &[f64]) -> f64 {
 
 /// The f32 load's matrix weights (what `is_matrix_weight` selects; `lm_head.weight` only when the
 /// checkpoint has one) as host vectors.
-fn host_matrices(g: &Arc<Gpu>, w: &weights::Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+fn host_matrices(g: &Arc<Device>, w: &weights::Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     w.names()
         .filter_map(|n| {
             let t = w.get_any(n).unwrap();
@@ -322,7 +322,7 @@ fn group_of(name: &str) -> usize {
 /// (the others keep f32). The tied LM head: when the shared embedding is replaced but the head is not
 /// (or the reverse), `lm_head.weight` is inserted as its own tensor.
 fn variant_weights(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     base: &weights::Weights,
     host: &[(String, Vec<usize>, Vec<f32>)],
     book: &[f64],
@@ -514,7 +514,7 @@ fn main() {
         println!("q4 fidelity bench: run with `cargo bench --bench q4_fidelity`");
         return;
     }
-    let g = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+    let g = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
     println!("adapter: {}", g.describe());
     let dirs = std::env::var("Q4_BENCH_DIRS").unwrap_or_else(|_| "tiny2,tiny4".into());
     let m = base_matrices();
@@ -538,7 +538,7 @@ fn main() {
     }
 }
 
-fn fixture(g: &Arc<Gpu>, dir: &str) {
+fn fixture(g: &Arc<Device>, dir: &str) {
     let path = fixtures().join("models").join(dir);
     let (cfg, w32) =
         weights::load_dir_with(g, &path, LoadOptions::with_dtype(WeightDType::Fp32)).expect("load");

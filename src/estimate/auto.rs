@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::estimate::ModelFacts;
 use crate::estimate::{choose_dtype, Choice, DeviceClass, DeviceLimits, EstimateOptions};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::weights::source::ModelFiles;
 use crate::weights::WeightDType;
 
@@ -58,7 +58,7 @@ impl std::str::FromStr for DTypeRequest {
 /// What the chooser knows of `gpu`: its class (from the adapter's type, a software adapter or the
 /// CPU backend counting as `cpu`; `mobile` from the platform, which the adapter does not say) and
 /// its buffer limits.
-pub fn device_limits(gpu: &Gpu, mobile: bool) -> DeviceLimits {
+pub fn device_limits(gpu: &Device, mobile: bool) -> DeviceLimits {
     let c = &gpu.caps;
     let class = DeviceClass::of_adapter(&c.device_type, c.is_cpu || gpu.is_host(), mobile);
     DeviceLimits {
@@ -74,7 +74,7 @@ pub fn device_limits(gpu: &Gpu, mobile: bool) -> DeviceLimits {
 pub async fn resolve_dtype<F: ModelFiles>(
     request: DTypeRequest,
     files: &F,
-    gpu: &Gpu,
+    gpu: &Device,
     mobile: bool,
 ) -> Result<(WeightDType, Option<String>)> {
     resolve_dtype_for(request, files, &device_limits(gpu, mobile), gpu.is_host()).await

@@ -19,7 +19,7 @@ const HOST_MAX_TENSOR: u64 = if usize::BITS == 32 { 1 << 31 } else { 1 << 40 };
 
 /// What the caller may tune when opening the device.
 #[derive(Clone, Debug, Default)]
-pub struct GpuOptions {
+pub struct DeviceOptions {
     /// Lower the storage-binding limit below the adapter's (tests use this to exercise split bindings
     /// cheaply). `None` keeps the adapter's limit.
     pub max_storage_binding_size: Option<u64>,
@@ -63,21 +63,21 @@ pub struct Wgpu {
 }
 
 /// The device the model runs on: a wgpu adapter (GPU, or a software one) or the host CPU
-/// ([`Gpu::cpu`]: tensors live in host memory and every op runs its `crate::cpu` kernel at once),
+/// ([`Device::cpu`]: tensors live in host memory and every op runs its `crate::cpu` kernel at once),
 /// with the kernel cache, the memory accounting and the error slots that turn wgpu's asynchronous
 /// errors into `Result`s instead of panics.
-pub struct Gpu {
+pub struct Device {
     /// The wgpu device, `None` on the CPU backend.
     wgpu: Option<Wgpu>,
     pub caps: Caps,
     pub kernels: KernelCache,
-    /// First uncaptured wgpu error since the last [`Gpu::check`].
+    /// First uncaptured wgpu error since the last [`Device::check`].
     pub(crate) error: Arc<Mutex<Option<Fault>>>,
     /// Set once the device is lost; every later operation fails with [`Error::DeviceLost`].
     pub(crate) lost: Arc<Mutex<Option<String>>>,
     /// Uniform pages returned by finished recorders, reused by the next ones.
     pub(crate) uniform_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// Bind groups created so far by recorders (see [`Gpu::bind_groups_created`]).
+    /// Bind groups created so far by recorders (see [`Device::bind_groups_created`]).
     pub(crate) bind_groups: std::sync::atomic::AtomicU64,
     /// Kernel variant chosen per (op, weight format, shape class) by the tuner; empty = static choices.
     pub choices: Choices,
@@ -87,7 +87,7 @@ pub struct Gpu {
     pub mem: Arc<MemCounter>,
 }
 
-/// An uncaptured wgpu error, kept until [`Gpu::check`] reports it.
+/// An uncaptured wgpu error, kept until [`Device::check`] reports it.
 #[derive(Clone, Debug)]
 pub(crate) struct Fault {
     out_of_memory: bool,
@@ -162,12 +162,12 @@ async fn web_adapter_info() -> String {
         .join(" ")
 }
 
-impl Gpu {
+impl Device {
     /// The CPU backend: no adapter; tensors are host memory and every op runs its `crate::cpu` kernel
     /// when it is recorded (natively on `rayon`'s `threads` threads, in wasm on one thread).
     // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
-    pub fn cpu(threads: usize) -> Arc<Gpu> {
+    pub fn cpu(threads: usize) -> Arc<Device> {
         let caps = Caps {
             subgroups: false,
             timestamp_query: false,
@@ -185,7 +185,7 @@ impl Gpu {
             device_type: "Cpu".into(),
             adapter_key: format!("cpu threads={threads}"),
         };
-        Arc::new(Gpu {
+        Arc::new(Device {
             wgpu: None,
             caps,
             kernels: KernelCache::default(),
@@ -199,7 +199,7 @@ impl Gpu {
         })
     }
 
-    /// Whether this is the CPU backend ([`Gpu::cpu`]): no wgpu device, host tensors.
+    /// Whether this is the CPU backend ([`Device::cpu`]): no wgpu device, host tensors.
     pub fn is_host(&self) -> bool {
         self.wgpu.is_none()
     }
@@ -212,7 +212,7 @@ impl Gpu {
     }
 
     /// Open the default adapter (high-performance preference) with its own limits.
-    pub async fn new(opts: GpuOptions) -> Result<Arc<Gpu>> {
+    pub async fn new(opts: DeviceOptions) -> Result<Arc<Device>> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
@@ -230,7 +230,7 @@ impl Gpu {
     /// Open a device on a given adapter.
     // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
-    pub async fn from_adapter(adapter: wgpu::Adapter, opts: GpuOptions) -> Result<Arc<Gpu>> {
+    pub async fn from_adapter(adapter: wgpu::Adapter, opts: DeviceOptions) -> Result<Arc<Device>> {
         let info = adapter.get_info();
         let alimits = adapter.limits();
         let afeatures = adapter.features();
@@ -270,7 +270,7 @@ impl Gpu {
         let web = String::new();
         let caps = caps_of(&adapter, &info, features, &limits, &web);
 
-        Ok(Arc::new(Gpu {
+        Ok(Arc::new(Device {
             wgpu: Some(Wgpu { device, queue }),
             caps,
             kernels: KernelCache::default(),
@@ -361,7 +361,7 @@ impl Gpu {
         self.check()
     }
 
-    /// Until all submitted work is done: natively [`Gpu::wait_idle`]; in the browser an await of the
+    /// Until all submitted work is done: natively [`Device::wait_idle`]; in the browser an await of the
     /// queue's `onSubmittedWorkDone()` (the event loop keeps running). Also surfaces a device loss or an
     /// uncaptured GPU error.
     pub async fn finished(&self) -> Result<()> {
@@ -377,7 +377,7 @@ impl Gpu {
     }
 
     /// GPU memory held by tensors now, and the peak since the device opened or the last
-    /// [`Gpu::reset_peak_memory`].
+    /// [`Device::reset_peak_memory`].
     /// Bind groups created on this device so far (every [`crate::gpu::Recorder::dispatch`] creates one;
     /// replaying a recorded [`crate::gpu::Plan`] creates none). Tests use it to prove that a decode step
     /// replays its plan instead of recording again.

@@ -1,4 +1,4 @@
-//! Host memory of the CPU backend ([`crate::gpu::Gpu::cpu`]): a tensor's buffer is a vector of 32-bit
+//! Host memory of the CPU backend ([`crate::gpu::Device::cpu`]): a tensor's buffer is a vector of 32-bit
 //! words (every storage layout is a whole number of them, as on the GPU), and an op reaches its
 //! tensors through [`HostAccess`].
 //!

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::gpu::preprocess;
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 
 /// Shaders compiled without naga's run-time bounds checks (`create_shader_module_trusted`). On lavapipe
 /// the checks' index clamps keep Mesa from unrolling the register-blocked matmul loops (measured: the 8x4
@@ -163,7 +163,7 @@ impl KernelCache {
 
     /// Get or build `kernel`. Compilation errors come back as [`Error::Gpu`] with the
     /// shader's name, never as a panic.
-    pub fn get(&self, gpu: &Gpu, kernel: &Kernel) -> Result<Arc<CompiledKernel>> {
+    pub fn get(&self, gpu: &Device, kernel: &Kernel) -> Result<Arc<CompiledKernel>> {
         let key = kernel.key();
         if let Some(p) = self.compiled.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
@@ -237,7 +237,7 @@ impl KernelCache {
 
 /// Resolve an error-scope future. Natively wgpu resolves it immediately; in the browser the answer comes
 /// later, so we do not wait for it there (validation errors then surface through the uncaptured-error
-/// handler at the next [`Gpu::check`]).
+/// handler at the next [`Device::check`]).
 fn block_on_scope<F: std::future::Future<Output = Option<wgpu::Error>>>(
     f: F,
 ) -> Option<wgpu::Error> {

@@ -1,4 +1,4 @@
-//! The GPU runtime: one device ([`Gpu`]), typed buffers ([`Tensor`]), WGSL variants by preprocessing
+//! The GPU runtime: one device ([`Device`]), typed buffers ([`Tensor`]), WGSL variants by preprocessing
 //! ([`preprocess`]: `#if NAME` / `#else` / `#endif`, `#include NAME`), a kernel cache keyed by shader,
 //! defines, entry point and override constants ([`KernelCache`]), a recorder that encodes many dispatches into one
 //! command buffer and submits once ([`Recorder`]), and readback ([`readback`]). Ops with several
@@ -22,7 +22,7 @@ mod tensor;
 pub mod tune;
 
 pub use crate::quant::QFormat;
-pub use context::{Caps, Gpu, GpuOptions, Wgpu};
+pub use context::{Caps, Device, DeviceOptions, Wgpu};
 pub(crate) use declare::{shader, uniform};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
 #[cfg(target_arch = "wasm32")]

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 
 /// Timestamp queries per recorder (2 per dispatch). Dispatches past this are not timed (counted in
 /// [`Profiler::untimed`]).
@@ -49,7 +49,7 @@ impl Profiler {
 
     /// Turn profiling on or off for recorders created from now on. Fails with [`Error::Limit`]-style
     /// [`Error::Gpu`] naming the missing feature when the device has no timestamp queries.
-    pub fn enable(&self, gpu: &Gpu, on: bool) -> Result<()> {
+    pub fn enable(&self, gpu: &Device, on: bool) -> Result<()> {
         if on && !gpu.caps.timestamp_query {
             return Err(Error::Gpu(format!(
                 "profiling needs the timestamp-query feature, which this adapter ({}) does not offer",
@@ -76,7 +76,7 @@ impl Profiler {
     }
 
     /// Wait for the outstanding timestamp readbacks, then return and clear the entries.
-    pub async fn take(&self, gpu: &Gpu) -> Result<Vec<ProfileEntry>> {
+    pub async fn take(&self, gpu: &Device) -> Result<Vec<ProfileEntry>> {
         // Each round lets the map callbacks run: natively a blocking poll, in the browser a turn of the
         // event loop after the queue's work is done.
         for _ in 0..1000 {

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{DType, Device, Recorder, Tensor};
 
 /// Read a tensor back as f32 values (F16 tensors are widened, Q8/Q4 dequantized).
-pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
+pub async fn to_f32(gpu: &Arc<Device>, t: &Tensor) -> Result<Vec<f32>> {
     let mut rec = Recorder::new(gpu);
     let p = rec.read_back(t);
     rec.submit()?;
@@ -37,7 +37,7 @@ pub async fn to_f32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
 }
 
 /// Read a U32 tensor back.
-pub async fn to_u32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<u32>> {
+pub async fn to_u32(gpu: &Arc<Device>, t: &Tensor) -> Result<Vec<u32>> {
     let mut rec = Recorder::new(gpu);
     let p = rec.read_back(t);
     rec.submit()?;
@@ -47,11 +47,11 @@ pub async fn to_u32(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<u32>> {
 
 /// Blocking variants for native code and tests.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn to_f32_blocking(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<f32>> {
+pub fn to_f32_blocking(gpu: &Arc<Device>, t: &Tensor) -> Result<Vec<f32>> {
     pollster::block_on(to_f32(gpu, t))
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-pub fn to_u32_blocking(gpu: &Arc<Gpu>, t: &Tensor) -> Result<Vec<u32>> {
+pub fn to_u32_blocking(gpu: &Arc<Device>, t: &Tensor) -> Result<Vec<u32>> {
     pollster::block_on(to_u32(gpu, t))
 }

@@ -22,7 +22,7 @@ use futures_channel::oneshot;
 use crate::error::{Error, Result};
 use crate::gpu::kernel::Kernel;
 use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
-use crate::gpu::{Gpu, Tensor, Wgpu};
+use crate::gpu::{Device, Tensor, Wgpu};
 use std::sync::atomic::Ordering;
 
 const PAGE_SLOTS: usize = 256;
@@ -30,7 +30,7 @@ const PAGE_SLOTS: usize = 256;
 const SPAN_QUERIES: u32 = 1024;
 
 pub struct Recorder {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     /// `None` on the CPU backend, where every op runs when it is recorded.
     encoder: Option<wgpu::CommandEncoder>,
     slot: u64,
@@ -80,7 +80,7 @@ enum PlanOp {
 /// with [`Recorder::replay`] as often as needed. It holds its bind groups and its params pages (written
 /// once when the plan was made); the buffers it binds stay alive as long as the plan does.
 pub struct Plan {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     ops: Vec<PlanOp>,
     pages: Vec<wgpu::Buffer>,
     dispatches: usize,
@@ -149,7 +149,7 @@ pub enum Pending {
 pub struct Staging(Option<wgpu::Buffer>);
 
 impl Recorder {
-    pub fn new(gpu: &Arc<Gpu>) -> Self {
+    pub fn new(gpu: &Arc<Device>) -> Self {
         let mut r = Recorder::new_plain(gpu, "florence2-recorder");
         let hw = gpu.wgpu().ok().filter(|_| gpu.profiler.is_enabled());
         r.prof = hw.map(|hw| RecProf {
@@ -167,7 +167,7 @@ impl Recorder {
 
     /// A recorder that keeps what the launchers build as a [`Plan`] ([`Recorder::into_plan`]) instead
     /// of encoding it. Readbacks cannot be part of a plan (their staging buffer is mapped per use).
-    pub fn capture(gpu: &Arc<Gpu>) -> Self {
+    pub fn capture(gpu: &Arc<Device>) -> Self {
         let mut r = Recorder::new_plain(gpu, "florence2-capture");
         r.capture = Some(Capture {
             ops: Vec::new(),
@@ -177,7 +177,7 @@ impl Recorder {
         r
     }
 
-    fn new_plain(gpu: &Arc<Gpu>, label: &str) -> Self {
+    fn new_plain(gpu: &Arc<Device>, label: &str) -> Self {
         let encoder = gpu.wgpu().ok().map(|hw| {
             hw.device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
@@ -212,7 +212,7 @@ impl Recorder {
     /// and [`Recorder::submit_timed`] returns the GPU time from the first pass's beginning to the last
     /// pass's end (submit and readback overhead excluded). Fails with [`Error::Gpu`] without the
     /// adapter's TIMESTAMP_QUERY feature. Such a recorder is never also profiled.
-    pub fn new_timed(gpu: &Arc<Gpu>) -> Result<Self> {
+    pub fn new_timed(gpu: &Arc<Device>) -> Result<Self> {
         if !gpu.caps.timestamp_query {
             return Err(Error::Gpu(format!(
                 "timing on the GPU needs the timestamp-query feature, which this adapter ({}) does not offer",
@@ -400,7 +400,7 @@ fn no_encoder() -> Error {
 /// The timestamp writes of a recorder's next pass when it profiles (labelled by `label`), else `None`.
 fn timestamps<'a>(
     prof: &'a mut Option<RecProf>,
-    gpu: &Gpu,
+    gpu: &Device,
     label: impl FnOnce() -> (String, String, String),
 ) -> Option<wgpu::ComputePassTimestampWrites<'a>> {
     let p = prof.as_mut()?;
@@ -441,7 +441,7 @@ impl Recorder {
         }
     }
 
-    pub fn gpu(&self) -> &Arc<Gpu> {
+    pub fn gpu(&self) -> &Arc<Device> {
         &self.gpu
     }
 
@@ -727,7 +727,7 @@ impl Recorder {
         Ok(end.saturating_sub(begin) as f64 * period * 1e-6)
     }
 
-    fn submit_inner(self) -> Result<(Arc<Gpu>, Option<Pending>)> {
+    fn submit_inner(self) -> Result<(Arc<Device>, Option<Pending>)> {
         let Recorder {
             gpu,
             encoder,
@@ -820,7 +820,7 @@ fn resolve_span(
 /// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the
 /// callback runs at the next poll natively, on the event loop in the browser).
 fn read_timestamps(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     staging: wgpu::Buffer,
     phase: String,
     labels: Vec<(String, String, String)>,
@@ -858,7 +858,7 @@ fn read_timestamps(
 }
 
 /// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`] (none on the CPU backend).
-pub fn staging_buffer(gpu: &Gpu, bytes: u64) -> Staging {
+pub fn staging_buffer(gpu: &Device, bytes: u64) -> Staging {
     Staging(gpu.wgpu().ok().map(|hw| device_staging(&hw.device, bytes)))
 }
 
@@ -874,7 +874,7 @@ fn device_staging(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
 impl Pending {
     /// Map the staging buffer and return its bytes (natively this polls the device until the copy is
     /// done; in the browser it awaits the map promise).
-    pub async fn bytes(self, gpu: &Gpu) -> Result<Vec<u8>> {
+    pub async fn bytes(self, gpu: &Device) -> Result<Vec<u8>> {
         let (staging, bytes) = match self {
             Pending::Host(b) => {
                 // A readback is where a decode step ends: in the browser and Node the CPU backend
@@ -908,12 +908,12 @@ impl Pending {
         Ok(out)
     }
 
-    pub async fn f32s(self, gpu: &Gpu) -> Result<Vec<f32>> {
+    pub async fn f32s(self, gpu: &Device) -> Result<Vec<f32>> {
         let b = self.bytes(gpu).await?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }
 
-    pub async fn u32s(self, gpu: &Gpu) -> Result<Vec<u32>> {
+    pub async fn u32s(self, gpu: &Device) -> Result<Vec<u32>> {
         let b = self.bytes(gpu).await?;
         Ok(bytemuck::pod_collect_to_vec(&b))
     }

@@ -3,7 +3,7 @@
 //! Several launchers have more than one kernel for the same op (tiled vs. register-blocked vs. subgroup
 //! GEMMs, GEMVs for decode). Which is fastest depends on the adapter: a workgroup-memory tile wins on a
 //! discrete GPU, barrier-free register blocks win on CPU adapters. Every launcher with variants asks the
-//! [`Choices`] table of its [`Gpu`](crate::gpu::Gpu) first; the table is filled by the on-device tuner
+//! [`Choices`] table of its [`Device`](crate::gpu::Device) first; the table is filled by the on-device tuner
 //! ([`crate::gpu::tune`]) or from its cache, and is empty with tuning off, in which case the launcher
 //! falls back to its static choice (`choose_*_variant`).
 //!

@@ -13,7 +13,7 @@ use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
 use crate::gpu::host::HostBuf;
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::quant::QFormat;
 
 /// Element type of a tensor's storage.
@@ -222,13 +222,13 @@ fn padded_bytes(shape: &[usize], dtype: DType) -> Result<u64> {
 
 impl Tensor {
     /// A zero-filled activation tensor.
-    pub fn zeros(gpu: &Gpu, shape: &[usize], dtype: DType, label: &str) -> Result<Tensor> {
+    pub fn zeros(gpu: &Device, shape: &[usize], dtype: DType, label: &str) -> Result<Tensor> {
         Self::zeros_kind(gpu, shape, dtype, label, MemKind::Activations)
     }
 
     /// A zero-filled tensor counted as `kind` by the memory accounting.
     pub fn zeros_kind(
-        gpu: &Gpu,
+        gpu: &Device,
         shape: &[usize],
         dtype: DType,
         label: &str,
@@ -273,7 +273,7 @@ impl Tensor {
     // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
     #[cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
     fn wrap(
-        gpu: &Gpu,
+        gpu: &Device,
         store: Store,
         size: u64,
         shape: &[usize],
@@ -302,7 +302,7 @@ impl Tensor {
     }
 
     fn from_bytes(
-        gpu: &Gpu,
+        gpu: &Device,
         shape: &[usize],
         dtype: DType,
         bytes: &[u8],
@@ -313,7 +313,7 @@ impl Tensor {
 
     /// Upload raw bytes in `dtype`'s storage layout (quantized: whole rows as in [`crate::quant`]).
     pub fn from_bytes_kind(
-        gpu: &Gpu,
+        gpu: &Device,
         shape: &[usize],
         dtype: DType,
         bytes: &[u8],
@@ -370,17 +370,17 @@ impl Tensor {
         ))
     }
 
-    pub fn from_f32(gpu: &Gpu, shape: &[usize], data: &[f32], label: &str) -> Result<Tensor> {
+    pub fn from_f32(gpu: &Device, shape: &[usize], data: &[f32], label: &str) -> Result<Tensor> {
         Self::from_bytes(gpu, shape, DType::F32, bytemuck::cast_slice(data), label)
     }
 
-    pub fn from_u32(gpu: &Gpu, shape: &[usize], data: &[u32], label: &str) -> Result<Tensor> {
+    pub fn from_u32(gpu: &Device, shape: &[usize], data: &[u32], label: &str) -> Result<Tensor> {
         Self::from_bytes(gpu, shape, DType::U32, bytemuck::cast_slice(data), label)
     }
 
     /// Upload f32 values as packed f16.
     pub fn from_f32_as_f16(
-        gpu: &Gpu,
+        gpu: &Device,
         shape: &[usize],
         data: &[f32],
         label: &str,
@@ -391,7 +391,7 @@ impl Tensor {
 
     /// Quantize f32 rows (last dimension a multiple of 32) into a Q8 or Q4 tensor.
     pub fn from_f32_quantized(
-        gpu: &Gpu,
+        gpu: &Device,
         shape: &[usize],
         data: &[f32],
         fmt: QFormat,
@@ -409,7 +409,7 @@ impl Tensor {
 
     /// Write raw bytes at a byte offset (used by the streaming loader to fill a tensor chunk by chunk).
     /// `offset` and `bytes.len()` must be multiples of 4.
-    pub fn write_bytes(&self, gpu: &Gpu, offset: u64, bytes: &[u8]) -> Result<()> {
+    pub fn write_bytes(&self, gpu: &Device, offset: u64, bytes: &[u8]) -> Result<()> {
         if !offset.is_multiple_of(4) || !bytes.len().is_multiple_of(4) {
             return Err(Error::shape(
                 "Tensor::write_bytes",
@@ -568,7 +568,7 @@ impl Tensor {
 
     /// The whole buffer as one binding. Fails with [`Error::Limit`] if it exceeds the device's
     /// storage-binding limit: such tensors must be bound through [`Tensor::row_chunks`].
-    pub fn binding(&self, gpu: &Gpu) -> Result<wgpu::BindingResource<'_>> {
+    pub fn binding(&self, gpu: &Device) -> Result<wgpu::BindingResource<'_>> {
         if self.bytes > gpu.caps.max_storage_binding {
             return Err(Error::Limit {
                 what: format!("binding a {:?} tensor whole", self.shape),
@@ -607,7 +607,7 @@ impl Tensor {
     /// Split the tensor, viewed as rows of `row_elems` elements, into row ranges that each fit one storage
     /// binding with an offset aligned to the device's storage offset alignment. A tensor that fits whole
     /// yields one chunk.
-    pub fn row_chunks(&self, gpu: &Gpu, row_elems: usize) -> Result<Vec<RowChunk>> {
+    pub fn row_chunks(&self, gpu: &Device, row_elems: usize) -> Result<Vec<RowChunk>> {
         let numel = self.numel();
         if row_elems == 0 || !numel.is_multiple_of(row_elems) {
             return Err(Error::shape(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{DType, Device, Recorder, Tensor};
 use crate::model::bart::{CrossKv, Decoder, Encoder};
 use crate::model::davit::{DaVit, PixelSource, VisionOut};
 use crate::model::generate::{self, GenerateOptions, Observer};
@@ -22,7 +22,7 @@ pub use crate::weights::expected::{LM_HEAD, SHARED};
 /// The model on the GPU.
 pub struct Florence2 {
     pub config: Florence2Config,
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     pub vision: DaVit,
     pub projector: Projector,
     pub encoder: Encoder,
@@ -46,7 +46,7 @@ pub struct EncoderOutput {
 
 impl Florence2 {
     /// Assemble the model from loaded weights (canonical HF-native names).
-    pub fn new(gpu: &Arc<Gpu>, config: Florence2Config, weights: &Weights) -> Result<Self> {
+    pub fn new(gpu: &Arc<Device>, config: Florence2Config, weights: &Weights) -> Result<Self> {
         let t = &config.text;
         let (v, d) = (t.vocab_size, t.d_model);
         let shared = weights.get(SHARED, &[v, d])?;
@@ -81,7 +81,7 @@ impl Florence2 {
         })
     }
 
-    pub fn gpu(&self) -> &Arc<Gpu> {
+    pub fn gpu(&self) -> &Arc<Device> {
         &self.gpu
     }
 

@@ -224,7 +224,7 @@ impl Projector {
 
 /// A prefix view of `scratch` as an f32 `shape` when it holds one, else a fresh zeroed tensor.
 fn scratch_or_zeros(
-    gpu: &crate::gpu::Gpu,
+    gpu: &crate::gpu::Device,
     scratch: Option<&Tensor>,
     shape: &[usize],
     label: &str,

@@ -17,7 +17,7 @@ use napi::{Env, Task};
 use napi_derive::napi;
 
 use crate::estimate::DTypeRequest;
-use crate::pipeline::{open, CancelToken, Device, OpenOptions, Pipeline, TaskOptions};
+use crate::pipeline::{open, CancelToken, DeviceChoice, OpenOptions, Pipeline, TaskOptions};
 use crate::weights::{DirFiles, WeightDType};
 use crate::Error;
 
@@ -45,11 +45,11 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> napi::Result<T>) -> napi::Result<T
     })
 }
 
-fn parse_device(s: Option<&str>) -> napi::Result<Device> {
+fn parse_device(s: Option<&str>) -> napi::Result<DeviceChoice> {
     match s.unwrap_or("auto") {
-        "auto" => Ok(Device::Auto),
-        "gpu" => Ok(Device::Gpu),
-        "cpu" => Ok(Device::Cpu),
+        "auto" => Ok(DeviceChoice::Auto),
+        "gpu" => Ok(DeviceChoice::Gpu),
+        "cpu" => Ok(DeviceChoice::Cpu),
         other => Err(js_error(&Error::InvalidInput(format!(
             "device {other:?}: expected \"auto\", \"gpu\" or \"cpu\" (\"wasm\" is chosen in JS)"
         )))),
@@ -72,7 +72,7 @@ pub struct Loaded {
 
 pub struct LoadTask {
     source: String,
-    device: Device,
+    device: DeviceChoice,
     dtype: DTypeRequest,
 }
 

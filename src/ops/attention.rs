@@ -15,7 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
-use crate::gpu::{grid_1d, shader, uniform, Caps, DType, Gpu, Kernel, Recorder, Shader, Tensor};
+use crate::gpu::{grid_1d, shader, uniform, Caps, DType, Device, Kernel, Recorder, Shader, Tensor};
 use crate::ops::{check, host};
 
 shader!(pub static SHADER = "attention", [
@@ -291,7 +291,7 @@ pub fn attention(
 /// one image's share of the batch (`images`, [`crate::gpu::Recorder::set_images`]), so that each image or
 /// request of a batch gets the kernel it gets alone.
 fn chosen_variant(
-    gpu: &crate::gpu::Gpu,
+    gpu: &crate::gpu::Device,
     images: usize,
     q: &Tensor,
     k: &Tensor,
@@ -527,7 +527,7 @@ fn rows_launch(l: &AttnLayout) -> Result<AttnLaunch> {
 /// Bindings 1-5 of every attention shader (q, k, v, mask, out), then binding 6 (the kv_len / q_offset
 /// buffer) in the DYN_LEN variant.
 fn attn_bindings<'a>(
-    gpu: &Gpu,
+    gpu: &Device,
     tensors: [&'a Tensor; 5],
     dyn_len: Option<&'a Tensor>,
 ) -> Result<Vec<wgpu::BindingResource<'a>>> {
@@ -615,7 +615,7 @@ impl crate::gpu::tune::TuneCase for AttnShape {
 
     fn prepare(
         &self,
-        gpu: &std::sync::Arc<crate::gpu::Gpu>,
+        gpu: &std::sync::Arc<crate::gpu::Device>,
     ) -> Result<crate::gpu::tune::CaseRunner> {
         let s = *self;
         let hd = s.heads * s.d;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::gpu::registry::{LinearShape, ShapeClass, EXACT_ROWS};
 use crate::gpu::tune::{CaseRunner, Resizable, TuneCase};
-use crate::gpu::{Caps, DType, Gpu, Recorder, Tensor};
+use crate::gpu::{Caps, DType, Device, Recorder, Tensor};
 use crate::ops::matmul::{choose_linear_variant_for, linear, LinearArgs, LinearVariant};
 
 /// In `auto`, shapes are never timed at more rows than this (the per-row cost of a GEMM is flat once
@@ -49,7 +49,7 @@ impl TuneCase for LinearShape {
     }
 
     /// Zero-filled operands (values do not change the work of these kernels), with a bias.
-    fn prepare(&self, gpu: &Arc<Gpu>) -> Result<CaseRunner> {
+    fn prepare(&self, gpu: &Arc<Device>) -> Result<CaseRunner> {
         let s = *self;
         let x = Tensor::zeros(gpu, &[s.m, s.k], DType::F32, "tune.x")?;
         let w = Tensor::zeros(gpu, &[s.n, s.k], s.format, "tune.w")?;

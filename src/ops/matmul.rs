@@ -425,7 +425,7 @@ const OP: &str = "linear";
 /// Dtypes and shapes of a linear call on `variant`: `Some((M, N, K))`, or `None` when there is nothing
 /// to compute.
 fn check_linear(
-    gpu: &crate::gpu::Gpu,
+    gpu: &crate::gpu::Device,
     variant: LinearVariant,
     x: &Tensor,
     w: &Tensor,
@@ -516,7 +516,7 @@ fn check_epilogue(args: &LinearArgs, n: usize, out: &Tensor) -> Result<()> {
 
 /// Whether `variant` runs an (M, K) input on this device (the rules of [`LinearVariant::supports`],
 /// as errors).
-fn check_variant(gpu: &crate::gpu::Gpu, variant: LinearVariant, k: usize) -> Result<()> {
+fn check_variant(gpu: &crate::gpu::Device, variant: LinearVariant, k: usize) -> Result<()> {
     if !k.is_multiple_of(variant.k_multiple()) {
         return Err(Error::shape(
             OP,

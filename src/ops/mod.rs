@@ -1,7 +1,7 @@
 //! One typed launcher per WGSL kernel. A launcher checks shapes and dtypes (returning
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
-//! On the CPU backend ([`crate::gpu::Gpu::cpu`]) the same launcher runs its [`host`] twin instead: the
+//! On the CPU backend ([`crate::gpu::Device::cpu`]) the same launcher runs its [`host`] twin instead: the
 //! `crate::cpu` kernel on host memory, at once.
 
 pub mod attention;

@@ -262,7 +262,7 @@ impl crate::gpu::tune::TuneCase for WindowShape {
 
     fn prepare(
         &self,
-        gpu: &std::sync::Arc<crate::gpu::Gpu>,
+        gpu: &std::sync::Arc<crate::gpu::Device>,
     ) -> Result<crate::gpu::tune::CaseRunner> {
         let s = *self;
         let qkv = Tensor::zeros(

@@ -3,7 +3,7 @@
 //! `onSubmittedWorkDone()` (the clock is `performance.now()` there: `std::time::Instant` panics).
 
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 
 #[cfg(target_arch = "wasm32")]
 mod js {
@@ -46,9 +46,9 @@ impl Stopwatch {
         (now_ms() - self.0).max(0.0)
     }
 
-    /// Milliseconds since start once the GPU has finished what was submitted ([`Gpu::finished`]). Also
+    /// Milliseconds since start once the GPU has finished what was submitted ([`Device::finished`]). Also
     /// surfaces a device loss or an uncaptured GPU error.
-    pub async fn ms_after_gpu(self, gpu: &Gpu) -> Result<f64> {
+    pub async fn ms_after_gpu(self, gpu: &Device) -> Result<f64> {
         gpu.finished().await?;
         Ok(self.ms())
     }

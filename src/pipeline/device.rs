@@ -1,5 +1,5 @@
 //! Which device a pipeline runs on: a GPU adapter through wgpu, or the CPU backend
-//! ([`Gpu::cpu`]). `auto` takes a hardware GPU when there is one and the CPU backend otherwise, also
+//! ([`Device::cpu`]). `auto` takes a hardware GPU when there is one and the CPU backend otherwise, also
 //! when the only adapter is a software rasteriser (lavapipe, SwiftShader, WARP): on the same cores the
 //! CPU backend's kernels are several times faster than a CPU emulating a GPU (`cargo bench --bench
 //! model -- --device`, README).
@@ -8,11 +8,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, GpuOptions};
+use crate::gpu::{Device, DeviceOptions};
 
 /// The device a front end asks for (`--device`, JS `device`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Device {
+pub enum DeviceChoice {
     /// A hardware GPU when there is one, else the CPU backend.
     #[default]
     Auto,
@@ -22,25 +22,25 @@ pub enum Device {
     Cpu,
 }
 
-impl Device {
+impl DeviceChoice {
     pub fn name(self) -> &'static str {
         match self {
-            Device::Auto => "auto",
-            Device::Gpu => "gpu",
-            Device::Cpu => "cpu",
+            DeviceChoice::Auto => "auto",
+            DeviceChoice::Gpu => "gpu",
+            DeviceChoice::Cpu => "cpu",
         }
     }
 }
 
-impl FromStr for Device {
+impl FromStr for DeviceChoice {
     type Err = Error;
 
     /// `auto`, `gpu` (or `webgpu`) and `cpu`.
-    fn from_str(s: &str) -> Result<Device> {
+    fn from_str(s: &str) -> Result<DeviceChoice> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Device::Auto),
-            "gpu" | "webgpu" => Ok(Device::Gpu),
-            "cpu" => Ok(Device::Cpu),
+            "auto" => Ok(DeviceChoice::Auto),
+            "gpu" | "webgpu" => Ok(DeviceChoice::Gpu),
+            "cpu" => Ok(DeviceChoice::Cpu),
             other => Err(Error::InvalidInput(format!(
                 "unknown device '{other}' (expected auto, gpu/webgpu or cpu)"
             ))),
@@ -64,7 +64,7 @@ pub enum AdapterProbe {
 pub enum Backend {
     /// The GPU adapter through wgpu (WebGPU in browsers).
     Gpu,
-    /// The CPU backend ([`Gpu::cpu`]).
+    /// The CPU backend ([`Device::cpu`]).
     Cpu,
 }
 
@@ -77,18 +77,18 @@ pub struct DeviceDecision {
 
 /// The one `device` rule: `cpu` and `gpu` are taken as asked (`gpu` with no adapter fails when it is
 /// opened); `auto` takes a hardware adapter and the CPU backend otherwise.
-pub fn decide_device(choice: Device, probe: &AdapterProbe) -> DeviceDecision {
+pub fn decide_device(choice: DeviceChoice, probe: &AdapterProbe) -> DeviceDecision {
     let (backend, reason) = match (choice, probe) {
-        (Device::Cpu, _) => (Backend::Cpu, "device cpu asked for".to_string()),
-        (Device::Gpu, _) => (Backend::Gpu, "device gpu asked for".to_string()),
-        (Device::Auto, AdapterProbe::Hardware(name)) => {
+        (DeviceChoice::Cpu, _) => (Backend::Cpu, "device cpu asked for".to_string()),
+        (DeviceChoice::Gpu, _) => (Backend::Gpu, "device gpu asked for".to_string()),
+        (DeviceChoice::Auto, AdapterProbe::Hardware(name)) => {
             (Backend::Gpu, format!("a hardware GPU adapter ({name})"))
         }
-        (Device::Auto, AdapterProbe::Software(name)) => (
+        (DeviceChoice::Auto, AdapterProbe::Software(name)) => (
             Backend::Cpu,
             format!("the only GPU adapter is a software one ({name}); running on the CPU backend"),
         ),
-        (Device::Auto, AdapterProbe::Missing(why)) => (
+        (DeviceChoice::Auto, AdapterProbe::Missing(why)) => (
             Backend::Cpu,
             format!("no GPU adapter ({why}); running on the CPU backend"),
         ),
@@ -96,18 +96,18 @@ pub fn decide_device(choice: Device, probe: &AdapterProbe) -> DeviceDecision {
     DeviceDecision { backend, reason }
 }
 
-/// Open `choice` (see [`Device`]) with the decision made and its reason.
+/// Open `choice` (see [`DeviceChoice`]) with the decision made and its reason.
 pub async fn open_device_decided(
-    choice: Device,
-    opts: GpuOptions,
-) -> Result<(Arc<Gpu>, DeviceDecision)> {
-    if choice == Device::Cpu {
+    choice: DeviceChoice,
+    opts: DeviceOptions,
+) -> Result<(Arc<Device>, DeviceDecision)> {
+    if choice == DeviceChoice::Cpu {
         return Ok((
             cpu_device(),
             decide_device(choice, &AdapterProbe::Missing(String::new())),
         ));
     }
-    let opened = Gpu::new(opts).await;
+    let opened = Device::new(opts).await;
     let probe = match &opened {
         Err(e) => AdapterProbe::Missing(e.to_string()),
         Ok(g) if g.caps.is_cpu => AdapterProbe::Software(g.caps.adapter_name.clone()),
@@ -118,20 +118,20 @@ pub async fn open_device_decided(
         Backend::Gpu => opened?,
         Backend::Cpu => cpu_device(),
     };
-    if choice == Device::Auto {
+    if choice == DeviceChoice::Auto {
         log::info!("device auto: {}", decision.reason);
     }
     Ok((gpu, decision))
 }
 
-/// Open `choice` (see [`Device`]).
-pub async fn open_device(choice: Device, opts: GpuOptions) -> Result<Arc<Gpu>> {
+/// Open `choice` (see [`DeviceChoice`]).
+pub async fn open_device(choice: DeviceChoice, opts: DeviceOptions) -> Result<Arc<Device>> {
     open_device_decided(choice, opts).await.map(|(g, _)| g)
 }
 
 /// The CPU backend on every thread the kernels may use.
-pub fn cpu_device() -> Arc<Gpu> {
-    Gpu::cpu(crate::cpu::par::threads())
+pub fn cpu_device() -> Arc<Device> {
+    Device::cpu(crate::cpu::par::threads())
 }
 
 #[cfg(test)]
@@ -146,24 +146,49 @@ mod tests {
         // (asked, adapter, backend, words the reason holds)
         let table = [
             (
-                Device::Auto,
+                DeviceChoice::Auto,
                 &hw,
                 Backend::Gpu,
                 "hardware GPU adapter (RTX)",
             ),
-            (Device::Auto, &sw, Backend::Cpu, "software one (llvmpipe)"),
             (
-                Device::Auto,
+                DeviceChoice::Auto,
+                &sw,
+                Backend::Cpu,
+                "software one (llvmpipe)",
+            ),
+            (
+                DeviceChoice::Auto,
                 &none,
                 Backend::Cpu,
                 "no GPU adapter (no adapter)",
             ),
-            (Device::Gpu, &hw, Backend::Gpu, "device gpu asked for"),
-            (Device::Gpu, &sw, Backend::Gpu, "device gpu asked for"),
-            (Device::Gpu, &none, Backend::Gpu, "device gpu asked for"),
-            (Device::Cpu, &hw, Backend::Cpu, "device cpu asked for"),
-            (Device::Cpu, &sw, Backend::Cpu, "device cpu asked for"),
-            (Device::Cpu, &none, Backend::Cpu, "device cpu asked for"),
+            (
+                DeviceChoice::Gpu,
+                &hw,
+                Backend::Gpu,
+                "device gpu asked for",
+            ),
+            (
+                DeviceChoice::Gpu,
+                &sw,
+                Backend::Gpu,
+                "device gpu asked for",
+            ),
+            (
+                DeviceChoice::Gpu,
+                &none,
+                Backend::Gpu,
+                "device gpu asked for",
+            ),
+            (DeviceChoice::Cpu, &hw, Backend::Cpu, "device cpu asked for"),
+            (DeviceChoice::Cpu, &sw, Backend::Cpu, "device cpu asked for"),
+            (
+                DeviceChoice::Cpu,
+                &none,
+                Backend::Cpu,
+                "device cpu asked for",
+            ),
         ];
         for (asked, probe, backend, words) in table {
             let d = decide_device(asked, probe);
@@ -178,10 +203,13 @@ mod tests {
 
     #[test]
     fn device_names_parse_back() {
-        for d in [Device::Auto, Device::Gpu, Device::Cpu] {
-            assert_eq!(d.name().parse::<Device>().ok(), Some(d));
+        for d in [DeviceChoice::Auto, DeviceChoice::Gpu, DeviceChoice::Cpu] {
+            assert_eq!(d.name().parse::<DeviceChoice>().ok(), Some(d));
         }
-        assert_eq!("WebGPU".parse::<Device>().ok(), Some(Device::Gpu));
-        assert!("tpu".parse::<Device>().is_err());
+        assert_eq!(
+            "WebGPU".parse::<DeviceChoice>().ok(),
+            Some(DeviceChoice::Gpu)
+        );
+        assert!("tpu".parse::<DeviceChoice>().is_err());
     }
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::error::Result;
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::model::florence2::Florence2;
 use crate::pipeline::{Pipeline, Settings};
 use crate::processor::custom_tasks::CustomTasks;
@@ -47,7 +47,7 @@ impl Pipeline {
     /// Load a model from `src` (see the module doc for the files and their order); returns once the
     /// weights are on the GPU. A failed GPU allocation is [`crate::Error::OutOfMemory`].
     pub async fn load<S: ModelSource>(
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         src: &S,
         opts: &PipelineOptions,
     ) -> Result<Pipeline> {
@@ -90,14 +90,14 @@ impl Pipeline {
     /// Natively, [`Pipeline::load`] from the directory `dir`, with f32 weights (the reference
     /// precision); see [`Pipeline::load_dir_with`] for the resident dtype (fp16, q8, q4).
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn load_dir(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Result<Pipeline> {
+    pub fn load_dir(gpu: &Arc<Device>, dir: &std::path::Path) -> Result<Pipeline> {
         Self::load_dir_with(gpu, dir, LoadOptions::with_dtype(WeightDType::Fp32))
     }
 
     /// [`Pipeline::load_dir`] with loader options (resident dtype, chunk sizes).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load_dir_with(
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         dir: &std::path::Path,
         opts: LoadOptions,
     ) -> Result<Pipeline> {

@@ -18,7 +18,7 @@
 //! # #[cfg(not(target_arch = "wasm32"))]
 //! # fn main() -> florence2_wasm::Result<()> {
 //! use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
-//! let gpu = pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default()))?;
+//! let gpu = pollster::block_on(florence2_wasm::gpu::Device::new(Default::default()))?;
 //! let p = Pipeline::load_dir(&gpu, std::path::Path::new("Florence-2-base-ft"))?;
 //! let bytes = std::fs::read("cat.jpg").unwrap();
 //! let img = p.encode_image(Image::Encoded(&bytes))?; // DaViT + projector, once
@@ -56,8 +56,8 @@ pub use batch::{BatchEvent, DecodeBatch};
 pub use cancel::{Cancel, CancelToken, NeverCancel};
 pub use clock::Stopwatch;
 pub use device::{
-    cpu_device, decide_device, open_device, open_device_decided, AdapterProbe, Backend, Device,
-    DeviceDecision,
+    cpu_device, decide_device, open_device, open_device_decided, AdapterProbe, Backend,
+    DeviceChoice, DeviceDecision,
 };
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
@@ -71,7 +71,7 @@ pub use run::Prepared;
 pub use settings::Settings;
 pub use tune::TuneSizes;
 
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::gpu::MemReport;
 use crate::model::florence2::Florence2;
 use crate::model::generate::GenerateOptions;
@@ -132,7 +132,7 @@ impl Pipeline {
     }
 
     /// GPU bytes held by tensors on this pipeline's device: weights, activations, and the peak since
-    /// the device opened or the last [`Gpu::reset_peak_memory`].
+    /// the device opened or the last [`Device::reset_peak_memory`].
     pub fn memory(&self) -> MemReport {
         self.gpu().memory()
     }
@@ -141,7 +141,7 @@ impl Pipeline {
         &self.model
     }
 
-    pub fn gpu(&self) -> &std::sync::Arc<Gpu> {
+    pub fn gpu(&self) -> &std::sync::Arc<Device> {
         self.model.gpu()
     }
 

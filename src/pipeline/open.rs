@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use super::device::{open_device_decided, Device, DeviceDecision};
+use super::device::{open_device_decided, DeviceChoice, DeviceDecision};
 use super::load::PipelineOptions;
 use super::tune::TuneSizes;
 use super::Pipeline;
 use crate::error::Result;
 use crate::estimate::{device_limits, resolve_dtype_for, DTypeRequest};
 use crate::gpu::tune::{CacheLocation, TuneOptions, TuneReport, Tuning};
-use crate::gpu::{Gpu, GpuOptions};
+use crate::gpu::{Device, DeviceOptions};
 use crate::weights::source::{ModelFiles, ModelSource};
 use crate::weights::WeightDType;
 
@@ -20,7 +20,7 @@ use crate::weights::WeightDType;
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
     /// `auto`, `gpu` or `cpu`.
-    pub device: Device,
+    pub device: DeviceChoice,
     /// A format, or `auto` (the best-quality format that fits the device).
     pub dtype: DTypeRequest,
     /// Kernel tuning after the load (mode and budget).
@@ -32,7 +32,7 @@ pub struct OpenOptions {
     /// Where tuning results are kept.
     pub tune_cache: CacheLocation,
     /// The device's options.
-    pub gpu: GpuOptions,
+    pub gpu: DeviceOptions,
     /// Whether the platform is a phone or tablet (the adapter does not say; `auto` dtype uses it).
     pub mobile: bool,
     /// Task markers and input limits; the weights' dtype is the one resolved here.
@@ -43,13 +43,13 @@ impl Default for OpenOptions {
     /// `auto` device, fp16, `auto` tuning in the default cache.
     fn default() -> Self {
         OpenOptions {
-            device: Device::Auto,
+            device: DeviceChoice::Auto,
             dtype: DTypeRequest::default(),
             tuning: TuneOptions::new(Tuning::Auto),
             tune_image_size: None,
             tune_beams: None,
             tune_cache: CacheLocation::Default,
-            gpu: GpuOptions::default(),
+            gpu: DeviceOptions::default(),
             mobile: false,
             pipeline: PipelineOptions::default(),
         }
@@ -58,7 +58,7 @@ impl Default for OpenOptions {
 
 /// A ready pipeline and the decisions that made it.
 pub struct Opened {
-    pub gpu: Arc<Gpu>,
+    pub gpu: Arc<Device>,
     pub pipeline: Pipeline,
     /// The backend chosen and why.
     pub device: DeviceDecision,
@@ -85,7 +85,7 @@ pub async fn open<S: ModelSource, F: ModelFiles>(
 /// Resolve the dtype for `gpu`, load the model from `source` (its sizes and headers read from `files`
 /// first, no weight read) and tune the kernels, on a device a front end opened itself.
 pub async fn open_on<S: ModelSource, F: ModelFiles>(
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     device: DeviceDecision,
     source: &S,
     files: &F,

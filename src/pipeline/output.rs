@@ -94,7 +94,7 @@ pub struct TaskOutput {
     pub reused_image: bool,
     pub timings: Timings,
     /// GPU memory when the task finished, with the peak since the last
-    /// [`crate::gpu::Gpu::reset_peak_memory`] (front ends reset it per request or after loading).
+    /// [`crate::gpu::Device::reset_peak_memory`] (front ends reset it per request or after loading).
     pub memory: MemReport,
 }
 

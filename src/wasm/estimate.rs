@@ -12,8 +12,8 @@ use crate::estimate::{
     choose_dtype, device_limits, fits, DTypeRequest, DeviceClass, DeviceLimits, Estimate,
     EstimateOptions, ModelFacts,
 };
-use crate::gpu::Gpu;
-use crate::pipeline::{cpu_device, decide_device, AdapterProbe, Backend, Device};
+use crate::gpu::Device;
+use crate::pipeline::{cpu_device, decide_device, AdapterProbe, Backend, DeviceChoice};
 use crate::wasm::fetch::Fetcher;
 use crate::wasm::js::{js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
 use crate::wasm::remote_files::RemoteFiles;
@@ -147,15 +147,15 @@ pub fn dtype_option(options: &JsValue) -> Result<DTypeRequest> {
 }
 
 /// The `device` option (absent: auto).
-pub fn device_option(options: &JsValue) -> Result<Device> {
+pub fn device_option(options: &JsValue) -> Result<DeviceChoice> {
     match opt_get(options, "device") {
-        None => Ok(Device::Auto),
+        None => Ok(DeviceChoice::Auto),
         Some(v) => v
             .as_string()
             .ok_or_else(|| {
                 Error::InvalidInput("option device must be \"auto\", \"webgpu\" or \"cpu\"".into())
             })?
-            .parse::<Device>(),
+            .parse::<DeviceChoice>(),
     }
 }
 
@@ -228,19 +228,19 @@ pub fn is_mobile() -> bool {
 }
 
 /// The limits `auto` judges a loaded device against.
-pub fn limits_of(gpu: &Gpu, over: LimitsOverride) -> DeviceLimits {
+pub fn limits_of(gpu: &Device, over: LimitsOverride) -> DeviceLimits {
     over.apply(device_limits(gpu, is_mobile()))
 }
 
 /// The limits of the device a load with `device` would open, without opening one: the WebGPU
 /// adapter's (its limits and whether it is a fallback adapter), or the CPU backend's; and whether the
 /// model would run on the CPU backend (`auto` passes over a fallback adapter, as `load` does).
-async fn probe_limits(device: Device, over: LimitsOverride) -> (DeviceLimits, bool) {
+async fn probe_limits(device: DeviceChoice, over: LimitsOverride) -> (DeviceLimits, bool) {
     let cpu = || (device_limits(&cpu_device(), false), true);
     let (base, host) = match device {
-        Device::Cpu => cpu(),
-        Device::Auto if !support::webgpu_exposed() => cpu(),
-        Device::Auto | Device::Gpu => match support::request_adapter().await {
+        DeviceChoice::Cpu => cpu(),
+        DeviceChoice::Auto if !support::webgpu_exposed() => cpu(),
+        DeviceChoice::Auto | DeviceChoice::Gpu => match support::request_adapter().await {
             Err(_) => cpu(),
             Ok(adapter) => {
                 let get = |o: &JsValue, k: &str| Reflect::get(o, &k.into()).unwrap_or_default();

@@ -44,7 +44,7 @@ use web_sys::{
 
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::hub::{revision_may_change, Validators};
 use crate::wasm::cache::{self, cacheable, Meta};
 use crate::wasm::js::{call1, check_signal, describe_js, read_error, set};
@@ -839,7 +839,7 @@ impl ModelSource for Fetcher {
     /// entry is deleted and the checkpoint read again, the damaged file from the network.
     async fn load_weights(
         &self,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cfg: &Florence2Config,
         opts: LoadOptions,
     ) -> Result<Weights> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::gpu::profile::{phase_totals, ProfileEntry};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 
 #[wasm_bindgen::prelude::wasm_bindgen(typescript_custom_section)]
 const TS_PROFILE: &'static str = r#"
@@ -93,7 +93,7 @@ pub enum Session {
 }
 
 /// Turn profiling on for one call when `wanted` (entries left from an earlier, failed call are dropped).
-pub async fn start(gpu: &Arc<Gpu>, wanted: bool) -> Session {
+pub async fn start(gpu: &Arc<Device>, wanted: bool) -> Session {
     if !wanted {
         return Session::Off;
     }
@@ -108,7 +108,7 @@ pub async fn start(gpu: &Arc<Gpu>, wanted: bool) -> Session {
 
 /// Collect the call's entries and turn profiling off again (also after a failed call, whose entries are
 /// dropped: `ok` false).
-pub async fn finish(gpu: &Arc<Gpu>, session: Session, ok: bool) -> Option<RunProfile> {
+pub async fn finish(gpu: &Arc<Device>, session: Session, ok: bool) -> Option<RunProfile> {
     let untimed0 = match session {
         Session::Off => return None,
         Session::Unavailable(reason) => return Some(RunProfile::unavailable(reason)),

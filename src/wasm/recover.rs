@@ -1,7 +1,7 @@
 //! GPU failures in the browser: lost devices and failed allocations.
 //!
 //! - Every GPU stage of a request runs in [`gpu_step`]: validation and out-of-memory error scopes around
-//!   it ([`Gpu::scoped`]), so a failed allocation rejects that request with `GpuOutOfMemoryError` and
+//!   it ([`Device::scoped`]), so a failed allocation rejects that request with `GpuOutOfMemoryError` and
 //!   leaves nothing behind (the request's buffers are dropped with it; the model's are untouched).
 //! - A lost device (driver reset, GPU process crash, `device.destroy()`) fails the request in flight with
 //!   `DeviceLostError`. The next call, or `reload()`, loads the model again on a new device through the
@@ -19,7 +19,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, MemReport, Tensor};
+use crate::gpu::{DType, Device, MemReport, Tensor};
 use crate::pipeline::Pipeline;
 use crate::wasm::js::{js_error, next_task, opt_fn, opt_signal};
 use crate::wasm::{open_pipeline, Inner, JsFlorence2};
@@ -30,7 +30,7 @@ const LOST_WAIT_TASKS: usize = 20;
 
 /// Run one GPU stage of a request inside error scopes; a failure that a lost device caused is reported
 /// as `DeviceLost`, whichever symptom surfaced first.
-pub(super) async fn gpu_step<T>(gpu: &Gpu, work: impl Future<Output = Result<T>>) -> Result<T> {
+pub(super) async fn gpu_step<T>(gpu: &Device, work: impl Future<Output = Result<T>>) -> Result<T> {
     let result = gpu.scoped(work).await;
     match result {
         Err(Error::Gpu(_) | Error::Readback(_)) => {
@@ -105,7 +105,7 @@ async fn reload_locked(
 }
 
 /// The test hook's extra allocation for this request (see [`JsFlorence2::debug_allocate_in_next_call`]).
-pub(super) fn debug_allocation(inner: &Inner, gpu: &Gpu) -> Result<Option<Tensor>> {
+pub(super) fn debug_allocation(inner: &Inner, gpu: &Device) -> Result<Option<Tensor>> {
     let bytes = inner.debug_extra_bytes.take();
     if bytes == 0 {
         return Ok(None);
@@ -169,7 +169,7 @@ impl JsFlorence2 {
 
     /// The current device (for its limits).
     #[doc(hidden)]
-    pub fn debug_gpu(&self) -> Arc<Gpu> {
+    pub fn debug_gpu(&self) -> Arc<Device> {
         self.inner.gpu.borrow().clone()
     }
 }

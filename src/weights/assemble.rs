@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, MemKind, Recorder, Tensor};
+use crate::gpu::{DType, Device, MemKind, Recorder, Tensor};
 use crate::ops::layout::permute;
 use crate::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::weights::convert::ElemConverter;
@@ -247,7 +247,7 @@ impl TensorWriter {
 
 /// Collects tensors from one or more safetensors files into [`Weights`].
 pub struct Assembler {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     opts: LoadOptions,
     planner: Planner,
     weights: Weights,
@@ -259,7 +259,7 @@ pub struct Assembler {
 }
 
 impl Assembler {
-    pub fn new(gpu: &Arc<Gpu>, cfg: &Florence2Config, opts: LoadOptions) -> Self {
+    pub fn new(gpu: &Arc<Device>, cfg: &Florence2Config, opts: LoadOptions) -> Self {
         Assembler {
             gpu: gpu.clone(),
             opts,

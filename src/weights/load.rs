@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
 use crate::weights::names::detect_layout;
@@ -200,7 +200,7 @@ pub async fn load_config<S: ModelSource + ?Sized>(src: &S) -> Result<Florence2Co
 /// Load config and weights from a model source: `model.safetensors.index.json` and its shards if the
 /// index exists, else `model.safetensors`.
 pub async fn load_files<S: ModelSource + ?Sized>(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     src: &S,
     opts: LoadOptions,
 ) -> Result<(Florence2Config, Weights)> {
@@ -211,7 +211,7 @@ pub async fn load_files<S: ModelSource + ?Sized>(
 
 /// Load the weights for a known config (see [`load_checkpoint`]).
 pub async fn load_weights<S: ModelSource + ?Sized>(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     src: &S,
     cfg: &Florence2Config,
     opts: LoadOptions,
@@ -271,7 +271,7 @@ async fn load_indexed<S: ModelSource + ?Sized, K: CheckpointSink<S>>(
 /// Native: load `dir/config.json` and its checkpoint onto the GPU with f32 weights (the reference
 /// precision the parity tests use). See [`load_dir_with`] for the other resident dtypes.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn load_dir(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Result<(Florence2Config, Weights)> {
+pub fn load_dir(gpu: &Arc<Device>, dir: &std::path::Path) -> Result<(Florence2Config, Weights)> {
     load_dir_with(
         gpu,
         dir,
@@ -283,7 +283,7 @@ pub fn load_dir(gpu: &Arc<Gpu>, dir: &std::path::Path) -> Result<(Florence2Confi
 /// dtype, chunk sizes).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn load_dir_with(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     dir: &std::path::Path,
     opts: LoadOptions,
 ) -> Result<(Florence2Config, Weights)> {

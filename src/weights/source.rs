@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
+use crate::gpu::Device;
 use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::sink::TensorSink;
 use crate::weights::store::Weights;
@@ -53,7 +53,7 @@ pub trait ModelSource {
     /// again, e.g. after it dropped a damaged cached copy of a file).
     async fn load_weights(
         &self,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cfg: &Florence2Config,
         opts: LoadOptions,
     ) -> Result<Weights> {

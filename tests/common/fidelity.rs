@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, Device, Recorder, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::generate::GenerateOptions;
 use florence2_wasm::processor::image::{
@@ -61,7 +61,12 @@ pub fn options_of(result: &Value, max_new: usize) -> GenerateOptions {
 }
 
 /// Raw logits of every step, teacher-forced along `ids` (start token first).
-pub fn forced_logits(g: &Arc<Gpu>, m: &Florence2, cross_of: &Tensor, ids: &[u32]) -> Vec<Vec<f32>> {
+pub fn forced_logits(
+    g: &Arc<Device>,
+    m: &Florence2,
+    cross_of: &Tensor,
+    ids: &[u32],
+) -> Vec<Vec<f32>> {
     let dec = &m.decoder;
     let mut rec = Recorder::new(g);
     let cross = dec.cross_kv(&mut rec, cross_of).unwrap();
@@ -79,7 +84,7 @@ pub fn forced_logits(g: &Arc<Gpu>, m: &Florence2, cross_of: &Tensor, ids: &[u32]
 }
 
 /// The pixels and prompt ids of every reference case of a fixture dir.
-pub fn case_inputs(g: &Arc<Gpu>, dir: &str) -> Vec<(Value, Tensor, Vec<u32>)> {
+pub fn case_inputs(g: &Arc<Device>, dir: &str) -> Vec<(Value, Tensor, Vec<u32>)> {
     let mdir = fixtures().join("models").join(dir);
     let tok =
         Florence2Tokenizer::from_json_bytes(&std::fs::read(mdir.join("tokenizer.json")).unwrap())
@@ -118,7 +123,7 @@ pub struct RefCase {
     pub logits: Vec<Vec<f32>>,
 }
 
-pub fn reference_cases(g: &Arc<Gpu>, dir: &str, m: &Florence2) -> Vec<RefCase> {
+pub fn reference_cases(g: &Arc<Device>, dir: &str, m: &Florence2) -> Vec<RefCase> {
     case_inputs(g, dir)
         .into_iter()
         .map(|(case, pixels, ids)| {
@@ -171,7 +176,7 @@ impl std::fmt::Display for Score {
 }
 
 /// Encode every case with `m` and teacher-force its decoder along the reference's greedy ids.
-pub fn score(g: &Arc<Gpu>, m: &Florence2, refs: &[RefCase]) -> Score {
+pub fn score(g: &Arc<Device>, m: &Florence2, refs: &[RefCase]) -> Score {
     let mut s = Score {
         min_vis: 1.0,
         min_enc: 1.0,
@@ -207,7 +212,7 @@ pub fn score(g: &Arc<Gpu>, m: &Florence2, refs: &[RefCase]) -> Score {
 
 /// The same weights with every tensor read back as f32 (quantized rows dequantized, f16 widened) and
 /// uploaded again as f32: the values a resident-dtype load computes with, run by the f32 kernels.
-pub fn widened_to_f32(g: &Arc<Gpu>, w: &Weights) -> Weights {
+pub fn widened_to_f32(g: &Arc<Device>, w: &Weights) -> Weights {
     let mut out = Weights::new();
     for n in w.names() {
         let t = w.get_any(n).unwrap();

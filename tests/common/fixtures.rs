@@ -90,7 +90,7 @@ pub fn cli_run(dir: &str, case: &Value, extra: &[&str]) -> Value {
 /// over an `s`-row encoder output whose element `i` is `h(i)`: the decoder tests' deterministic setup.
 /// f32 weights, so f32 KV caches and cross K/V.
 pub fn tiny2_decoder(
-    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    g: &std::sync::Arc<florence2_wasm::gpu::Device>,
     s: usize,
     h: impl Fn(usize) -> f32,
 ) -> (
@@ -103,7 +103,7 @@ pub fn tiny2_decoder(
 /// [`tiny2_decoder`] with KV caches and cross K/V of element type `kv` (F32 or F16) on the same f32
 /// weights.
 pub fn tiny2_decoder_kv(
-    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    g: &std::sync::Arc<florence2_wasm::gpu::Device>,
     s: usize,
     h: impl Fn(usize) -> f32,
     kv: florence2_wasm::gpu::DType,

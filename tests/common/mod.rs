@@ -8,14 +8,14 @@ pub mod fixtures;
 
 use std::sync::{Arc, OnceLock};
 
-use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::gpu::{Device, DeviceOptions};
 
 /// The test device (lavapipe in CI). Opened once per test binary.
-pub fn gpu() -> Arc<Gpu> {
-    static GPU: OnceLock<Arc<Gpu>> = OnceLock::new();
+pub fn gpu() -> Arc<Device> {
+    static GPU: OnceLock<Arc<Device>> = OnceLock::new();
     GPU.get_or_init(|| {
-        let g =
-            pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)");
+        let g = pollster::block_on(Device::new(DeviceOptions::default()))
+            .expect("a GPU adapter (lavapipe)");
         eprintln!("test adapter: {}", g.describe());
         g
     })
@@ -71,30 +71,30 @@ pub fn assert_close(name: &str, got: &[f32], want: &[f32], tol: f32) {
 }
 
 /// Upload f32 data.
-pub fn tf32(g: &Arc<Gpu>, shape: &[usize], data: &[f32]) -> florence2_wasm::gpu::Tensor {
+pub fn tf32(g: &Arc<Device>, shape: &[usize], data: &[f32]) -> florence2_wasm::gpu::Tensor {
     florence2_wasm::gpu::Tensor::from_f32(g, shape, data, "test-in").unwrap()
 }
 
 /// Upload u32 data.
-pub fn tu32(g: &Arc<Gpu>, shape: &[usize], data: &[u32]) -> florence2_wasm::gpu::Tensor {
+pub fn tu32(g: &Arc<Device>, shape: &[usize], data: &[u32]) -> florence2_wasm::gpu::Tensor {
     florence2_wasm::gpu::Tensor::from_u32(g, shape, data, "test-in").unwrap()
 }
 
 /// A zero f32 tensor.
-pub fn zf32(g: &Arc<Gpu>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
+pub fn zf32(g: &Arc<Device>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
     florence2_wasm::gpu::Tensor::zeros(g, shape, florence2_wasm::gpu::DType::F32, "test-out")
         .unwrap()
 }
 
 /// A zero u32 tensor.
-pub fn zu32(g: &Arc<Gpu>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
+pub fn zu32(g: &Arc<Device>, shape: &[usize]) -> florence2_wasm::gpu::Tensor {
     florence2_wasm::gpu::Tensor::zeros(g, shape, florence2_wasm::gpu::DType::U32, "test-out")
         .unwrap()
 }
 
 /// Record with `f`, submit, and read `out` back as f32.
 pub fn run_f32(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     out: &florence2_wasm::gpu::Tensor,
     f: impl FnOnce(&mut florence2_wasm::gpu::Recorder),
 ) -> Vec<f32> {

@@ -1,4 +1,4 @@
-//! The whole model on the CPU backend (`Gpu::cpu`): the same `Pipeline` (one model definition; every
+//! The whole model on the CPU backend (`Device::cpu`): the same `Pipeline` (one model definition; every
 //! launcher runs its `crate::cpu` kernel on host memory) gives the Python reference's token ids on every
 //! fixture case, greedy and 3-beam search, for every checkpoint layout with reference answers.
 //!
@@ -11,12 +11,12 @@ use crate::common;
 use std::sync::Arc;
 
 use common::fixtures::{cases, fixtures, ids_of};
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
 use serde_json::Value;
 
-fn cpu() -> Arc<Gpu> {
-    Gpu::cpu(florence2_wasm::cpu::par::threads())
+fn cpu() -> Arc<Device> {
+    Device::cpu(florence2_wasm::cpu::par::threads())
 }
 
 fn prompt_of(case: &Value) -> String {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::cpu::{erf_f64, gelu_ref};
 use common::{gpu, max_diff, run_f32, tf32, zf32, Rng};
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant, GEMV_MAX_ROWS};
 
 fn check(name: &str, x: &[f32], got: &[f32]) {
@@ -32,7 +32,7 @@ fn check(name: &str, x: &[f32], got: &[f32]) {
 
 /// gelu(x) through the linear epilogue with K input columns: the run-time choice when `variant` is
 /// `None`, else the forced variant (GEMV variants run in slices of [`GEMV_MAX_ROWS`] rows).
-fn gelu_linear(g: &Arc<Gpu>, variant: Option<LinearVariant>, k: usize, x: &[f32]) -> Vec<f32> {
+fn gelu_linear(g: &Arc<Device>, variant: Option<LinearVariant>, k: usize, x: &[f32]) -> Vec<f32> {
     let rows = match variant {
         Some(LinearVariant::Gemv | LinearVariant::GemvSubgroup) => GEMV_MAX_ROWS,
         _ => x.len(),
@@ -71,7 +71,7 @@ fn gelu_linear(g: &Arc<Gpu>, variant: Option<LinearVariant>, k: usize, x: &[f32]
 }
 
 /// The variants [`matmul::choose_linear_variant`] can pick on this device.
-fn run_time_variants(g: &Gpu) -> Vec<LinearVariant> {
+fn run_time_variants(g: &Device) -> Vec<LinearVariant> {
     let mut v = vec![
         LinearVariant::Scalar,
         LinearVariant::Reg8x8,

@@ -21,7 +21,7 @@ use crate::common;
 
 use common::{assert_close, gpu, Rng};
 use florence2_wasm::gpu::tune::{self, CacheLocation, TuneCase, Tuning};
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::model::workloads;
 use florence2_wasm::ops::attention::{
     attention, attention_class, choose_attention_variant, variant_supports, AttnOpts, AttnShape,
@@ -180,7 +180,7 @@ fn run(name: &str, c: &Case, seed: u64) {
 fn run_variants(
     name: &str,
     c: &Case,
-    g: &std::sync::Arc<Gpu>,
+    g: &std::sync::Arc<Device>,
     (tq_, tk_, tv_): (&Tensor, &Tensor, &Tensor),
     opts: &AttnOpts,
     want: &[f32],
@@ -423,8 +423,8 @@ fn flash_tiles_row_blocks_and_key_splits() {
 }
 
 /// A fresh device, so the choices set here cannot reach the other tests' automatic runs.
-fn fresh_gpu() -> std::sync::Arc<Gpu> {
-    pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)")
+fn fresh_gpu() -> std::sync::Arc<Device> {
+    pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter (lavapipe)")
 }
 
 #[test]

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use common::cpu::embedding_ref;
 use common::{assert_close, assert_shape_err, gpu, run_f32, tf32, tu32, zf32, Rng};
-use florence2_wasm::gpu::{Gpu, GpuOptions, Recorder};
+use florence2_wasm::gpu::{Device, DeviceOptions, Recorder};
 use florence2_wasm::ops;
 
-fn case(g: &Arc<Gpu>, v: usize, c: usize, ids: &[u32], seed: u64) {
+fn case(g: &Arc<Device>, v: usize, c: usize, ids: &[u32], seed: u64) {
     let mut rng = Rng::new(seed);
     let table = rng.vec(v * c, 1.0);
     let want = embedding_ref(ids, &table, c);
@@ -56,7 +56,7 @@ fn embedding_table_larger_than_binding_limit() {
     // A second device whose storage bindings are capped at 64 KiB; tables of 1000 x 33 f32 = 132 KB
     // (scalar entry) and 1000 x 32 = 128 KB (vec4 entry) are bound in row chunks, and ids from every
     // chunk, at chunk edges and out of range must all come out right.
-    let g2 = pollster::block_on(Gpu::new(GpuOptions {
+    let g2 = pollster::block_on(Device::new(DeviceOptions {
         max_storage_binding_size: Some(64 * 1024),
         ..Default::default()
     }))
@@ -104,7 +104,7 @@ fn embedding_rejects_mismatched_shapes() {
 fn embedding_packed_tables() {
     use florence2_wasm::gpu::{DType, Tensor};
     use florence2_wasm::quant;
-    let g2 = pollster::block_on(Gpu::new(GpuOptions {
+    let g2 = pollster::block_on(Device::new(DeviceOptions {
         max_storage_binding_size: Some(4 * 1024),
         ..Default::default()
     }))

@@ -15,7 +15,7 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{gpu, Rng};
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 use florence2_wasm::quant;
 
@@ -116,7 +116,7 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
 
 /// Every variant that can run (M, K) with `format` weights on this device (the registry's candidate list,
 /// so new variants are tested as soon as they are listed); `None` is the automatic choice.
-fn variants(g: &Gpu, m: usize, k: usize, format: DType) -> Vec<Option<LinearVariant>> {
+fn variants(g: &Device, m: usize, k: usize, format: DType) -> Vec<Option<LinearVariant>> {
     let mut v = vec![None];
     for var in LinearVariant::ALL {
         if var.supports(&g.caps, m, k, format) {
@@ -130,7 +130,7 @@ fn variants(g: &Gpu, m: usize, k: usize, format: DType) -> Vec<Option<LinearVari
 
 #[allow(clippy::too_many_arguments)]
 fn run_linear(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     rng: &mut Rng,
     m: usize,
     n: usize,
@@ -146,7 +146,7 @@ fn run_linear(
 
 #[allow(clippy::too_many_arguments)]
 fn run_linear_variant(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     rng: &mut Rng,
     m: usize,
     n: usize,
@@ -329,7 +329,7 @@ fn linear_quantized_refusals() {
 /// 300x257 f16 weight (154 KB) and a 130x256 f32 weight (133 KB) must be split into row chunks.
 #[test]
 fn linear_weight_larger_than_binding_limit() {
-    let g = pollster::block_on(Gpu::new(GpuOptions {
+    let g = pollster::block_on(Device::new(DeviceOptions {
         max_storage_binding_size: Some(64 * 1024),
         ..Default::default()
     }))
@@ -390,7 +390,7 @@ fn linear_residual_every_variant_and_format() {
 
 #[allow(clippy::too_many_arguments)]
 fn run_residual(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     rng: &mut Rng,
     m: usize,
     n: usize,

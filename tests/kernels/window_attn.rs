@@ -14,7 +14,7 @@ use crate::common;
 
 use common::{gpu, max_diff, Rng};
 use florence2_wasm::gpu::registry::ShapeClass;
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops;
 use florence2_wasm::ops::window_attn::{window_attention_variant, WindowAttnVariant};
 
@@ -109,7 +109,8 @@ fn window_attention_matches_cpu() {
 
 #[test]
 fn window_attention_follows_the_registry() {
-    let g = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)");
+    let g = pollster::block_on(Device::new(DeviceOptions::default()))
+        .expect("a GPU adapter (lavapipe)");
     let (nw, t, c, heads) = (2, 9, 16, 2);
     let qkv = Rng::new(8).vec(nw * t * 3 * c, 1.0);
     let tq = Tensor::from_f32(&g, &[nw, t, 3 * c], &qkv, "qkv").unwrap();

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{fixtures, gpu};
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::pipeline::{
     cpu_device, BatchEvent, Callbacks, DecodeBatch, Image, NeverCancel, Pipeline, TaskInput,
     TaskOptions, TaskOutput,
@@ -102,7 +102,7 @@ fn batched(p: &Pipeline, reqs: &[Request], cancel_at: Option<(usize, usize)>) ->
     (done, streamed, most, batch.batched_steps())
 }
 
-fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
+fn check_on(g: &Arc<Device>, dtype: WeightDType) {
     let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype))
         .unwrap();
     let reqs = requests();

@@ -14,19 +14,19 @@ use crate::common;
 use std::sync::Arc;
 
 use common::Rng;
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::model::bart::{CrossKv, Decoder};
 use florence2_wasm::ops::attention::{self, AttnOpts, AttnVariant};
 
-fn open() -> Arc<Gpu> {
-    pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter (lavapipe)")
+fn open() -> Arc<Device> {
+    pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter (lavapipe)")
 }
 
-fn setup(g: &Arc<Gpu>) -> (Decoder, CrossKv) {
+fn setup(g: &Arc<Device>) -> (Decoder, CrossKv) {
     setup_kv(g, DType::F32)
 }
 
-fn setup_kv(g: &Arc<Gpu>, kv: DType) -> (Decoder, CrossKv) {
+fn setup_kv(g: &Arc<Device>, kv: DType) -> (Decoder, CrossKv) {
     common::fixtures::tiny2_decoder_kv(g, 11, |i| ((i * 29 % 97) as f32 / 48.0) - 1.0, kv)
 }
 
@@ -46,7 +46,7 @@ fn planned_steps_after_reorders_equal_the_reordered_histories_and_are_recorded_o
 
 /// The logits (B, V) after decoding `hist` (one token per row per position) on a fresh state.
 fn replay(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     dec: &Decoder,
     cross: &CrossKv,
     hist: &[Vec<u32>],
@@ -64,7 +64,7 @@ fn replay(
     last
 }
 
-fn reordered_equals_replayed(g: &Arc<Gpu>, dec: &Decoder, cross: &CrossKv, kv: DType) {
+fn reordered_equals_replayed(g: &Arc<Device>, dec: &Decoder, cross: &CrossKv, kv: DType) {
     let vocab = dec.vocab_size() as u32;
     let steps = 7u32;
     // Beam reorders applied before steps 1.. (3 rows): duplicates, swaps, identity.
@@ -123,7 +123,12 @@ fn reordered_equals_replayed(g: &Arc<Gpu>, dec: &Decoder, cross: &CrossKv, kv: D
 }
 
 /// One attention call on its own submit, read back.
-fn run_attention(g: &Arc<Gpu>, [q, k, v]: [&Tensor; 3], opts: &AttnOpts, out: &Tensor) -> Vec<f32> {
+fn run_attention(
+    g: &Arc<Device>,
+    [q, k, v]: [&Tensor; 3],
+    opts: &AttnOpts,
+    out: &Tensor,
+) -> Vec<f32> {
     let mut rec = Recorder::new(g);
     attention::attention(&mut rec, q, k, v, opts, out).unwrap();
     rec.submit().unwrap();

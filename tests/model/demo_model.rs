@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use common::fidelity::{forced_logits, top2};
 use common::{fixtures, gpu};
-use florence2_wasm::gpu::{Gpu, Tensor};
+use florence2_wasm::gpu::{Device, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, TaskOutput};
 use florence2_wasm::processor::image::{
@@ -70,7 +70,7 @@ fn samples() -> Vec<Sample> {
         .collect()
 }
 
-fn load(g: &Arc<Gpu>, dtype: WeightDType) -> Pipeline {
+fn load(g: &Arc<Device>, dtype: WeightDType) -> Pipeline {
     Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype)).unwrap()
 }
 
@@ -140,7 +140,7 @@ fn tokenizer() -> Florence2Tokenizer {
 
 /// Per answer, how `dtype`'s answers compare with fp32's; prints the counts.
 fn matches(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     s: &[Sample],
     dtype: WeightDType,
     greedy: bool,
@@ -226,14 +226,14 @@ fn fp16_answers_equal_fp32_on_the_samples() {
     }
 }
 
-fn model(g: &Arc<Gpu>, dtype: WeightDType) -> Florence2 {
+fn model(g: &Arc<Device>, dtype: WeightDType) -> Florence2 {
     let (cfg, w) =
         weights::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype)).unwrap();
     Florence2::new(g, cfg, &w).unwrap()
 }
 
 /// (pixels, prompt ids) of every answer, in the order of [`answers`].
-fn inputs(g: &Arc<Gpu>, samples: &[Sample]) -> Vec<(Tensor, Vec<u32>)> {
+fn inputs(g: &Arc<Device>, samples: &[Sample]) -> Vec<(Tensor, Vec<u32>)> {
     let tok = tokenizer();
     let pre = ImageProcessorConfig::from_json_bytes(
         &std::fs::read(fixtures::demo_model().join("preprocessor_config.json")).unwrap(),
@@ -287,7 +287,7 @@ fn q8_answers_stay_within_the_margin() {
 }
 
 /// (steps whose q8 arg-max equals fp32's, steps), teacher-forcing both along fp32's answers.
-fn forced_agreement(g: &Arc<Gpu>, samples: &[Sample], want: &[TaskOutput]) -> (usize, usize) {
+fn forced_agreement(g: &Arc<Device>, samples: &[Sample], want: &[TaskOutput]) -> (usize, usize) {
     let (m32, m8) = (model(g, WeightDType::Fp32), model(g, WeightDType::Q8));
     let (mut agree, mut steps) = (0, 0);
     for ((pixels, ids), answer) in inputs(g, samples).iter().zip(want) {

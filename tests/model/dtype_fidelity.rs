@@ -61,7 +61,7 @@ use common::fidelity::{
 };
 use common::fixtures::{cases, fixtures};
 use common::gpu;
-use florence2_wasm::gpu::{readback, Gpu, Tensor};
+use florence2_wasm::gpu::{readback, Device, Tensor};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::Florence2Config;
 use florence2_wasm::weights::{self, LoadOptions, WeightDType};
@@ -85,7 +85,7 @@ struct Model {
 }
 
 fn load_weights(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     dir: &str,
     dtype: WeightDType,
 ) -> (Florence2Config, weights::Weights) {
@@ -97,7 +97,7 @@ fn load_weights(
     .unwrap_or_else(|e| panic!("{dir} {dtype}: {e}"))
 }
 
-fn load(g: &Arc<Gpu>, dir: &str, dtype: WeightDType) -> Model {
+fn load(g: &Arc<Device>, dir: &str, dtype: WeightDType) -> Model {
     let (cfg, w) = load_weights(g, dir, dtype);
     Model {
         model: Florence2::new(g, cfg.clone(), &w).unwrap(),

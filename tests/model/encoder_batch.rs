@@ -12,7 +12,7 @@ use crate::common::fixtures;
 use std::sync::Arc;
 
 use florence2_wasm::gpu::registry::ShapeClass;
-use florence2_wasm::gpu::{readback, Gpu, GpuOptions, Tensor};
+use florence2_wasm::gpu::{readback, Device, DeviceOptions, Tensor};
 use florence2_wasm::ops::attention::{attention_class, AttnVariant};
 use florence2_wasm::ops::matmul::LinearVariant;
 use florence2_wasm::pipeline::{
@@ -43,7 +43,7 @@ const TASKS: [(usize, &str, usize); 7] = [
 
 /// On a GPU adapter: the scalar linear kernel and the tiled attention kernel for every class the
 /// encoder's calls have at `b` prompts of `s` tokens.
-fn set_against_batches(g: &Gpu, p: &Pipeline, s: usize, b: usize) {
+fn set_against_batches(g: &Device, p: &Pipeline, s: usize, b: usize) {
     let t = &p.model().config.text;
     let (d, f, fmt) = (t.d_model, t.encoder_ffn_dim, p.model().shared.dtype());
     let rows = s * b;
@@ -60,7 +60,7 @@ fn set_against_batches(g: &Gpu, p: &Pipeline, s: usize, b: usize) {
     g.choices.set(class, AttnVariant::Tiled.name());
 }
 
-fn check_on(g: &Arc<Gpu>, dtype: florence2_wasm::weights::WeightDType) {
+fn check_on(g: &Arc<Device>, dtype: florence2_wasm::weights::WeightDType) {
     let opts = florence2_wasm::weights::LoadOptions::with_dtype(dtype);
     let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), opts).unwrap();
     let what = format!("{} {dtype:?}", g.describe());
@@ -126,7 +126,7 @@ fn check_on(g: &Arc<Gpu>, dtype: florence2_wasm::weights::WeightDType) {
 }
 
 /// Same shape, type and values to the bit (f16 values widen to f32 exactly).
-fn same_bits(g: &Arc<Gpu>, a: &Tensor, b: &Tensor) -> bool {
+fn same_bits(g: &Arc<Device>, a: &Tensor, b: &Tensor) -> bool {
     let bits = |t: &Tensor| -> Vec<u32> {
         let v = readback::to_f32_blocking(g, t).unwrap();
         v.iter().map(|x| x.to_bits()).collect()
@@ -138,7 +138,7 @@ fn same_bits(g: &Arc<Gpu>, a: &Tensor, b: &Tensor) -> bool {
 fn prompts_prepared_together_equal_each_alone() {
     use florence2_wasm::weights::WeightDType;
     // A device of its own: the registry entries set here must not reach other tests.
-    let g = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
+    let g = pollster::block_on(Device::new(DeviceOptions::default())).unwrap();
     check_on(&g, WeightDType::Fp32);
     check_on(&g, WeightDType::Fp16);
     check_on(&cpu_device(), WeightDType::Fp32);

@@ -21,14 +21,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use common::fixtures::fixtures;
 use florence2_wasm::estimate::{EstimateOptions, ModelFacts};
-use florence2_wasm::gpu::{Gpu, MemReport};
+use florence2_wasm::gpu::{Device, MemReport};
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, Usage};
 use florence2_wasm::weights::{DirFiles, LoadOptions, WeightDType};
 
 /// A device of this file's own, one user at a time.
-fn device() -> std::sync::MutexGuard<'static, Arc<Gpu>> {
-    static GPU: OnceLock<Mutex<Arc<Gpu>>> = OnceLock::new();
-    GPU.get_or_init(|| Mutex::new(pollster::block_on(Gpu::new(Default::default())).unwrap()))
+fn device() -> std::sync::MutexGuard<'static, Arc<Device>> {
+    static GPU: OnceLock<Mutex<Arc<Device>>> = OnceLock::new();
+    GPU.get_or_init(|| Mutex::new(pollster::block_on(Device::new(Default::default())).unwrap()))
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }
@@ -47,7 +47,7 @@ fn facts(dir: &str) -> ModelFacts {
     pollster::block_on(ModelFacts::read(&files)).unwrap()
 }
 
-fn opts(g: &Gpu) -> EstimateOptions {
+fn opts(g: &Device) -> EstimateOptions {
     EstimateOptions {
         max_binding: g.caps.max_storage_binding,
         ..Default::default()
@@ -104,7 +104,7 @@ fn weights_bytes_equal_what_the_engine_holds_after_loading() {
 /// Load `dir` as `dtype` on `g` and run `<OD>` on `image` (3 beams, the defaults): the memory held
 /// before the request (the weights), the request's peak above it, and its token usage.
 fn od_request(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     dir: &str,
     dtype: WeightDType,
     image: &[u8],
@@ -174,7 +174,7 @@ fn peak_bytes_bound_a_whole_request() {
 #[test]
 fn the_cpu_backend_holds_what_its_estimate_says() {
     // The CPU backend pads no convolution weight and allocates one channel-attention scratch less.
-    let g = Gpu::cpu(1);
+    let g = Device::cpu(1);
     let image = std::fs::read(fixtures().join("images").join("scene.png")).unwrap();
     for dir in ["tiny2", "tiny4"] {
         let f = facts(dir);

@@ -1,13 +1,13 @@
 //! Native GPU failures (wgpu on lavapipe): a lost device is `Error::DeviceLost` (named
-//! `DeviceLostError`) at the next operation; errors inside [`Gpu::scoped`] are reported by that call and
+//! `DeviceLostError`) at the next operation; errors inside [`Device::scoped`] are reported by that call and
 //! leave nothing for the next one.
 #![cfg(not(target_arch = "wasm32"))]
 
-use florence2_wasm::gpu::{readback, Gpu, GpuOptions, Tensor};
+use florence2_wasm::gpu::{readback, Device, DeviceOptions, Tensor};
 use florence2_wasm::Error;
 
-fn gpu() -> std::sync::Arc<Gpu> {
-    pollster::block_on(Gpu::new(GpuOptions::default())).unwrap()
+fn gpu() -> std::sync::Arc<Device> {
+    pollster::block_on(Device::new(DeviceOptions::default())).unwrap()
 }
 
 #[test]

@@ -10,13 +10,13 @@ use florence2_wasm::estimate::{
 };
 use florence2_wasm::gpu::tune::{CacheLocation, TuneOptions, Tuning};
 use florence2_wasm::pipeline::{
-    open, Backend, Callbacks, Device, Image, NeverCancel, OpenOptions, Pipeline, TaskOptions,
+    open, Backend, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Pipeline, TaskOptions,
 };
 use florence2_wasm::weights::{DirFiles, LoadOptions, WeightDType};
 
 fn options(dtype: DTypeRequest) -> OpenOptions {
     OpenOptions {
-        device: Device::Cpu,
+        device: DeviceChoice::Cpu,
         dtype,
         tuning: TuneOptions::new(Tuning::Off),
         tune_cache: CacheLocation::None,

@@ -362,7 +362,7 @@ fn repeated_requests_hold_the_same_memory_and_release_it() {
     // activation bytes where they were (only the weights stay resident). A device of its own: memory
     // counters are per device, and other tests run in parallel.
     let g = std::sync::Arc::new(
-        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+        pollster::block_on(florence2_wasm::gpu::Device::new(Default::default())).unwrap(),
     );
     let p = Pipeline::load_dir(&g, &fixtures().join("models").join("tiny2")).unwrap();
     let bytes = image_bytes("scene.png");
@@ -399,7 +399,7 @@ fn the_vision_phase_holds_no_pixel_tensor_and_decoding_no_spent_features() {
     // kept a pixel tensor through the forward, as before, would show equal peaks.) A device of its
     // own: memory counters are per device, and other tests run in parallel.
     let g = std::sync::Arc::new(
-        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+        pollster::block_on(florence2_wasm::gpu::Device::new(Default::default())).unwrap(),
     );
     let p = Pipeline::load_dir(&g, &fixtures().join("models").join("tiny2")).unwrap();
     let (h, w) = (p.processor().height, p.processor().width);

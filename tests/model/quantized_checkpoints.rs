@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions};
 use florence2_wasm::quant::{self, QFormat};
 use florence2_wasm::weights::names::canonical_name;
 use florence2_wasm::weights::{
@@ -178,7 +178,7 @@ fn converter_quantizer_equals_the_engine_on_edge_cases() {
 #[test]
 fn quantized_fixtures_load_into_every_dtype() {
     // A device of its own: the memory counter is per device.
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
+    let gpu = pollster::block_on(Device::new(DeviceOptions::default())).unwrap();
     for (qname, fname, fmt) in QUANTIZED {
         let q = file_tensors(&model_dir(qname));
         for dtype in WeightDType::ALL {
@@ -283,7 +283,7 @@ fn victim(tensors: &mut [RawTensor]) -> &mut RawTensor {
 
 /// Load a broken checkpoint with the ranged loader and by streaming it in 61-byte chunks (file length
 /// unknown); both must fail with the same error, which is returned.
-fn load_err(gpu: &Arc<Gpu>, cfg: &serde_json::Value, file: Vec<u8>) -> Error {
+fn load_err(gpu: &Arc<Device>, cfg: &serde_json::Value, file: Vec<u8>) -> Error {
     let files: MemFiles = mem_model(cfg, &[("model.safetensors", file.clone())]);
     let ranged = pollster::block_on(load_files(
         gpu,

@@ -20,11 +20,11 @@ fn setup() -> (Decoder, CrossKv) {
     setup_on(&gpu())
 }
 
-fn setup_on(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>) -> (Decoder, CrossKv) {
+fn setup_on(g: &std::sync::Arc<florence2_wasm::gpu::Device>) -> (Decoder, CrossKv) {
     setup_kv(g, DType::F32)
 }
 
-fn setup_kv(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>, kv: DType) -> (Decoder, CrossKv) {
+fn setup_kv(g: &std::sync::Arc<florence2_wasm::gpu::Device>, kv: DType) -> (Decoder, CrossKv) {
     // Any encoder output will do: 9 rows of deterministic values.
     common::fixtures::tiny2_decoder_kv(g, 9, |i| ((i * 37 % 101) as f32 / 50.0) - 1.0, kv)
 }
@@ -89,7 +89,7 @@ fn batched_step_equals_each_request_alone() {
     }
 }
 
-fn batched_step_equals_alone(g: &std::sync::Arc<florence2_wasm::gpu::Gpu>, kv: DType) {
+fn batched_step_equals_alone(g: &std::sync::Arc<florence2_wasm::gpu::Device>, kv: DType) {
     let what = format!("{} {kv:?}", g.describe());
     let (dec, c0) = common::fixtures::tiny2_decoder_kv(g, 9, |i| (i as f32 * 0.37).sin(), kv);
     let c1 = common::fixtures::tiny2_decoder_kv(g, 5, |i| (i as f32 * 0.11).cos(), kv).1;
@@ -159,7 +159,7 @@ fn cache_reorder_equals_decoding_the_reordered_histories() {
 }
 
 fn reorder_is_exact(
-    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    g: &std::sync::Arc<florence2_wasm::gpu::Device>,
     dec: &Decoder,
     cross: &CrossKv,
     kv: DType,
@@ -265,7 +265,7 @@ fn kv_caches_are_sized_to_the_request() {
     // steps: every buffer is allocated before the first. A device of its own: memory counters are per
     // device, and other tests run in parallel.
     let g = std::sync::Arc::new(
-        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+        pollster::block_on(florence2_wasm::gpu::Device::new(Default::default())).unwrap(),
     );
     let mut rows = Vec::new();
     for kv in [DType::F32, DType::F16] {
@@ -279,7 +279,7 @@ fn kv_caches_are_sized_to_the_request() {
 /// The checks of [`kv_caches_are_sized_to_the_request`] with caches of `kv`; returns the bytes of one
 /// cache position (K and V of every layer).
 fn caches_sized_to_the_request(
-    g: &std::sync::Arc<florence2_wasm::gpu::Gpu>,
+    g: &std::sync::Arc<florence2_wasm::gpu::Device>,
     dec: &Decoder,
     cross: &CrossKv,
     kv: DType,

@@ -18,7 +18,7 @@ use common::fixtures::{cases, cli_run, fixtures, ids_of, options_of};
 use std::sync::Arc;
 
 use common::{gpu, max_diff};
-use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, Device, Recorder, Tensor};
 use florence2_wasm::model::bart::{Decoder, Encoder};
 use florence2_wasm::model::florence2::Florence2;
 use florence2_wasm::model::generate::{self, GenerateOptions};
@@ -33,7 +33,7 @@ use florence2_wasm::weights::{self, Weights, FINAL_LOGITS_BIAS};
 const CFGS: [&str; 2] = ["tiny2", "tiny4"];
 
 struct Loaded {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     cfg: Florence2Config,
     weights: Weights,
 }

@@ -12,12 +12,12 @@ use common::Rng;
 use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::registry::{row_class, LinearShape, ShapeClass};
 use florence2_wasm::gpu::tune::{self, CacheLocation, Tuning};
-use florence2_wasm::gpu::{readback, DType, Gpu, GpuOptions, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::model::workloads::{self, model_linear_shapes};
 use florence2_wasm::ops::matmul::{self, Act, LinearVariant};
 
-fn open(opts: GpuOptions) -> Arc<Gpu> {
-    pollster::block_on(Gpu::new(opts)).expect("a GPU adapter (lavapipe)")
+fn open(opts: DeviceOptions) -> Arc<Device> {
+    pollster::block_on(Device::new(opts)).expect("a GPU adapter (lavapipe)")
 }
 
 /// A fresh cache directory under Cargo's per-target scratch space (inside the repository's target/).
@@ -59,7 +59,7 @@ fn json_files(d: &Path) -> Vec<PathBuf> {
     v
 }
 
-fn tune_blocking(g: &Arc<Gpu>, mode: Tuning, dir: &Path) -> tune::TuneReport {
+fn tune_blocking(g: &Arc<Device>, mode: Tuning, dir: &Path) -> tune::TuneReport {
     pollster::block_on(tune::tune(
         g,
         &shapes(),
@@ -71,7 +71,7 @@ fn tune_blocking(g: &Arc<Gpu>, mode: Tuning, dir: &Path) -> tune::TuneReport {
 
 #[test]
 fn cache_is_written_then_reused_without_timing() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("reuse");
     let first = tune_blocking(&g, Tuning::Auto, &dir);
     eprintln!("{}", first.table());
@@ -108,9 +108,9 @@ fn cache_is_written_then_reused_without_timing() {
 #[test]
 fn cache_is_keyed_by_adapter() {
     let dir = cache_dir("keyed");
-    let a = open(GpuOptions::default());
+    let a = open(DeviceOptions::default());
     // The same adapter opened without subgroups has other features: another key.
-    let b = open(GpuOptions {
+    let b = open(DeviceOptions {
         disable_subgroups: true,
         ..Default::default()
     });
@@ -119,7 +119,7 @@ fn cache_is_keyed_by_adapter() {
         eprintln!("adapter has no subgroups; keying by a lowered binding limit");
     }
     let b = if a.caps.adapter_key == b.caps.adapter_key {
-        open(GpuOptions {
+        open(DeviceOptions {
             max_storage_binding_size: Some(1 << 20),
             ..Default::default()
         })
@@ -141,7 +141,7 @@ fn cache_is_keyed_by_adapter() {
 
 #[test]
 fn corrupt_cache_is_ignored_with_a_named_warning() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("corrupt");
     tune_blocking(&g, Tuning::Auto, &dir);
     let files = json_files(&dir);
@@ -169,7 +169,7 @@ fn corrupt_cache_is_ignored_with_a_named_warning() {
 /// shape (a GEMV name for a 70-row input) is ignored in favour of the static choice.
 #[test]
 fn linear_follows_the_registry() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let mut rng = Rng::new(5);
     let (m, n, k) = (70, 33, 40);
     let x = rng.vec(m * k, 1.0);
@@ -246,7 +246,7 @@ fn model_shapes_cover_every_layer_kind() {
 #[test]
 fn profiler_times_each_dispatch() {
     use florence2_wasm::gpu::profile;
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     if !g.caps.timestamp_query {
         let err = g.profiler.enable(&g, true).unwrap_err();
         assert!(err.to_string().contains("timestamp-query"), "{err}");
@@ -330,7 +330,7 @@ fn tiny4_workload() -> Vec<(LinearShape, f64)> {
 }
 
 fn tune_opts(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     work: &[(LinearShape, f64)],
     opts: &tune::TuneOptions,
     dir: &Path,
@@ -348,7 +348,7 @@ fn tune_opts(
 /// A budget of 0 times nothing: every class keeps its static choice, nothing is cached.
 #[test]
 fn zero_budget_times_nothing() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("zero-budget");
     let work = tiny4_workload();
     let r = tune_opts(
@@ -378,7 +378,7 @@ fn zero_budget_times_nothing() {
 /// a later load. The clock steps past the whole budget at every read.
 #[test]
 fn a_load_late_for_its_budget_still_times_one_class() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("late-budget");
     let work = tiny4_workload();
     let opts = tune::TuneOptions::new(Tuning::Auto)
@@ -405,7 +405,7 @@ fn a_load_late_for_its_budget_still_times_one_class() {
 /// `exhaustive` ignores the budget.
 #[test]
 fn budget_tunes_in_cost_order_and_later_loads_continue() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("budget");
     let work = tiny4_workload();
     let classes = work.len();
@@ -516,7 +516,7 @@ fn budget_tunes_in_cost_order_and_later_loads_continue() {
 /// named error.
 #[test]
 fn tuner_uses_gpu_timestamps_where_available() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let r = pollster::block_on(tune::tune(
         &g,
         &shapes()[..1],
@@ -568,7 +568,7 @@ fn tuner_uses_gpu_timestamps_where_available() {
 /// neither compiled nor timed by `auto` on a later load; `exhaustive` times them again.
 #[test]
 fn banned_candidates_in_the_cache_are_skipped_by_auto() {
-    let g = open(GpuOptions::default());
+    let g = open(DeviceOptions::default());
     let dir = cache_dir("banned");
     let shape = LinearShape {
         m: 70,
@@ -621,7 +621,7 @@ fn banned_candidates_in_the_cache_are_skipped_by_auto() {
 }
 
 fn tune_blocking_shapes(
-    g: &Arc<Gpu>,
+    g: &Arc<Device>,
     shapes: &[LinearShape],
     mode: Tuning,
     dir: &Path,

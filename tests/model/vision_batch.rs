@@ -9,13 +9,13 @@
 use crate::common::fixtures;
 use std::sync::Arc;
 
-use florence2_wasm::gpu::{readback, Gpu, GpuOptions};
+use florence2_wasm::gpu::{readback, Device, DeviceOptions};
 use florence2_wasm::model::workloads::model_linear_shapes;
 use florence2_wasm::ops::matmul::LinearVariant;
 use florence2_wasm::pipeline::{cpu_device, Image, Pipeline};
 use florence2_wasm::weights::{LoadOptions, WeightDType};
 
-fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
+fn check_on(g: &Arc<Device>, dtype: WeightDType) {
     let p = Pipeline::load_dir_with(g, &fixtures::demo_model(), LoadOptions::with_dtype(dtype))
         .unwrap();
     let what = format!("{} {dtype:?}", g.describe());
@@ -56,7 +56,7 @@ fn check_on(g: &Arc<Gpu>, dtype: WeightDType) {
 #[test]
 fn batched_images_encode_as_each_alone() {
     // A device of its own: the registry entries set here must not reach other tests.
-    let g = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
+    let g = pollster::block_on(Device::new(DeviceOptions::default())).unwrap();
     check_on(&g, WeightDType::Fp32);
     check_on(&g, WeightDType::Fp16);
     check_on(&cpu_device(), WeightDType::Fp32);

@@ -239,7 +239,7 @@ fn davit_activation_arena_is_planned_and_reused() {
     // per-op buffers fails.
     // A device of its own: the memory counters are per device, and other tests run in parallel.
     let g = std::sync::Arc::new(
-        pollster::block_on(florence2_wasm::gpu::Gpu::new(Default::default())).unwrap(),
+        pollster::block_on(florence2_wasm::gpu::Device::new(Default::default())).unwrap(),
     );
     for fixture in ["tiny2", "tiny4"] {
         let (cfg, w) = weights::load_dir(&g, &fixtures().join("models").join(fixture)).unwrap();

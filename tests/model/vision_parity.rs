@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{gpu, max_diff};
-use florence2_wasm::gpu::{readback, Gpu, Recorder, Tensor};
+use florence2_wasm::gpu::{readback, Device, Recorder, Tensor};
 use florence2_wasm::model::davit::DaVit;
 use florence2_wasm::model::projector::Projector;
 use florence2_wasm::weights;
@@ -55,7 +55,7 @@ struct Run {
 
 /// Load `models/<model_dir>`, run tower + projector on the reference pixels in ONE submit, read back
 /// every tap.
-fn run(g: &Arc<Gpu>, model_dir: &str, pixels: (&[usize], &[f32]), tweak: fn(&mut DaVit)) -> Run {
+fn run(g: &Arc<Device>, model_dir: &str, pixels: (&[usize], &[f32]), tweak: fn(&mut DaVit)) -> Run {
     let dir = fixtures().join("models").join(model_dir);
     let (cfg, w) = weights::load_dir(g, &dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut davit = DaVit::new(&cfg.vision, w.pp("model").pp("vision_tower")).unwrap();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use florence2_wasm::config::Florence2Config;
-use florence2_wasm::gpu::{Gpu, Recorder, Tensor};
+use florence2_wasm::gpu::{Device, Recorder, Tensor};
 use florence2_wasm::processor::tokenizer::{
     complete_tokenizer_json, tokenizer_json_from_vocab_merges, Florence2Tokenizer,
 };
@@ -39,7 +39,7 @@ fn out_dir(name: &str) -> PathBuf {
 }
 
 /// A tensor's raw GPU bytes.
-fn raw(gpu: &Arc<Gpu>, t: &Tensor) -> Vec<u8> {
+fn raw(gpu: &Arc<Device>, t: &Tensor) -> Vec<u8> {
     pollster::block_on(async {
         let mut rec = Recorder::new(gpu);
         let p = rec.read_back(t);

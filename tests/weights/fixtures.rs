@@ -12,7 +12,7 @@ use std::sync::Arc;
 use florence2_wasm::config::tensors::expected_tensors;
 use florence2_wasm::config::Florence2Config;
 use florence2_wasm::gpu::readback;
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::weights::{
     is_dense_conv_weight, is_matrix_weight, load_dir, load_dir_with, temporal_cosine_table,
     Assembler, LoadOptions, StreamLoader, WeightDType, Weights, FINAL_LOGITS_BIAS,
@@ -31,7 +31,7 @@ fn model_dir(name: &str) -> PathBuf {
     p
 }
 
-fn load(gpu: &Arc<Gpu>, name: &str) -> (Florence2Config, Weights, BTreeMap<String, Vec<f32>>) {
+fn load(gpu: &Arc<Device>, name: &str) -> (Florence2Config, Weights, BTreeMap<String, Vec<f32>>) {
     let (cfg, w) = load_dir(gpu, &model_dir(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let all = readback_all(gpu, &w);
     (cfg, w, all)
@@ -181,10 +181,10 @@ fn fixture_streamed_equals_ranged() {
 /// quantize + dequantize of the same rows). The engine's weight bytes equal the tensors' bytes.
 #[test]
 fn fixtures_load_into_every_dtype() {
-    use florence2_wasm::gpu::{DType, GpuOptions, MemKind};
+    use florence2_wasm::gpu::{DType, DeviceOptions, MemKind};
     use florence2_wasm::quant;
     // A device of its own: the memory counter is per device and the other tests load concurrently.
-    let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).unwrap();
+    let gpu = pollster::block_on(Device::new(DeviceOptions::default())).unwrap();
     for name in [
         "tiny2",
         "tiny2-orig",

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use florence2_wasm::error::Error;
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::weights::{
     detect_layout, load_config, load_dir_with, load_torch_source, Assembler, DirFiles, FileSource,
     LoadOptions, MemSource, TorchStreamLoader, WeightDType, Weights,
@@ -50,7 +50,7 @@ fn torch_files(dir: &Path) -> Vec<(String, Vec<String>)> {
     shards
 }
 
-fn assembler(gpu: &Arc<Gpu>, dir: &Path, dtype: WeightDType) -> Assembler {
+fn assembler(gpu: &Arc<Device>, dir: &Path, dtype: WeightDType) -> Assembler {
     let cfg = pollster::block_on(load_config(&DirFiles::new(dir))).unwrap();
     let mut asm = Assembler::new(gpu, &cfg, LoadOptions::with_dtype(dtype));
     let files = torch_files(dir);
@@ -62,7 +62,7 @@ fn assembler(gpu: &Arc<Gpu>, dir: &Path, dtype: WeightDType) -> Assembler {
 }
 
 /// Ranged reads through [`load_torch_source`].
-fn load_ranged(gpu: &Arc<Gpu>, dir: &Path, dtype: WeightDType) -> Result<Weights, Error> {
+fn load_ranged(gpu: &Arc<Device>, dir: &Path, dtype: WeightDType) -> Result<Weights, Error> {
     let mut asm = assembler(gpu, dir, dtype);
     for (file, names) in torch_files(dir) {
         let mut src = FileSource::open(&dir.join(&file))?;
@@ -73,7 +73,13 @@ fn load_ranged(gpu: &Arc<Gpu>, dir: &Path, dtype: WeightDType) -> Result<Weights
 }
 
 /// Pushed in random chunks of 1..=max bytes through [`TorchStreamLoader`].
-fn load_streamed(gpu: &Arc<Gpu>, dir: &Path, dtype: WeightDType, seed: u64, max: u64) -> Weights {
+fn load_streamed(
+    gpu: &Arc<Device>,
+    dir: &Path,
+    dtype: WeightDType,
+    seed: u64,
+    max: u64,
+) -> Weights {
     let mut asm = assembler(gpu, dir, dtype);
     let mut rng = Rng::new(seed);
     for (file, names) in torch_files(dir) {
@@ -136,7 +142,7 @@ fn patched(pt: &str, from: &[u8], to: &[u8]) -> Vec<u8> {
     [&b[..at], to, &b[at + from.len()..]].concat()
 }
 
-fn load_bytes(gpu: &Arc<Gpu>, pt: &str, bytes: Vec<u8>) -> Result<(), Error> {
+fn load_bytes(gpu: &Arc<Device>, pt: &str, bytes: Vec<u8>) -> Result<(), Error> {
     let dir = model_dir(pt);
     let mut asm = assembler(gpu, &dir, WeightDType::Fp32);
     let mut src = MemSource::new("pytorch_model.bin", bytes);

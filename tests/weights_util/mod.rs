@@ -149,7 +149,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use florence2_wasm::gpu::readback::to_f32_blocking;
-use florence2_wasm::gpu::Gpu;
+use florence2_wasm::gpu::Device;
 use florence2_wasm::weights::{load_files, LoadOptions, MemFiles, Weights};
 
 /// A config whose names are exactly those of the reference original->HF mapping (2 stages of depth 1,
@@ -345,7 +345,7 @@ pub fn mem_model(config: &serde_json::Value, files: &[(&str, Vec<u8>)]) -> MemFi
 }
 
 pub fn load_mem(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     files: &MemFiles,
 ) -> florence2_wasm::Result<(florence2_wasm::config::Florence2Config, Weights)> {
     pollster::block_on(load_files(
@@ -356,7 +356,7 @@ pub fn load_mem(
 }
 
 /// Read every tensor back.
-pub fn readback_all(gpu: &Arc<Gpu>, w: &Weights) -> BTreeMap<String, Vec<f32>> {
+pub fn readback_all(gpu: &Arc<Device>, w: &Weights) -> BTreeMap<String, Vec<f32>> {
     w.names()
         .map(|n| {
             (
@@ -400,7 +400,7 @@ pub fn stream(
 /// variant streams to exactly the ranged loader's tensors, which equal the canonical values rounded to
 /// the source dtype.
 pub fn check_any_chunking(
-    gpu: &std::sync::Arc<Gpu>,
+    gpu: &std::sync::Arc<Device>,
     cfg_json: &serde_json::Value,
     variant: Variant,
     dt: Dt,

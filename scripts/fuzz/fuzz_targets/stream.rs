@@ -16,7 +16,7 @@ mod common;
 
 use std::sync::{Arc, OnceLock};
 
-use florence2_wasm::gpu::{Gpu, GpuOptions};
+use florence2_wasm::gpu::{Device, DeviceOptions};
 use florence2_wasm::config::Florence2Config;
 use florence2_wasm::weights::{Assembler, LoadOptions, StreamLoader, WeightDType};
 use libfuzzer_sys::fuzz_target;
@@ -34,7 +34,7 @@ pub const QUANTIZED: [&str; 3] = [
 
 struct Setup {
     /// [the GPU, the CPU backend]
-    devices: [Arc<Gpu>; 2],
+    devices: [Arc<Device>; 2],
     /// The tiny config, and the same with q8 / q4 `quantization` entries.
     cfgs: [Florence2Config; 3],
 }
@@ -42,7 +42,7 @@ struct Setup {
 fn setup() -> &'static Setup {
     static S: OnceLock<Setup> = OnceLock::new();
     S.get_or_init(|| {
-        let gpu = pollster::block_on(Gpu::new(GpuOptions::default())).expect("a GPU adapter");
+        let gpu = pollster::block_on(Device::new(DeviceOptions::default())).expect("a GPU adapter");
         let text = include_str!("../tiny_config.json");
         let plain = Florence2Config::from_json_str(text).expect("the tiny config parses");
         let quantized = |bits: u32| {
@@ -52,7 +52,7 @@ fn setup() -> &'static Setup {
             Florence2Config::from_json(&v).expect("the quantized tiny config parses")
         };
         Setup {
-            devices: [gpu, Gpu::cpu(1)],
+            devices: [gpu, Device::cpu(1)],
             cfgs: [plain, quantized(8), quantized(4)],
         }
     })

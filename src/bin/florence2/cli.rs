@@ -249,7 +249,7 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 }
 
 /// `--device`: auto, gpu (or webgpu) or cpu.
-pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::Device, String> {
+pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::DeviceChoice, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 

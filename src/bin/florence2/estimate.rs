@@ -9,8 +9,8 @@ use clap::Args;
 use florence2_wasm::estimate::{
     choose_dtype, device_limits, fits, DTypeRequest, EstimateOptions, ModelFacts,
 };
-use florence2_wasm::gpu::GpuOptions;
-use florence2_wasm::pipeline::{open_device, Device};
+use florence2_wasm::gpu::DeviceOptions;
+use florence2_wasm::pipeline::{open_device, DeviceChoice};
 use florence2_wasm::weights::DirFiles;
 use serde_json::json;
 
@@ -26,7 +26,7 @@ pub struct EstimateArgs {
     dtype: DTypeRequest,
     /// The device whose limits and class the estimate is judged against (as for `run`)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
-    device: Device,
+    device: DeviceChoice,
     /// New tokens a request may generate [default: 1024, capped by the position table]
     #[arg(long, value_name = "N")]
     max_new_tokens: Option<usize>,
@@ -37,7 +37,7 @@ pub struct EstimateArgs {
 
 pub fn estimate_cmd(a: EstimateArgs) -> Result<(), Failure> {
     let dir = super::model_dir(&a.model)?;
-    let gpu = pollster::block_on(open_device(a.device, GpuOptions::default()))?;
+    let gpu = pollster::block_on(open_device(a.device, DeviceOptions::default()))?;
     let facts = pollster::block_on(ModelFacts::read(&DirFiles::new(&dir)))?;
     let opts = EstimateOptions {
         max_new_tokens: a.max_new_tokens,

@@ -9,10 +9,10 @@ use clap::Args;
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
-use florence2_wasm::gpu::{profile, Gpu};
+use florence2_wasm::gpu::{profile, Device};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
 use florence2_wasm::pipeline::{
-    open, Callbacks, Device, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
+    open, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
     TaskOptions, TaskOutput,
 };
 use florence2_wasm::processor::prompt::parse_task_prompt;
@@ -100,7 +100,7 @@ pub struct RunArgs {
     /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
-    pub(super) device: Device,
+    pub(super) device: DeviceChoice,
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
@@ -167,7 +167,7 @@ fn own_marker_candidate(p: &str) -> bool {
 
 /// A loaded, tuned model with every prompt checked against it.
 pub(super) struct Loaded {
-    pub gpu: Arc<Gpu>,
+    pub gpu: Arc<Device>,
     pub pipeline: Pipeline,
     /// Opening the GPU, loading and tuning, in ms.
     pub load_ms: f64,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::Args;
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
-use florence2_wasm::pipeline::{open, Device, OpenOptions, Opened};
+use florence2_wasm::pipeline::{open, DeviceChoice, OpenOptions, Opened};
 use florence2_wasm::weights::DirFiles;
 
 use super::Failure;
@@ -36,7 +36,7 @@ pub struct TuneArgs {
     /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
-    device: Device,
+    device: DeviceChoice,
     /// Resident weight format the shapes are tuned with (the default is `run`'s, so a plain `tune`
     /// pre-warms a plain `run`; auto: the best that fits)
     #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]

@@ -12,13 +12,13 @@ use super::timing::{SampleTimer, BAN_FACTOR};
 use super::{CacheLocation, Timer, TuneCase, TuneOptions, Tuning};
 use crate::error::Result;
 use crate::gpu::registry::{format_from_name, ShapeClass};
-use crate::gpu::{DType, Gpu};
+use crate::gpu::{DType, Device};
 
 /// Tune the (case, cost) `cases` on `gpu` as `opts` says (see the module docs) and install the
 /// choices. Cases of one class are timed once, at the largest call, their costs summed. With
 /// [`Tuning::Off`] the choice table is cleared (static choices) and nothing is timed or cached.
 pub async fn tune_cases(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     cases: &[(&dyn TuneCase, f64)],
     opts: &TuneOptions,
     cache: &CacheLocation,
@@ -157,7 +157,7 @@ type Resume = Option<(&'static str, Vec<&'static str>)>;
 
 /// One tuning run's state.
 struct Run<'a> {
-    gpu: &'a Arc<Gpu>,
+    gpu: &'a Arc<Device>,
     mode: Tuning,
     clock: Arc<dyn Clock>,
     timer: SampleTimer,

@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gpu::registry::{LinearShape, ShapeClass};
-use crate::gpu::{Caps, Gpu, Recorder};
+use crate::gpu::{Caps, Device, Recorder};
 
 pub use clock::{Clock, WallClock};
 pub use engine::tune_cases;
@@ -202,7 +202,7 @@ pub trait TuneCase {
     /// largest call).
     fn flops(&self) -> f64;
     /// Allocate zero-filled operands on `gpu`; the returned function records one call of a variant.
-    fn prepare(&self, gpu: &Arc<Gpu>) -> Result<CaseRunner>;
+    fn prepare(&self, gpu: &Arc<Device>) -> Result<CaseRunner>;
     /// The smaller shape timed in `auto` (fewer query rows or windows, whose cost per row or window is
     /// flat once the grid fills the device), or `None` to time the full shape. Not asked of a
     /// [`Resizable`] case, which the tuner sizes itself.
@@ -234,7 +234,7 @@ pub type CaseRunner = Box<dyn Fn(&mut Recorder, &'static str) -> Result<()>>;
 
 /// Tune `shapes` on `gpu` without a time budget, each weighted by its own cost (see [`tune_budgeted`]).
 pub async fn tune(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     shapes: &[LinearShape],
     mode: Tuning,
     cache: &CacheLocation,
@@ -245,7 +245,7 @@ pub async fn tune(
 /// [`tune`] with the calls of other ops (attention, window attention) in the same cache file and
 /// report; no time budget.
 pub async fn tune_with(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     shapes: &[LinearShape],
     cases: &[&dyn TuneCase],
     mode: Tuning,
@@ -259,7 +259,7 @@ pub async fn tune_with(
 /// Tune the (linear shape, cost) `work` and the (case, cost) `cases` on `gpu` as `opts` says (see the
 /// module docs and [`tune_cases`]).
 pub async fn tune_budgeted(
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     work: &[(LinearShape, f64)],
     cases: &[(&dyn TuneCase, f64)],
     opts: &TuneOptions,

@@ -8,7 +8,7 @@ use super::CaseRunner;
 #[cfg(target_arch = "wasm32")]
 use crate::error::Error;
 use crate::error::Result;
-use crate::gpu::{Gpu, Recorder};
+use crate::gpu::{Device, Recorder};
 
 /// `auto`: a probe call of the fastest candidate lasts about this long (ms)...
 pub const PROBE_CALL_MS: f64 = 2.0;
@@ -94,7 +94,7 @@ impl Bench {
 
 /// Takes samples: GPU timestamps or wall time; counts them.
 pub(super) struct SampleTimer {
-    pub(super) gpu: Arc<Gpu>,
+    pub(super) gpu: Arc<Device>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) gpu_time: bool,
     pub(super) samples: usize,
@@ -193,7 +193,7 @@ impl SampleTimer {
 }
 
 /// Wait until the queue has finished all submitted work.
-async fn finish(gpu: &Gpu) -> Result<()> {
+async fn finish(gpu: &Device) -> Result<()> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         gpu.wait_idle()
@@ -212,7 +212,7 @@ async fn finish(gpu: &Gpu) -> Result<()> {
 
 impl SampleTimer {
     /// A timer on `gpu`: GPU timestamps when `gpu_time`, else wall time on `clock`.
-    pub(super) fn new(gpu: &Arc<Gpu>, clock: Arc<dyn Clock>, gpu_time: bool) -> Self {
+    pub(super) fn new(gpu: &Arc<Device>, clock: Arc<dyn Clock>, gpu_time: bool) -> Self {
         SampleTimer {
             gpu: gpu.clone(),
             clock,

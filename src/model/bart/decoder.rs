@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Plan, Recorder, Tensor};
+use crate::gpu::{DType, Device, Plan, Recorder, Tensor};
 use crate::model::bart::encoder::POS_OFFSET;
 use crate::model::bart::{ffn_act, Attention};
 use crate::model::layers::{Embedding, LayerNorm, Linear};
@@ -88,7 +88,7 @@ pub const REORDER_CHUNK_ROWS: usize = 64;
 /// Everything one generation needs on the GPU, allocated once: the self-attention caches, the
 /// cross-attention K/V, the per-step scratch buffers and the logits.
 pub struct DecoderState {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     /// Unique for the process's lifetime: what a recorded batched step ([`DecodeBatch`]) is keyed by.
     ///
     /// [`DecodeBatch`]: crate::pipeline::DecodeBatch
@@ -380,7 +380,7 @@ impl Decoder {
     /// positions (<= max_position_embeddings).
     pub fn new_state(
         &self,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cross: &CrossKv,
         batch: usize,
         max_len: usize,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Pending, Plan, Recorder, Staging, Tensor};
+use crate::gpu::{staging_buffer, DType, Device, Pending, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::job::{Begin, DecodeJob};
 use crate::model::generate::processors::{argmax_allowed, pick, NextToken, Processors};
@@ -17,7 +17,7 @@ use crate::ops;
 /// at `max_length`. `cancel` is polled before every step.
 pub async fn greedy(
     decoder: &Decoder,
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     cross: &CrossKv,
     opts: &GenerateOptions,
     cancel: &dyn Fn() -> bool,
@@ -28,7 +28,7 @@ pub async fn greedy(
 /// [`greedy`], calling `on_token` with each token as it is appended (the start token excluded).
 pub async fn greedy_observed(
     decoder: &Decoder,
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     cross: &CrossKv,
     opts: &GenerateOptions,
     cancel: &dyn Fn() -> bool,
@@ -57,7 +57,7 @@ impl GreedyJob {
     /// Allocate the caches for `opts` (nothing when `max_length` leaves no step).
     pub fn new(
         decoder: &Decoder,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cross: &CrossKv,
         opts: &GenerateOptions,
     ) -> Result<Self> {
@@ -173,7 +173,7 @@ enum Picked {
 /// The next greedy token from a step's logits under the processors' rule, with the device buffers,
 /// readback staging and recorded plans allocated once: nothing is allocated on the GPU per token.
 struct Picker {
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     vocab: usize,
     ids: Tensor,     // (1)
     tk_vals: Tensor, // (1, TOPK_MAX)
@@ -187,7 +187,7 @@ struct Picker {
 }
 
 impl Picker {
-    fn new(gpu: &Arc<Gpu>, vocab: usize) -> Result<Self> {
+    fn new(gpu: &Arc<Device>, vocab: usize) -> Result<Self> {
         let ids = Tensor::zeros(gpu, &[1], DType::U32, "greedy.argmax")?;
         let tk_vals = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::F32, "greedy.topk.vals")?;
         let tk_ids = Tensor::zeros(gpu, &[1, TOPK_MAX], DType::U32, "greedy.topk.ids")?;

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Recorder};
+use crate::gpu::{Device, Recorder};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::beam::BeamJob;
 use crate::model::generate::greedy::GreedyJob;
@@ -36,7 +36,7 @@ impl<'a> DecodeJob<'a> {
     /// A job for `opts` (greedy with one beam, else beam search); the caches are allocated here.
     pub fn new(
         decoder: &'a Decoder,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cross: &CrossKv,
         opts: &GenerateOptions,
     ) -> Result<Self> {
@@ -135,7 +135,7 @@ impl<'a> DecodeJob<'a> {
     pub async fn run_alone(
         mut self,
         decoder: &Decoder,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cancel: &dyn Fn() -> bool,
         on_token: &dyn Fn(u32),
     ) -> Result<Vec<u32>> {

@@ -287,7 +287,7 @@ impl<'a> Observer<'a> {
 /// with the decoder start token first.
 pub async fn generate(
     decoder: &crate::model::bart::Decoder,
-    gpu: &std::sync::Arc<crate::gpu::Gpu>,
+    gpu: &std::sync::Arc<crate::gpu::Device>,
     cross: &crate::model::bart::CrossKv,
     opts: &GenerateOptions,
     obs: Observer<'_>,

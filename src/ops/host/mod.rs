@@ -1,5 +1,5 @@
 //! The CPU backend's side of every launcher: when the recorder's device is the host
-//! ([`crate::gpu::Gpu::cpu`]), a launcher checks its operands as usual and then calls the function of
+//! ([`crate::gpu::Device::cpu`]), a launcher checks its operands as usual and then calls the function of
 //! the same name here, which runs the `crate::cpu` kernel on the tensors' host memory at once (through
 //! [`crate::gpu::host::HostAccess`]). Same definitions, same layouts, same f32 arithmetic as the WGSL
 //! kernels; the model above the launchers does not know which backend it runs on.

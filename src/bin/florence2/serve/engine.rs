@@ -9,7 +9,7 @@ use image::RgbImage;
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::{RowStatus, TuneOptions, Tuning};
 use florence2_wasm::pipeline::{
-    open, Device, EncodedImage, Image, OpenOptions, Opened, Pipeline, PrepareItem, Prepared,
+    open, DeviceChoice, EncodedImage, Image, OpenOptions, Opened, Pipeline, PrepareItem, Prepared,
     TaskOptions, TaskOutput,
 };
 use florence2_wasm::postprocess::post_process_generation;
@@ -76,7 +76,7 @@ impl Engine {
         dir: &Path,
         dtype: DTypeRequest,
         tuning: Tuning,
-        device: Device,
+        device: DeviceChoice,
     ) -> std::result::Result<Engine, String> {
         let load = || -> Result<Engine> {
             let opts = OpenOptions {

@@ -40,7 +40,7 @@ use tokio::sync::Semaphore;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::Device;
+use florence2_wasm::pipeline::DeviceChoice;
 use florence2_wasm::processor::image::ImageLimits;
 
 use metrics::Metrics;
@@ -66,7 +66,7 @@ pub struct ServeArgs {
     /// Device: auto (a hardware GPU, else the CPU backend, also when the only adapter is a software
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = crate::cli::parse_device)]
-    device: Device,
+    device: DeviceChoice,
     /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -154,7 +154,7 @@ struct ServeOptions {
     model: PathBuf,
     dtype: DTypeRequest,
     tuning: Tuning,
-    device: Device,
+    device: DeviceChoice,
     addr: SocketAddr,
     model_id: String,
     max_queue: usize,

@@ -26,7 +26,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, Device, Prepared};
+use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, DeviceChoice, Prepared};
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
 use super::engine::{Answer, Engine, ModelInfo, Request, TextStream};
@@ -144,7 +144,7 @@ fn injected_oom(shared: &Shared) -> bool {
 /// The worker thread: load, report, then serve jobs until the channel closes.
 pub fn run(
     dir: PathBuf,
-    (dtype, tuning, device): (DTypeRequest, Tuning, Device),
+    (dtype, tuning, device): (DTypeRequest, Tuning, DeviceChoice),
     max_batch: usize,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::{Decoder, DecoderState, STEP_CACHE_ROW, STEP_POS_ROW};
 use crate::error::{Error, Result};
-use crate::gpu::{DType, Gpu, Recorder, Tensor};
+use crate::gpu::{DType, Device, Recorder, Tensor};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
@@ -88,7 +88,7 @@ fn copy_rows(
 
 impl Decoder {
     /// Scratch for batched steps of up to `rows` rows in all.
-    pub fn batch_scratch(&self, gpu: &Arc<Gpu>, rows: usize) -> Result<BatchScratch> {
+    pub fn batch_scratch(&self, gpu: &Arc<Device>, rows: usize) -> Result<BatchScratch> {
         let rows = rows.max(1);
         let (d, f, v) = (self.d, self.ffn, self.vocab);
         let z = |shape: &[usize], label: &str| Tensor::zeros(gpu, shape, DType::F32, label);

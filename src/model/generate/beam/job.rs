@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::{BeamConfig, BeamPicked, BeamSearch, GpuSource, StepPlan};
 use crate::error::{Error, Result};
-use crate::gpu::{Gpu, Recorder};
+use crate::gpu::{Device, Recorder};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::job::DecodeJob;
 use crate::model::generate::GenerateOptions;
@@ -21,7 +21,7 @@ pub struct BeamJob<'a> {
 impl<'a> BeamJob<'a> {
     pub fn new(
         decoder: &'a Decoder,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cross: &CrossKv,
         opts: &GenerateOptions,
     ) -> Result<Self> {
@@ -108,7 +108,7 @@ fn out_of_order() -> Error {
 /// beams). Returns the best hypothesis with the start token first, as the reference's `generate`.
 pub async fn beam_search(
     decoder: &Decoder,
-    gpu: &Arc<Gpu>,
+    gpu: &Arc<Device>,
     cross: &CrossKv,
     opts: &GenerateOptions,
     cancel: &dyn Fn() -> bool,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{StepInputs, StepSource};
 use crate::error::{Error, Result};
-use crate::gpu::{staging_buffer, DType, Gpu, Pending, Plan, Recorder, Staging, Tensor};
+use crate::gpu::{staging_buffer, DType, Device, Pending, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::TOPK_MAX;
 use crate::ops;
@@ -13,7 +13,7 @@ use crate::ops;
 /// The GPU step source: one decoder step for all beams per submit, log-softmax + top-k on the GPU.
 pub struct GpuSource<'a> {
     decoder: &'a Decoder,
-    gpu: Arc<Gpu>,
+    gpu: Arc<Device>,
     state: DecoderState,
     logp: Tensor,
     tk_vals: Tensor,
@@ -35,7 +35,7 @@ impl<'a> GpuSource<'a> {
     /// Allocate everything for `beams` rows and `max_length` (decoder positions 0..max_length-1).
     pub fn new(
         decoder: &'a Decoder,
-        gpu: &Arc<Gpu>,
+        gpu: &Arc<Device>,
         cross: &CrossKv,
         beams: usize,
         max_length: usize,
