@@ -438,9 +438,7 @@ async fn open_pipeline(
             log::info!("device auto: {}", decision.reason);
             match decision.backend {
                 Backend::Cpu => cpu_device(),
-                Backend::Gpu => {
-                    open_device(DeviceChoice::Auto, DeviceOptions::default()).await?
-                }
+                Backend::Gpu => open_device(DeviceChoice::Auto, DeviceOptions::default()).await?,
             }
         }
         DeviceChoice::Auto => open_device(DeviceChoice::Auto, DeviceOptions::default()).await?,

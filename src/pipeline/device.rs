@@ -163,18 +163,8 @@ mod tests {
                 Backend::Cpu,
                 "no GPU adapter (no adapter)",
             ),
-            (
-                DeviceChoice::Gpu,
-                &hw,
-                Backend::Gpu,
-                "device gpu asked for",
-            ),
-            (
-                DeviceChoice::Gpu,
-                &sw,
-                Backend::Gpu,
-                "device gpu asked for",
-            ),
+            (DeviceChoice::Gpu, &hw, Backend::Gpu, "device gpu asked for"),
+            (DeviceChoice::Gpu, &sw, Backend::Gpu, "device gpu asked for"),
             (
                 DeviceChoice::Gpu,
                 &none,

@@ -662,6 +662,11 @@ mod tests {
         serde_json::to_vec(&v).unwrap()
     }
 
+    /// `parse_chat_request` with the default limits, no custom tasks and the served id.
+    fn parse_with_defaults(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
+        parse_chat_request(bytes, &limits(), &CustomTasks::new(), &served())
+    }
+
     #[test]
     fn a_plain_text_prompt_runs_the_default_task() {
         let parse = |text: &str, task: Task| {
@@ -724,13 +729,7 @@ mod tests {
 
     #[test]
     fn parses_a_valid_request() {
-        let r = parse_chat_request(
-            &body("<OD>", &png_url()),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap();
+        let r = parse_with_defaults(&body("<OD>", &png_url())).unwrap();
         assert_eq!(r.prompt.marker(), "<OD>");
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
         assert!(!r.stream);
@@ -740,35 +739,17 @@ mod tests {
     fn image_size_is_checked_from_the_base64_length() {
         // 200 bytes of payload decode to 150 > 100: refused before decoding (the payload is not even base64).
         let url = format!("data:image/png;base64,{}", "!".repeat(200));
-        let e = parse_chat_request(
-            &body("<OD>", &url),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<OD>", &url)).unwrap_err();
         assert_eq!(e.code, "image_too_large", "{}", e.message);
     }
 
     #[test]
     fn declared_type_must_match_the_bytes() {
         let url = png_url().replace("image/png", "image/jpeg");
-        let e = parse_chat_request(
-            &body("<OD>", &url),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<OD>", &url)).unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
         let url = png_url().replace("image/png", "image/gif");
-        let e = parse_chat_request(
-            &body("<OD>", &url),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<OD>", &url)).unwrap_err();
         assert_eq!(e.code, "invalid_image_type");
     }
 
@@ -777,13 +758,7 @@ mod tests {
         let url = png_url();
         let (head, payload) = url.split_once(',').unwrap();
         let wrapped = format!("{head},{}\n{}", &payload[..8], &payload[8..]);
-        let r = parse_chat_request(
-            &body("<OD>", &wrapped),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap();
+        let r = parse_with_defaults(&body("<OD>", &wrapped)).unwrap();
         assert!(matches!(r.image, ImageSource::Inline(ref b) if b.len() == 18));
     }
 
@@ -799,13 +774,7 @@ mod tests {
         ] {
             let mut b: Value = serde_json::from_slice(&body("<OD>", &png_url())).unwrap();
             b[k] = v;
-            let e = parse_chat_request(
-                &serde_json::to_vec(&b).unwrap(),
-                &limits(),
-                &CustomTasks::new(),
-                &served(),
-            )
-            .unwrap_err();
+            let e = parse_with_defaults(&serde_json::to_vec(&b).unwrap()).unwrap_err();
             assert_eq!(e.code, "unsupported_parameter", "{k}");
             assert_eq!(e.param.as_deref(), Some(k));
         }
@@ -826,22 +795,10 @@ mod tests {
     #[test]
     fn remote_and_file_urls_are_refused() {
         for url in ["http://x/a.png", "https://x/a.png"] {
-            let e = parse_chat_request(
-                &body("<OD>", url),
-                &limits(),
-                &CustomTasks::new(),
-                &served(),
-            )
-            .unwrap_err();
+            let e = parse_with_defaults(&body("<OD>", url)).unwrap_err();
             assert_eq!(e.code, "remote_image_refused");
         }
-        let e = parse_chat_request(
-            &body("<OD>", "file:///etc/passwd"),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<OD>", "file:///etc/passwd")).unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
         let allow = RequestLimits {
             allow_remote_images: true,
@@ -867,21 +824,13 @@ mod tests {
 
     #[test]
     fn prompt_errors_are_the_library_rules() {
-        let e = parse_chat_request(
-            &body("<NOPE>", &png_url()),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<NOPE>", &png_url())).unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
         assert!(e.message.contains("<CAPTION>"), "{}", e.message);
-        let e = parse_chat_request(
-            &body("<REGION_TO_CATEGORY><loc_1><loc_2><loc_3>", &png_url()),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
+        let e = parse_with_defaults(&body(
+            "<REGION_TO_CATEGORY><loc_1><loc_2><loc_3>",
+            &png_url(),
+        ))
         .unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
     }
@@ -898,13 +847,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.prompt.marker(), "<GENERATE_TAGS>");
-        let e = parse_chat_request(
-            &body("<GENERATE_TAGS>", &png_url()),
-            &limits(),
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_with_defaults(&body("<GENERATE_TAGS>", &png_url())).unwrap_err();
         assert_eq!(e.code, "invalid_prompt");
         let e = parse_chat_request(&body("<OTHER>", &png_url()), &limits(), &tasks, &served())
             .unwrap_err();
@@ -923,25 +866,13 @@ mod tests {
         ] {
             let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
             let url = format!("data:{media};base64,{b64}");
-            let r = parse_chat_request(
-                &body("<OD>", &url),
-                &limits(),
-                &CustomTasks::new(),
-                &served(),
-            )
-            .unwrap();
+            let r = parse_with_defaults(&body("<OD>", &url)).unwrap();
             assert!(
                 matches!(r.image, ImageSource::Inline(ref b) if b == bytes),
                 "{media}"
             );
             let url = format!("data:image/png;base64,{b64}");
-            let e = parse_chat_request(
-                &body("<OD>", &url),
-                &limits(),
-                &CustomTasks::new(),
-                &served(),
-            )
-            .unwrap_err();
+            let e = parse_with_defaults(&body("<OD>", &url)).unwrap_err();
             assert_eq!(e.code, "invalid_image_type", "{media}");
         }
     }
