@@ -108,9 +108,19 @@ fn concurrent_requests_get_their_one_at_a_time_answers() {
         answers
     };
 
-    let server = Server::start(DEMO, &["--max-batch", "8"], &[]);
+    let dir = std::env::temp_dir().join(format!("florence2-serve-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hold = dir.join("hold");
+    let server = Server::start(
+        DEMO,
+        &["--max-batch", "8"],
+        &[("FLORENCE2_SERVE_HOLD_FILE", hold.to_str().unwrap())],
+    );
     server.wait_ready();
-    // All requests at once: they queue, and join the running batch between decode steps.
+    // All requests at once: they queue, and join the running batch between decode steps. The worker
+    // is held at its first request until the other 11 are queued, so that the batch forms however
+    // slowly a busy machine sends and decodes them (an event, not a race with the worker).
+    std::fs::write(&hold, "").unwrap();
     let sockets: Vec<_> = reqs
         .iter()
         .map(|r| {
@@ -123,6 +133,8 @@ fn concurrent_requests_get_their_one_at_a_time_answers() {
             )
         })
         .collect();
+    server.wait_metric("florence2_queue_depth", (reqs.len() - 1) as f64);
+    std::fs::remove_file(&hold).unwrap();
     for ((r, s), want) in reqs.iter().zip(sockets).zip(&alone) {
         let got = answer_of(&read_response(s).unwrap(), streamed(r));
         assert_eq!(&got, want, "{} {}", r.0, r.2);
@@ -140,5 +152,10 @@ fn concurrent_requests_get_their_one_at_a_time_answers() {
         metric(&text, "florence2_requests_total{outcome=\"ok\"}"),
         12.0
     );
-    assert_eq!(metric(&text, "florence2_running"), 0.0);
+    // The last answer reaches its client just before the worker lowers the gauge.
+    assert!(
+        poll_until(|| server.metric("florence2_running") == 0.0),
+        "a request still running after every answer"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
