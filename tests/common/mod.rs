@@ -113,3 +113,18 @@ pub fn assert_shape_err(res: florence2_wasm::Result<()>, op: &str) {
         other => panic!("{op}: expected Error::Shape, got {other:?}"),
     }
 }
+
+/// `sh -c script` in a private mount namespace (`unshare --mount`; as root, else also in a user
+/// namespace mapped to root), where a test can mount a small tmpfs that nothing outside it sees.
+pub fn in_mount_namespace(script: &str) -> std::process::Command {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    let mut un = std::process::Command::new("unshare");
+    if !root {
+        un.args(["--user", "--map-root-user"]);
+    }
+    un.args(["--mount", "sh", "-c", script]);
+    un
+}

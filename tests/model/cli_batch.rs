@@ -219,15 +219,9 @@ fn resume_continues_a_cut_off_run() {
     );
 }
 
-/// `kill -9` at seeded random points of a batch (mid-line or between lines, wherever the output file
-/// has grown past a seeded byte count), then `--resume`: in the end every (image, task) pair is answered
-/// exactly once, every line is whole JSON, and the answers equal an uninterrupted run's.
-#[test]
-fn kill_9_at_random_points_then_resume_answers_each_pair_once() {
-    let d = scratch("kill9");
-    let out = d.join("out.jsonl");
-    let out_s = out.display().to_string();
-    // 12 images (4 fixtures, 3 copies each under their own names): 24 answers.
+/// 12 images in `d` (the 4 fixtures, 3 copies each under their own names: 24 answers for [`TASKS`])
+/// and the `--images-from` list naming them; returns the list's path.
+fn twelve_images(d: &Path) -> String {
     let mut paths = Vec::new();
     for copy in 0..3 {
         for name in ["scene.png", "grey.png", "scene.jpg", "rgba.png"] {
@@ -238,7 +232,18 @@ fn kill_9_at_random_points_then_resume_answers_each_pair_once() {
     }
     let list = d.join("list.txt");
     std::fs::write(&list, paths.join("\n") + "\n").unwrap();
-    let list_s = list.display().to_string();
+    list.display().to_string()
+}
+
+/// `kill -9` at seeded random points of a batch (mid-line or between lines, wherever the output file
+/// has grown past a seeded byte count), then `--resume`: in the end every (image, task) pair is answered
+/// exactly once, every line is whole JSON, and the answers equal an uninterrupted run's.
+#[test]
+fn kill_9_at_random_points_then_resume_answers_each_pair_once() {
+    let d = scratch("kill9");
+    let out = d.join("out.jsonl");
+    let out_s = out.display().to_string();
+    let list_s = twelve_images(&d);
     let args = ["--images-from", list_s.as_str(), "--output", out_s.as_str()];
     let full = run(&TASKS, &args, "");
     assert!(full.status.success(), "{}", stderr(&full));
@@ -312,18 +317,7 @@ fn a_full_disk_is_a_named_error_and_resume_completes() {
     let d = scratch("full_disk");
     let small = d.join("small");
     std::fs::create_dir_all(&small).unwrap();
-    let names = ["scene.png", "grey.png", "scene.jpg", "rgba.png"];
-    let paths: Vec<String> = (0..3)
-        .flat_map(|c| names.iter().map(move |n| (c, n)))
-        .map(|(c, n)| {
-            let p = d.join(format!("{c}-{n}"));
-            std::fs::copy(image(n), &p).unwrap();
-            p.display().to_string()
-        })
-        .collect();
-    let list = d.join("list.txt");
-    std::fs::write(&list, paths.join("\n") + "\n").unwrap();
-    let list_s = list.display().to_string();
+    let list_s = twelve_images(&d);
     let full_out = d.join("full.jsonl").display().to_string();
     let full = run(
         &TASKS,
@@ -355,19 +349,8 @@ fn a_full_disk_is_a_named_error_and_resume_completes() {
         }
     }
     script += "; rc=$?; cp \"$SMALL/out.jsonl\" \"$OUT\"; exit $rc";
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .unwrap()
-        .stdout
-        == b"0\n";
-    let mut un = Command::new("unshare");
-    if !root {
-        un.args(["--user", "--map-root-user"]);
-    }
     let cut = d.join("cut.jsonl");
-    let o = un
-        .args(["--mount", "sh", "-c", &script])
+    let o = common::in_mount_namespace(&script)
         .env("SMALL", &small)
         .env("OUT", &cut)
         .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))

@@ -661,18 +661,7 @@ fn a_full_disk_leaves_the_tuning_cache_intact_and_tune_fails() {
          ls -a \"$XDG_CACHE_HOME/florence2-wasm\" >\"$OUT/ls\"
          exit $rc"
     );
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .unwrap()
-        .stdout
-        == b"0\n";
-    let mut un = std::process::Command::new("unshare");
-    if !root {
-        un.args(["--user", "--map-root-user"]);
-    }
-    let o = un
-        .args(["--mount", "sh", "-c", &script])
+    let o = common::in_mount_namespace(&script)
         .env("XDG_CACHE_HOME", &small)
         .env("OUT", &out)
         .env("NODEVICE_SELECT", "1")
