@@ -62,7 +62,8 @@ fs.writeFileSync(f, out + merged);
 # The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
-for f in README.md LICENSE index.js node.js index.d.ts client.js client.d.ts worker.js worker.d.ts support.js; do
+for f in README.md LICENSE index.js node.js node_addon.js image_size.js index.d.ts client.js client.d.ts worker.js \
+  worker.d.ts support.js; do
   cp "scripts/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
@@ -73,9 +74,13 @@ fi
 # package.json: ES module, an exports map (types + default per entry; Node.js takes node.js), side effects
 # declared (index.js adds init-on-first-use to Florence2's statics, node.js makes them read files,
 # worker.js serves requests when imported in a worker). `engines`: the Node.js versions node.js needs.
+# `optionalDependencies`: the native Node addon's platform packages (scripts/npm/node_addon_targets.json,
+# the napi-rs convention), at the package's own version: npm installs the one whose os/cpu/libc fit, and
+# node.js falls back to the wasm when none does.
 node -e '
 const fs = require("fs");
 const p = JSON.parse(fs.readFileSync("pkg/package.json", "utf8"));
+const targets = JSON.parse(fs.readFileSync("scripts/npm/node_addon_targets.json", "utf8")).targets;
 if (p.name !== "florence2-wasm") { console.error("build: package name is " + p.name); process.exit(1); }
 const out = {
   name: p.name,
@@ -96,12 +101,13 @@ const out = {
     "./package.json": "./package.json",
   },
   engines: { node: ">=20" },
+  optionalDependencies: Object.fromEntries(targets.map((t) => [p.name + "-" + t.triple, p.version])),
   files: [
-    "index.js", "node.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
+    "index.js", "node.js", "node_addon.js", "image_size.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],
-  sideEffects: ["./index.js", "./node.js", "./worker.js", "./snippets/*"],
+  sideEffects: ["./index.js", "./node.js", "./node_addon.js", "./worker.js", "./snippets/*"],
 };
 for (const f of out.files) {
   if (!fs.existsSync("pkg/" + f)) { console.error("build: pkg/ lacks " + f); process.exit(1); }

@@ -20,7 +20,11 @@
 # DOM lib; a browser project: DOM lib, bundler resolution, the worker client) must pass `tsc --noEmit`
 # with skipLibCheck off against the installed tarball (typescript and @types/node pinned in
 # scripts/npm/bundlers/package-lock.json).
-# NPM_TESTS="package node loading docs bundlers types" (default: all) picks parts.
+# `tarball`: scripts/npm/node_tarball_test.mjs: the main tarball and the native addon's linux-x64-gnu
+# platform package (scripts/npm/node_addon_build.sh, debug) installed offline into fresh apps: with both, the
+# addon's ids equal the CLI's (every dtype, greedy and beam, memory.engine "native"); with the main tarball
+# only, the same app runs on the wasm and says so.
+# NPM_TESTS="package node tarball loading docs bundlers types" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -34,7 +38,7 @@ tarball=$(cd pkg && npm pack --silent --pack-destination "$scratch" | tail -1)
 echo "packed $tarball ($(du -h "$scratch/$tarball" | cut -f1))"
 mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
-parts=" ${NPM_TESTS:-package node loading docs bundlers types} "
+parts=" ${NPM_TESTS:-package node tarball loading docs bundlers types} "
 if [[ $parts == *" package "* ]]; then
   node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
@@ -48,6 +52,11 @@ fi
 if [[ $parts == *" node "* ]]; then
   cargo build --bin florence2
   node scripts/npm/node_test.mjs "$scratch/app"
+fi
+if [[ $parts == *" tarball "* ]]; then
+  cargo build --bin florence2
+  platform=$(scripts/npm/node_addon_build.sh "$scratch/addon" | tail -1)
+  node scripts/npm/node_tarball_test.mjs "$scratch/$tarball" "$platform"
 fi
 if [[ $parts == *" loading "* ]]; then
   node scripts/npm/loading_test.mjs "$scratch/app"

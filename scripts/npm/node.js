@@ -8,13 +8,20 @@
 //   turns a path into a `file:` URL and passes the wasm a `fetch` that streams `file:` URLs from disk
 //   (404 for a missing file; `HEAD` and `Range` requests served) and hands any other URL to the
 //   caller's `fetch` option or `globalThis.fetch`;
-// - reads an image given as a path or a `file:` URL (`runTask`, `encodeImage`) into bytes.
-// Node has no Cache API: models are read from their source at every load, without an error.
+// - reads an image given as a path or a `file:` URL (`runTask`, `encodeImage`) into bytes;
+// - chooses the engine (`Florence2.load`'s `device`): the native addon (node_addon.js: the platform's
+//   optional package, e.g. `florence2-wasm-linux-x64-gnu`) for "auto", "gpu" and "cpu", the wasm for
+//   "wasm", "webgpu", and for "auto" when no addon fits the platform or the source is one only the wasm's
+//   downloader reads (an http(s) URL, per-file URLs, a `fetch` or `remoteHost` option). "gpu"/"cpu"
+//   without the addon reject with `Florence2LoadError` saying why. Results' `memory.engine` says which
+//   ran ("native" or "wasm"); `isSupported()` adds `addon`, `addonReason` and `wasm`.
+// Node has no Cache API: the wasm reads models from their source at every load, without an error.
 import { open, readFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { isAbsolute, resolve as resolvePath, sep } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { init as baseInit, Florence2 } from "./index.js";
+import { loadAddon, nativeReads, NativeFlorence2 } from "./node_addon.js";
 
 export * from "./index.js";
 
@@ -203,14 +210,63 @@ function wrap(obj, name, make) {
   Object.defineProperty(obj, name, { value: wrapped, writable: true, configurable: true });
 }
 
-// Statics: instantiate from the file first; sources may be paths.
+const DEVICES = ["auto", "gpu", "cpu", "wasm", "webgpu"];
+
+function namedError(name, message) {
+  return Object.assign(new Error(message), { name });
+}
+
+/** "native" or "wasm": the engine `Florence2.load(source, options)` runs on (see the header). */
+function chooseEngine(source, options) {
+  const device = options?.device ?? "auto";
+  if (!DEVICES.includes(device)) {
+    throw namedError("Florence2InputError", `option device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")}`);
+  }
+  if (device === "wasm" || device === "webgpu") return "wasm";
+  const wasmOnly = !nativeReads(source) || typeof options?.fetch === "function" || options?.remoteHost !== undefined;
+  const { addon, reason } = loadAddon();
+  if (device === "auto") return addon && !wasmOnly ? "native" : "wasm";
+  if (!addon) {
+    throw namedError("Florence2LoadError", `device "${device}" runs on the native addon, and none is here: ${reason}; ` +
+      'device "wasm" (or "auto") runs the wasm build');
+  }
+  if (wasmOnly) {
+    throw namedError("Florence2InputError", `device "${device}": the native addon reads a model directory, a file: ` +
+      'URL or a hub id (through the Hugging Face cache), without fetch or remoteHost options; device "wasm" reads this source');
+  }
+  return "native";
+}
+
+/** The wasm's load options: `device: "wasm"` is its own choice of device ("auto": the CPU backend in Node). */
+function wasmOptions(options) {
+  const o = nodeOptions(options);
+  if (o.device === "wasm") delete o.device;
+  return o;
+}
+
+/** A wasm `memory` object with `engine: "wasm"`. */
+const wasmMemory = (m) => ({ ...m, engine: "wasm" });
+
+// Statics: the engine first; the wasm is instantiated from the file; sources may be paths.
 wrap(Florence2, "load", (raw) => async function (source, options) {
+  if (chooseEngine(source, options) === "native") return NativeFlorence2.load(nodeSource(source), options ?? {});
   await init();
-  return raw.call(this, nodeSource(source), nodeOptions(options));
+  return raw.call(this, nodeSource(source), wasmOptions(options));
 });
 wrap(Florence2, "estimate", (raw) => async function (source, options) {
   await init();
-  return raw.call(this, nodeSource(source), nodeOptions(options));
+  const o = nodeOptions(options);
+  if (o.device === "wasm") o.device = "cpu";
+  return raw.call(this, nodeSource(source), o);
+});
+// isSupported: the wasm's answer (WebGPU, the wasm CPU backend) and the native addon's.
+wrap(Florence2, "isSupported", (raw) => async function () {
+  const s = await raw.call(this);
+  const { addon, reason } = loadAddon();
+  return { ...s, addon: addon !== null, addonReason: reason, wasm: true };
+});
+wrap(Florence2.prototype, "memory", (raw) => function () {
+  return wasmMemory(raw.call(this));
 });
 for (const name of ["cacheInfo", "clearCache"]) {
   wrap(Florence2, name, (raw) => async function (source, options) {
@@ -221,11 +277,12 @@ for (const name of ["cacheInfo", "clearCache"]) {
 // Images from paths: the file is read before the call joins the model's queue (other images join it at
 // once, in call order).
 for (const name of ["runTask", "encodeImage"]) {
+  const tag = name === "runTask" ? (out) => ({ ...out, memory: wasmMemory(out.memory) }) : (out) => out;
   wrap(Florence2.prototype, name, (raw) => function (image, ...rest) {
     const path = imagePath(image);
-    if (path === null) return raw.call(this, image, ...rest);
+    if (path === null) return raw.call(this, image, ...rest).then(tag);
     return readFile(path).then(
-      (bytes) => raw.call(this, bytes, ...rest),
+      (bytes) => raw.call(this, bytes, ...rest).then(tag),
       (e) => {
         const err = new Error(`cannot read the image ${path}: ${e.message}`, { cause: e });
         err.name = "Florence2ImageError";

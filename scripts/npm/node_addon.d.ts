@@ -7,6 +7,8 @@ export type NativeDevice = "auto" | "gpu" | "cpu";
 
 export interface NativeLoadOptions {
   device?: NativeDevice;
+  /** Called once with `{status: "ready", ...}` when the model is loaded (the addon reads files itself). */
+  onProgress?: (event: { status: "ready"; name: string; file: string; loaded: number; total: number; progress: number; cached: boolean }) => void;
   /** "auto" (fp16), "fp32", "fp16", "q8" or "q4". */
   dtype?: "auto" | "fp32" | "fp16" | "q8" | "q4";
   signal?: AbortSignal;
@@ -29,8 +31,10 @@ export type NativeImage =
 
 export interface NativeMemory {
   dtype: string;
-  /** Which engine ran: "gpu" (native wgpu) or "cpu" (the native CPU backend). */
+  /** Which device ran: "gpu" (native wgpu) or "cpu" (the native CPU backend). */
   device: "gpu" | "cpu";
+  /** Always "native" (the wasm build's results say "wasm" in Node.js). */
+  engine: "native";
   weightsBytes: number;
   activationsBytes: number;
   currentBytes: number;
@@ -53,11 +57,32 @@ export interface NativeTaskResult {
 export declare const PLATFORM_PACKAGES: Record<string, string>;
 export declare function platformTriple(): string;
 export declare function loadAddon(): { addon: unknown | null; reason: string };
+/** Whether the addon reads `source` itself (a directory path, a `file:` URL or a hub id). */
+export declare function nativeReads(source: unknown): boolean;
+
+/** `encodeImage`'s result: the image read once (each task encodes it again on the native engine). */
+export declare class NativeEncodedImage {
+  private constructor(input: unknown);
+  readonly width: number;
+  readonly height: number;
+  readonly encodingId: number;
+  readonly disposed: boolean;
+  dispose(): void;
+  free(): void;
+  [Symbol.dispose](): void;
+}
 
 export declare class NativeFlorence2 {
   private constructor(model: unknown);
   static load(source: string | URL, options?: NativeLoadOptions): Promise<NativeFlorence2>;
-  runTask(image: NativeImage, task: string, options?: NativeTaskOptions): Promise<NativeTaskResult>;
+  readonly adapterInfo: string;
+  readonly tuningTable: string;
+  readonly disposed: boolean;
+  runTask(image: NativeImage | NativeEncodedImage, task: string, options?: NativeTaskOptions): Promise<NativeTaskResult>;
+  encodeImage(image: NativeImage, options?: { signal?: AbortSignal }): Promise<NativeEncodedImage>;
   memory(): NativeMemory;
+  reload(): Promise<void>;
   dispose(): void;
+  free(): void;
+  [Symbol.dispose](): void;
 }

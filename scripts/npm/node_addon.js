@@ -2,7 +2,9 @@
 // libuv's thread pool, behind the wasm facade's `Florence2` API. The addon ships in per-platform
 // optional packages (the napi-rs convention, e.g. `florence2-wasm-linux-x64-gnu`) resolved here at run
 // time; `FLORENCE2_NODE_ADDON=/path/to/florence2.<platform>.node` overrides the lookup.
+import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { imageSize } from "./image_size.js";
 import { fileURLToPath } from "node:url";
 
 const require = createRequire(import.meta.url);
@@ -40,7 +42,11 @@ export function loadAddon() {
     else if (!pkg) cached = { addon: null, reason: `no native addon is built for ${triple}` };
     else cached = { addon: require(pkg), reason: `native addon ${pkg}` };
   } catch (e) {
-    cached = { addon: null, reason: `${override ?? pkg} could not be loaded (${e.message})` };
+    const missing = e.code === "MODULE_NOT_FOUND" && !override && String(e.message).includes(`'${pkg}'`);
+    const why = missing
+      ? `the optional package ${pkg} is not installed (npm skips it when optional dependencies are omitted)`
+      : `${override ?? pkg} could not be loaded (${String(e.message).split("\n")[0]})`;
+    cached = { addon: null, reason: why };
   }
   return cached;
 }
@@ -77,6 +83,11 @@ function nativeImage(image) {
   if (ArrayBuffer.isView(image)) return Buffer.from(image.buffer, image.byteOffset, image.byteLength);
   if (image && typeof image === "object" && "data" in image) {
     const d = image.data;
+    if (!ArrayBuffer.isView(d)) {
+      const e = new TypeError("image: RGBA data must be a Uint8Array or Uint8ClampedArray");
+      e.name = "Florence2ImageError";
+      throw e;
+    }
     return { data: Buffer.from(d.buffer, d.byteOffset, d.byteLength), width: image.width, height: image.height };
   }
   const e = new TypeError("image: expected a path, a file: URL, bytes or {data, width, height}");
@@ -88,6 +99,40 @@ function nativeImage(image) {
 function nativeSource(source) {
   if (source instanceof URL) return source.href;
   return String(source);
+}
+
+/** Whether the addon reads `source` itself: a directory path, a `file:` URL or a hub id (an http(s)
+ * URL or a per-file source object is the wasm downloader's). */
+export function nativeReads(source) {
+  if (source instanceof URL) return source.protocol === "file:";
+  if (typeof source !== "string") return false;
+  return !/^[a-z][a-z0-9+.-]+:/i.test(source.trim()) || /^file:/i.test(source.trim());
+}
+
+/** A `memory` object of the addon with `engine: "native"`. */
+function tagged(memory) {
+  return { ...memory, engine: "native" };
+}
+
+/** An image the addon reads: http(s) URLs are fetched here first (the addon reads files and bytes). */
+async function fetchedImage(image, signal) {
+  const href = image instanceof URL ? image.href : typeof image === "string" ? image : null;
+  if (href === null || !/^https?:/i.test(href)) return nativeImage(image);
+  let res;
+  try {
+    res = await fetch(href, { signal });
+  } catch (e) {
+    if (signal?.aborted) throw abortError(signal);
+    throw Object.assign(new Error(`cannot fetch the image ${href}: ${e.message}`, { cause: e }), {
+      name: "Florence2ImageError",
+    });
+  }
+  if (!res.ok) {
+    throw Object.assign(new Error(`cannot fetch the image ${href}: HTTP ${res.status}`), {
+      name: "Florence2ImageError",
+    });
+  }
+  return Buffer.from(await res.arrayBuffer());
 }
 
 /** The `Florence2` API on the native engine. */
@@ -110,20 +155,51 @@ export class NativeFlorence2 {
       model.dispose();
       throw abortError(signal);
     }
-    return new NativeFlorence2(model);
+    const loaded = new NativeFlorence2(model);
+    loaded.#info = `${loaded.memory().device === "gpu" ? "native GPU (wgpu)" : "native CPU backend"}, ${reason}`;
+    if (typeof options.onProgress === "function") {
+      const name = nativeSource(source);
+      options.onProgress({ status: "ready", name, file: "", loaded: 0, total: 0, progress: 100, cached: false });
+    }
+    return loaded;
   }
 
-  /** Runs `task` on `image`; `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, signal}`. */
+  #info = "";
+
+  /** The engine and the addon's package, e.g. "native CPU backend, native addon florence2-wasm-linux-x64-gnu". */
+  get adapterInfo() {
+    return this.#info;
+  }
+
+  /** No kernel tuning table on the native engine (the CLI's `florence2 tune` tunes it). */
+  get tuningTable() {
+    return "";
+  }
+
+  /** Whether `dispose()` ran. */
+  get disposed() {
+    return this.#disposed;
+  }
+
+  #disposed = false;
+
+  /** Runs `task` on `image` (also an http(s) URL, fetched here, or an encoding of `encodeImage`);
+   * `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, signal}` (`onToken` is not called: the
+   * native engine answers at the end). */
   async runTask(image, task, options = {}) {
     const { addon } = loadAddon();
-    const { signal, maxNewTokens, numBeams, noRepeatNgramSize } = options;
+    const { signal, maxNewTokens, numBeams, noRepeatNgramSize } = options ?? {};
+    if (signal?.aborted) throw abortError(signal);
+    const input = image instanceof NativeEncodedImage ? image.input() : await fetchedImage(image, signal);
+    // An abort while an http(s) image was fetched (or in the microtask before this) stops here.
     if (signal?.aborted) throw abortError(signal);
     const handle = new addon.CancelHandle();
     const onAbort = () => handle.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       const opts = { maxNewTokens, numBeams, noRepeatNgramSize };
-      return await call(() => this.#model.runTask(nativeImage(image), task, opts, handle));
+      const out = await call(() => this.#model.runTask(input, task, opts, handle));
+      return { ...out, memory: tagged(out.memory) };
     } catch (e) {
       throw signal?.aborted && e.name === "AbortError" ? abortError(signal) : e;
     } finally {
@@ -131,17 +207,97 @@ export class NativeFlorence2 {
     }
   }
 
-  /** Memory now, the shape of a result's `memory` (`device`: "gpu" or "cpu"). */
+  /** The image read once (a path or URL into bytes) for several tasks: `runTask` takes it as an
+   * image. The native engine keeps no encoder output between calls: each task encodes it again. */
+  async encodeImage(image, options = {}) {
+    const signal = options?.signal;
+    if (signal?.aborted) throw abortError(signal);
+    if (this.#disposed) throw disposedError();
+    const input = await fetchedImage(image, signal);
+    const bytes = typeof input === "string" ? await readImage(input) : input;
+    return new NativeEncodedImage(bytes);
+  }
+
+  /** Memory now, the shape of a result's `memory` (`device`: "gpu" or "cpu", `engine`: "native"). */
   memory() {
     try {
-      return this.#model.memory();
+      return tagged(this.#model.memory());
     } catch (e) {
       throw named(e);
     }
   }
 
+  /** Nothing to reload: the native engine has no lost-device recovery to redo (a disposed model
+   * rejects with `Florence2DisposedError`). */
+  async reload() {
+    if (this.#disposed) throw disposedError();
+  }
+
   /** Frees the model; running tasks reject with `Florence2DisposedError`. */
   dispose() {
+    this.#disposed = true;
     this.#model.dispose();
+  }
+
+  free() {
+    this.dispose();
+  }
+
+  [Symbol.dispose]() {
+    this.dispose();
+  }
+}
+
+function disposedError() {
+  return Object.assign(new Error("this model was disposed"), { name: "Florence2DisposedError" });
+}
+
+/** A file's bytes, or a `Florence2ImageError` naming it. */
+async function readImage(path) {
+  try {
+    return await readFile(path);
+  } catch (e) {
+    throw Object.assign(new Error(`cannot read the image ${path}: ${e.message}`, { cause: e }), {
+      name: "Florence2ImageError",
+    });
+  }
+}
+
+/** `encodeImage`'s result on the native engine: the image's bytes or pixels and its size. */
+export class NativeEncodedImage {
+  #input;
+  #disposed = false;
+
+  constructor(input) {
+    this.#input = input;
+    const size = Buffer.isBuffer(input) ? imageSize(input) : { width: input.width, height: input.height };
+    this.width = size.width;
+    this.height = size.height;
+    this.encodingId = 0;
+  }
+
+  /** The addon's image input (`Florence2InputError` once disposed). */
+  input() {
+    if (this.#disposed) {
+      throw Object.assign(new Error("this EncodedImage was disposed"), { name: "Florence2InputError" });
+    }
+    return this.#input;
+  }
+
+  get disposed() {
+    return this.#disposed;
+  }
+
+  dispose() {
+    this.#disposed = true;
+    this.#input = null;
+  }
+
+  free() {
+    this.dispose();
+  }
+
+  [Symbol.dispose]() {
+    this.dispose();
   }
 }

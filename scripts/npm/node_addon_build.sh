@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the native Node addon for this machine (linux-x64-gnu) and packs its platform package
-# `florence2-wasm-linux-x64-gnu` (package.json + florence2.linux-x64-gnu.node) into OUT_DIR.
+# `florence2-wasm-linux-x64-gnu` (package.json with os/cpu/libc, florence2.linux-x64-gnu.node, README.md,
+# LICENSE) into OUT_DIR. The main package `florence2-wasm` names it in its optionalDependencies at the same
+# version (scripts/build.sh); its node.js loads it at run time.
 # Usage: scripts/npm/node_addon_build.sh [OUT_DIR] (default target/node-addon); PROFILE=release for an
 # optimized build (default: debug, which CI's other phases already compile).
 set -euo pipefail
@@ -25,12 +27,20 @@ cat > "$pkgdir/package.json" <<JSON
   "version": "$version",
   "description": "The native Node.js addon of florence2-wasm for $triple",
   "main": "florence2.$triple.node",
-  "files": ["florence2.$triple.node"],
+  "files": ["florence2.$triple.node", "README.md", "LICENSE"],
   "os": ["linux"],
   "cpu": ["x64"],
   "libc": ["glibc"],
   "license": "MIT"
 }
 JSON
+cp "$root/scripts/npm/LICENSE" "$pkgdir/LICENSE"
+cat > "$pkgdir/README.md" <<MD
+# florence2-wasm-$triple
+
+The native Node.js addon of the \`florence2-wasm\` package for $triple
+(the same engine as the \`florence2\` CLI: all cores, SIMD, GPUs through wgpu). Install \`florence2-wasm\`,
+not this package: npm adds it as an optional dependency where it fits, and \`Florence2.load\` uses it.
+MD
 (cd "$out" && npm pack --silent "./florence2-wasm-$triple" >/dev/null)
 echo "$out/florence2-wasm-$triple-$version.tgz"

@@ -6,7 +6,9 @@
 //   - loaded from a directory path, a `file:` URL and an http URL (a loopback server in this script);
 //   - `<OD>` and `<OCR>` on scene.png given as a Buffer, a Uint8Array, an ArrayBuffer, decoded
 //     `{data, width, height}` RGBA (decoded here), an `EncodedImage`, and scene.jpg as a file path;
-//   - isSupported() reports the CPU backend; cacheInfo()/clearCache() work without a Cache API;
+//   - isSupported() reports the CPU backend and no native addon (this app has only the main tarball:
+//     `device: "auto"` runs the wasm, `device: "wasm"` asks for it); cacheInfo()/clearCache() work
+//     without a Cache API;
 //   - hostile input rejects with a named error and leaves the model answering as before: an unknown
 //     task, empty/garbage/truncated image bytes, RGBA of the wrong length, a missing model directory,
 //     `device: "webgpu"`, an aborted load, a hub id the (local) hub does not have;
@@ -56,6 +58,7 @@ function check(out, image, task, what) {
   const w = want[image].byTask[task];
   assert.equal(out.task, task, what);
   assert.equal(out.memory.device, "cpu", what);
+  assert.equal(out.memory.engine, "wasm", what);
   assert.deepEqual(out.tokenIds, w.tokenIds, `${what}: ${task} token ids differ from the CLI's`);
   assert.deepEqual(out.result, w.result, `${what}: ${task} result differs from the CLI's`);
 }
@@ -195,6 +198,8 @@ await step("isSupported(): the CPU backend, no WebGPU", async () => {
   assert.equal(s.webgpu, false);
   assert.equal(s.device, "cpu");
   assert.match(s.reason, /navigator\.gpu/);
+  assert.equal(s.addon, false, s.addonReason);
+  assert.equal(s.wasm, true);
 });
 
 await step("load a directory path (device auto -> CPU), <OD> and <OCR> on Buffer/Uint8Array bytes", async () => {
@@ -226,8 +231,8 @@ await step("{data, width, height} RGBA, an EncodedImage, a JPEG by file path", a
   check(await byPath.runTask(pathToFileURL(jpgPath), "<OD>", runOpts), "jpg", "<OD>", "JPEG file: URL");
 });
 
-await step("load a file:// URL (device cpu)", async () => {
-  const m = await Florence2.load(pathToFileURL(modelDir).href, { device: "cpu" });
+await step("load a file:// URL (device wasm)", async () => {
+  const m = await Florence2.load(pathToFileURL(modelDir).href, { device: "wasm" });
   try {
     for (const t of TASKS) check(await m.runTask(pngBytes, t, runOpts), "png", t, "file: URL model");
   } finally {

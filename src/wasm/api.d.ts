@@ -198,9 +198,13 @@ export type WeightDTypeOption = WeightDType | "auto";
 export interface MemoryInfo {
   /** The resident weight format. */
   dtype: WeightDType;
-  /** The device the model runs on (`device` load option): WebGPU or the CPU backend. Bytes are GPU
-   * memory on "webgpu" and host (wasm) memory on "cpu". */
-  device: "webgpu" | "cpu";
+  /** The device the model runs on (`device` load option): WebGPU, a GPU through the native Node.js
+   * addon's wgpu ("gpu", Node.js only) or a CPU backend. Bytes are GPU memory on "webgpu" and "gpu" and
+   * host memory on "cpu". */
+  device: "webgpu" | "gpu" | "cpu";
+  /** Node.js only: which build ran, the native addon or the wasm (the fallback when no addon fits the
+   * platform, or `device: "wasm"`). Absent in browsers, where it is always the wasm. */
+  engine?: "native" | "wasm";
   /** Weights now resident. */
   weightsBytes: number;
   /** Activations, caches and scratch now live (including `EncodedImage`s). */
@@ -227,8 +231,13 @@ export interface LoadOptions {
   /** Where the model runs: "auto" (default) takes WebGPU on a hardware adapter and the CPU backend
    * otherwise (no `navigator.gpu`, no adapter, or only a software/fallback one); "webgpu" requires WebGPU
    * (`WebGPUUnavailableError` without it); "cpu" runs the same model on the CPU backend (wasm, one
-   * thread, SIMD128). `model.adapterInfo` names the device that was chosen. */
-  device?: "auto" | "webgpu" | "cpu";
+   * thread, SIMD128). `model.adapterInfo` names the device that was chosen.
+   * In Node.js the package loads the native addon (its per-platform optional package) when one fits:
+   * "auto" takes a hardware GPU through wgpu, else the native CPU backend, else (no addon) the wasm;
+   * "gpu" and "cpu" need the addon (`Florence2LoadError` saying why without it); "wasm" runs the wasm
+   * build; "webgpu" is the wasm's WebGPU, which Node.js lacks. In browsers "gpu" means "webgpu" and
+   * "wasm" is not a device (`Florence2InputError`). A result's `memory.engine` says which build ran. */
+  device?: "auto" | "webgpu" | "cpu" | "gpu" | "wasm";
   onProgress?: (event: ProgressEvent) => void;
   /** Read and write the Cache API (`caches.open("florence2-wasm-v1")`); default true. A complete cached
    * model loads without the network. Where there is no Cache API (Node.js, insecure pages) nothing is

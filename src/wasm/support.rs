@@ -42,6 +42,13 @@ export interface SupportInfo {
   features: string[];
   /** The adapter's limits (e.g. maxBufferSize, maxStorageBufferBindingSize). */
   limits: Record<string, number>;
+  /** Node.js only: whether the native addon (the platform's optional package) loaded: `device: "auto"`
+   * runs on it (a hardware GPU through wgpu, else the native CPU backend), without it on the wasm. */
+  addon?: boolean;
+  /** Node.js only: the addon that loaded, or why none did. */
+  addonReason?: string;
+  /** Node.js only: the wasm build is there (always: the fallback). */
+  wasm?: boolean;
 }
 "#;
 

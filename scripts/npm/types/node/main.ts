@@ -116,4 +116,15 @@ void model.runTask(42, "<OD>");
 // @ts-expect-error: RGBA needs its height.
 void model.runTask({ data: new Uint8Array(16), width: 2 }, "<OD>");
 // @ts-expect-error: no such device.
-void Florence2.load("./model", { device: "gpu" });
+void Florence2.load("./model", { device: "tpu" });
+
+// The engines of Node.js: the native addon on a GPU or the CPU, or the wasm; `memory.engine` says which ran.
+const onGpu: Florence2 = await Florence2.load("./model", { device: "gpu" });
+const onWasm: Florence2 = await Florence2.load("./model", { device: "wasm" });
+const engine: "native" | "wasm" | undefined = onWasm.memory().engine;
+const ran: "webgpu" | "gpu" | "cpu" = onGpu.memory().device;
+const addon: boolean | undefined = support.addon;
+console.log(engine, ran, addon, support.addonReason, support.wasm);
+// @ts-expect-error: the engine is "native" or "wasm".
+const notEngine: "gpu" | undefined = onWasm.memory().engine;
+console.log(notEngine);

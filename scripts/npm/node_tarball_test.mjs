@@ -1,0 +1,169 @@
+// The packed packages as a Node.js user installs them:
+//   node scripts/npm/node_tarball_test.mjs MAIN_TGZ PLATFORM_TGZ
+// (scripts/npm_package_test.sh's `tarball` part: MAIN_TGZ is `npm pack` of pkg/, PLATFORM_TGZ the
+// linux-x64-gnu platform package of scripts/npm/node_addon_build.sh). Two fresh apps, installed offline:
+// - "native": `npm install --offline MAIN_TGZ PLATFORM_TGZ`. `import { Florence2 } from "florence2-wasm"`
+//   finds the addon (isSupported().addon), `device: "auto"` and `"cpu"` load it (the software-only GPU
+//   here makes auto take the CPU), and on the tiny4 fixture its token ids equal the CLI's
+//   (`florence2 run --device cpu --json`) for every dtype the CLI accepts, greedy and 3 beams, with
+//   `memory.device` "cpu" and `memory.engine` "native"; `device: "wasm"` still runs the wasm.
+// - "wasm": `npm install --offline MAIN_TGZ` only. The same imports run on the wasm (isSupported().addon
+//   false, `memory.engine` "wasm"), answer as node_test.mjs's wasm answers do (the CLI's `--device cpu`
+//   ids, fp16 greedy), and `device: "cpu"`/`"gpu"` reject with a Florence2LoadError naming the platform
+//   package.
+// The CLI is target/debug/florence2 (FLORENCE2_CLI overrides).
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync, existsSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const root = resolve(import.meta.dirname, "../..");
+const [mainTgz, platformTgz] = process.argv.slice(2).map((p) => resolve(p));
+assert.ok(mainTgz && platformTgz, "usage: node scripts/npm/node_tarball_test.mjs MAIN_TGZ PLATFORM_TGZ");
+// The apps must find the addon the way users do, not through the developer override.
+delete process.env.FLORENCE2_NODE_ADDON;
+
+const cli = process.env.FLORENCE2_CLI ?? join(root, "target/debug/florence2");
+const model = join(root, "tests/fixtures/models/tiny4");
+const images = join(root, "tests/fixtures/images");
+const scene = join(images, "scene.png");
+const TASKS = ["<CAPTION>", "<OD>"];
+const MAX_NEW = 20;
+const PLATFORM = "florence2-wasm-linux-x64-gnu";
+
+/** The CLI's token ids per task: `florence2 run --device cpu --json` with `dtype` and `beams`. */
+function cliIds(dtype, beams, image = scene) {
+  const args = ["run", "--model", model, "--image", image, "--device", "cpu", "--json", "--dtype", dtype,
+    "--num-beams", String(beams), "--max-new-tokens", String(MAX_NEW)];
+  for (const t of TASKS) args.push("--task", t);
+  const out = JSON.parse(execFileSync(cli, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+  return Object.fromEntries(out.map((o) => [o.task, o.token_ids]));
+}
+
+/** A fresh npm project with `tarballs` installed offline; the package as that project imports it. */
+async function app(name, tarballs) {
+  const dir = mkdtempSync(join(tmpdir(), `florence2-${name}-app-`));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const npm = (args) => execFileSync("npm", args, { cwd: dir, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  npm(["init", "-y"]);
+  npm(["install", "--offline", "--no-audit", "--no-fund", ...tarballs]);
+  const entry = join(dir, "entry.mjs");
+  writeFileSync(entry, 'export * from "florence2-wasm";\n');
+  return { dir, pkg: await import(pathToFileURL(entry).href) };
+}
+
+const native = await app("native", [mainTgz, platformTgz]);
+const wasm = await app("wasm", [mainTgz]);
+const want = cliIds("fp16", 1);
+
+test("the main package declares the platform packages at its own version", () => {
+  const main = JSON.parse(readFileSync(join(native.dir, "node_modules/florence2-wasm/package.json"), "utf8"));
+  assert.equal(main.optionalDependencies[PLATFORM], main.version);
+  const targets = JSON.parse(readFileSync(join(root, "scripts/npm/node_addon_targets.json"), "utf8")).targets;
+  assert.deepEqual(Object.keys(main.optionalDependencies).sort(), targets.map((t) => `florence2-wasm-${t.triple}`).sort());
+  const platform = JSON.parse(readFileSync(join(native.dir, `node_modules/${PLATFORM}/package.json`), "utf8"));
+  assert.equal(platform.version, main.version);
+  assert.deepEqual([platform.os, platform.cpu, platform.libc], [["linux"], ["x64"], ["glibc"]]);
+  assert.ok(existsSync(join(native.dir, `node_modules/${PLATFORM}/${platform.main}`)));
+  assert.ok(!existsSync(join(wasm.dir, `node_modules/${PLATFORM}`)), "the wasm app has no platform package");
+});
+
+test("native app: isSupported() reports the addon", async () => {
+  const s = await native.pkg.Florence2.isSupported();
+  assert.equal(s.addon, true, s.addonReason);
+  assert.match(s.addonReason, new RegExp(PLATFORM));
+  assert.equal(s.wasm, true);
+  assert.equal(s.supported, true);
+});
+
+for (const dtype of ["fp32", "fp16", "q8", "q4"]) {
+  test(`native app, ${dtype}: the CLI's ids, greedy and 3 beams, on the native CPU`, async () => {
+    const m = await native.pkg.Florence2.load(model, { device: "cpu", dtype });
+    try {
+      for (const beams of [1, 3]) {
+        const ids = dtype === "fp16" && beams === 1 ? want : cliIds(dtype, beams);
+        for (const task of TASKS) {
+          const out = await m.runTask(scene, task, { numBeams: beams, maxNewTokens: MAX_NEW });
+          assert.deepEqual(out.tokenIds, ids[task], `${dtype}, ${beams} beam(s), ${task}`);
+          assert.equal(out.memory.device, "cpu");
+          assert.equal(out.memory.engine, "native");
+          assert.equal(out.memory.dtype, dtype);
+        }
+      }
+    } finally {
+      m.dispose();
+    }
+  });
+}
+
+test("native app: device auto takes the addon; bytes, an encoding and a file: URL answer alike", async () => {
+  const m = await native.pkg.Florence2.load(pathToFileURL(model).href);
+  try {
+    assert.equal(m.memory().engine, "native");
+    assert.match(m.adapterInfo, /native CPU backend/);
+    const opts = { maxNewTokens: MAX_NEW, numBeams: 1 };
+    const bytes = readFileSync(scene);
+    assert.deepEqual((await m.runTask(new Uint8Array(bytes), "<CAPTION>", opts)).tokenIds, want["<CAPTION>"]);
+    const enc = await m.encodeImage(bytes);
+    const wasmModel = await wasm.pkg.Florence2.load(model, { maxNewTokens: MAX_NEW });
+    try {
+      const wasmEnc = await wasmModel.encodeImage(bytes);
+      assert.deepEqual([enc.width, enc.height], [wasmEnc.width, wasmEnc.height]);
+      wasmEnc.dispose();
+    } finally {
+      wasmModel.dispose();
+    }
+    assert.deepEqual((await m.runTask(enc, "<OD>", opts)).tokenIds, want["<OD>"]);
+    enc.dispose();
+    await assert.rejects(m.runTask(enc, "<OD>", opts), { name: "Florence2InputError" });
+    await assert.rejects(m.runTask(Buffer.from("not an image"), "<OD>", opts), { name: "Florence2ImageError" });
+  } finally {
+    m.dispose();
+  }
+});
+
+test("native app: device wasm runs the wasm build", async () => {
+  const m = await native.pkg.Florence2.load(model, { device: "wasm" });
+  try {
+    const out = await m.runTask(scene, "<OD>", { maxNewTokens: MAX_NEW, numBeams: 1 });
+    assert.deepEqual([out.memory.engine, out.memory.device], ["wasm", "cpu"]);
+    assert.deepEqual(out.tokenIds, want["<OD>"]);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("wasm app: no addon, isSupported() says so and device auto runs the wasm", async () => {
+  const { Florence2 } = wasm.pkg;
+  const s = await Florence2.isSupported();
+  assert.equal(s.addon, false);
+  assert.equal(s.addonReason, `the optional package ${PLATFORM} is not installed (npm skips it when optional ` +
+    "dependencies are omitted)");
+  assert.equal(s.wasm, true);
+  assert.equal(s.device, "cpu");
+  const m = await Florence2.load(model);
+  try {
+    assert.match(m.adapterInfo, /CPU backend/);
+    for (const task of TASKS) {
+      const out = await m.runTask(scene, task, { maxNewTokens: MAX_NEW, numBeams: 1 });
+      assert.deepEqual([out.memory.engine, out.memory.device], ["wasm", "cpu"]);
+      assert.deepEqual(out.tokenIds, want[task], task);
+    }
+    assert.equal(m.memory().engine, "wasm");
+  } finally {
+    m.dispose();
+  }
+});
+
+test("wasm app: device cpu or gpu without the addon is a named error saying why", async () => {
+  for (const device of ["cpu", "gpu"]) {
+    await assert.rejects(wasm.pkg.Florence2.load(model, { device }), {
+      name: "Florence2LoadError",
+      message: new RegExp(`device "${device}" runs on the native addon.*${PLATFORM}.*device "wasm"`),
+    });
+  }
+  await assert.rejects(wasm.pkg.Florence2.load(model, { device: "tpu" }), { name: "Florence2InputError" });
+});
