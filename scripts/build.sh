@@ -107,7 +107,7 @@ const out = {
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],
-  sideEffects: ["./index.js", "./node.js", "./node_addon.js", "./worker.js", "./snippets/*"],
+  sideEffects: ["./index.js", "./node.js", "./worker.js", "./snippets/*"],
 };
 for (const f of out.files) {
   if (!fs.existsSync("pkg/" + f)) { console.error("build: pkg/ lacks " + f); process.exit(1); }
