@@ -14,7 +14,8 @@
 //   "wasm", "webgpu", and for "auto" when no addon fits the platform or the source is one only the wasm's
 //   downloader reads (an http(s) URL, per-file URLs, a `fetch` or `remoteHost` option). "gpu"/"cpu"
 //   without the addon reject with `Florence2LoadError` saying why. Results' `memory.engine` says which
-//   ran ("native" or "wasm"); `isSupported()` adds `addon`, `addonReason` and `wasm`.
+//   ran ("native" or "wasm"); `isSupported()` adds `addon`, `addonReason`, `wasm` and the GPU native
+//   wgpu opens (`gpu`: a hardware one, which "auto" takes; `gpuAdapter`, `gpuReason`).
 // Node has no Cache API: the wasm reads models from their source at every load, without an error.
 import { open, readFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
@@ -220,24 +221,27 @@ function namedError(name, message) {
 function chooseEngine(source, options) {
   const device = options?.device ?? "auto";
   if (!DEVICES.includes(device)) {
-    throw namedError("Florence2InputError", `option device must be one of ${DEVICES.map((d) => `"${d}"`).join(", ")}`);
+    const names = DEVICES.map((d) => `"${d}"`).join(", ");
+    throw namedError("Florence2InputError", `option device must be one of ${names}`);
   }
   if (device === "wasm" || device === "webgpu") return "wasm";
-  const wasmOnly = !nativeReads(source) || typeof options?.fetch === "function" || options?.remoteHost !== undefined;
+  const wasmOnly =
+    !nativeReads(source) || typeof options?.fetch === "function" || options?.remoteHost !== undefined;
   const { addon, reason } = loadAddon();
   if (device === "auto") return addon && !wasmOnly ? "native" : "wasm";
   if (!addon) {
-    throw namedError("Florence2LoadError", `device "${device}" runs on the native addon, and none is here: ${reason}; ` +
-      'device "wasm" (or "auto") runs the wasm build');
+    throw namedError("Florence2LoadError", `device "${device}" runs on the native addon, and none is here: ` +
+      `${reason}; device "wasm" (or "auto") runs the wasm build`);
   }
   if (wasmOnly) {
-    throw namedError("Florence2InputError", `device "${device}": the native addon reads a model directory, a file: ` +
-      'URL or a hub id (through the Hugging Face cache), without fetch or remoteHost options; device "wasm" reads this source');
+    throw namedError("Florence2InputError", `device "${device}": the native addon reads a model directory, ` +
+      "a file: URL or a hub id (through the Hugging Face cache), without fetch or remoteHost options; " +
+      'device "wasm" reads this source');
   }
   return "native";
 }
 
-/** The wasm's load options: `device: "wasm"` is its own choice of device ("auto": the CPU backend in Node). */
+/** The wasm's load options: `device: "wasm"` is the wasm's own choice ("auto": its CPU backend in Node). */
 function wasmOptions(options) {
   const o = nodeOptions(options);
   if (o.device === "wasm") delete o.device;
@@ -249,7 +253,9 @@ const wasmMemory = (m) => ({ ...m, engine: "wasm" });
 
 // Statics: the engine first; the wasm is instantiated from the file; sources may be paths.
 wrap(Florence2, "load", (raw) => async function (source, options) {
-  if (chooseEngine(source, options) === "native") return NativeFlorence2.load(nodeSource(source), options ?? {});
+  if (chooseEngine(source, options) === "native") {
+    return NativeFlorence2.load(nodeSource(source), options ?? {});
+  }
   await init();
   return raw.call(this, nodeSource(source), wasmOptions(options));
 });
@@ -259,11 +265,20 @@ wrap(Florence2, "estimate", (raw) => async function (source, options) {
   if (o.device === "wasm") o.device = "cpu";
   return raw.call(this, nodeSource(source), o);
 });
-// isSupported: the wasm's answer (WebGPU, the wasm CPU backend) and the native addon's.
+// isSupported: the wasm's answer (WebGPU, the wasm CPU backend) and the native addon's, with the GPU
+// adapter native wgpu opens (probed once per process).
+let gpuProbe = null;
 wrap(Florence2, "isSupported", (raw) => async function () {
   const s = await raw.call(this);
   const { addon, reason } = loadAddon();
-  return { ...s, addon: addon !== null, addonReason: reason, wasm: true };
+  if (!addon) {
+    return { ...s, addon: false, addonReason: reason, wasm: true, gpu: false, gpuAdapter: "",
+      gpuReason: "no native addon (the wasm has no GPU in Node.js)" };
+  }
+  gpuProbe ??= addon.probeGpu().catch((e) => ({ hardware: false, adapter: "", reason: String(e.message) }));
+  const g = await gpuProbe;
+  return { ...s, addon: true, addonReason: reason, wasm: true, gpu: g.hardware, gpuAdapter: g.adapter,
+    gpuReason: g.reason };
 });
 wrap(Florence2.prototype, "memory", (raw) => function () {
   return wasmMemory(raw.call(this));

@@ -57,6 +57,12 @@ export interface NativeTaskResult {
 export declare const PLATFORM_PACKAGES: Record<string, string>;
 export declare function platformTriple(): string;
 export declare function loadAddon(): { addon: unknown | null; reason: string };
+/** The addon's `probeGpu()`: the adapter native wgpu opens, as `device: "auto"` judges it. */
+export interface GpuProbe {
+  hardware: boolean;
+  adapter: string;
+  reason: string;
+}
 /** Whether the addon reads `source` itself (a directory path, a `file:` URL or a hub id). */
 export declare function nativeReads(source: unknown): boolean;
 

@@ -5,8 +5,9 @@
 // - "native": `npm install --offline MAIN_TGZ PLATFORM_TGZ`. `import { Florence2 } from "florence2-wasm"`
 //   finds the addon (isSupported().addon), `device: "auto"` and `"cpu"` load it (the software-only GPU
 //   here makes auto take the CPU), and on the tiny4 fixture its token ids equal the CLI's
-//   (`florence2 run --device cpu --json`) for every dtype the CLI accepts, greedy and 3 beams, with
-//   `memory.device` "cpu" and `memory.engine` "native"; `device: "wasm"` still runs the wasm.
+//   (`florence2 run --device cpu --json`) for every dtype the CLI accepts (auto too), greedy and 3 beams, with
+//   `memory.device` "cpu" and `memory.engine` "native"; `device: "gpu"` (lavapipe here) equals the CLI's
+//   `--device gpu`; `device: "wasm"` still runs the wasm.
 // - "wasm": `npm install --offline MAIN_TGZ` only. The same imports run on the wasm (isSupported().addon
 //   false, `memory.engine` "wasm"), answer as node_test.mjs's wasm answers do (the CLI's `--device cpu`
 //   ids, fp16 greedy), and `device: "cpu"`/`"gpu"` reject with a Florence2LoadError naming the platform
@@ -34,13 +35,14 @@ const TASKS = ["<CAPTION>", "<OD>"];
 const MAX_NEW = 20;
 const PLATFORM = "florence2-wasm-linux-x64-gnu";
 
-/** The CLI's token ids per task: `florence2 run --device cpu --json` with `dtype` and `beams`. */
-function cliIds(dtype, beams, image = scene) {
-  const args = ["run", "--model", model, "--image", image, "--device", "cpu", "--json", "--dtype", dtype,
+/** The CLI's token ids per task (`florence2 run --device DEVICE --json` with `dtype` and `beams`) and
+ * the resident format it loaded (`dtype`: "auto" resolves to one). */
+function cliIds(dtype, beams, device = "cpu") {
+  const args = ["run", "--model", model, "--image", scene, "--device", device, "--json", "--dtype", dtype,
     "--num-beams", String(beams), "--max-new-tokens", String(MAX_NEW)];
   for (const t of TASKS) args.push("--task", t);
   const out = JSON.parse(execFileSync(cli, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
-  return Object.fromEntries(out.map((o) => [o.task, o.token_ids]));
+  return { ids: Object.fromEntries(out.map((o) => [o.task, o.token_ids])), dtype: out[0].dtype };
 }
 
 /** A fresh npm project with `tarballs` installed offline; the package as that project imports it. */
@@ -57,7 +59,7 @@ async function app(name, tarballs) {
 
 const native = await app("native", [mainTgz, platformTgz]);
 const wasm = await app("wasm", [mainTgz]);
-const want = cliIds("fp16", 1);
+const want = cliIds("fp16", 1).ids;
 
 test("the main package declares the platform packages at its own version", () => {
   const main = JSON.parse(readFileSync(join(native.dir, "node_modules/florence2-wasm/package.json"), "utf8"));
@@ -71,26 +73,33 @@ test("the main package declares the platform packages at its own version", () =>
   assert.ok(!existsSync(join(wasm.dir, `node_modules/${PLATFORM}`)), "the wasm app has no platform package");
 });
 
-test("native app: isSupported() reports the addon", async () => {
-  const s = await native.pkg.Florence2.isSupported();
+let support = null;
+
+test("native app: isSupported() reports the addon and the GPU native wgpu opens", async () => {
+  const s = (support = await native.pkg.Florence2.isSupported());
   assert.equal(s.addon, true, s.addonReason);
   assert.match(s.addonReason, new RegExp(PLATFORM));
   assert.equal(s.wasm, true);
   assert.equal(s.supported, true);
+  // Here the only Vulkan adapter is lavapipe, a software one: auto takes the native CPU.
+  if (s.gpu) assert.equal(s.gpuReason, "");
+  else assert.match(s.gpuReason, /software|no GPU adapter/, JSON.stringify(s));
 });
 
-for (const dtype of ["fp32", "fp16", "q8", "q4"]) {
+// Every --dtype the CLI accepts (`florence2 run --help`): auto resolves as the CLI's does.
+for (const dtype of ["fp32", "fp16", "q8", "q4", "auto"]) {
   test(`native app, ${dtype}: the CLI's ids, greedy and 3 beams, on the native CPU`, async () => {
     const m = await native.pkg.Florence2.load(model, { device: "cpu", dtype });
     try {
       for (const beams of [1, 3]) {
-        const ids = dtype === "fp16" && beams === 1 ? want : cliIds(dtype, beams);
+        const cliRun = cliIds(dtype, beams);
+        const ids = cliRun.ids;
         for (const task of TASKS) {
           const out = await m.runTask(scene, task, { numBeams: beams, maxNewTokens: MAX_NEW });
           assert.deepEqual(out.tokenIds, ids[task], `${dtype}, ${beams} beam(s), ${task}`);
           assert.equal(out.memory.device, "cpu");
           assert.equal(out.memory.engine, "native");
-          assert.equal(out.memory.dtype, dtype);
+          assert.equal(out.memory.dtype, cliRun.dtype);
         }
       }
     } finally {
@@ -102,11 +111,14 @@ for (const dtype of ["fp32", "fp16", "q8", "q4"]) {
 test("native app: device auto takes the addon; bytes, an encoding and a file: URL answer alike", async () => {
   const m = await native.pkg.Florence2.load(pathToFileURL(model).href);
   try {
-    assert.equal(m.memory().engine, "native");
-    assert.match(m.adapterInfo, /native CPU backend/);
+    // auto: the GPU when isSupported() found a hardware one, else the native CPU.
+    const device = support.gpu ? "gpu" : "cpu";
+    assert.deepEqual([m.memory().engine, m.memory().device], ["native", device]);
+    assert.match(m.adapterInfo, device === "gpu" ? /native GPU/ : /native CPU backend/);
+    const ids = device === "gpu" ? cliIds("fp16", 1, "gpu").ids : want;
     const opts = { maxNewTokens: MAX_NEW, numBeams: 1 };
     const bytes = readFileSync(scene);
-    assert.deepEqual((await m.runTask(new Uint8Array(bytes), "<CAPTION>", opts)).tokenIds, want["<CAPTION>"]);
+    assert.deepEqual((await m.runTask(new Uint8Array(bytes), "<CAPTION>", opts)).tokenIds, ids["<CAPTION>"]);
     const enc = await m.encodeImage(bytes);
     const wasmModel = await wasm.pkg.Florence2.load(model, { maxNewTokens: MAX_NEW });
     try {
@@ -116,10 +128,27 @@ test("native app: device auto takes the addon; bytes, an encoding and a file: UR
     } finally {
       wasmModel.dispose();
     }
-    assert.deepEqual((await m.runTask(enc, "<OD>", opts)).tokenIds, want["<OD>"]);
+    assert.deepEqual((await m.runTask(enc, "<OD>", opts)).tokenIds, ids["<OD>"]);
     enc.dispose();
     await assert.rejects(m.runTask(enc, "<OD>", opts), { name: "Florence2InputError" });
     await assert.rejects(m.runTask(Buffer.from("not an image"), "<OD>", opts), { name: "Florence2ImageError" });
+  } finally {
+    m.dispose();
+  }
+});
+
+test("native app: device gpu (lavapipe here): the CLI's --device gpu ids, greedy and 3 beams", async () => {
+  const m = await native.pkg.Florence2.load(model, { device: "gpu" });
+  try {
+    assert.match(m.adapterInfo, /native GPU/);
+    for (const beams of [1, 3]) {
+      const ids = cliIds("fp16", beams, "gpu").ids;
+      for (const task of TASKS) {
+        const out = await m.runTask(scene, task, { numBeams: beams, maxNewTokens: MAX_NEW });
+        assert.deepEqual(out.tokenIds, ids[task], `gpu, ${beams} beam(s), ${task}`);
+        assert.deepEqual([out.memory.device, out.memory.engine], ["gpu", "native"]);
+      }
+    }
   } finally {
     m.dispose();
   }
@@ -140,6 +169,7 @@ test("wasm app: no addon, isSupported() says so and device auto runs the wasm", 
   const { Florence2 } = wasm.pkg;
   const s = await Florence2.isSupported();
   assert.equal(s.addon, false);
+  assert.equal(s.gpu, false);
   assert.equal(s.addonReason, `the optional package ${PLATFORM} is not installed (npm skips it when optional ` +
     "dependencies are omitted)");
   assert.equal(s.wasm, true);

@@ -7,6 +7,7 @@
 
 mod image;
 mod output;
+mod probe;
 mod source;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

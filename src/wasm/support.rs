@@ -49,6 +49,13 @@ export interface SupportInfo {
   addonReason?: string;
   /** Node.js only: the wasm build is there (always: the fallback). */
   wasm?: boolean;
+  /** Node.js only: the addon's wgpu opens a hardware GPU, which `device: "auto"` takes (false without
+   * the addon, or with a software adapter such as lavapipe). */
+  gpu?: boolean;
+  /** Node.js only: the adapter native wgpu opens (empty without one). */
+  gpuAdapter?: string;
+  /** Node.js only: why `auto` does not take a GPU (empty when it does). */
+  gpuReason?: string;
 }
 "#;
 

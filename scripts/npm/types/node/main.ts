@@ -124,7 +124,8 @@ const onWasm: Florence2 = await Florence2.load("./model", { device: "wasm" });
 const engine: "native" | "wasm" | undefined = onWasm.memory().engine;
 const ran: "webgpu" | "gpu" | "cpu" = onGpu.memory().device;
 const addon: boolean | undefined = support.addon;
-console.log(engine, ran, addon, support.addonReason, support.wasm);
+const nativeGpu: boolean | undefined = support.gpu;
+console.log(engine, ran, addon, support.addonReason, support.wasm, nativeGpu, support.gpuAdapter);
 // @ts-expect-error: the engine is "native" or "wasm".
 const notEngine: "gpu" | undefined = onWasm.memory().engine;
 console.log(notEngine);
