@@ -265,6 +265,11 @@ wrap(Florence2, "estimate", (raw) => async function (source, options) {
   if (o.device === "wasm") o.device = "cpu";
   return raw.call(this, nodeSource(source), o);
 });
+// `model instanceof Florence2` holds for a model on either engine.
+Object.defineProperty(Florence2, Symbol.hasInstance, {
+  value: (o) => o instanceof NativeFlorence2 || Function.prototype[Symbol.hasInstance].call(Florence2, o),
+  configurable: true,
+});
 // isSupported: the wasm's answer (WebGPU, the wasm CPU backend) and the native addon's, with the GPU
 // adapter native wgpu opens (probed once per process).
 let gpuProbe = null;

@@ -114,6 +114,7 @@ test("native app: device auto takes the addon; bytes, an encoding and a file: UR
     // auto: the GPU when isSupported() found a hardware one, else the native CPU.
     const device = support.gpu ? "gpu" : "cpu";
     assert.deepEqual([m.memory().engine, m.memory().device], ["native", device]);
+    assert.ok(m instanceof native.pkg.Florence2, "a native model is a Florence2");
     assert.match(m.adapterInfo, device === "gpu" ? /native GPU/ : /native CPU backend/);
     const ids = device === "gpu" ? cliIds("fp16", 1, "gpu").ids : want;
     const opts = { maxNewTokens: MAX_NEW, numBeams: 1 };
@@ -160,6 +161,8 @@ test("native app: device wasm runs the wasm build", async () => {
     const out = await m.runTask(scene, "<OD>", { maxNewTokens: MAX_NEW, numBeams: 1 });
     assert.deepEqual([out.memory.engine, out.memory.device], ["wasm", "cpu"]);
     assert.deepEqual(out.tokenIds, want["<OD>"]);
+    assert.ok(m instanceof native.pkg.Florence2);
+    assert.ok(!({} instanceof native.pkg.Florence2));
   } finally {
     m.dispose();
   }
