@@ -19,6 +19,8 @@ export interface NativeTaskOptions {
   numBeams?: number;
   noRepeatNgramSize?: number;
   signal?: AbortSignal;
+  /** Each token's text and id, on the JS thread, all before the task's promise settles. */
+  onToken?: (text: string, tokenId: number) => void;
 }
 
 /** A path, a `file:` URL, a PNG/JPEG/WebP/GIF/BMP file's bytes, or RGBA pixels. */

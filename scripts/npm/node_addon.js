@@ -184,11 +184,12 @@ export class NativeFlorence2 {
   #disposed = false;
 
   /** Runs `task` on `image` (also an http(s) URL, fetched here, or an encoding of `encodeImage`);
-   * `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, signal}` (`onToken` is not called: the
-   * native engine answers at the end). */
+   * `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, signal, onToken}`. `onToken(text, id)` runs
+   * on the JS thread as tokens are chosen (greedy; at the end with beams), all before the promise
+   * settles; a callback that throws rejects the task with its error once the task ends. */
   async runTask(image, task, options = {}) {
     const { addon } = loadAddon();
-    const { signal, maxNewTokens, numBeams, noRepeatNgramSize } = options ?? {};
+    const { signal, maxNewTokens, numBeams, noRepeatNgramSize, onToken } = options ?? {};
     if (signal?.aborted) throw abortError(signal);
     const input = image instanceof NativeEncodedImage ? image.input() : await fetchedImage(image, signal);
     // An abort while an http(s) image was fetched (or in the microtask before this) stops here.
@@ -196,11 +197,21 @@ export class NativeFlorence2 {
     const handle = new addon.CancelHandle();
     const onAbort = () => handle.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
+    const tokens = typeof onToken === "function" ? tokenSink(onToken) : null;
+    let queued = false;
     try {
       const opts = { maxNewTokens, numBeams, noRepeatNgramSize };
-      const out = await call(() => this.#model.runTask(input, task, opts, handle));
+      const out = await call(() => {
+        const p = this.#model.runTask(input, task, opts, handle, tokens?.callback);
+        queued = true;
+        return p;
+      });
+      await tokens?.drained;
+      if (tokens?.error) throw tokens.error.value;
       return { ...out, memory: tagged(out.memory) };
     } catch (e) {
+      // A queued task always ends with the addon's last token call: no token call follows the rejection.
+      if (queued) await tokens?.drained;
       throw signal?.aborted && e.name === "AbortError" ? abortError(signal) : e;
     } finally {
       signal?.removeEventListener("abort", onAbort);
@@ -246,6 +257,28 @@ export class NativeFlorence2 {
   [Symbol.dispose]() {
     this.dispose();
   }
+}
+
+/** The addon's token callback around the user's `onToken`: `drained` resolves at the addon's last
+ * call (`text` null), after every token call; `error` holds the first error the user's callback threw
+ * (later tokens are not passed on). */
+function tokenSink(onToken) {
+  const sink = { error: null };
+  let done;
+  sink.drained = new Promise((resolve) => (done = resolve));
+  sink.callback = (text, id) => {
+    if (text === null) {
+      done();
+      return;
+    }
+    if (sink.error) return;
+    try {
+      onToken(text, id);
+    } catch (e) {
+      sink.error = { value: e };
+    }
+  };
+  return sink;
 }
 
 function disposedError() {

@@ -7,7 +7,7 @@
 //   here makes auto take the CPU), and on the tiny4 fixture its token ids equal the CLI's
 //   (`florence2 run --device cpu --json`) for every dtype the CLI accepts (auto too), greedy and 3 beams, with
 //   `memory.device` "cpu" and `memory.engine` "native"; `device: "gpu"` (lavapipe here) equals the CLI's
-//   `--device gpu`; `device: "wasm"` still runs the wasm.
+//   `--device gpu`; `onToken` gets the wasm's calls; `device: "wasm"` still runs the wasm.
 // - "wasm": `npm install --offline MAIN_TGZ` only. The same imports run on the wasm (isSupported().addon
 //   false, `memory.engine` "wasm"), answer as node_test.mjs's wasm answers do (the CLI's `--device cpu`
 //   ids, fp16 greedy), and `device: "cpu"`/`"gpu"` reject with a Florence2LoadError naming the platform
@@ -152,6 +152,32 @@ test("native app: device gpu (lavapipe here): the CLI's --device gpu ids, greedy
     }
   } finally {
     m.dispose();
+  }
+});
+
+test("native app: onToken gets the wasm's token calls, all before the promise settles", async () => {
+  const n = await native.pkg.Florence2.load(model, { device: "cpu" });
+  const w = await wasm.pkg.Florence2.load(model);
+  try {
+    for (const numBeams of [1, 3]) {
+      const calls = { native: [], wasm: [] };
+      const opts = (k) => ({ numBeams, maxNewTokens: MAX_NEW, onToken: (t, id) => calls[k].push([t, id]) });
+      const out = await n.runTask(scene, "<CAPTION>", opts("native"));
+      const atSettle = calls.native.length;
+      await w.runTask(scene, "<CAPTION>", opts("wasm"));
+      assert.ok(calls.wasm.length > 0);
+      assert.deepEqual(calls.native, calls.wasm, `${numBeams} beam(s)`);
+      assert.equal(atSettle, calls.native.length, "a token call came after the promise settled");
+      assert.deepEqual(calls.native.map(([, id]) => id), out.tokenIds.slice(1), "every id but the start token");
+    }
+    const boom = new Error("onToken failed");
+    const failing = { maxNewTokens: MAX_NEW, onToken: () => { throw boom; } };
+    await assert.rejects(n.runTask(scene, "<CAPTION>", failing), (e) => e === boom);
+    const again = await n.runTask(scene, "<CAPTION>", { maxNewTokens: MAX_NEW, numBeams: 1 });
+    assert.deepEqual(again.tokenIds, want["<CAPTION>"]);
+  } finally {
+    n.dispose();
+    w.dispose();
   }
 });
 

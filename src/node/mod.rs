@@ -9,12 +9,13 @@ mod image;
 mod output;
 mod probe;
 mod source;
+mod tokens;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::{AsyncTask, Buffer, Either3};
-use napi::{Env, Task};
+use napi::{Env, JsFunction, Task};
 use napi_derive::napi;
 
 use crate::estimate::DTypeRequest;
@@ -186,6 +187,7 @@ impl NativeModel {
 impl NativeModel {
     /// Runs `task` (a marker such as `<CAPTION>`, with its text input if any) on an image: a file
     /// path, the bytes of a PNG/JPEG/WebP/GIF/BMP file, or `{data, width, height}` RGBA pixels.
+    /// `on_token(text, id)` gets each token, then `(null, 0)` once all token calls have been queued.
     #[napi]
     pub fn run_task(
         &self,
@@ -193,8 +195,11 @@ impl NativeModel {
         task: String,
         options: Option<NativeTaskOptions>,
         cancel: Option<&CancelHandle>,
+        on_token: Option<JsFunction>,
     ) -> napi::Result<AsyncTask<RunTask>> {
+        let tokens = on_token.as_ref().map(tokens::TokenSink::new).transpose()?;
         Ok(AsyncTask::new(RunTask {
+            tokens,
             loaded: self.loaded()?,
             image: image::Owned::from_js(image),
             task,
@@ -223,6 +228,7 @@ impl NativeModel {
 }
 
 pub struct RunTask {
+    tokens: Option<tokens::TokenSink>,
     loaded: Arc<Loaded>,
     image: image::Owned,
     task: String,
@@ -236,21 +242,32 @@ impl Task for RunTask {
     type JsValue = napi::JsUnknown;
 
     fn compute(&mut self) -> napi::Result<serde_json::Value> {
-        guarded("runTask", || {
+        let out = guarded("runTask", || {
             let cancel = || self.cancel.is_cancelled() || self.disposed.is_cancelled();
+            let sink = self.tokens.as_ref();
+            let on_token = |text: &str, id: u32| {
+                if let Some(s) = sink {
+                    s.token(text, id);
+                }
+            };
             let r = output::run(
                 &self.loaded.pipeline,
                 &self.image,
                 &self.task,
                 &self.options,
                 &cancel,
+                sink.map(|_| &on_token as &dyn Fn(&str, u32)),
             );
             r.map_err(|e| match e {
                 Error::Cancelled if self.disposed.is_cancelled() => js_error(&Error::Disposed),
                 Error::Cancelled => named_error("AbortError", "runTask: aborted"),
                 e => js_error(&e),
             })
-        })
+        });
+        if let Some(s) = &self.tokens {
+            s.end();
+        }
+        out
     }
 
     fn resolve(&mut self, env: Env, out: serde_json::Value) -> napi::Result<napi::JsUnknown> {

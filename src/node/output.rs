@@ -4,25 +4,29 @@
 use serde_json::{json, Value};
 
 use crate::gpu::MemReport;
-use crate::pipeline::{Callbacks, Cancel, Pipeline, Stopwatch, TaskOptions};
+use crate::pipeline::{Callbacks, Cancel, OnToken, Pipeline, Stopwatch, TaskOptions};
 use crate::Result;
 
 use super::image::Owned;
 
-/// Reads, encodes and runs the task, blocking this (pool) thread.
+/// Reads, encodes and runs the task, blocking this (pool) thread; `on_token` gets each token.
 pub fn run(
     pipeline: &Pipeline,
     image: &Owned,
     task: &str,
     options: &TaskOptions,
     cancel: &dyn Cancel,
+    on_token: Option<OnToken>,
 ) -> Result<Value> {
     let t = Stopwatch::start();
     let file = image.read(pipeline.limits().max_alloc_bytes)?;
     let read_ms = t.ms();
     let view = image.view(file.as_deref());
-    let out =
-        pipeline.run_task_blocking(view.into(), task, options, cancel, &Callbacks::default())?;
+    let callbacks = Callbacks {
+        on_token,
+        ..Callbacks::default()
+    };
+    let out = pipeline.run_task_blocking(view.into(), task, options, cancel, &callbacks)?;
     let tm = &out.timings;
     Ok(json!({
         "task": out.marker,
