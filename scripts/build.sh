@@ -62,7 +62,7 @@ fs.writeFileSync(f, out + merged);
 # The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
-for f in README.md LICENSE index.js node.js node_addon.js image_size.js index.d.ts client.js client.d.ts worker.js \
+for f in README.md LICENSE index.js node.js node_addon.js index.d.ts client.js client.d.ts worker.js \
   worker.d.ts support.js; do
   cp "scripts/npm/$f" "pkg/$f"
 done
@@ -103,7 +103,7 @@ const out = {
   engines: { node: ">=20" },
   optionalDependencies: Object.fromEntries(targets.map((t) => [p.name + "-" + t.triple, p.version])),
   files: [
-    "index.js", "node.js", "node_addon.js", "image_size.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
+    "index.js", "node.js", "node_addon.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],

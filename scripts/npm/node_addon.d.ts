@@ -68,7 +68,7 @@ export interface GpuProbe {
 /** Whether the addon reads `source` itself (a directory path, a `file:` URL or a hub id). */
 export declare function nativeReads(source: unknown): boolean;
 
-/** `encodeImage`'s result: the image read once (each task encodes it again on the native engine). */
+/** `encodeImage`'s result: the vision tower's output, kept for this model's tasks. */
 export declare class NativeEncodedImage {
   private constructor(input: unknown);
   readonly width: number;

@@ -2,9 +2,7 @@
 // libuv's thread pool, behind the wasm facade's `Florence2` API. The addon ships in per-platform
 // optional packages (the napi-rs convention, e.g. `florence2-wasm-linux-x64-gnu`) resolved here at run
 // time; `FLORENCE2_NODE_ADDON=/path/to/florence2.<platform>.node` overrides the lookup.
-import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { imageSize } from "./image_size.js";
 import { fileURLToPath } from "node:url";
 
 const require = createRequire(import.meta.url);
@@ -191,7 +189,8 @@ export class NativeFlorence2 {
     const { addon } = loadAddon();
     const { signal, maxNewTokens, numBeams, noRepeatNgramSize, onToken } = options ?? {};
     if (signal?.aborted) throw abortError(signal);
-    const input = image instanceof NativeEncodedImage ? image.input() : await fetchedImage(image, signal);
+    const encoded = image instanceof NativeEncodedImage ? image.encoding() : null;
+    const input = encoded ?? (await fetchedImage(image, signal));
     // An abort while an http(s) image was fetched (or in the microtask before this) stops here.
     if (signal?.aborted) throw abortError(signal);
     const handle = new addon.CancelHandle();
@@ -202,7 +201,9 @@ export class NativeFlorence2 {
     try {
       const opts = { maxNewTokens, numBeams, noRepeatNgramSize };
       const out = await call(() => {
-        const p = this.#model.runTask(input, task, opts, handle, tokens?.callback);
+        const p = encoded
+          ? this.#model.runTaskEncoded(encoded, task, opts, handle, tokens?.callback)
+          : this.#model.runTask(input, task, opts, handle, tokens?.callback);
         queued = true;
         return p;
       });
@@ -218,15 +219,19 @@ export class NativeFlorence2 {
     }
   }
 
-  /** The image read once (a path or URL into bytes) for several tasks: `runTask` takes it as an
-   * image. The native engine keeps no encoder output between calls: each task encodes it again. */
+  /** Encodes `image` once (preprocess and vision tower) for several tasks: `runTask` takes the result
+   * as its image. */
   async encodeImage(image, options = {}) {
     const signal = options?.signal;
     if (signal?.aborted) throw abortError(signal);
-    if (this.#disposed) throw disposedError();
     const input = await fetchedImage(image, signal);
-    const bytes = typeof input === "string" ? await readImage(input) : input;
-    return new NativeEncodedImage(bytes);
+    if (signal?.aborted) throw abortError(signal);
+    const encoding = await call(() => this.#model.encodeImage(input));
+    if (signal?.aborted) {
+      encoding.dispose();
+      throw abortError(signal);
+    }
+    return new NativeEncodedImage(encoding);
   }
 
   /** Memory now, the shape of a result's `memory` (`device`: "gpu" or "cpu", `engine`: "native"). */
@@ -285,45 +290,35 @@ function disposedError() {
   return Object.assign(new Error("this model was disposed"), { name: "Florence2DisposedError" });
 }
 
-/** A file's bytes, or a `Florence2ImageError` naming it. */
-async function readImage(path) {
-  try {
-    return await readFile(path);
-  } catch (e) {
-    throw Object.assign(new Error(`cannot read the image ${path}: ${e.message}`, { cause: e }), {
-      name: "Florence2ImageError",
-    });
-  }
-}
-
-/** `encodeImage`'s result on the native engine: the image's bytes or pixels and its size. */
+/** `encodeImage`'s result on the native engine: the addon's encoding (this model's only). */
 export class NativeEncodedImage {
-  #input;
+  #encoding;
   #disposed = false;
 
-  constructor(input) {
-    this.#input = input;
-    const size = Buffer.isBuffer(input) ? imageSize(input) : { width: input.width, height: input.height };
-    this.width = size.width;
-    this.height = size.height;
+  constructor(encoding) {
+    this.#encoding = encoding;
+    this.width = encoding.width;
+    this.height = encoding.height;
     this.encodingId = 0;
   }
 
-  /** The addon's image input (`Florence2InputError` once disposed). */
-  input() {
+  /** The addon's encoding (`Florence2InputError` once disposed). */
+  encoding() {
     if (this.#disposed) {
       throw Object.assign(new Error("this EncodedImage was disposed"), { name: "Florence2InputError" });
     }
-    return this.#input;
+    return this.#encoding;
   }
 
   get disposed() {
     return this.#disposed;
   }
 
+  /** Frees the encoding's memory. */
   dispose() {
+    if (this.#disposed) return;
     this.#disposed = true;
-    this.#input = null;
+    this.#encoding.dispose();
   }
 
   free() {

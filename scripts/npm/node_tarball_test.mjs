@@ -121,15 +121,27 @@ test("native app: device auto takes the addon; bytes, an encoding and a file: UR
     const bytes = readFileSync(scene);
     assert.deepEqual((await m.runTask(new Uint8Array(bytes), "<CAPTION>", opts)).tokenIds, ids["<CAPTION>"]);
     const enc = await m.encodeImage(bytes);
-    const wasmModel = await wasm.pkg.Florence2.load(model, { maxNewTokens: MAX_NEW });
+    // The encoding's size is the wasm's: also for a JPEG whose EXIF orientation (6) turns it.
+    const wasmModel = await wasm.pkg.Florence2.load(model);
     try {
-      const wasmEnc = await wasmModel.encodeImage(bytes);
-      assert.deepEqual([enc.width, enc.height], [wasmEnc.width, wasmEnc.height]);
-      wasmEnc.dispose();
+      const exif = readFileSync(join(images, "formats/scene_exif6.jpg"));
+      for (const [what, b, e] of [["scene.png", bytes, enc], ["scene_exif6.jpg", exif, await m.encodeImage(exif)]]) {
+        const wasmEnc = await wasmModel.encodeImage(b);
+        assert.deepEqual([e.width, e.height], [wasmEnc.width, wasmEnc.height], what);
+        wasmEnc.dispose();
+      }
     } finally {
       wasmModel.dispose();
     }
     assert.deepEqual((await m.runTask(enc, "<OD>", opts)).tokenIds, ids["<OD>"]);
+    assert.deepEqual((await m.runTask(enc, "<CAPTION>", opts)).tokenIds, ids["<CAPTION>"]);
+    // The encoding is this model's: another model (of the same files) refuses it by name.
+    const other = await native.pkg.Florence2.load(model, { device: "cpu" });
+    try {
+      await assert.rejects(other.runTask(enc, "<OD>", opts), { name: "Florence2InputError" });
+    } finally {
+      other.dispose();
+    }
     enc.dispose();
     await assert.rejects(m.runTask(enc, "<OD>", opts), { name: "Florence2InputError" });
     await assert.rejects(m.runTask(Buffer.from("not an image"), "<OD>", opts), { name: "Florence2ImageError" });

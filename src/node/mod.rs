@@ -5,6 +5,7 @@
 //! Errors reach JS as `Error`s whose message starts with `[Name] ` (a name of [`crate::error::ERROR_NAMES`]);
 //! the package's `node.js` turns the prefix into `error.name`, as the browser build names them.
 
+mod encoding;
 mod image;
 mod output;
 mod probe;
@@ -181,6 +182,27 @@ impl NativeModel {
         let guard = self.loaded.lock().map_err(|_| js_error(&Error::Disposed))?;
         guard.clone().ok_or_else(|| js_error(&Error::Disposed))
     }
+
+    /// A task on `input` for the thread pool.
+    fn task(
+        &self,
+        input: output::Input,
+        task: String,
+        options: Option<NativeTaskOptions>,
+        cancel: Option<&CancelHandle>,
+        on_token: Option<JsFunction>,
+    ) -> napi::Result<AsyncTask<RunTask>> {
+        let tokens = on_token.as_ref().map(tokens::TokenSink::new).transpose()?;
+        Ok(AsyncTask::new(RunTask {
+            tokens,
+            loaded: self.loaded()?,
+            input,
+            task,
+            options: options.as_ref().map(TaskOptions::from).unwrap_or_default(),
+            cancel: cancel.map(|c| c.token.clone()).unwrap_or_default(),
+            disposed: self.disposed.clone(),
+        }))
+    }
 }
 
 #[napi]
@@ -197,16 +219,34 @@ impl NativeModel {
         cancel: Option<&CancelHandle>,
         on_token: Option<JsFunction>,
     ) -> napi::Result<AsyncTask<RunTask>> {
-        let tokens = on_token.as_ref().map(tokens::TokenSink::new).transpose()?;
-        Ok(AsyncTask::new(RunTask {
-            tokens,
+        let input = output::Input::Image(image::Owned::from_js(image));
+        self.task(input, task, options, cancel, on_token)
+    }
+
+    /// Encodes an image once (the inputs of `run_task`) for several `run_task_encoded` calls.
+    #[napi]
+    pub fn encode_image(
+        &self,
+        image: Either3<String, Buffer, image::RgbaPixels>,
+    ) -> napi::Result<AsyncTask<encoding::EncodeTask>> {
+        Ok(AsyncTask::new(encoding::EncodeTask {
             loaded: self.loaded()?,
             image: image::Owned::from_js(image),
-            task,
-            options: options.as_ref().map(TaskOptions::from).unwrap_or_default(),
-            cancel: cancel.map(|c| c.token.clone()).unwrap_or_default(),
-            disposed: self.disposed.clone(),
         }))
+    }
+
+    /// `run_task` on an encoding of `encode_image` (this model's: another's is refused).
+    #[napi]
+    pub fn run_task_encoded(
+        &self,
+        encoded: &encoding::NativeEncoding,
+        task: String,
+        options: Option<NativeTaskOptions>,
+        cancel: Option<&CancelHandle>,
+        on_token: Option<JsFunction>,
+    ) -> napi::Result<AsyncTask<RunTask>> {
+        let input = output::Input::Encoded(encoded.get()?);
+        self.task(input, task, options, cancel, on_token)
     }
 
     /// Memory now (the `memory` object of a result, without a task).
@@ -230,7 +270,7 @@ impl NativeModel {
 pub struct RunTask {
     tokens: Option<tokens::TokenSink>,
     loaded: Arc<Loaded>,
-    image: image::Owned,
+    input: output::Input,
     task: String,
     options: TaskOptions,
     cancel: CancelToken,
@@ -252,7 +292,7 @@ impl Task for RunTask {
             };
             let r = output::run(
                 &self.loaded.pipeline,
-                &self.image,
+                &self.input,
                 &self.task,
                 &self.options,
                 &cancel,

@@ -3,30 +3,46 @@
 
 use serde_json::{json, Value};
 
+use std::sync::Arc;
+
 use crate::gpu::MemReport;
-use crate::pipeline::{Callbacks, Cancel, OnToken, Pipeline, Stopwatch, TaskOptions};
+use crate::pipeline::{
+    Callbacks, Cancel, EncodedImage, OnToken, Pipeline, Stopwatch, TaskInput, TaskOptions,
+};
 use crate::Result;
 
 use super::image::Owned;
 
+/// What a task runs on: an image, or an encoding of `encodeImage`.
+pub enum Input {
+    Image(Owned),
+    Encoded(Arc<EncodedImage>),
+}
+
 /// Reads, encodes and runs the task, blocking this (pool) thread; `on_token` gets each token.
 pub fn run(
     pipeline: &Pipeline,
-    image: &Owned,
+    input: &Input,
     task: &str,
     options: &TaskOptions,
     cancel: &dyn Cancel,
     on_token: Option<OnToken>,
 ) -> Result<Value> {
     let t = Stopwatch::start();
-    let file = image.read(pipeline.limits().max_alloc_bytes)?;
+    let file = match input {
+        Input::Image(image) => image.read(pipeline.limits().max_alloc_bytes)?,
+        Input::Encoded(_) => None,
+    };
     let read_ms = t.ms();
-    let view = image.view(file.as_deref());
+    let view = match input {
+        Input::Image(image) => TaskInput::Image(image.view(file.as_deref())),
+        Input::Encoded(e) => TaskInput::Encoded(e),
+    };
     let callbacks = Callbacks {
         on_token,
         ..Callbacks::default()
     };
-    let out = pipeline.run_task_blocking(view.into(), task, options, cancel, &callbacks)?;
+    let out = pipeline.run_task_blocking(view, task, options, cancel, &callbacks)?;
     let tm = &out.timings;
     Ok(json!({
         "task": out.marker,
