@@ -7,8 +7,19 @@ export type NativeDevice = "auto" | "gpu" | "cpu";
 
 export interface NativeLoadOptions {
   device?: NativeDevice;
-  /** Called once with `{status: "ready", ...}` when the model is loaded (the addon reads files itself). */
-  onProgress?: (event: { status: "ready"; name: string; file: string; loaded: number; total: number; progress: number; cached: boolean }) => void;
+  /** Called with `{status: "dtype", dtype, reason}` then `{status: "ready"}` once the model is loaded (the
+   * addon reads the files itself). */
+  onProgress?: (event: {
+    status: "dtype" | "ready";
+    name: string;
+    file: string;
+    loaded: number;
+    total: number;
+    progress: number;
+    cached: boolean;
+    dtype?: string;
+    reason?: string;
+  }) => void;
   /** "auto" (fp16), "fp32", "fp16", "q8" or "q4". */
   dtype?: "auto" | "fp32" | "fp16" | "q8" | "q4";
   signal?: AbortSignal;

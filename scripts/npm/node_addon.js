@@ -154,17 +154,26 @@ export class NativeFlorence2 {
       throw abortError(signal);
     }
     const loaded = new NativeFlorence2(model);
-    loaded.#info = `${loaded.memory().device === "gpu" ? "native GPU (wgpu)" : "native CPU backend"}, ${reason}`;
+    const memory = loaded.memory();
+    const engine = memory.device === "gpu" ? "native GPU (wgpu)" : "native CPU backend";
+    loaded.#info = `${engine}: ${model.adapterInfo}; ${reason}`;
     if (typeof options.onProgress === "function") {
-      const name = nativeSource(source);
-      options.onProgress({ status: "ready", name, file: "", loaded: 0, total: 0, progress: 100, cached: false });
+      // The addon reads the files itself: the events after them, the format chosen, then ready.
+      const base = { name: nativeSource(source), file: "", loaded: 0, total: 0, progress: 100, cached: false };
+      try {
+        options.onProgress({ ...base, status: "dtype", dtype: memory.dtype, reason: model.dtypeReason ?? "" });
+        options.onProgress({ ...base, status: "ready" });
+      } catch (e) {
+        loaded.dispose();
+        throw e;
+      }
     }
     return loaded;
   }
 
   #info = "";
 
-  /** The engine and the addon's package, e.g. "native CPU backend, native addon florence2-wasm-linux-x64-gnu". */
+  /** The engine, the device and why it was chosen, and the addon's package. */
   get adapterInfo() {
     return this.#info;
   }

@@ -89,8 +89,15 @@ test("native app: isSupported() reports the addon and the GPU native wgpu opens"
 // Every --dtype the CLI accepts (`florence2 run --help`): auto resolves as the CLI's does.
 for (const dtype of ["fp32", "fp16", "q8", "q4", "auto"]) {
   test(`native app, ${dtype}: the CLI's ids, greedy and 3 beams, on the native CPU`, async () => {
-    const m = await native.pkg.Florence2.load(model, { device: "cpu", dtype });
+    const events = [];
+    const m = await native.pkg.Florence2.load(model, { device: "cpu", dtype, onProgress: (e) => events.push(e) });
     try {
+      // The format in a dtype event (why, for auto: as the CLI says it), then ready.
+      assert.deepEqual(events.map((e) => e.status), ["dtype", "ready"]);
+      assert.equal(events[0].dtype, m.memory().dtype);
+      if (dtype === "auto") assert.match(events[0].reason, /^auto chose fp16 for this cpu device/);
+      else assert.equal(events[0].reason, "");
+      assert.match(m.adapterInfo, /^native CPU backend: .*device cpu asked for.*florence2-wasm-linux-x64-gnu/);
       for (const beams of [1, 3]) {
         const cliRun = cliIds(dtype, beams);
         const ids = cliRun.ids;

@@ -71,6 +71,10 @@ pub struct NativeLoadOptions {
 /// own until it ends.
 pub struct Loaded {
     pipeline: Pipeline,
+    /// The device and why it was chosen (`adapterInfo`).
+    info: String,
+    /// Why `dtype: "auto"` chose the resident format (None for a fixed format).
+    dtype_reason: Option<String>,
 }
 
 pub struct LoadTask {
@@ -94,9 +98,13 @@ impl Task for LoadTask {
             };
             let opened =
                 pollster::block_on(open(&files, &files, &opts)).map_err(|e| js_error(&e))?;
-            let pipeline = opened.pipeline;
+            let info = format!("{} ({})", opened.gpu.describe(), opened.device.reason);
             opened.gpu.reset_peak_memory();
-            Ok(Arc::new(Loaded { pipeline }))
+            Ok(Arc::new(Loaded {
+                pipeline: opened.pipeline,
+                info,
+                dtype_reason: opened.dtype_reason,
+            }))
         })
     }
 
@@ -247,6 +255,18 @@ impl NativeModel {
     ) -> napi::Result<AsyncTask<RunTask>> {
         let input = output::Input::Encoded(encoded.get()?);
         self.task(input, task, options, cancel, on_token)
+    }
+
+    /// The device in use and why it was chosen.
+    #[napi(getter)]
+    pub fn adapter_info(&self) -> napi::Result<String> {
+        Ok(self.loaded()?.info.clone())
+    }
+
+    /// Why `dtype: "auto"` chose the resident format; null for a fixed format.
+    #[napi(getter)]
+    pub fn dtype_reason(&self) -> napi::Result<Option<String>> {
+        Ok(self.loaded()?.dtype_reason.clone())
     }
 
     /// Memory now (the `memory` object of a result, without a task).
