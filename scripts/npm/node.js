@@ -12,7 +12,8 @@
 // - chooses the engine (`Florence2.load`'s `device`): the native addon (node_addon.js: the platform's
 //   optional package, e.g. `florence2-wasm-linux-x64-gnu`) for "auto", "gpu" and "cpu", the wasm for
 //   "wasm", "webgpu", and for "auto" when no addon fits the platform or the source is one only the wasm's
-//   downloader reads (an http(s) URL, per-file URLs, a `fetch` or `remoteHost` option). "gpu"/"cpu"
+//   downloader reads (an http(s) URL, per-file URLs, a `fetch`, `remoteHost` or `remotePathTemplate`
+//   option; a hub id's `revision` becomes the addon's `org/name@revision`). "gpu"/"cpu"
 //   without the addon reject with `Florence2LoadError` saying why. Results' `memory.engine` says which
 //   ran ("native" or "wasm"); `isSupported()` adds `addon`, `addonReason`, `wasm` and the GPU native
 //   wgpu opens (`gpu`: a hardware one, which "auto" takes; `gpuAdapter`, `gpuReason`).
@@ -225,8 +226,8 @@ function chooseEngine(source, options) {
     throw namedError("Florence2InputError", `option device must be one of ${names}`);
   }
   if (device === "wasm" || device === "webgpu") return "wasm";
-  const wasmOnly =
-    !nativeReads(source) || typeof options?.fetch === "function" || options?.remoteHost !== undefined;
+  const wasmOnly = !nativeReads(source) || typeof options?.fetch === "function" ||
+    options?.remoteHost !== undefined || options?.remotePathTemplate !== undefined;
   const { addon, reason } = loadAddon();
   if (device === "auto") return addon && !wasmOnly ? "native" : "wasm";
   if (!addon) {
@@ -254,7 +255,10 @@ const wasmMemory = (m) => ({ ...m, engine: "wasm" });
 // Statics: the engine first; the wasm is instantiated from the file; sources may be paths.
 wrap(Florence2, "load", (raw) => async function (source, options) {
   if (chooseEngine(source, options) === "native") {
-    return NativeFlorence2.load(nodeSource(source), options ?? {});
+    // A hub id's `revision` option is the addon's `org/name@revision`.
+    let native = nodeSource(source instanceof URL ? source.href : source);
+    if (options?.revision && !/^file:/i.test(native)) native = `${native}@${options.revision}`;
+    return NativeFlorence2.load(native, options ?? {});
   }
   await init();
   return raw.call(this, nodeSource(source), wasmOptions(options));

@@ -299,6 +299,8 @@ function disposedError() {
   return Object.assign(new Error("this model was disposed"), { name: "Florence2DisposedError" });
 }
 
+let nextEncodingId = 1;
+
 /** `encodeImage`'s result on the native engine: the addon's encoding (this model's only). */
 export class NativeEncodedImage {
   #encoding;
@@ -308,7 +310,8 @@ export class NativeEncodedImage {
     this.#encoding = encoding;
     this.width = encoding.width;
     this.height = encoding.height;
-    this.encodingId = 0;
+    /** Unique in the process, as the wasm's are in a page. */
+    this.encodingId = nextEncodingId++;
   }
 
   /** The addon's encoding (`Florence2InputError` once disposed). */

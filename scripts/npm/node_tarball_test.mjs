@@ -7,7 +7,8 @@
 //   here makes auto take the CPU), and on the tiny4 fixture its token ids equal the CLI's
 //   (`florence2 run --device cpu --json`) for every dtype the CLI accepts (auto too), greedy and 3 beams, with
 //   `memory.device` "cpu" and `memory.engine` "native"; `device: "gpu"` (lavapipe here) equals the CLI's
-//   `--device gpu`; `onToken` gets the wasm's calls; `device: "wasm"` still runs the wasm.
+//   `--device gpu`; `onToken` gets the wasm's calls; a hub id and its `revision` load from the Hugging
+//   Face cache offline; `device: "wasm"` still runs the wasm.
 // - "wasm": `npm install --offline MAIN_TGZ` only. The same imports run on the wasm (isSupported().addon
 //   false, `memory.engine` "wasm"), answer as node_test.mjs's wasm answers do (the CLI's `--device cpu`
 //   ids, fp16 greedy), and `device: "cpu"`/`"gpu"` reject with a Florence2LoadError naming the platform
@@ -16,7 +17,7 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync, existsSync, readFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -197,6 +198,38 @@ test("native app: onToken gets the wasm's token calls, all before the promise se
   } finally {
     n.dispose();
     w.dispose();
+  }
+});
+
+test("native app: a hub id (and its revision) from the Hugging Face cache the CLI shares, offline", async () => {
+  // The cache layout huggingface_hub writes: refs/REVISION names the commit, snapshots/COMMIT the files.
+  const cache = mkdtempSync(join(tmpdir(), "florence2-hf-cache-"));
+  const saved = { HF_HUB_CACHE: process.env.HF_HUB_CACHE, HF_HUB_OFFLINE: process.env.HF_HUB_OFFLINE };
+  try {
+    const commit = "0123456789abcdef0123456789abcdef01234567";
+    const repo = join(cache, "models--fixture--tiny4");
+    cpSync(model, join(repo, "snapshots", commit), { recursive: true });
+    mkdirSync(join(repo, "refs"));
+    writeFileSync(join(repo, "refs", "v1"), commit);
+    Object.assign(process.env, { HF_HUB_CACHE: cache, HF_HUB_OFFLINE: "1" });
+    const m = await native.pkg.Florence2.load("fixture/tiny4", { device: "cpu", revision: "v1" });
+    try {
+      const out = await m.runTask(scene, "<OD>", { maxNewTokens: MAX_NEW, numBeams: 1 });
+      assert.deepEqual([out.tokenIds, out.memory.engine], [want["<OD>"], "native"]);
+    } finally {
+      m.dispose();
+    }
+    // No refs/main in this cache: offline, the default revision is not there, and the error says which.
+    await assert.rejects(native.pkg.Florence2.load("fixture/tiny4", { device: "cpu" }), {
+      name: "Florence2LoadError",
+      message: /fixture\/tiny4@main: no snapshot in the cache.*offline/,
+    });
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    rmSync(cache, { recursive: true, force: true });
   }
 });
 
