@@ -103,7 +103,8 @@ const out = {
   engines: { node: ">=20" },
   optionalDependencies: Object.fromEntries(targets.map((t) => [p.name + "-" + t.triple, p.version])),
   files: [
-    "index.js", "node.js", "node_addon.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts", "support.js",
+    "index.js", "node.js", "node_addon.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
+    "support.js",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],

@@ -22,8 +22,9 @@
 # scripts/npm/bundlers/package-lock.json).
 # `tarball`: scripts/npm/node_tarball_test.mjs: the main tarball and the native addon's linux-x64-gnu
 # platform package (scripts/npm/node_addon_build.sh, debug) installed offline into fresh apps: with both, the
-# addon's ids equal the CLI's (every dtype, greedy and beam, memory.engine "native"); with the main tarball
-# only, the same app runs on the wasm and says so.
+# addon's ids equal the CLI's (every dtype, greedy and beam, memory.engine "native"; device gpu on lavapipe;
+# onToken, encodeImage, a hub id from an offline Hugging Face cache); with the main tarball only, the same
+# app runs on the wasm and says so, and device cpu/gpu are named errors.
 # NPM_TESTS="package node tarball loading docs bundlers types" (default: all) picks parts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
