@@ -8,7 +8,7 @@
 mod encoding;
 mod image;
 mod output;
-mod probe;
+pub mod probe;
 mod source;
 mod tokens;
 
