@@ -523,8 +523,9 @@ const TRIM_THRESHOLD: libc::c_int = 128 * 1024;
 /// requests of the demo model on the CPU backend beside two busy processes (the worker's arena grew by
 /// 2-4 MB with its bytes in use unchanged); with the trim threshold fixed, +0.4% to +1.6%.
 ///
-/// Fixing one threshold stops glibc's adjustment of both, so the mmap threshold is set to the value
-/// the dynamic one tends to (its maximum): blocks below it keep coming from the arenas. At glibc's
+/// Fixing one threshold stops glibc's adjustment of both, so the mmap threshold is set to the dynamic
+/// one's ceiling, toward which large freed blocks drive it: blocks below it keep coming from the
+/// arenas, reused without page faults. At glibc's
 /// starting 128 KiB instead, every larger block would be a fresh mapping: 1500 page faults per request
 /// of the demo model instead of ~65, and 14% less throughput; at 32 MiB the cost is 3% (release build,
 /// 96 requests by 8 clients, medians of 6). Thresholds the user sets (`MALLOC_MMAP_THRESHOLD_`,
