@@ -2,7 +2,8 @@
 //! hardware GPU): 8 clients send the demo model's mixed requests (every task of three samples; greedy
 //! and beams; some cut by their limit; some streamed) for several rounds at once. Every answer equals the
 //! answer the same request gets alone, nothing fails, the counters add up, and a SIGTERM while
-//! every client waits loses no accepted request. Bounded: 8 x 2 requests of warm-up, 8 x 4 after it, on the
+//! every client waits loses no accepted request; the idle server's resident set is back within 5% of
+//! its baseline after the load. Bounded: 8 x 2 requests of warm-up, 8 x 4 after it, on the
 //! 192 px demo model (a few minutes on 2 loaded cores at most).
 
 use std::thread;
@@ -16,11 +17,20 @@ const CLIENTS: usize = 8;
 const ROUNDS: usize = 4;
 const WARM_UP: usize = 2;
 
-/// The server's resident set (VmRSS), in KiB.
-fn rss_kib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+/// The server's resident set in KiB, once it is idle: every request answered and then the worker
+/// waiting for work, which it does only after handing the memory its requests freed back (the gauge
+/// `florence2_worker_idle`). (VmRSS, RssAnon, RssFile) of `/proc/PID/status`.
+fn idle_rss_kib(server: &Server) -> [f64; 3] {
+    assert!(
+        poll_until(|| server.metric("florence2_in_flight") == 0.0),
+        "requests still in flight"
+    );
+    server.wait_metric("florence2_worker_idle", 1.0);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    ["VmRSS:", "RssAnon:", "RssFile:"].map(|key| {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    })
 }
 
 /// Each of the 8 clients sends `rounds` requests, one after another; client `c` starts at request `c`
@@ -87,24 +97,33 @@ fn eight_clients_on_the_cpu_backend_get_their_alone_answers_and_shutdown_loses_n
     // Warm-up: the same load, so that the sizes the batch reaches (rows, scratch, recorded steps) are
     // allocated once before the baseline; what grows after it grows per request.
     check(&load(&server, WARM_UP), "warm-up");
-    let settled = || poll_until(|| server.metric("florence2_in_flight") == 0.0);
-    assert!(settled(), "requests still in flight after the warm-up");
-    let baseline = rss_kib(server.child.id());
+    let baseline = idle_rss_kib(&server);
 
     let got = load(&server, ROUNDS);
     assert_eq!(got.len(), CLIENTS * ROUNDS);
     check(&got, "soak");
-    assert!(settled(), "requests still in flight after the soak");
-    // Resident memory is measured and printed, not yet asserted: issue 36's bound is within 5% of the
-    // baseline, and on this machine it is met idle (+2.8%) but not beside two busy processes (+13% to
-    // +19% after 32 requests, also when the idle server has trimmed its heap: see the note of the
-    // stop that added this test). The growth is being tracked down; until then a bound here would fail
-    // CI on a loaded machine.
-    let after = rss_kib(server.child.id());
+    // The idle server's resident set is back within 5% of the idle baseline (issue 36's bound): what
+    // the requests allocated went back to the system. Both readings are taken at the same point, the
+    // worker idle after its trim; the warm-up's load pages in the code and makes the allocations of
+    // once (the model's, the runtime's) that a first request would otherwise add to the figure. Only
+    // growth is bounded: less resident memory is no leak.
+    let after = idle_rss_kib(&server);
+    let growth = (after[0] / baseline[0] - 1.0) * 100.0;
     println!(
-        "RSS: {baseline:.0} KiB after the warm-up, {after:.0} KiB after {} requests ({:+.1}%)",
+        "RSS: {:.0} KiB after the warm-up (anon {:.0}, file {:.0}), {:.0} KiB after {} requests \
+         (anon {:.0}, file {:.0}): {growth:+.1}%",
+        baseline[0],
+        baseline[1],
+        baseline[2],
+        after[0],
         got.len(),
-        (after / baseline - 1.0) * 100.0
+        after[1],
+        after[2]
+    );
+    assert!(
+        growth <= 5.0,
+        "resident set {growth:+.1}% after {} requests: {baseline:?} -> {after:?} KiB",
+        got.len()
     );
 
     // The counters add up: every request answered ok, nothing queued or running, steps batched.

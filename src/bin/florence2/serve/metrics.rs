@@ -104,6 +104,8 @@ pub struct Metrics {
     queue_depth: AtomicU64,
     running: AtomicU64,
     batch_rows: AtomicU64,
+    /// 1 while the worker waits for work, its freed memory handed back.
+    idle: AtomicU64,
     phases: Mutex<[Histogram; 6]>,
     /// Requests per decode step.
     batch: Mutex<BatchHistogram>,
@@ -129,6 +131,7 @@ impl Metrics {
             queue_depth: AtomicU64::new(0),
             running: AtomicU64::new(0),
             batch_rows: AtomicU64::new(0),
+            idle: AtomicU64::new(0),
             phases: Mutex::new(Default::default()),
             batch: Mutex::new(Default::default()),
         }
@@ -165,6 +168,13 @@ impl Metrics {
     /// Requests in the running batch.
     pub fn set_running(&self, running: usize) {
         self.running.store(running as u64, Ordering::Relaxed);
+    }
+
+    /// The worker waits for work (`true`, set after it hands freed memory back) or has taken some.
+    /// Sequentially consistent: a scrape that sees every request answered and then `1` sees the wait
+    /// after the last of them.
+    pub fn set_idle(&self, idle: bool) {
+        self.idle.store(u64::from(idle), Ordering::SeqCst);
     }
 
     /// One decode step ran for `requests` requests with `rows` decoder rows (beams) in all.
@@ -272,6 +282,11 @@ impl Metrics {
                 "florence2_batch_rows",
                 "Decoder rows (beams of every request) of the last decode step.",
                 self.batch_rows.load(Ordering::Relaxed),
+            ),
+            (
+                "florence2_worker_idle",
+                "1 while the GPU worker waits for work, the memory its requests freed handed back.",
+                self.idle.load(Ordering::SeqCst),
             ),
             (
                 "florence2_ready",
