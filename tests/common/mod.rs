@@ -5,6 +5,7 @@
 pub mod cpu;
 pub mod fidelity;
 pub mod fixtures;
+pub mod hub;
 
 use std::sync::{Arc, OnceLock};
 
