@@ -43,6 +43,9 @@ pub struct Quirks {
     /// The storage host sends half of its first GET's body, then holds the connection until the gate
     /// opens (and then drops it).
     pub stall_mid_body: Option<Gate>,
+    /// The storage host sends half of its first GET's body, holds until the gate opens, then sends
+    /// the rest (a slow download that completes).
+    pub hold_mid_body: Option<Gate>,
 }
 
 /// A gate a server thread waits on until the test opens it.
@@ -154,6 +157,7 @@ impl Hub {
             let mut cut = cdn_quirks.cut_first_get;
             let mut gate = cdn_quirks.gate.clone();
             let mut stall = cdn_quirks.stall_mid_body.clone();
+            let mut hold = cdn_quirks.hold_mid_body.clone();
             for conn in cdn.incoming() {
                 let Ok(mut c) = conn else { continue };
                 let Some((method, path, headers)) = read_request(&c) else {
@@ -188,6 +192,15 @@ impl Hub {
                     let _ = c.write_all(&b[..b.len() / 2]);
                     let _ = c.flush();
                     g.wait();
+                    continue;
+                }
+                if let Some(g) = (method == "GET").then(|| hold.take()).flatten() {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", b.len());
+                    let _ = c.write_all(head.as_bytes());
+                    let _ = c.write_all(&b[..b.len() / 2]);
+                    let _ = c.flush();
+                    g.wait();
+                    let _ = c.write_all(&b[b.len() / 2..]);
                     continue;
                 }
                 if method == "GET" && std::mem::take(&mut cut) {

@@ -14,7 +14,9 @@
 //! (`metrics.rs`); `--cors-origin` adds CORS headers (`cors.rs`); remote image fetches connect only to
 //! public addresses (`remote.rs`, `guard.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
 //! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
-//! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0.
+//! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0. A hub id is downloaded after
+//! binding, on the worker thread before its load (`download.rs`: `/health` says `downloading` with
+//! progress; SIGTERM does not wait for it).
 
 mod access_log;
 mod api;
@@ -50,14 +52,11 @@ use worker::{Shared, DOWNLOADING, LOADING};
 
 /// OpenAI-compatible HTTP server: POST /v1/chat/completions, GET /v1/models, /health, /metrics. The
 /// address is printed on stdout as 'listening on http://ADDR' once bound.
-///
-/// A hub id (--model org/name) is downloaded after the server binds: meanwhile /health answers 503
-/// {"status": "downloading", "progress": {"bytes", "files_done", "file", "file_bytes", "file_total"}},
-/// then {"status": "loading"}, then 200 {"status": "ok"}; requests get 503 model_loading until then.
-/// A failed download ends the server as a failed load does.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Model directory or hub id org/name[@revision] (as for `florence2 run`)
+    /// Model directory or hub id org/name[@revision] (as for `florence2 run`). A hub id downloads after
+    /// the server listens: /health answers 503 {"status": "downloading", "progress": {...}} meanwhile,
+    /// then "loading", then 200 "ok"; a failed download ends the server as a failed load does
     #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
     /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
