@@ -2,7 +2,8 @@
 //! before the download ends; `/health` says `downloading` with the observer's progress while the hub
 //! holds the weights' second half, requests get the loading answer, then the model loads and answers as
 //! on the fixture directory. SIGTERM mid-download exits 0 and keeps the partial blob; a model the hub
-//! lacks ends the server with the named error.
+//! lacks, a corrupt download and offline mode with an empty cache end the server with the named error
+//! (exit 1, as a failed load).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -149,36 +150,74 @@ fn sigterm_mid_download_exits_0_and_keeps_the_partial_blob_for_a_resume() {
     );
 }
 
-#[test]
-fn a_model_the_hub_lacks_ends_the_server_with_the_named_error() {
-    let hub = Hub::start(Quirks::default());
-    let cache = tempdir("missing");
+/// `florence2 serve --model MODEL` with `env` until it ends by itself (bounded only by [`LAST_GUARD`]):
+/// (stdout, stderr, exit status).
+fn serve_until_it_ends(model: &str, env: &[(&str, &str)]) -> (String, String, Option<i32>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
     cmd.env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
-        .args([
-            "serve",
-            "--model",
-            "acme/nosuch",
-            "--port",
-            "0",
-            "--dtype",
-            "fp32",
-        ])
+        .args(["serve", "--model", model, "--port", "0", "--dtype", "fp32"])
         .stdin(Stdio::null());
-    for (k, v) in hub_env(&hub, &cache) {
+    for (k, v) in env {
         cmd.env(k, v);
     }
-    // The server ends by itself: `output` waits for it.
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A few lines of output: the pipes cannot fill while the server runs.
+    let ended = poll_until(|| child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(ended, "the server did not end within {LAST_GUARD:?}");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (text(&out.stdout), text(&out.stderr), out.status.code())
+}
+
+#[test]
+fn a_failed_download_ends_the_server_with_the_named_error() {
+    // The hub lacks the model (404 on its config).
+    let hub = Hub::start(Quirks::default());
+    let cache = tempdir("missing");
+    let (stdout, stderr, code) = serve_until_it_ends("acme/nosuch", &hub_env(&hub, &cache));
     assert!(
         stdout.contains("listening on http://"),
         "bound first: {stdout}"
     );
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("acme/nosuch/config.json") && stderr.contains("not found on the hub"),
+        "{stderr}"
+    );
+
+    // The weights' bytes do not hash to the announced ETag.
+    let hub = Hub::start(Quirks {
+        corrupt: true,
+        ..Default::default()
+    });
+    let cache = tempdir("corrupt");
+    let (stdout, stderr, code) = serve_until_it_ends("acme/tiny4", &hub_env(&hub, &cache));
+    assert!(
+        stdout.contains("listening on http://"),
+        "bound first: {stdout}"
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("checksum mismatch for acme/tiny4/model.safetensors"),
+        "{stderr}"
+    );
+
+    // Offline with nothing cached.
+    let cache = tempdir("offline");
+    let mut env = hub_env(&hub, &cache);
+    env.retain(|(k, _)| *k != "HF_HUB_OFFLINE");
+    env.push(("HF_HUB_OFFLINE", "1"));
+    let (_, stderr, code) = serve_until_it_ends("acme/tiny4", &env);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("acme/tiny4@main") && stderr.contains("offline mode"),
         "{stderr}"
     );
 }
