@@ -5,6 +5,8 @@
 pub mod cpu;
 pub mod fidelity;
 pub mod fixtures;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod hub;
 
 use std::sync::{Arc, OnceLock};
 

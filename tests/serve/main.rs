@@ -6,7 +6,8 @@
 //! queued (no encoder pass) and while decoding (within one step), SIGTERM (exit 0), and remote image
 //! URLs (`--allow-remote-images`) against a loopback origin written in the test. `web_clients.rs`: CORS,
 //! a model's own task markers, WebP/GIF/BMP inputs; `guards.rs`: the remote-image address guard, the
-//! queued-image budget, the out-of-memory answer.
+//! queued-image budget, the out-of-memory answer; `download.rs`: a hub id downloaded while the server
+//! listens (the loopback hub of tests/common/hub.rs).
 //!
 //! Waits are bounded polls of `/health` or `/metrics`; the worker-hold test hook
 //! (`FLORENCE2_SERVE_HOLD_FILE`, see src/bin/florence2/serve/worker.rs) makes the queue and cancellation
@@ -20,6 +21,7 @@ mod serve_util;
 
 mod batching;
 mod contract;
+mod download;
 mod guards;
 mod soak;
 mod web_clients;

@@ -33,13 +33,18 @@ impl Server {
     /// the address is printed (the model may still be loading). Weights are fp32 unless `args` name a
     /// `--dtype` (as `common::fixtures::cli_run` runs the CLI, so answers compare like for like).
     pub fn start(model: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_with(model_dir(model).as_os_str(), args, env)
+    }
+
+    /// [`Server::start`] with `--model` as given (a directory or a hub id).
+    pub fn start_with(model: &std::ffi::OsStr, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_florence2"));
         cmd.env("NODEVICE_SELECT", "1")
             .env_remove("FLORENCE2_API_KEY")
             // The kernel tuner's cache goes to target/, never to the user's cache directory.
             .env("XDG_CACHE_HOME", env!("CARGO_TARGET_TMPDIR"))
             .args(["serve", "--model"])
-            .arg(model_dir(model))
+            .arg(model)
             .args(["--port", "0"])
             .args(args)
             .args(if args.contains(&"--dtype") {

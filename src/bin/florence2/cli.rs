@@ -87,10 +87,27 @@ static OFFLINE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 /// Face cache (`HF_HUB_CACHE`/`HF_HOME`, shared with Python), fetched from `HF_ENDPOINT` as needed
 /// (`HF_TOKEN` for private repositories), from the cache alone with `--offline` or `HF_HUB_OFFLINE=1`.
 pub fn model_dir(arg: &std::path::Path) -> Result<std::path::PathBuf, Failure> {
-    use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions};
+    model_dir_observed(arg, None)
+}
+
+/// [`model_dir`], telling `also` the download progress too (besides the terminal's bar).
+pub fn model_dir_observed(
+    arg: &std::path::Path,
+    also: Option<florence2_wasm::hub_cache::ProgressObserver>,
+) -> Result<std::path::PathBuf, Failure> {
+    use florence2_wasm::hub_cache::{resolve_model, HubCacheOptions, ProgressObserver};
     let mut opts = HubCacheOptions::from_env();
     opts.offline |= OFFLINE.get().copied().unwrap_or(false);
     download_bar::attach(&mut opts);
+    if let Some(also) = also {
+        let bar = opts.progress.take();
+        opts.progress = Some(ProgressObserver::new(move |p| {
+            if let Some(bar) = &bar {
+                bar.report(p);
+            }
+            also.report(p);
+        }));
+    }
     let s = arg
         .to_str()
         .ok_or_else(|| Failure::Usage(format!("--model {}: not UTF-8", arg.display())))?;

@@ -14,11 +14,14 @@
 //! (`metrics.rs`); `--cors-origin` adds CORS headers (`cors.rs`); remote image fetches connect only to
 //! public addresses (`remote.rs`, `guard.rs`). The listening address is printed on stdout as `listening on http://ADDR` once bound
 //! (`--port 0` picks a free port). SIGINT / SIGTERM: stop accepting, let running and queued requests
-//! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0.
+//! finish for `--shutdown-timeout` seconds, then cancel them, and exit 0. A hub id is downloaded after
+//! binding, on the worker thread before its load (`download.rs`: `/health` says `downloading` with
+//! progress; SIGTERM does not wait for it).
 
 mod access_log;
 mod api;
 mod cors;
+mod download;
 mod engine;
 mod error;
 mod guard;
@@ -45,13 +48,15 @@ use florence2_wasm::processor::image::ImageLimits;
 
 use metrics::Metrics;
 use routes::AppState;
-use worker::{Shared, LOADING};
+use worker::{Shared, DOWNLOADING, LOADING};
 
 /// OpenAI-compatible HTTP server: POST /v1/chat/completions, GET /v1/models, /health, /metrics. The
 /// address is printed on stdout as 'listening on http://ADDR' once bound.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Model directory or hub id org/name[@revision] (as for `florence2 run`)
+    /// Model directory or hub id org/name[@revision] (as for `florence2 run`). A hub id downloads after
+    /// the server listens: /health answers 503 {"status": "downloading", "progress": {...}} meanwhile,
+    /// then "loading", then 200 "ok"; a failed download ends the server as a failed load does
     #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
     /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
@@ -152,6 +157,8 @@ fn positive(s: &str) -> Result<usize, String> {
 #[derive(Debug)]
 struct ServeOptions {
     model: PathBuf,
+    /// `model` is a hub id, downloaded after binding (`download.rs`).
+    hub: bool,
     dtype: DTypeRequest,
     tuning: Tuning,
     device: DeviceChoice,
@@ -182,6 +189,7 @@ impl From<ServeArgs> for ServeOptions {
         });
         ServeOptions {
             addr: SocketAddr::new(a.host, a.port),
+            hub: !a.model.is_dir(),
             model: a.model,
             dtype: a.dtype,
             tuning: a.tuning,
@@ -223,13 +231,18 @@ fn test_hosts() -> guard::Hosts {
 /// Run the server until SIGINT/SIGTERM (exit 0) or a failed model load (an error).
 pub fn main(mut args: ServeArgs) -> Result<(), String> {
     if !args.model.is_dir() {
-        // A hub id names the served model by default.
-        let id = args.model.to_string_lossy().into_owned();
-        args.model = super::model_dir(&args.model).map_err(|f| match f {
-            super::Failure::Usage(m) | super::Failure::Run(m) => m,
-        })?;
-        let repo = id.split('@').next().unwrap_or(&id).to_owned();
-        args.model_id.get_or_insert(repo);
+        let id = args.model.to_string_lossy().trim().to_owned();
+        if florence2_wasm::hub_cache::ModelId::parse(&id).is_none() {
+            // Neither a directory nor a hub id: the error `run` gives, before binding.
+            args.model = super::model_dir(&args.model).map_err(|f| match f {
+                super::Failure::Usage(m) | super::Failure::Run(m) => m,
+            })?;
+        } else {
+            // A hub id, downloaded after binding; it names the served model by default.
+            args.model = PathBuf::from(&id);
+            let repo = id.split('@').next().unwrap_or(&id).to_owned();
+            args.model_id.get_or_insert(repo);
+        }
     }
     let opts = ServeOptions::from(args);
     // One image of the largest size must fit in the queued-image budget.
@@ -282,29 +295,31 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
         .map_err(|e| format!("reading the bound address: {e}"))?;
 
     let shared = Arc::new(Shared {
-        state: AtomicU8::new(LOADING),
+        state: AtomicU8::new(if opts.hub { DOWNLOADING } else { LOADING }),
         info: Mutex::new(None),
         load_error: Mutex::new(None),
         abort: AtomicBool::new(false),
         closing: AtomicBool::new(false),
         metrics: Metrics::new(),
+        download: download::Progress::default(),
         hold_file: std::env::var_os("FLORENCE2_SERVE_HOLD_FILE").map(PathBuf::from),
     });
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let worker = {
-        let (shared, dir, dtype, tuning, device, max_batch) = (
-            shared.clone(),
-            opts.model.clone(),
-            opts.dtype,
-            opts.tuning,
-            opts.device,
-            opts.max_batch,
-        );
-        let model = (dtype, tuning, device);
+        let (shared, dir, hub, max_batch) =
+            (shared.clone(), opts.model.clone(), opts.hub, opts.max_batch);
+        let model = (opts.dtype, opts.tuning, opts.device);
         std::thread::Builder::new()
             .name("florence2-gpu".into())
-            .spawn(move || worker::run(dir, model, max_batch, shared, jobs_rx, loaded_tx))
+            .spawn(move || {
+                let dir = match hub.then(|| download::fetch(&dir, &shared)) {
+                    Some(Ok(snapshot)) => snapshot,
+                    Some(Err(e)) => return worker::fail(&shared, loaded_tx, e),
+                    None => dir,
+                };
+                worker::run(dir, model, max_batch, shared, jobs_rx, loaded_tx)
+            })
             .map_err(|e| format!("starting the GPU worker: {e}"))?
     };
     let state = Arc::new(app_state(&opts, shared.clone(), jobs_tx));
@@ -345,8 +360,12 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
         jobs.take(); // the worker's channel closes: it ends after draining (cancelling) what is left
     }
     drop(state);
-    let joined = tokio::task::spawn_blocking(move || worker.join());
-    let _ = tokio::time::timeout(Duration::from_secs(10), joined).await;
+    // A download in progress is not waited for: it ends with the process, its partial blob kept for
+    // the next start to resume.
+    if shared.state.load(Ordering::Acquire) != DOWNLOADING {
+        let joined = tokio::task::spawn_blocking(move || worker.join());
+        let _ = tokio::time::timeout(Duration::from_secs(10), joined).await;
+    }
     match reason {
         None => {
             eprintln!("florence2 serve: stopped");
@@ -397,10 +416,11 @@ fn app_state(
 fn announce(addr: SocketAddr, opts: &ServeOptions, capacity: usize) {
     println!("florence2 serve: listening on http://{addr}");
     eprintln!(
-        "florence2 serve: model {} (id {:?}, {} weights) loading; {} request(s) admitted at once; API key {}",
+        "florence2 serve: model {} (id {:?}, {} weights) {}; {} request(s) admitted at once; API key {}",
         opts.model.display(),
         opts.model_id,
         opts.dtype.as_str(),
+        if opts.hub { "downloading" } else { "loading" },
         capacity,
         if opts.api_key.is_some() {
             "required"

@@ -41,7 +41,7 @@ use super::engine::Answer;
 use super::error::ApiError;
 use super::metrics::{Outcome, Phase};
 use super::remote::{fetch_image, RemoteLimits};
-use super::worker::{hold, Event, HoldPoint, Job, Shared, FAILED};
+use super::worker::{hold, Event, HoldPoint, Job, Shared, DOWNLOADING, FAILED};
 
 /// Settings and shared state of the routes.
 pub struct AppState {
@@ -189,6 +189,11 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             )
                 .into_response()
         }
+        s if s == DOWNLOADING => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "downloading", "progress": shared.download.json()})),
+        )
+            .into_response(),
         _ if shared.ready() => (
             StatusCode::OK,
             Json(json!({
@@ -215,10 +220,11 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     let in_flight = state
         .capacity
         .saturating_sub(state.admission.available_permits());
-    let body = state
+    let mut body = state
         .shared
         .metrics
         .render(state.shared.ready(), state.capacity, in_flight);
+    state.shared.download.render(&mut body);
     (
         [(
             header::CONTENT_TYPE,

@@ -63,6 +63,8 @@ pub struct Job {
 pub const LOADING: u8 = 0;
 pub const READY: u8 = 1;
 pub const FAILED: u8 = 2;
+/// A hub model is being downloaded (before `LOADING`; see `download.rs`).
+pub const DOWNLOADING: u8 = 3;
 
 /// State shared by the worker, the handlers and `main`.
 pub struct Shared {
@@ -74,6 +76,8 @@ pub struct Shared {
     /// Set at shutdown: new requests are refused with 503.
     pub closing: AtomicBool,
     pub metrics: Metrics,
+    /// The hub model's download progress (empty for a model directory).
+    pub download: super::download::Progress,
     /// Test hook (`FLORENCE2_SERVE_HOLD_FILE`, unset in production): while this file exists and is empty
     /// the worker neither finishes loading nor starts the next request; while it contains `step` the
     /// worker pauses before each decode step instead; while it contains `decode` a request handler
@@ -151,16 +155,10 @@ pub fn run(
     loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) {
     fix_allocator_thresholds();
+    shared.state.store(LOADING, Ordering::Release);
     let engine = match Engine::load(Path::new(&dir), dtype, tuning, device) {
         Ok(engine) => engine,
-        Err(e) => {
-            if let Ok(mut slot) = shared.load_error.lock() {
-                *slot = Some(e.clone());
-            }
-            shared.state.store(FAILED, Ordering::Release);
-            let _ = loaded.send(Err(e));
-            return;
-        }
+        Err(e) => return fail(&shared, loaded, e),
     };
     hold(&shared, HoldPoint::Request);
     if let Ok(mut info) = shared.info.lock() {
@@ -176,6 +174,15 @@ pub fn run(
         next_id: 0,
     }
     .serve(&jobs);
+}
+
+/// The model cannot be served (a failed download or load): `/health` says so and `main` exits with `e`.
+pub fn fail(shared: &Shared, loaded: tokio::sync::oneshot::Sender<Result<(), String>>, e: String) {
+    if let Ok(mut slot) = shared.load_error.lock() {
+        *slot = Some(e.clone());
+    }
+    shared.state.store(FAILED, Ordering::Release);
+    let _ = loaded.send(Err(e));
 }
 
 /// A request in the running batch: what its answer needs besides the batch's own state.
