@@ -83,8 +83,9 @@ impl Client {
                 (f.map_err(write)?, n)
             }
         };
-        // One byte past the announced length tells an overlong body from an exact one.
-        let cap = size.map_or(MAX_UNANNOUNCED, |s| s - from) + 1;
+        // One byte past the announced length tells an overlong body from an exact one (saturating: a
+        // hostile hub may announce u64::MAX).
+        let cap = size.map_or(MAX_UNANNOUNCED, |s| s - from).saturating_add(1);
         let mut body = resp.body_mut().as_reader().take(cap);
         let mut state = DownloadProgress {
             file: shown.to_owned(),

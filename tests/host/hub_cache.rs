@@ -48,6 +48,10 @@ struct Quirks {
     /// The storage host sends half of its first GET's body, then holds the connection until the gate
     /// opens (and then drops it).
     stall_mid_body: Option<Gate>,
+    /// X-Linked-Size header value sent for the weights instead of their real length.
+    linked_size: Option<String>,
+    /// Small files' bodies with this (from, to) substring replaced (and their ETag computed after).
+    rewrite: Option<(String, String)>,
 }
 
 /// A gate a server thread waits on until the test opens it.
@@ -248,7 +252,7 @@ fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Quirks
         );
     }
     let commit = ("X-Repo-Commit".to_string(), COMMIT.to_string());
-    let Ok(bytes) = std::fs::read(fixture(name).join(file)) else {
+    let Ok(mut bytes) = std::fs::read(fixture(name).join(file)) else {
         return respond(
             c,
             "404 Not Found",
@@ -258,6 +262,11 @@ fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Quirks
         );
     };
     let large = file.ends_with(".safetensors") || file.ends_with(".bin");
+    if let (Some((from, to)), false) = (&q.rewrite, large) {
+        bytes = String::from_utf8_lossy(&bytes)
+            .replace(from.as_str(), to)
+            .into_bytes();
+    }
     let etag = q
         .etag
         .clone()
@@ -266,7 +275,10 @@ fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Quirks
         let h = vec![
             commit,
             ("X-Linked-Etag".into(), etag),
-            ("X-Linked-Size".into(), bytes.len().to_string()),
+            (
+                "X-Linked-Size".into(),
+                q.linked_size.clone().unwrap_or(bytes.len().to_string()),
+            ),
             ("Location".into(), format!("{cdn}/{name}/{file}")),
         ];
         respond(c, "302 Found", &h, b"", head)
@@ -643,6 +655,46 @@ fn a_checksum_mismatch_or_a_hostile_length_or_range_keeps_no_blob() {
     assert!(e.to_string().contains("Content-Range"), "{e}");
     let repo = cache.join("models--acme--tiny4");
     assert!(!repo.join("blobs").join(&etag).exists());
+}
+
+/// A hostile size (2^63, u64::MAX) announced for the weights: a named error, no blob, no panic (the
+/// announced length is only a cap, never an allocation); a sharded index naming a shard outside the
+/// repository (`../`, an absolute path): refused before it becomes a URL or a path.
+#[test]
+fn a_huge_announced_size_or_an_index_naming_paths_outside_the_repository_is_refused() {
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    for size in ["9223372036854775808", "18446744073709551615"] {
+        let hub = Hub::start(Quirks {
+            linked_size: Some(size.into()),
+            ..Default::default()
+        });
+        let cache = tempdir("huge-size");
+        let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+        assert_eq!(e.name(), "Florence2LoadError");
+        assert!(e.to_string().contains(size), "{e}");
+        let names = blob_names(&cache.join("models--acme--tiny4"));
+        assert!(!names.iter().any(|n| n == &etag), "{names:?}");
+    }
+    let shard = "model-00001-of-00003.safetensors";
+    for hostile in ["../../../escaped.safetensors", "/tmp/escaped.safetensors"] {
+        let hub = Hub::start(Quirks {
+            rewrite: Some((format!("\"{shard}\""), format!("\"{hostile}\""))),
+            ..Default::default()
+        });
+        let cache = tempdir("hostile-shard");
+        let id = format!("acme/tiny2-orig-q4-sharded@{COMMIT}");
+        let e = resolve_model(&id, &hub.options(&cache))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(hostile) && e.contains("not a plain relative"),
+            "{e}"
+        );
+        assert!(!cache.parent().unwrap().join("escaped.safetensors").exists());
+        // Refused at the index: no shard was asked for.
+        assert_eq!(hub.count("cdn", "GET"), 0);
+    }
 }
 
 /// Whether a process waits on a flock of the file with inode `ino` (a `->` line of /proc/locks).
