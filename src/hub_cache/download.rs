@@ -29,8 +29,9 @@ enum Start {
     Resume(u64),
 }
 
-/// `bytes START-END/TOTAL` of a 206 answer as (START, TOTAL); `TOTAL` may be `*`.
-fn content_range(v: &str) -> Option<(u64, Option<u64>)> {
+/// `bytes START-END/TOTAL` of a 206 answer as (START, TOTAL); `TOTAL` may be `*`. Public for the fuzz
+/// target (scripts/fuzz/fuzz_targets/hub.rs).
+pub fn content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (span, total) = rest.split_once('/')?;
     let (start, end) = span.split_once('-')?;
