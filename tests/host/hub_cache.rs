@@ -52,6 +52,8 @@ struct Quirks {
     linked_size: Option<String>,
     /// Small files' bodies with this (from, to) substring replaced (and their ETag computed after).
     rewrite: Option<(String, String)>,
+    /// The storage host answers every request with a redirect to the same path (a loop).
+    redirect_loop: bool,
 }
 
 /// A gate a server thread waits on until the test opens it.
@@ -180,6 +182,11 @@ impl Hub {
                     respond(&mut c, "404 Not Found", &[], b"", method == "HEAD");
                     continue;
                 };
+                if cdn_quirks.redirect_loop {
+                    let h = [("Location".to_string(), path.clone())];
+                    respond(&mut c, "302 Found", &h, b"", method == "HEAD");
+                    continue;
+                }
                 if method == "GET" {
                     if let Some(g) = gate.take() {
                         g.wait();
@@ -695,6 +702,26 @@ fn a_huge_announced_size_or_an_index_naming_paths_outside_the_repository_is_refu
         // Refused at the index: no shard was asked for.
         assert_eq!(hub.count("cdn", "GET"), 0);
     }
+}
+
+/// A storage host that redirects to itself forever: a named error after the redirect limit, not a hang,
+/// and no blob.
+#[test]
+fn a_redirect_loop_ends_in_a_named_error() {
+    let hub = Hub::start(Quirks {
+        redirect_loop: true,
+        ..Default::default()
+    });
+    let cache = tempdir("redirect-loop");
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert_eq!(e.name(), "Florence2LoadError");
+    assert!(e.to_string().contains("redirects"), "{e}");
+    // The limit (8 hops, the hub's redirect to the storage host among them) bounds the loop's requests.
+    let gets = hub.count("cdn", "GET");
+    assert!((2..=8).contains(&gets), "{gets} GETs");
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let names = blob_names(&cache.join("models--acme--tiny4"));
+    assert!(!names.contains(&fake_etag(&w, true)), "{names:?}");
 }
 
 /// Whether a process waits on a flock of the file with inode `ino` (a `->` line of /proc/locks).
