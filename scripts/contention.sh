@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The contention check: the suites whose tests wait on events across processes (the server, the CLI's
-# batches and crash tests, the tuner, the decode batch) run while two busy processes hold the machine's
+# batches and crash tests, the tuner, the decode batch, and the browser tests that wait on the GPU's
+# events: device loss and recovery, abort, queued calls and dispose, load progress and the cache, the
+# fence) run while two busy processes hold the machine's
 # cores, as on a developer's loaded machine where CI runs. They must pass: a test that waits on time
 # instead of events fails here first.
 #   scripts/contention.sh [BUSY_PROCESSES]   (default 2)
@@ -18,3 +20,11 @@ done
 echo "contention: $busy busy processes (${pids[*]}) beside the tests"
 cargo test --test serve --no-fail-fast -- --skip soak::
 cargo test --test model --no-fail-fast -- cli_batch:: decode_batch:: tuning::
+# The browser subset: one headless Chromium run per filter (the test runner takes one filter).
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
+browser() { wasm-pack test --headless --chrome --mode no-install -- --test "$1" -- "$2"; }
+browser browser_gpu recover
+browser browser_model abort_mid_decode
+browser browser_model concurrent_calls
+browser browser_model progress_events
+browser browser finished_waits

@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s each, every target)
 #
-# Targets: header stream config index prompt postprocess image json pickle. libFuzzer (libfuzzer-sys) on the
+# Targets: header stream config index prompt postprocess image json pickle hub. libFuzzer (libfuzzer-sys) on the
 # STABLE toolchain: coverage comes from rustc's stable `-C passes=sancov-module` + `-C llvm-args` flags,
 # added by scripts/fuzz/rustc-wrapper.sh to our crates only. Seeds: scripts/fuzz/corpus/TARGET (committed);
 # what the fuzzer adds goes to target/fuzz/corpus/TARGET; crashes to target/fuzz/artifacts/TARGET/.
@@ -15,7 +15,7 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
 SECS="${1:-60}"
 shift || true
-ALL=(header stream config index prompt postprocess image json pickle)
+ALL=(header stream config index prompt postprocess image json pickle hub)
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); else TARGETS=("${ALL[@]}"); fi
 
 ROOT="$PWD"

@@ -73,6 +73,9 @@ export async function cache_has(name, url) {
   return (await c.match(url)) !== undefined;
 }
 export async function cache_clear(name) { await caches.delete(name); }
+export async function cache_delete(name, url) { return (await caches.open(name)).delete(url); }
+export async function cache_put_text(name, url, text) { await (await caches.open(name)).put(url, new Response(text)); }
+export function meta_key(url) { return "https://florence2-wasm.invalid/meta?url=" + encodeURIComponent(url); }
 export function typeof_(v) { return typeof v; }
 "#)]
 extern "C" {
@@ -88,6 +91,9 @@ extern "C" {
     fn wasm_bytes(memory: &JsValue) -> f64;
     async fn cache_has(name: &str, url: &str) -> JsValue;
     async fn cache_clear(name: &str) -> JsValue;
+    async fn cache_delete(name: &str, url: &str) -> JsValue;
+    async fn cache_put_text(name: &str, url: &str, text: &str) -> JsValue;
+    fn meta_key(url: &str) -> String;
     fn typeof_(v: &JsValue) -> String;
 }
 
@@ -921,6 +927,43 @@ async fn progress_events_and_cache() {
         7,
         "cache: false does not read the cache"
     );
+    cache_clear(CACHE_NAME).await;
+}
+
+/// Torn cache writes (a body without its meta record, a record without its body, a record cut off mid-JSON)
+/// are never used: the next load fetches that file again (one request) and answers like the CLI.
+#[wasm_bindgen_test]
+async fn torn_cache_entries_are_fetched_again_never_used() {
+    cache_clear(CACHE_NAME).await;
+    let base = fake_source("torn-tiny2", model("tiny2"));
+    load(base.clone().into(), JsValue::UNDEFINED)
+        .await
+        .unwrap()
+        .dispose();
+    let case = expected_for("tiny2", "scene.png", "<CAPTION>", None);
+    for file in ["model.safetensors", "config.json"] {
+        let url = format!("{base}{file}");
+        let record = meta_key(&url);
+        let tears: [(&str, &str); 3] = [
+            ("meta without body", &url),
+            ("body without meta", &record),
+            ("meta cut mid-JSON", &record),
+        ];
+        for (what, key) in tears {
+            if what == "meta cut mid-JSON" {
+                let torn = format!("{{\"url\":\"{url}\",\"byt");
+                cache_put_text(CACHE_NAME, key, &torn).await;
+            } else {
+                assert_eq!(cache_delete(CACHE_NAME, key).await, JsValue::TRUE, "{what}");
+            }
+            let before = net_count();
+            let m = load(base.clone().into(), JsValue::UNDEFINED).await.unwrap();
+            assert_eq!(net_count() - before, 1, "{file}, {what}: one request");
+            check_output(&run_case(&m, &case).await, &case);
+            m.dispose();
+            assert_eq!(cache_has(CACHE_NAME, &url).await, JsValue::TRUE, "{what}");
+        }
+    }
     cache_clear(CACHE_NAME).await;
 }
 

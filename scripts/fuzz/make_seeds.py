@@ -115,6 +115,17 @@ for p in ["images/grey.png", "images/scene.jpg", "images/scene.png", "processor/
 for t in ['{"a": [1, -2, 3.5e10, true, null, "x\\u00e9"], "b": {"c": {}}}', '[[[]]]', '{"k": 1, "k": 2}', '18446744073709551616']:
     put("json", t)
 
+# hub: what a hub server sends that becomes a name or a number (ETags, Content-Range, ids, index JSON).
+HUB_SEEDS = ['"a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"',
+             'W/"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"', '"../../escaped"',
+             'bytes 10-99/100', 'bytes 0-0/*', 'bytes 18446744073709551615-1/2',
+             'microsoft/Florence-2-base-ft@refs/pr/1', 'a/b@../x',
+             '{"metadata": {"total_size": 8}, "weight_map": {"a.weight": "model-00001-of-00002.safetensors", '
+             '"b.bias": "model-00002-of-00002.safetensors"}}',
+             '{"weight_map": {"a.weight": "../pytorch_model-00001-of-00002.bin"}}']
+for t in HUB_SEEDS:
+    put("hub", t)
+
 # pickle: torch-shaped checkpoints written by Python's own pickler (protocol 2, as torch.save) over stand-in
 # modules named like torch's, so the seeds need no torch: zip and legacy containers, a storage shared by
 # two tensors at different offsets, a tensor stored twice (memo), f16/bf16 storages, refused globals.

@@ -118,7 +118,14 @@ window.images = async () => {
   out["video before a frame"] = await run(video);
   video.srcObject = canvas.captureStream(0);
   await video.play();
-  for (let i = 0; i < 100 && video.readyState < 2; i++) await new Promise((r) => setTimeout(r, 50));
+  // Waits for the first frame's event (HAVE_CURRENT_DATA), not for a fixed time: a loaded machine
+  // decodes the stream late. 120 s is only a last guard.
+  await new Promise((resolve, reject) => {
+    const guard = setTimeout(() => reject(new Error("the video showed no frame in 120 s")), 120000);
+    const done = () => { clearTimeout(guard); resolve(); };
+    video.addEventListener("loadeddata", done, { once: true });
+    if (video.readyState >= 2) done();
+  });
   const frame = document.createElement("canvas");
   frame.width = video.videoWidth;
   frame.height = video.videoHeight;

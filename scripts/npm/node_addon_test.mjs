@@ -1,6 +1,7 @@
 // The native Node addon against the CLI: the same token ids on the fixture models (greedy and beam,
 // every image input form), the browser build's error names, the event loop free during a task, abort,
-// dispose during a task, two models in one process.
+// dispose during a task, two models in one process, hostile inputs (a pickle with a foreign global,
+// truncated/bomb/oversized images, bad task strings, huge or wrong-typed options).
 // Run by scripts/npm/node_addon_test.sh (FLORENCE2_NODE_ADDON: the built addon; FLORENCE2_CLI: the CLI).
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -153,5 +154,99 @@ test("two models in one process, tasks interleaved", async () => {
   } finally {
     a.dispose();
     b.dispose();
+  }
+});
+
+/** CRC-32 (PNG chunks). */
+function crc32(bytes) {
+  let c = 0xffffffff;
+  for (const b of bytes) {
+    c ^= b;
+    for (let k = 0; k < 8; k++) c = (c >>> 1) ^ (0xedb88320 & -(c & 1));
+  }
+  return (c ^ 0xffffffff) >>> 0;
+}
+
+/** A PNG whose IHDR claims `w` x `h` RGBA pixels, with one tiny IDAT (a decompression-bomb header). */
+function claimedPng(w, h) {
+  const chunk = (type, data) => {
+    const body = Buffer.concat([Buffer.from(type, "latin1"), data]);
+    const out = Buffer.alloc(8 + data.length + 4);
+    out.writeUInt32BE(data.length, 0);
+    body.copy(out, 4);
+    out.writeUInt32BE(crc32(body), 8 + data.length);
+    return out;
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(w, 0);
+  ihdr.writeUInt32BE(h, 4);
+  ihdr.set([8, 6, 0, 0, 0], 8);
+  const idat = Buffer.from([0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk("IHDR", ihdr), chunk("IDAT", idat), chunk("IEND", Buffer.alloc(0)),
+  ]);
+}
+
+/** A legacy torch checkpoint whose main pickle calls a foreign global (`os.system`). */
+function hostilePickle() {
+  const magic = Buffer.from([0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e]);
+  const protocol = Buffer.from([0x80, 0x02, 0x4d, 0xe9, 0x03, 0x2e]);
+  const sysInfo = Buffer.from([0x80, 0x02, 0x7d, 0x71, 0x00, 0x2e]);
+  const main = Buffer.concat([
+    Buffer.from([0x80, 0x02]), Buffer.from("cos\nsystem\n", "latin1"),
+    Buffer.from([0x58, 0x02, 0, 0, 0]), Buffer.from("id", "latin1"), Buffer.from([0x85, 0x52, 0x2e]),
+  ]);
+  return Buffer.concat([magic, protocol, sysInfo, main]);
+}
+
+test("hostile inputs: named errors, the process survives and the model keeps working", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "florence2-node-"));
+  try {
+    // A pickle checkpoint naming a foreign global is refused before anything runs.
+    cpSync(models.tiny2, dir, { recursive: true });
+    rmSync(join(dir, "model.safetensors"));
+    writeFileSync(join(dir, "pytorch_model.bin"), hostilePickle());
+    await assert.rejects(load(dir), { name: "Florence2LoadError", message: /'os\.system', which is not allowed/ });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const model = await load(models.tiny2);
+  try {
+    const png = readFileSync(scene);
+    const expected = (await model.runTask(png, "<CAPTION>")).tokenIds;
+    // A truncated PNG, a bomb header (2^31-1 square: past PNG's own limit), an image over the pixel limit
+    // (65536 x 65536, refused from its header before any pixel is decoded).
+    const bad = [
+      [png.subarray(0, png.length >> 1), "Florence2ImageError"],
+      [claimedPng(0x7fffffff, 0x7fffffff), "Florence2ImageError"],
+      [claimedPng(65536, 65536), "Florence2ImageTooLargeError"],
+    ];
+    for (const [bytes, name] of bad) {
+      await assert.rejects(model.runTask(bytes, "<CAPTION>"), { name });
+    }
+    // RGBA pixels whose buffer is shorter than width x height x 4; pixels over the limit.
+    await assert.rejects(
+      model.runTask({ data: new Uint8Array(16), width: 100, height: 100 }, "<CAPTION>"),
+      { name: "Florence2ImageError" },
+    );
+    await assert.rejects(
+      model.runTask({ data: new Uint8Array(16), width: 100000, height: 100000 }, "<CAPTION>"),
+      { name: "Florence2ImageTooLargeError" },
+    );
+    // Task strings that are no task, or a text task's input with a control character.
+    for (const task of ["<NOT_A_TASK>", "", "<CAPTION", "<OPEN_VOCABULARY_DETECTION>\u0000"]) {
+      await assert.rejects(model.runTask(png, task), { name: "Florence2PromptError" }, JSON.stringify(task));
+    }
+    // A huge maxNewTokens is bounded by the decoder's positions (tiny2's max_position_embeddings: 160):
+    // an answer, not an allocation.
+    const huge = await model.runTask(png, "<CAPTION>", { maxNewTokens: 0xffffffff });
+    assert.ok(Array.isArray(huge.tokenIds) && huge.tokenIds.length <= 160, `${huge.tokenIds?.length}`);
+    // A wrong-typed option is refused with a message naming it.
+    await assert.rejects(model.runTask(png, "<CAPTION>", { maxNewTokens: "many" }), { message: /maxNewTokens/ });
+    // The model still answers as before.
+    assert.deepEqual((await model.runTask(png, "<CAPTION>")).tokenIds, expected);
+  } finally {
+    model.dispose();
   }
 });

@@ -29,8 +29,9 @@ enum Start {
     Resume(u64),
 }
 
-/// `bytes START-END/TOTAL` of a 206 answer as (START, TOTAL); `TOTAL` may be `*`.
-fn content_range(v: &str) -> Option<(u64, Option<u64>)> {
+/// `bytes START-END/TOTAL` of a 206 answer as (START, TOTAL); `TOTAL` may be `*`. Public for the fuzz
+/// target (scripts/fuzz/fuzz_targets/hub.rs).
+pub fn content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (span, total) = rest.split_once('/')?;
     let (start, end) = span.split_once('-')?;
@@ -83,8 +84,9 @@ impl Client {
                 (f.map_err(write)?, n)
             }
         };
-        // One byte past the announced length tells an overlong body from an exact one.
-        let cap = size.map_or(MAX_UNANNOUNCED, |s| s - from) + 1;
+        // One byte past the announced length tells an overlong body from an exact one (saturating: a
+        // hostile hub may announce u64::MAX).
+        let cap = size.map_or(MAX_UNANNOUNCED, |s| s - from).saturating_add(1);
         let mut body = resp.body_mut().as_reader().take(cap);
         let mut state = DownloadProgress {
             file: shown.to_owned(),

@@ -33,6 +33,7 @@ use crate::weights::load::{
     CheckpointIndex, CONFIG_FILE, INDEX_FILE, SINGLE_FILE, TORCH_FILE, TORCH_INDEX_FILE,
 };
 
+pub use download::content_range;
 pub use layout::RepoCache;
 pub use progress::{DownloadProgress, ProgressObserver};
 

@@ -46,6 +46,12 @@ pub struct Quirks {
     /// The storage host sends half of its first GET's body, holds until the gate opens, then sends
     /// the rest (a slow download that completes).
     pub hold_mid_body: Option<Gate>,
+    /// X-Linked-Size header value sent for the weights instead of their real length.
+    pub linked_size: Option<String>,
+    /// Small files' bodies with this (from, to) substring replaced (and their ETag computed after).
+    pub rewrite: Option<(String, String)>,
+    /// The storage host answers every request with a redirect to the same path (a loop).
+    pub redirect_loop: bool,
 }
 
 /// A gate a server thread waits on until the test opens it.
@@ -181,6 +187,11 @@ impl Hub {
                     respond(&mut c, "404 Not Found", &[], b"", method == "HEAD");
                     continue;
                 };
+                if cdn_quirks.redirect_loop {
+                    let h = [("Location".to_string(), path.clone())];
+                    respond(&mut c, "302 Found", &h, b"", method == "HEAD");
+                    continue;
+                }
                 if method == "GET" {
                     if let Some(g) = gate.take() {
                         g.wait();
@@ -262,7 +273,7 @@ pub fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Qu
         );
     }
     let commit = ("X-Repo-Commit".to_string(), COMMIT.to_string());
-    let Ok(bytes) = std::fs::read(fixture(name).join(file)) else {
+    let Ok(mut bytes) = std::fs::read(fixture(name).join(file)) else {
         return respond(
             c,
             "404 Not Found",
@@ -272,6 +283,11 @@ pub fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Qu
         );
     };
     let large = file.ends_with(".safetensors") || file.ends_with(".bin");
+    if let (Some((from, to)), false) = (&q.rewrite, large) {
+        bytes = String::from_utf8_lossy(&bytes)
+            .replace(from.as_str(), to)
+            .into_bytes();
+    }
     let etag = q
         .etag
         .clone()
@@ -280,7 +296,10 @@ pub fn hub_answer(c: &mut TcpStream, method: &str, path: &str, cdn: &str, q: &Qu
         let h = vec![
             commit,
             ("X-Linked-Etag".into(), etag),
-            ("X-Linked-Size".into(), bytes.len().to_string()),
+            (
+                "X-Linked-Size".into(),
+                q.linked_size.clone().unwrap_or(bytes.len().to_string()),
+            ),
             ("Location".into(), format!("{cdn}/{name}/{file}")),
         ];
         respond(c, "302 Found", &h, b"", head)

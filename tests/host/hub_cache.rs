@@ -362,6 +362,66 @@ fn a_checksum_mismatch_or_a_hostile_length_or_range_keeps_no_blob() {
     assert!(!repo.join("blobs").join(&etag).exists());
 }
 
+/// A hostile size (2^63, u64::MAX) announced for the weights: a named error, no blob, no panic (the
+/// announced length is only a cap, never an allocation); a sharded index naming a shard outside the
+/// repository (`../`, an absolute path): refused before it becomes a URL or a path.
+#[test]
+fn a_huge_announced_size_or_an_index_naming_paths_outside_the_repository_is_refused() {
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let etag = fake_etag(&w, true);
+    for size in ["9223372036854775808", "18446744073709551615"] {
+        let hub = Hub::start(Quirks {
+            linked_size: Some(size.into()),
+            ..Default::default()
+        });
+        let cache = tempdir("huge-size");
+        let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+        assert_eq!(e.name(), "Florence2LoadError");
+        assert!(e.to_string().contains(size), "{e}");
+        let names = blob_names(&cache.join("models--acme--tiny4"));
+        assert!(!names.iter().any(|n| n == &etag), "{names:?}");
+    }
+    let shard = "model-00001-of-00003.safetensors";
+    for hostile in ["../../../escaped.safetensors", "/tmp/escaped.safetensors"] {
+        let hub = Hub::start(Quirks {
+            rewrite: Some((format!("\"{shard}\""), format!("\"{hostile}\""))),
+            ..Default::default()
+        });
+        let cache = tempdir("hostile-shard");
+        let id = format!("acme/tiny2-orig-q4-sharded@{COMMIT}");
+        let e = resolve_model(&id, &hub.options(&cache))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(hostile) && e.contains("not a plain relative"),
+            "{e}"
+        );
+        assert!(!cache.parent().unwrap().join("escaped.safetensors").exists());
+        // Refused at the index: no shard was asked for.
+        assert_eq!(hub.count("cdn", "GET"), 0);
+    }
+}
+
+/// A storage host that redirects to itself forever: a named error after the redirect limit, not a hang,
+/// and no blob.
+#[test]
+fn a_redirect_loop_ends_in_a_named_error() {
+    let hub = Hub::start(Quirks {
+        redirect_loop: true,
+        ..Default::default()
+    });
+    let cache = tempdir("redirect-loop");
+    let e = resolve_model("acme/tiny4", &hub.options(&cache)).unwrap_err();
+    assert_eq!(e.name(), "Florence2LoadError");
+    assert!(e.to_string().contains("redirects"), "{e}");
+    // The limit (8 hops, the hub's redirect to the storage host among them) bounds the loop's requests.
+    let gets = hub.count("cdn", "GET");
+    assert!((2..=8).contains(&gets), "{gets} GETs");
+    let w = std::fs::read(fixture("tiny4").join("model.safetensors")).unwrap();
+    let names = blob_names(&cache.join("models--acme--tiny4"));
+    assert!(!names.contains(&fake_etag(&w, true)), "{names:?}");
+}
+
 /// Whether a process waits on a flock of the file with inode `ino` (a `->` line of /proc/locks).
 #[cfg(target_os = "linux")]
 fn lock_has_waiter(ino: u64) -> bool {
