@@ -133,6 +133,19 @@ async function fetchedImage(image, signal) {
   return Buffer.from(await res.arrayBuffer());
 }
 
+/** A task option as the addon takes it (a u32), checked as the wasm build checks it: an integer from 0
+ * to 2^53 - 1, else `Florence2InputError` naming the option; counts past 2^32 - 1 mean "no limit" to
+ * the model (its position limit ends every decode first), so they are clamped. */
+function uintOption(key, value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    const e = new TypeError(`option ${key} must be an integer between 0 and ${Number.MAX_SAFE_INTEGER}`);
+    e.name = "Florence2InputError";
+    throw e;
+  }
+  return Math.min(value, 0xffffffff);
+}
+
 /** The `Florence2` API on the native engine. */
 export class NativeFlorence2 {
   #model;
@@ -208,7 +221,11 @@ export class NativeFlorence2 {
     const tokens = typeof onToken === "function" ? tokenSink(onToken) : null;
     let queued = false;
     try {
-      const opts = { maxNewTokens, numBeams, noRepeatNgramSize };
+      const opts = {
+        maxNewTokens: uintOption("maxNewTokens", maxNewTokens),
+        numBeams: uintOption("numBeams", numBeams),
+        noRepeatNgramSize: uintOption("noRepeatNgramSize", noRepeatNgramSize),
+      };
       const out = await call(() => {
         const p = encoded
           ? this.#model.runTaskEncoded(encoded, task, opts, handle, tokens?.callback)

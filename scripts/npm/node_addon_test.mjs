@@ -243,7 +243,10 @@ test("hostile inputs: named errors, the process survives and the model keeps wor
     const huge = await model.runTask(png, "<CAPTION>", { maxNewTokens: 0xffffffff });
     assert.ok(Array.isArray(huge.tokenIds) && huge.tokenIds.length <= 160, `${huge.tokenIds?.length}`);
     // A wrong-typed option is refused with a message naming it.
-    await assert.rejects(model.runTask(png, "<CAPTION>", { maxNewTokens: "many" }), { message: /maxNewTokens/ });
+    await assert.rejects(model.runTask(png, "<CAPTION>", { maxNewTokens: "many" }), {
+      name: "Florence2InputError",
+      message: /maxNewTokens/,
+    });
     // The model still answers as before.
     assert.deepEqual((await model.runTask(png, "<CAPTION>")).tokenIds, expected);
   } finally {
