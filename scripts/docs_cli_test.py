@@ -5,6 +5,9 @@ Usage: python3 scripts/docs_cli_test.py [FLORENCE2_BINARY] (default target/debug
 For each ```sh block line that runs `florence2 SUB ...` (also `target/*/florence2`, `cargo run ... --`),
 it asks the binary for `SUB --help` and checks that every `--flag` of the line appears there. It runs no
 model (fast, < 5 s), so it covers names, not values.
+Every ```js/```html block of these pages must be, verbatim, a block of scripts/npm/README.md (whose blocks
+scripts/npm/docs_test.mjs runs as written in Chromium and Node.js), or follow a line
+`<!-- not run: REASON -->`.
 """
 import re
 import subprocess
@@ -56,8 +59,21 @@ for page in pages:
             if flag not in ("--help",) and not re.search(re.escape(flag) + r"(?![a-z0-9-])", text):
                 failures.append(f"{where}: `florence2 {sub}` has no flag {flag}")
         checked += 1
+npm_readme = (root / "scripts/npm/README.md").read_text()
+js_checked = 0
+for page in pages:
+    lines = page.read_text().split("\n")
+    for i, line in enumerate(lines):
+        if line.strip() not in ("```js", "```html"):
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        block = "\n".join(lines[i : end + 1]) + "\n"
+        marked = i > 0 and re.match(r"<!-- not run: .+ -->", lines[i - 1].strip() or (lines[i - 2] if i > 1 else ""))
+        if block not in npm_readme and not marked:
+            failures.append(f"{page.relative_to(root)}:{i + 1}: a {line[3:]} block neither in the package README nor marked not run")
+        js_checked += 1
 for f in failures:
     print("FAIL", f)
-print(f"docs cli: {checked} florence2 command lines checked, {len(failures)} failures")
+print(f"docs: {checked} florence2 command lines and {js_checked} js/html blocks checked, {len(failures)} failures")
 assert checked >= 5, "too few florence2 command lines found"
 sys.exit(1 if failures else 0)
