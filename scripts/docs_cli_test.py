@@ -7,7 +7,8 @@ it asks the binary for `SUB --help` and checks that every `--flag` of the line a
 model (fast, < 5 s), so it covers names, not values.
 Every ```js/```html block of these pages must be, verbatim, a block of scripts/npm/README.md (whose blocks
 scripts/npm/docs_test.mjs runs as written in Chromium and Node.js), or follow a line
-`<!-- not run: REASON -->`.
+`<!-- not run: REASON -->`; so must every other block that runs no `florence2` command (the README's two
+setup commands excepted: CI runs them).
 """
 import re
 import subprocess
@@ -59,16 +60,24 @@ for page in pages:
             if flag not in ("--help",) and not re.search(re.escape(flag) + r"(?![a-z0-9-])", text):
                 failures.append(f"{where}: `florence2 {sub}` has no flag {flag}")
         checked += 1
+SETUP_BLOCKS = {f"```sh\nbash scripts/setup.sh && bash scripts/{s}.sh\n```\n" for s in ("serve", "test")}
 npm_readme = (root / "scripts/npm/README.md").read_text()
 js_checked = 0
 for page in pages:
     lines = page.read_text().split("\n")
     for i, line in enumerate(lines):
-        if line.strip() not in ("```js", "```html"):
+        lang = line.strip()[3:]
+        if not line.startswith("```") or not lang:
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
         block = "\n".join(lines[i : end + 1]) + "\n"
-        marked = i > 0 and re.match(r"<!-- not run: .+ -->", lines[i - 1].strip() or (lines[i - 2] if i > 1 else ""))
+        marked = i > 0 and re.match(r"<!-- not run: .+ -->", lines[i - 1].strip())
+        if lang not in ("js", "html"):
+            # A shell block runs florence2 (checked above) or is one of the README's two commands (CI runs them).
+            covered = re.search(r"(?:^|[\s/])florence2\s+[a-z]", block) or block in SETUP_BLOCKS
+            if not covered and not marked:
+                failures.append(f"{page.relative_to(root)}:{i + 1}: a {lang} block that nothing runs, not marked not run")
+            continue
         if block not in npm_readme and not marked:
             failures.append(f"{page.relative_to(root)}:{i + 1}: a {line[3:]} block neither in the package README nor marked not run")
         js_checked += 1
