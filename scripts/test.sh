@@ -50,6 +50,9 @@ scripts/contention.sh 2
 phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
 scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
+# README.md and docs/: `florence2 ...` command lines name real subcommands and flags (--help); JS blocks are
+# the package README's (run by its docs test) or marked not run (< 5 s).
+python3 scripts/docs_cli_test.py target/debug/florence2
 
 phase "installs (cargo install from the debug build, cargo publish --dry-run, serve.sh's build check)"
 scripts/install_check.sh

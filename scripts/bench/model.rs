@@ -43,7 +43,7 @@
 //! machine.
 //!
 //! `MODEL_BENCH_MEMORY=1` measures only the GPU memory the engine counts, per resident dtype (the
-//! README's table): one request's peak for `<CAPTION>` and `<OD>` at 768x768 with 3 beams and the
+//! docs/performance.md's table): one request's peak for `<CAPTION>` and `<OD>` at 768x768 with 3 beams and the
 //! default `max_new_tokens` 1024, as `Pipeline::run_task` runs it (pixels uploaded into the vision
 //! arena, DaViT + projector, encoder + cross K/V, encoder input/output and image features released,
 //! beam search), phase by phase. Every

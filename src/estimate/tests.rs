@@ -1,4 +1,4 @@
-//! The estimate on Florence-2-base and -large shapes (config only, no files) against the README's
+//! The estimate on Florence-2-base and -large shapes (config only, no files) against docs/performance.md's
 //! measured table ("GPU memory per weight format": base-shaped checkpoints, 768x768, 3 beams,
 //! `max_new_tokens` 1024, lavapipe's 128 MiB binding limit), and the chooser on mocked devices.
 
@@ -60,7 +60,7 @@ fn mb(b: u64) -> f64 {
 
 #[test]
 fn base_and_large_match_the_readme_memory_table() {
-    // (model, dtype, resident MB, peak <OD> MB) from the README table.
+    // (model, dtype, resident MB, peak <OD> MB) from docs/performance.md's table.
     let table = [
         ("base", WeightDType::Fp32, 926.2, 1064.7),
         ("base", WeightDType::Fp16, 467.7, 547.3),
@@ -91,7 +91,7 @@ fn base_and_large_match_the_readme_memory_table() {
             "{model} {dtype}"
         );
         // At or above the measured peak, by at most the features kept through decoding and the
-        // prompt's room (2 MB) plus the README's rounding.
+        // prompt's room (2 MB) plus that table's rounding.
         let over = mb(e.peak_bytes) - peak;
         assert!(
             (-0.05..=2.05).contains(&over),

@@ -2,7 +2,7 @@
 //! ([`Device::cpu`]). `auto` takes a hardware GPU when there is one and the CPU backend otherwise, also
 //! when the only adapter is a software rasteriser (lavapipe, SwiftShader, WARP): on the same cores the
 //! CPU backend's kernels are several times faster than a CPU emulating a GPU (`cargo bench --bench
-//! model -- --device`, README).
+//! model -- --device`, docs/models-and-formats.md).
 
 use std::str::FromStr;
 use std::sync::Arc;

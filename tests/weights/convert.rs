@@ -423,7 +423,7 @@ fn large_config_json() -> serde_json::Value {
     c
 }
 
-/// The sizes README states, from the converter's own rule on the real shapes (MB = 10^6 bytes).
+/// The sizes docs/models-and-formats.md states, from the converter's own rule on the real shapes (MB = 10^6 bytes).
 #[test]
 fn converted_sizes_of_base_and_large() {
     let mb =
@@ -435,8 +435,9 @@ fn converted_sizes_of_base_and_large() {
         .map(|&d| (mb(&base, d), mb(&large, d)))
         .collect();
     eprintln!("fp32 fp16 q8 q4 (base, large) MB: {sizes:?}");
-    // fp32 is README's 926 MB; the other formats keep every tensor the loader keeps in f32 as f32
-    // (norms, biases, depthwise convolutions, position tables), and q8/q4 the dense convolutions as f16.
+    // fp32 is docs/models-and-formats.md's 926 MB; the other formats keep every tensor the loader keeps
+    // in f32 as f32 (norms, biases, depthwise convolutions, position tables), and q8/q4 the dense
+    // convolutions as f16.
     assert_eq!(sizes, [(926, 3082), (468, 1548), (259, 852), (147, 481)]);
 }
 

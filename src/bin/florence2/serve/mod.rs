@@ -72,7 +72,7 @@ pub struct ServeArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = crate::cli::parse_device)]
     device: DeviceChoice,
-    /// Address to bind; keep the loopback default behind a reverse proxy (see the README)
+    /// Address to bind; keep the loopback default behind a reverse proxy (see docs/server.md)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
     /// Port; 0 picks a free one
@@ -109,7 +109,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     shutdown_timeout: u64,
     /// Fetch http(s) image URLs (off by default: they are refused with a 400). Only behind an
-    /// egress-restricted network: the server fetches whatever host a client names (see the README)
+    /// egress-restricted network: the server fetches whatever host a client names (see docs/server.md)
     #[arg(long)]
     allow_remote_images: bool,
     /// Total time for one remote image fetch (connect, redirects, body), in seconds

@@ -1,7 +1,7 @@
 //! `--allow-remote-images`: fetching an `http(s)` image URL, bounded in bytes, time and redirects.
 //!
 //! Off by default: a server that fetches URLs its clients name can be pointed at hosts only it can reach
-//! (cloud metadata endpoints, internal services), so the README asks for an egress-restricted network
+//! (cloud metadata endpoints, internal services), so docs/server.md asks for an egress-restricted network
 //! when this is on. When on, a fetch:
 //! - runs on a blocking thread of the HTTP runtime (never on the GPU worker), after admission, so at most
 //!   `--max-queue` + 1 fetches run at once and a slow remote holds only its own request's slot;
