@@ -63,7 +63,7 @@ fs.writeFileSync(f, out + merged);
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
 for f in README.md LICENSE index.js node.js node_addon.js index.d.ts client.js client.d.ts worker.js \
-  worker.d.ts support.js; do
+  worker.d.ts support.js draw.js draw.d.ts; do
   cp "scripts/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
@@ -104,7 +104,7 @@ const out = {
   optionalDependencies: Object.fromEntries(targets.map((t) => [p.name + "-" + t.triple, p.version])),
   files: [
     "index.js", "node.js", "node_addon.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
-    "support.js",
+    "support.js", "draw.js", "draw.d.ts",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
     "README.md", "LICENSE",
   ],

@@ -31,7 +31,8 @@ assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")),
   ["./index.js", "./node.js", "./worker.js"]);
 const entry = pkg.exports["."].default.replace(/^\.\//, "");
 for (const f of [entry, pkg.exports["."].node, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
-                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "support.js", "README.md", "LICENSE"]) {
+                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "support.js", "draw.js", "draw.d.ts", "README.md",
+                 "LICENSE"]) {
   assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
 }
 assert.match(readFileSync(join(pkgDir, "LICENSE"), "utf8"), /^MIT License/);
@@ -39,7 +40,7 @@ assert.match(readFileSync(join(pkgDir, "README.md"), "utf8"), /Florence2\.load/)
 const dts = readFileSync(join(pkgDir, "florence2_wasm.d.ts"), "utf8");
 // Public declarations: no `any` (comments stripped). `InitOutput` is excluded: it lists the raw wasm
 // exports (externref slots are typed `any` by wasm-bindgen), which no user code calls.
-for (const f of ["florence2_wasm.d.ts", "index.d.ts", "client.d.ts", "worker.d.ts"]) {
+for (const f of ["florence2_wasm.d.ts", "index.d.ts", "client.d.ts", "worker.d.ts", "draw.d.ts"]) {
   const code = readFileSync(join(pkgDir, f), "utf8").replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "")
     .replace(/export interface InitOutput \{[\s\S]*?\n\}/, "");
   assert.ok(!/export interface InitOutput/.test(code), `${f}: InitOutput block not stripped`);

@@ -6,7 +6,7 @@
 # http and run `<CAPTION>` on scene.png: the answer must equal the native CLI's
 # (tests/fixtures/browser/cli_expected.json); before it, `Florence2.estimate` with `dtype: "auto"` must
 # estimate the resident bytes the load holds, reading only the weights file's safetensors header. Also checks the tarball's contents and that the public
-# TypeScript declarations contain no `any`. Then, on the same tarball: `npm publish --dry-run` must be clean;
+# TypeScript declarations contain no `any`; drawResult (scripts/npm/draw_test.mjs) against a recording 2D context. Then, on the same tarball: `npm publish --dry-run` must be clean;
 # scripts/npm/loading_test.mjs (SPA-fallback server, offline reload with the server stopped, cache API,
 # corrupted cache entry, hub model ids); scripts/npm/bundler_test.mjs (the app in scripts/npm/app/ built
 # with Vite (build + dev server) and webpack 5, page and worker answers equal to the CLI's);
@@ -42,6 +42,7 @@ mkdir -p "$scratch/app"
 parts=" ${NPM_TESTS:-package node tarball loading docs bundlers types} "
 if [[ $parts == *" package "* ]]; then
   node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
+  node scripts/npm/draw_test.mjs "$scratch/app"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
   dry=$(cd pkg && npm publish --dry-run 2>&1)
   if grep -Ei "warn.*(correct|invalid|normaliz)|npm error" <<<"$dry"; then

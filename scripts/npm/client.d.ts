@@ -3,6 +3,9 @@ import type {
   MemoryInfo, ReloadOptions, EncodeImageOptions, EstimateOptions, MemoryEstimate,
 } from "./florence2_wasm.js";
 
+export { drawResult, DRAW_COLORS } from "./draw.js";
+export type { DrawContext2D, DrawCanvas, DrawOptions } from "./draw.js";
+
 /** The DOM's `Worker` where the program's libs declare it, else `never` (the client is for browsers; it
  * still type-checks in a Node.js project without the DOM lib). */
 export type DomWorker = GlobalType<"Worker">;

@@ -121,6 +121,8 @@ class Channel {
 
 /** An image encoded in the worker (`Florence2Worker.encodeImage`): its vision features stay on the
  * worker's GPU, and `runTask` on it skips the vision tower. */
+export { drawResult, DRAW_COLORS } from "./draw.js";
+
 export class WorkerEncodedImage {
   #client;
   #disposed = false;

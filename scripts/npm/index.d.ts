@@ -3,6 +3,8 @@
 import type { InitInput, InitOutput, SyncInitInput } from "./florence2_wasm.js";
 export * from "./florence2_wasm.js";
 export { Florence2Worker, WorkerEncodedImage } from "./client.js";
+export { drawResult, DRAW_COLORS } from "./draw.js";
+export type { DrawContext2D, DrawCanvas, DrawOptions } from "./draw.js";
 
 /** Load and instantiate the wasm module (optional: `Florence2.load` does it on first use). `input`: where
  * the `.wasm` is (default: next to the package's JS file), or the module itself. */

@@ -6,6 +6,7 @@ import init, {
   Florence2,
   Florence2Worker,
   WorkerEncodedImage,
+  drawResult,
   isFlorence2Error,
   type BoxesResult,
   type ImageInput,
@@ -69,6 +70,14 @@ for (const image of inputs) {
 // The worker's output type follows the prompt too.
 const workerBoxes: BoxesResult = (await remote.runTask(canvas, "<OD>")).result["<OD>"];
 console.log(workerBoxes.labels);
+// drawResult takes a canvas, an OffscreenCanvas or either's 2D context, and a task output.
+const drawnOnCanvas: number = drawResult(canvas, await remote.runTask(canvas, "<OD>"), { imageWidth: 640 });
+const offCanvas = new OffscreenCanvas(64, 64);
+const offCtx = offCanvas.getContext("2d");
+if (offCtx) console.log(drawnOnCanvas, drawResult(offCtx, workerBoxes, { scale: 0.1, labels: false }));
+console.log(drawResult(offCanvas, workerBoxes, { colors: ["#f00"], fillAlpha: 0 }));
+// @ts-expect-error: a WebGL context is not a 2D one.
+drawResult(document.createElement("canvas").getContext("webgl2")!, workerBoxes);
 const frame = await createImageBitmap(canvas);
 const moved = await remote.runTask(frame, "<DENSE_REGION_CAPTION>", { signal: AbortSignal.timeout(5000) }, [frame]);
 console.log(moved.text, remote.adapterInfo, (await remote.cacheInfo()).bytes);
