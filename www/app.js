@@ -12,7 +12,7 @@
 // ("Run every task": one image encoding for all of them) and writes the JSON array of {prompt, output} into
 // #all-json, whose data-status goes running -> "done".
 
-import { Florence2Worker } from "./pkg/client.js";
+import { Florence2Worker, drawResult as drawOn } from "./pkg/client.js";
 
 // A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
 // package loads that layout). See README "Default model".
@@ -409,72 +409,17 @@ function clearOverlay() {
   o.getContext("2d").clearRect(0, 0, o.width, o.height);
 }
 
-// Overlay pixels per CSS pixel: lines and labels keep the same on-screen size whatever the image size.
-let unit = 1;
-
-function drawLabel(ctx, text, x, y, color) {
-  if (!text) return;
-  const fs = 13 * unit;
-  ctx.font = `600 ${fs}px system-ui, sans-serif`;
-  const w = ctx.measureText(text).width + 8 * unit;
-  const h = fs * 1.35;
-  const ty = y - h < 0 ? y : y - h;
-  const tx = Math.min(Math.max(0, x), Math.max(0, ctx.canvas.width - w));
-  ctx.fillStyle = color;
-  ctx.fillRect(tx, ty, w, h);
-  ctx.fillStyle = "#fff";
-  ctx.fillText(text, tx + 4 * unit, ty + fs * 1.05);
-}
-
-function drawPolygon(ctx, pts, k, color, fill) {
-  if (pts.length < 4) return;
-  ctx.beginPath();
-  ctx.moveTo(pts[0] * k, pts[1] * k);
-  for (let i = 2; i + 1 < pts.length; i += 2) ctx.lineTo(pts[i] * k, pts[i + 1] * k);
-  ctx.closePath();
-  if (fill) { ctx.fillStyle = `${color}55`; ctx.fill(); }
-  ctx.strokeStyle = color;
-  ctx.lineWidth = 2.5 * unit;
-  ctx.stroke();
-}
-
-/** Draw a task result ({bboxes, labels} / {quad_boxes, labels} / {polygons, labels} / OVD) on the overlay. */
+/** Draw a task result ({bboxes, labels} / {quad_boxes, labels} / {polygons, labels} / OVD) on the overlay
+ * with the package's drawResult; returns how many shapes it drew. */
 export function drawResult(value) {
   clearOverlay();
   state.drawn = value;
   if (!value || typeof value !== "object") return 0;
-  const ctx = el.overlay.getContext("2d");
   const k = Number(el.overlay.dataset.scale);
+  // Overlay pixels per CSS pixel: lines and labels keep the same on-screen size whatever the image size.
   const shown = el.overlay.getBoundingClientRect().width;
-  unit = shown > 0 ? el.overlay.width / shown : 1;
-  ctx.lineJoin = "round";
-  let shapes = 0;
-  const boxes = (bboxes, labels) => bboxes.forEach((b, i) => {
-    const color = COLORS[i % COLORS.length];
-    ctx.strokeStyle = color;
-    ctx.lineWidth = 2.5 * unit;
-    ctx.strokeRect(b[0] * k, b[1] * k, (b[2] - b[0]) * k, (b[3] - b[1]) * k);
-    drawLabel(ctx, labels?.[i] ?? "", b[0] * k, b[1] * k, color);
-    shapes++;
-  });
-  const polys = (polygons, labels) => polygons.forEach((inst, i) => {
-    const color = COLORS[i % COLORS.length];
-    for (const p of inst) drawPolygon(ctx, p, k, color, true);
-    const first = inst.find((p) => p.length >= 2);
-    if (first) drawLabel(ctx, labels?.[i] ?? "", first[0] * k, first[1] * k, color);
-    shapes++;
-  });
-  if (Array.isArray(value.quad_boxes)) {
-    value.quad_boxes.forEach((q, i) => {
-      const color = COLORS[i % COLORS.length];
-      drawPolygon(ctx, q, k, color, false);
-      drawLabel(ctx, value.labels?.[i] ?? "", q[0] * k, q[1] * k, color);
-      shapes++;
-    });
-  }
-  if (Array.isArray(value.bboxes)) boxes(value.bboxes, value.labels ?? value.bboxes_labels);
-  if (Array.isArray(value.polygons)) polys(value.polygons, value.labels ?? value.polygons_labels);
-  return shapes;
+  const unit = shown > 0 ? el.overlay.width / shown : 1;
+  return drawOn(el.overlay, value, { scale: k, colors: COLORS, lineWidth: 2.5 * unit, fontSize: 13 * unit });
 }
 
 // ---------------------------------------------------------------- views + tasks
