@@ -12,7 +12,7 @@
 // ("Run every task": one image encoding for all of them) and writes the JSON array of {prompt, output} into
 // #all-json, whose data-status goes running -> "done".
 
-import { Florence2Worker, drawResult as drawOn } from "./pkg/client.js";
+import { Florence2Worker, drawResult as drawOn, regionTokens } from "./pkg/client.js";
 
 // A public Florence-2-base-ft conversion in safetensors (bf16, original names, channels-last convs: the
 // package loads that layout). See README "Default model".
@@ -422,6 +422,52 @@ export function drawResult(value) {
   return drawOn(el.overlay, value, { scale: k, colors: COLORS, lineWidth: 2.5 * unit, fontSize: 13 * unit });
 }
 
+// ---------------------------------------------------------------- region drag
+
+/** The image pixel under a pointer event (clamped to the image). */
+function imagePoint(e) {
+  const r = el.overlay.getBoundingClientRect();
+  const { width, height } = state.image;
+  const fx = r.width > 0 ? (e.clientX - r.left) / r.width : 0;
+  const fy = r.height > 0 ? (e.clientY - r.top) / r.height : 0;
+  return [Math.min(Math.max(fx, 0), 1) * width, Math.min(Math.max(fy, 0), 1) * height];
+}
+
+/** For the region tasks: a rectangle dragged on the image (mouse, pen or touch) becomes the task's
+ * `<loc_..>` input, quantized as the processor does (the package's regionTokens); the field stays
+ * editable. #stage's data-region holds the last dragged region (a hook for the tests). */
+function wireRegionDrag() {
+  let start = null;
+  const regionTask = () => taskInfo(el.task.value)?.input === "region";
+  const boxTo = (e) => [...start, ...imagePoint(e)];
+  const show = (box) => {
+    clearOverlay();
+    const shown = el.overlay.getBoundingClientRect().width;
+    const unit = shown > 0 ? el.overlay.width / shown : 1;
+    drawOn(el.overlay, { bboxes: [box], labels: ["region"] },
+      { scale: Number(el.overlay.dataset.scale), lineWidth: 2.5 * unit, fontSize: 13 * unit });
+  };
+  el.stage.addEventListener("pointerdown", (e) => {
+    if (!state.image || !regionTask() || e.button !== 0) return;
+    start = imagePoint(e);
+    el.stage.setPointerCapture(e.pointerId);
+    e.preventDefault();
+  });
+  el.stage.addEventListener("pointermove", (e) => { if (start) show(boxTo(e)); });
+  const finish = (e) => {
+    if (!start) return;
+    const box = boxTo(e);
+    start = null;
+    if (Math.abs(box[2] - box[0]) < 1 || Math.abs(box[3] - box[1]) < 1) { clearOverlay(); return; }
+    show(box);
+    const tokens = regionTokens(box, state.image.width, state.image.height);
+    el.taskText.value = tokens;
+    el.stage.dataset.region = tokens;
+  };
+  el.stage.addEventListener("pointerup", finish);
+  el.stage.addEventListener("pointercancel", () => { start = null; clearOverlay(); });
+}
+
 // ---------------------------------------------------------------- views + tasks
 
 function taskInfo(task) {
@@ -447,7 +493,9 @@ function onTaskChange() {
   const input = info?.input;
   el.taskTextWrap.hidden = !input;
   el.taskText.placeholder = input === "region" ? REGION_PLACEHOLDER : info?.placeholder ?? "";
-  el.taskTextLabel.textContent = input === "region" ? "Region (four <loc_N> tokens, N in 0..999)" : "Text input";
+  el.taskTextLabel.textContent = input === "region"
+    ? "Region: drag a rectangle on the image, or type four <loc_N> tokens (N in 0..999)" : "Text input";
+  el.stage.classList.toggle("region-drag", input === "region");
   fillSampleInput();
 }
 
@@ -668,6 +716,7 @@ function wire() {
   el.cancel.addEventListener("click", cancel);
   el.runAll.addEventListener("click", () => { runAllTasks(); });
   el.task.addEventListener("change", onTaskChange);
+  wireRegionDrag();
   el.modelPreset.addEventListener("change", onPresetChange);
   el.modelUrl.addEventListener("input", syncPreset);
   for (const t of el.tabs) t.addEventListener("click", () => setView(t.dataset.view));

@@ -3,7 +3,7 @@ import type {
   MemoryInfo, ReloadOptions, EncodeImageOptions, EstimateOptions, MemoryEstimate,
 } from "./florence2_wasm.js";
 
-export { drawResult, DRAW_COLORS } from "./draw.js";
+export { drawResult, regionTokens, DRAW_COLORS } from "./draw.js";
 export type { DrawContext2D, DrawCanvas, DrawOptions } from "./draw.js";
 
 /** The DOM's `Worker` where the program's libs declare it, else `never` (the client is for browsers; it

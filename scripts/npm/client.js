@@ -121,7 +121,7 @@ class Channel {
 
 /** An image encoded in the worker (`Florence2Worker.encodeImage`): its vision features stay on the
  * worker's GPU, and `runTask` on it skips the vision tower. */
-export { drawResult, DRAW_COLORS } from "./draw.js";
+export { drawResult, regionTokens, DRAW_COLORS } from "./draw.js";
 
 export class WorkerEncodedImage {
   #client;

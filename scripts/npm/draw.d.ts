@@ -60,3 +60,10 @@ export declare const DRAW_COLORS: readonly string[];
  * coordinates that are not finite numbers are skipped.
  */
 export declare function drawResult(target: DrawCanvas | DrawContext2D, output: unknown, options?: DrawOptions): number;
+
+/**
+ * The region input of the region tasks for a box `[x1, y1, x2, y2]` in the pixels of a `width` x `height`
+ * image: `"<loc_X1><loc_Y1><loc_X2><loc_Y2>"`, quantized as the processor does
+ * (`floor(coord / (size / 1000))`, 0..999), corners ordered.
+ */
+export declare function regionTokens(box: readonly number[], width: number, height: number): string;

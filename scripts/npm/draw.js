@@ -128,3 +128,27 @@ export function drawResult(target, output, options = {}) {
   ctx.restore();
   return shown;
 }
+
+/** One pixel coordinate to its location bin, as the processor quantizes: `floor(coord / (size / 1000))`
+ * in f32 arithmetic, clamped to 0..999 (NaN and a zero size give 0). */
+function locBin(coord, size) {
+  if (!(size > 0)) return 0;
+  const perBin = Math.fround(size / 1000);
+  const q = Math.floor(Math.fround(Math.fround(coord) / perBin));
+  if (Number.isNaN(q) || q <= 0) return 0;
+  return Math.min(q, 999);
+}
+
+/**
+ * The region input of the region tasks (`<REGION_TO_DESCRIPTION>`, `<REGION_TO_CATEGORY>`,
+ * `<REGION_TO_SEGMENTATION>`, `<REGION_TO_OCR>`) for a box `[x1, y1, x2, y2]` in the pixels of a
+ * `width` x `height` image: `<loc_X1><loc_Y1><loc_X2><loc_Y2>`, each coordinate quantized as the
+ * processor does (the corners are ordered first, so a box dragged from any corner gives the same region).
+ */
+export function regionTokens(box, width, height) {
+  const [ax, ay, bx, by] = Array.isArray(box) ? box.map(Number) : [];
+  const xs = [ax, bx].sort((p, q) => p - q);
+  const ys = [ay, by].sort((p, q) => p - q);
+  const bins = [locBin(xs[0], width), locBin(ys[0], height), locBin(xs[1], width), locBin(ys[1], height)];
+  return bins.map((b) => `<loc_${b}>`).join("");
+}

@@ -14,7 +14,7 @@ if (!app) {
 }
 const require = createRequire(pathToFileURL(`${app}/package.json`));
 const entry = require.resolve("florence2-wasm");
-const { drawResult, DRAW_COLORS } = await import(pathToFileURL(entry).href);
+const { drawResult, regionTokens, DRAW_COLORS } = await import(pathToFileURL(entry).href);
 
 /** A 2D context that records its method calls as [name, ...args] and its style at each stroke/fill. */
 function recorder(width = 400, height = 300) {
@@ -102,4 +102,19 @@ test("a canvas target, imageWidth's scale, labels off, clear, and what is not an
   assert.equal(drawResult(ctx, { bboxes: "no" , quad_boxes: [[Infinity, 0, 1, 1, 2, 2, 3, 3]] }), 1,
     "a quadrilateral keeps its finite points (three of four here)");
   assert.throws(() => drawResult({}, value), { name: "Florence2InputError" });
+});
+
+test("regionTokens: the processor's bins (floor(coord / (size / 1000)), 0..999), corners ordered", () => {
+  assert.equal(regionTokens([0, 0, 640, 480], 640, 480), "<loc_0><loc_0><loc_999><loc_999>");
+  // Away from bin edges the f32 arithmetic equals the exact quotient.
+  assert.equal(regionTokens([100.3, 50.2, 320.1, 240.3], 640, 480), "<loc_156><loc_104><loc_500><loc_500>");
+  // A box dragged from its bottom-right corner gives the same region.
+  assert.equal(regionTokens([320.1, 240.3, 100.3, 50.2], 640, 480), regionTokens([100.3, 50.2, 320.1, 240.3], 640, 480));
+  // Outside the image and NaN clamp; a zero size gives bin 0.
+  assert.equal(regionTokens([-5, NaN, 1e9, 480], 640, 480), "<loc_0><loc_0><loc_999><loc_999>");
+  assert.equal(regionTokens([1, 1, 2, 2], 0, 0), "<loc_0><loc_0><loc_0><loc_0>");
+  for (let x = 0; x < 768; x += 7.3) {
+    const bin = Number(/<loc_(\d+)>/.exec(regionTokens([x, 0, x, 0], 768, 768))[1]);
+    assert.ok(Math.abs(bin - Math.floor((x * 1000) / 768)) <= 1, `${x}: ${bin}`);
+  }
 });

@@ -3,7 +3,7 @@
 import type { InitInput, InitOutput, SyncInitInput } from "./florence2_wasm.js";
 export * from "./florence2_wasm.js";
 export { Florence2Worker, WorkerEncodedImage } from "./client.js";
-export { drawResult, DRAW_COLORS } from "./draw.js";
+export { drawResult, regionTokens, DRAW_COLORS } from "./draw.js";
 export type { DrawContext2D, DrawCanvas, DrawOptions } from "./draw.js";
 
 /** Load and instantiate the wasm module (optional: `Florence2.load` does it on first use). `input`: where

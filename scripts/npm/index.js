@@ -10,7 +10,7 @@ import { isSupported as probeSupport } from "./support.js";
 
 export * from "./florence2_wasm.js";
 export { Florence2Worker, WorkerEncodedImage } from "./client.js";
-export { drawResult, DRAW_COLORS } from "./draw.js";
+export { drawResult, regionTokens, DRAW_COLORS } from "./draw.js";
 
 let ready = null;
 let initialised = false;

@@ -13,7 +13,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -240,6 +240,50 @@ test("run every task: one image encoding, every answer equals the native CLI's m
   await page.close();
 });
 
+test("a region dragged on the image becomes the region task's <loc> input, and the task answers like the CLI on it", async () => {
+  const task = "<REGION_TO_DESCRIPTION>";
+  const page = await newPage();
+  await page.goto(pageUrl({ model: MODEL_URL.tiny2, image: "/fixtures/images/scene.png", task, max: MAX_NEW, beams: 1 }));
+  await page.waitForSelector("#run:not([disabled])", { timeout: TIMEOUT });
+  const stage = await page.$eval("#overlay", (c) => {
+    const r = c.getBoundingClientRect();
+    return { left: r.left, top: r.top, width: r.width, height: r.height,
+             w: Number(c.dataset.imageWidth), h: Number(c.dataset.imageHeight) };
+  });
+  // Dragged from the bottom-right corner to the top-left one: the region is the same either way.
+  const from = [stage.left + stage.width * 0.7, stage.top + stage.height * 0.65];
+  const to = [stage.left + stage.width * 0.2, stage.top + stage.height * 0.25];
+  await page.mouse.move(...from);
+  await page.mouse.down();
+  await page.mouse.move((from[0] + to[0]) / 2, (from[1] + to[1]) / 2, { steps: 4 });
+  await page.mouse.move(...to, { steps: 4 });
+  await page.mouse.up();
+  const region = await page.$eval("#task-text", (e) => e.value);
+  assert.equal(region, await page.$eval("#stage", (e) => e.dataset.region));
+  const bins = [...region.matchAll(/<loc_(\d+)>/g)].map((m) => Number(m[1]));
+  assert.equal(bins.length, 4, region);
+  // The processor's bins of the dragged corners: floor(pixel / (size / 1000)); the f32 rounding and the
+  // mouse's whole CSS pixels allow one bin either way.
+  const px = (cx, cy) => [((cx - stage.left) / stage.width) * stage.w, ((cy - stage.top) / stage.height) * stage.h];
+  const [x1, y1] = px(...to);
+  const [x2, y2] = px(...from);
+  const want = [x1 / stage.w, y1 / stage.h, x2 / stage.w, y2 / stage.h].map((f) => Math.floor(f * 1000));
+  bins.forEach((b, i) => assert.ok(Math.abs(b - want[i]) <= 1, `bin ${i}: ${b} vs ${want[i]} (${region})`));
+  // Something is drawn at the region's corners while it is shown.
+  const ov = await overlayHits(page, [[x1, y1], [x2, y2]]);
+  assert.deepEqual(ov.hits, [true, true], "the dragged rectangle is drawn");
+  // Run: the answer equals the CLI's on the same prompt.
+  await page.click("#run");
+  const r = await waitForResult(page);
+  assert.equal(r.status, "done", JSON.stringify(r.json));
+  const expected = cli("tiny2", `${task}${region}`, "scene.png", 1);
+  assert.deepEqual(r.json.tokenIds, expected.token_ids, "token ids differ from the native CLI's");
+  assert.deepEqual(r.json.result, expected.result);
+  assert.deepEqual(page.errors, [], "console errors");
+  await page.close();
+  console.log(`# region drag: ${region}`);
+});
+
 test("a phone-sized viewport: no horizontal scrolling, result rendered", async () => {
   const page = await newPage();
   await page.setViewportSize({ width: 390, height: 844 });
@@ -407,6 +451,15 @@ test("the demo model: the preset and a sample scene load from the page, and its 
   assert.equal(first.status, "done", JSON.stringify(first.json));
   assert.deepEqual(first.json.tokenIds, demoCli("<OD>", "", DEMO_SAMPLES[0].file).token_ids, "token ids differ from the native CLI's");
   await page.screenshot({ path: path.join(OUT, "e2e-demo-model.png"), fullPage: true });
+  // The README's picture: the image with the answer drawn over it (the page's overlay), as this run made
+  // it. E2E_UPDATE_PICTURE=1 copies it to docs/images/demo-od.png (not compared pixel by pixel: label text
+  // is rendered by the machine's fonts).
+  const picture = path.join(OUT, "demo-od.png");
+  await page.locator("#stage").screenshot({ path: picture });
+  if (process.env.E2E_UPDATE_PICTURE === "1") {
+    mkdirSync(path.join(ROOT, "docs/images"), { recursive: true });
+    copyFileSync(picture, path.join(ROOT, "docs/images/demo-od.png"));
+  }
   assert.deepEqual(page.errors, [], "console errors");
   await page.close();
 

@@ -7,6 +7,7 @@ import init, {
   Florence2Worker,
   WorkerEncodedImage,
   drawResult,
+  regionTokens,
   isFlorence2Error,
   type BoxesResult,
   type ImageInput,
@@ -76,6 +77,8 @@ const offCanvas = new OffscreenCanvas(64, 64);
 const offCtx = offCanvas.getContext("2d");
 if (offCtx) console.log(drawnOnCanvas, drawResult(offCtx, workerBoxes, { scale: 0.1, labels: false }));
 console.log(drawResult(offCanvas, workerBoxes, { colors: ["#f00"], fillAlpha: 0 }));
+const regionPrompt: string = `<REGION_TO_DESCRIPTION>${regionTokens([10, 20, 300, 200], 640, 480)}`;
+console.log(regionPrompt);
 // @ts-expect-error: a WebGL context is not a 2D one.
 drawResult(document.createElement("canvas").getContext("webgl2")!, workerBoxes);
 const frame = await createImageBitmap(canvas);
