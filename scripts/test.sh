@@ -45,7 +45,7 @@ scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
 # The server, batch, tuner and pipeline suites again, with two busy processes on the machine: tests wait
 # on events, not on time, and must pass on a loaded machine (CI runs on a developer's).
 phase "contention check: serve + load-sensitive model suites beside 2 busy processes"
-scripts/contention.sh 2
+scripts/contention.sh 2 native
 
 phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
@@ -68,6 +68,10 @@ cargo check --target wasm32-unknown-unknown --tests
 phase "browser tests (headless Chromium, WebGPU)"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-600}"
 wasm-pack test --headless --chrome --mode no-install -- --test browser --test browser_model --test wasm32_limits --test browser_gpu
+
+# The browser tests that wait on GPU events again, beside two busy processes (their binaries are built).
+phase "contention check: browser tests that wait on GPU events beside 2 busy processes"
+scripts/contention.sh 2 browser
 
 phase "npm package (npm pack, offline install, ES-module page in headless Chromium, Node.js)"
 scripts/npm_package_test.sh
