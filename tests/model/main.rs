@@ -9,6 +9,7 @@ use weights_util::common;
 
 mod beam_parity;
 mod beam_scripted;
+mod cli_annotate;
 mod cli_batch;
 mod cli_contract;
 mod custom_tasks;

@@ -54,6 +54,7 @@
 //!
 //! Adding a subcommand: a variant of [`Command`] with its `Args` struct, and an arm in [`dispatch`].
 
+mod annotate;
 mod batch;
 mod convert;
 mod download_bar;

@@ -15,9 +15,11 @@ use florence2_wasm::pipeline::{
     open, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
     TaskOptions, TaskOutput,
 };
+use florence2_wasm::processor::image::decode_image;
 use florence2_wasm::processor::prompt::parse_task_prompt;
 use florence2_wasm::weights::{DirFiles, WeightDType};
 
+use super::annotate::Annotator;
 use super::{batch, print_json, Failure};
 
 /// Decoding settings default to the model's generation_config.json (Florence-2: 3 beams,
@@ -104,6 +106,11 @@ pub struct RunArgs {
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
+    /// Draw each answer on its image (boxes and labels, OCR quadrilaterals and text, polygons, a
+    /// caption strip for text) as a PNG: the file OUT (.png) for one image and one task, else one
+    /// `<image stem>.<task>.png` per (image, task) in the folder OUT (created)
+    #[arg(long, value_name = "OUT")]
+    pub(super) annotate: Option<PathBuf>,
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -235,6 +242,12 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         ));
     }
     let options = a.options();
+    // Checked before the model loads: a wrong --annotate path fails at once.
+    let annotator = a
+        .annotate
+        .as_deref()
+        .map(|out| Annotator::new(out, prompts.len() == 1))
+        .transpose()?;
     let Loaded {
         gpu,
         pipeline,
@@ -252,6 +265,10 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     } else {
         files::read_capped(&a.images[0], max)?
     };
+    let mut annotator = match annotator {
+        Some(an) => Some((an, decode_image(&bytes, pipeline.limits())?)),
+        None => None,
+    };
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
 
@@ -265,6 +282,15 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
             &Callbacks::default(),
         )?;
         outputs.push(out);
+    }
+    let shown = a.images[0].to_string_lossy();
+    let mut pictures = Vec::with_capacity(outputs.len());
+    if let Some((annotator, rgb)) = annotator.as_mut() {
+        for out in &outputs {
+            let path = annotator.write(&shown, &out.marker, rgb, &out.result)?;
+            eprintln!("florence2: annotated: {}", path.display());
+            pictures.push(path);
+        }
     }
 
     let profile = if a.profile {
@@ -289,6 +315,9 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 let mut v = json_of(out, dtype, load_ms, pre, vision);
                 if let Some(r) = &dtype_reason {
                     v["dtype_reason"] = serde_json::json!(r);
+                }
+                if let Some(p) = pictures.get(i) {
+                    v["annotated"] = serde_json::json!(p);
                 }
                 v["device"] = serde_json::json!(if gpu.is_host() { "cpu" } else { "gpu" });
                 v["adapter"] = serde_json::json!(gpu.describe());
