@@ -207,9 +207,9 @@ struct MemoryInfo {
 }
 
 impl MemoryInfo {
-    fn of(m: MemReport, dtype: WeightDType, gpu: &Device) -> Self {
+    fn of(m: MemReport, dtype: DTypePlan, gpu: &Device) -> Self {
         MemoryInfo {
-            dtype: dtype.as_str(),
+            dtype: dtype.label(),
             device: if gpu.is_host() { "cpu" } else { "webgpu" },
             weights_bytes: m.weights_bytes,
             activations_bytes: m.activations_bytes,

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::error::Error;
+use crate::estimate::choose::AUTO_MIXES;
 
 /// Florence-2-base's shapes (HF-native config, as ../shared/FLORENCE2.md lists them).
 pub(crate) fn base_json() -> serde_json::Value {
@@ -119,37 +120,42 @@ fn choose(json: &serde_json::Value, limits: &DeviceLimits) -> Result<Choice> {
     choose_dtype(&all, limits)
 }
 
+fn u(d: WeightDType) -> DTypePlan {
+    DTypePlan::uniform(d)
+}
+
 #[test]
 fn auto_picks_the_best_format_that_fits_each_device() {
     // (device, base, large): iPhone-like (1 GB buffers, 1 GB budget), integrated, discrete, CPU.
     let cases = [
-        // Large q8 peaks at 1037.4 MB, over the phone's 1.0 GB budget.
+        // Large q8 peaks at 1037.4 MB, over the phone's 1.0 GB budget; q4 with the text model in q8
+        // peaks at 868.8 MB (q4 at 666.4 MB).
         (
             device(DeviceClass::Mobile, GIB, GIB),
-            WeightDType::Fp16,
-            WeightDType::Q4,
+            u(WeightDType::Fp16),
+            AUTO_MIXES[0],
         ),
         (
             device(DeviceClass::Integrated, 2 * GIB, GIB),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         (
             device(DeviceClass::Discrete, 4 * GIB, 2 * GIB),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         (
             device(DeviceClass::Cpu, u64::MAX, u64::MAX),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         // Android-like: 256 MB buffers, WebGPU's default 128 MiB bindings: every fp16 buffer of base
         // and large fits (the largest, large's shared embedding, is 105.1 MB); the budget decides.
         (
             device(DeviceClass::Mobile, 256 * MIB, 128 * MIB),
-            WeightDType::Fp16,
-            WeightDType::Q4,
+            u(WeightDType::Fp16),
+            AUTO_MIXES[0],
         ),
     ];
     for (limits, base, large) in cases {
@@ -269,5 +275,61 @@ fn the_smaller_formats_change_the_weights_only() {
         assert_eq!((fp16.0, q8.0), (q4.0, q4.0));
         assert!(fp32.0 > fp16.0);
         assert!(fp32.1 > fp16.1 && fp16.1 > q8.1 && q8.1 > q4.1);
+    }
+}
+
+#[test]
+fn mixes_split_their_bytes_by_part_like_the_uniform_formats() {
+    // Each part of a mix holds what the uniform format of that part holds; the parts add up to the
+    // total; the mixes auto considers sit between q8 and q4 (smaller than q8, larger than q4).
+    for json in [base_json(), large_json()] {
+        let f = facts(&json);
+        let o = EstimateOptions::default();
+        let one = |d: WeightDType| f.estimate(d, &o).unwrap().part_bytes;
+        let mix = DTypePlan::vision_text(WeightDType::Fp16, WeightDType::Q4);
+        let e = f.estimate(mix, &o).unwrap();
+        let (fp16, q4) = (one(WeightDType::Fp16), one(WeightDType::Q4));
+        let p = e.part_bytes;
+        assert_eq!((p.vision, p.projector), (fp16.vision, fp16.projector));
+        assert_eq!(
+            (p.encoder, p.decoder, p.embed),
+            (q4.encoder, q4.decoder, q4.embed)
+        );
+        assert_eq!(p.sum(), e.weights_bytes);
+        assert!(fp16.vision > q4.vision && fp16.embed > q4.embed);
+        let all = f.estimate_all(&o).unwrap();
+        let weights = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().weights_bytes;
+        for m in AUTO_MIXES {
+            eprintln!(
+                "{} {m}: {:.1} MB",
+                json["text_config"]["d_model"],
+                mb(weights(m))
+            );
+            assert!(weights(m) < weights(u(WeightDType::Q8)), "{m}");
+            assert!(weights(m) > weights(u(WeightDType::Q4)), "{m}");
+        }
+        assert!(weights(AUTO_MIXES[1]) < weights(AUTO_MIXES[0]));
+        assert_eq!(all.len(), 4 + AUTO_MIXES.len());
+    }
+}
+
+#[test]
+fn auto_takes_a_mix_where_q8_does_not_fit_and_the_mix_does() {
+    // A budget between each mix's peak and the next larger format's: auto takes the mix.
+    let f = facts(&large_json());
+    let all = f.estimate_all(&EstimateOptions::default()).unwrap();
+    let peak = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().peak_bytes;
+    let order = [
+        u(WeightDType::Q8),
+        AUTO_MIXES[0],
+        AUTO_MIXES[1],
+        u(WeightDType::Q4),
+    ];
+    for w in order.windows(2) {
+        let mut limits = device(DeviceClass::Mobile, GIB, GIB);
+        limits.budget = peak(w[1]);
+        let c = choose_dtype(&all, &limits).unwrap();
+        assert_eq!(c.dtype, w[1], "{}", c.reason);
+        assert!(c.reason.contains(&format!("not {}", w[0])), "{}", c.reason);
     }
 }
