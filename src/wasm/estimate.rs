@@ -39,12 +39,14 @@ export interface AdapterLimits {
 
 /** What `Florence2.estimate` resolves to. */
 export interface MemoryEstimate {
-  /** The format estimated (for `dtype: "auto"`, the one chosen). */
-  dtype: "fp32" | "fp16" | "q8" | "q4";
+  /** The format estimated (for `dtype: "auto"`, the one chosen; a mix as its text form). */
+  dtype: WeightDType | WeightDTypeLabel;
   /** Bytes of the files a load fetches (the checkpoint as stored, whatever `dtype` is). */
   downloadBytes: number;
   /** Resident weight bytes once loaded. */
   weightsBytes: number;
+  /** `weightsBytes` per part of the model (they add up to it). */
+  partBytes: { vision: number; projector: number; encoder: number; decoder: number; embed: number };
   /** Weights plus the largest phase of one request (vision, encoder or decode). */
   peakBytes: number;
   /** The largest single GPU buffer. */
@@ -70,7 +72,7 @@ export interface MemoryEstimate {
     maxBufferSize: number;
     maxStorageBufferBindingSize: number;
   };
-  /** With `dtype: "auto"`: every format's estimate, fp32 first. */
+  /** With `dtype: "auto"`: every format's estimate, fp32 first, then the mixes auto considers. */
   estimates?: MemoryEstimate[];
 }
 "#;
