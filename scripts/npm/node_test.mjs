@@ -324,13 +324,13 @@ await step("estimate with mocked adapter limits: a small budget forces q8, the q
   assert.equal(q8.device.class, "mobile");
   assert.equal(q8.device.budgetBytes, peak("fp16") - 1);
   assert.match(q8.reason, /not fp16: its peak .* exceeds the mobile budget/);
-  assert.ok(peak("q8") > peak(MIX_TEXT_Q8) && peak(MIX_TEXT_Q8) > peak(MIX_EMBED_Q8) &&
-    peak(MIX_EMBED_Q8) > peak("q4"));
+  assert.ok(peak("q8") > peak(MIX_TEXT_Q8) && peak(MIX_TEXT_Q8) > peak("q4"));
   const mix = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q8") - 1) });
   assert.equal(mix.dtype, MIX_TEXT_Q8, mix.reason);
-  const mix2 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak(MIX_TEXT_Q8) - 1) });
-  assert.equal(mix2.dtype, MIX_EMBED_Q8, mix2.reason);
-  const q4 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak(MIX_EMBED_Q8) - 1) });
+  // tiny4's embedding rows are not whole 32-weight blocks: f16 in q8 and q4 alike, so the q8-embed mix
+  // holds q4's bytes and auto passes over it to q4.
+  assert.deepEqual(fixed[MIX_EMBED_Q8].partBytes, fixed.q4.partBytes);
+  const q4 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak(MIX_TEXT_Q8) - 1) });
   assert.equal(q4.dtype, "q4", q4.reason);
   const over = await rejects(
     Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q4") - 100) }),

@@ -178,6 +178,17 @@ pub fn preference(_class: DeviceClass) -> [DTypePlan; 5] {
     ]
 }
 
+/// Whether `e` is a mix that holds exactly q4's bytes (a model whose embedding rows are not whole
+/// quantization blocks keeps them f16 in both): it would only rename q4, so `auto` passes over it.
+fn same_as_q4(e: &Estimate, estimates: &[Estimate]) -> bool {
+    let q4 = DTypePlan::uniform(WeightDType::Q4);
+    e.dtype.as_uniform().is_none()
+        && estimates
+            .iter()
+            .find(|x| x.dtype == q4)
+            .is_some_and(|x| x.part_bytes == e.part_bytes && x.peak_bytes == e.peak_bytes)
+}
+
 /// The best-quality format among `estimates` (one per format) that fits `limits`, with the reason;
 /// [`Error::NoFittingDType`] naming the closest format and by how much it misses when none fits.
 pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Choice> {
@@ -186,6 +197,9 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
         let Some(e) = estimates.iter().find(|e| e.dtype == d) else {
             continue;
         };
+        if same_as_q4(e, estimates) {
+            continue;
+        }
         let (ok, why) = fits(e, limits);
         if ok {
             let mut reason = format!("auto chose {d} for this {} device: {why}", limits.class);

@@ -333,3 +333,28 @@ fn auto_takes_a_mix_where_q8_does_not_fit_and_the_mix_does() {
         assert!(c.reason.contains(&format!("not {}", w[0])), "{}", c.reason);
     }
 }
+
+#[test]
+fn auto_passes_over_a_mix_that_holds_q4s_bytes() {
+    // A model whose embedding rows are not whole blocks keeps them f16 in q8 and q4 alike: its
+    // q8-embed mix holds q4's bytes, and auto takes q4 rather than a mix that only renames it.
+    let mut all = facts(&base_json())
+        .estimate_all(&EstimateOptions::default())
+        .unwrap();
+    let q4 = all
+        .iter()
+        .find(|e| e.dtype == u(WeightDType::Q4))
+        .unwrap()
+        .clone();
+    for e in all.iter_mut().filter(|e| e.dtype == AUTO_MIXES[1]) {
+        *e = Estimate {
+            dtype: e.dtype,
+            ..q4.clone()
+        };
+    }
+    let peak = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().peak_bytes;
+    let mut limits = device(DeviceClass::Mobile, GIB, GIB);
+    limits.budget = peak(AUTO_MIXES[0]) - 1;
+    let c = choose_dtype(&all, &limits).unwrap();
+    assert_eq!(c.dtype, u(WeightDType::Q4), "{}", c.reason);
+}
