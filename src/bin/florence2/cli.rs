@@ -12,7 +12,7 @@
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
 //!                [--dtype auto|fp32|fp16|q8|q4|PART=FORMAT,..]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
-//! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
+//! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4|PART=FORMAT,.. [--shard-size N] --out DIR
 //! florence2 estimate --model DIR|ORG/NAME[@REV] [--dtype auto|fp32|fp16|q8|q4|PART=FORMAT,..] [--device auto|gpu|cpu]
 //!                    [--max-new-tokens N] [--num-beams N]
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
