@@ -213,6 +213,7 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
     let closest = preference(limits.class)
         .iter()
         .filter_map(|d| estimates.iter().find(|e| e.dtype == *d))
+        .filter(|e| !same_as_q4(e, estimates))
         .min_by(|a, b| overshoot(a, limits).total_cmp(&overshoot(b, limits)));
     let msg = match closest {
         Some(e) => {

@@ -357,4 +357,8 @@ fn auto_passes_over_a_mix_that_holds_q4s_bytes() {
     limits.budget = peak(AUTO_MIXES[0]) - 1;
     let c = choose_dtype(&all, &limits).unwrap();
     assert_eq!(c.dtype, u(WeightDType::Q4), "{}", c.reason);
+    // Nothing fitting names q4 as the closest, not the mix holding its bytes.
+    limits.budget = q4.peak_bytes - 1;
+    let e = choose_dtype(&all, &limits).unwrap_err().to_string();
+    assert!(e.contains(": q4 came closest"), "{e}");
 }
