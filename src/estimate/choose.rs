@@ -5,11 +5,11 @@
 //! as faster.
 //!
 //! The mixes ([`AUTO_MIXES`]) sit between q8 and q4, where the q4 policy study (docs/performance.md,
-//! PyTorch on 100 held-out demo scenes) found the loss: q4 costs 4.3 OD mAP@0.5 points against q8;
-//! the text model (encoder, decoder, embed) in q8 over a q4 vision tower recovers 2.1 of them and
-//! reads better than fp32 (OCR 0.647), the shared embedding / LM head alone in q8 recovers 1.9 of them
-//! for a sixth of that memory. Each is smaller than q8 and loses less than q4, so a device that q8
-//! does not fit gets one of them before q4. A mix above q8 (fp16 vision, q8 text) is not offered:
+//! PyTorch on 100 held-out demo scenes) found the loss: q4 costs 4.3 OD mAP@0.5 points against fp32
+//! (q8 none); the text model (encoder, decoder, embed) in q8 over a q4 vision tower recovers 2.2 of
+//! them and reads better than fp32 (OCR 0.647 against 0.619) for 69 MB more than q4 at base shapes,
+//! the shared embedding / LM head alone in q8 recovers 1.9 for 20 MB. Each is smaller than q8 and
+//! loses less than q4, so a device that q8 does not fit gets one of them before q4. A mix above q8 (fp16 vision, q8 text) is not offered:
 //! q8 already gives fp32's task figures there, so it would only cost memory.
 //!
 //! A format fits when its largest buffer fits the device's `min(maxBufferSize,
