@@ -309,6 +309,24 @@ fn mixes_split_their_bytes_by_part_like_the_uniform_formats() {
             assert!(weights(m) > weights(u(WeightDType::Q4)), "{m}");
         }
         assert!(weights(AUTO_MIXES[1]) < weights(AUTO_MIXES[0]));
+        // The quality table's rows (docs/models-and-formats.md), for the record.
+        for m in [
+            "vision=fp16,text=q8",
+            "vision=fp16,text=q4",
+            "vision=q8,text=q4",
+            "vision=q4,text=q8",
+            "q4,embed=q8",
+            "q8",
+            "q4",
+        ] {
+            let e = f.estimate(m.parse::<DTypePlan>().unwrap(), &o).unwrap();
+            eprintln!(
+                "{} {m}: weights {:.1} MB, peak {:.1} MB",
+                json["text_config"]["d_model"],
+                mb(e.weights_bytes),
+                mb(e.peak_bytes)
+            );
+        }
         assert_eq!(all.len(), 4 + AUTO_MIXES.len());
     }
 }
