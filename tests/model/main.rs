@@ -17,6 +17,7 @@ mod decode_batch;
 mod decode_plan;
 mod demo_model;
 mod dtype_fidelity;
+mod dtype_mix;
 mod encoder_batch;
 mod estimate;
 mod gpu_errors;

@@ -17,7 +17,7 @@ use florence2_wasm::pipeline::{
 };
 use florence2_wasm::processor::image::decode_image;
 use florence2_wasm::processor::prompt::parse_task_prompt;
-use florence2_wasm::weights::{DirFiles, WeightDType};
+use florence2_wasm::weights::{DTypePlan, DirFiles};
 
 use super::annotate::Annotator;
 use super::{batch, print_json, Failure};
@@ -87,9 +87,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "X", allow_negative_numbers = true, value_parser = parse_finite)]
     length_penalty: Option<f32>,
     /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
-    /// 32 weights per f16 scale); any checkpoint converts on load. auto: the best of fp16, q8, q4 whose
-    /// estimated memory fits the device (printed on stderr with the reason)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
+    /// 32 weights per f16 scale); any checkpoint converts on load. A format per part of the model:
+    /// PART=FORMAT,.. (vision, projector, encoder, decoder, embed; text = encoder+decoder+embed), e.g.
+    /// vision=fp16,text=q4. auto: the best of fp16, q8, two q4/q8 mixes and q4 whose estimated memory
+    /// fits the device (printed on stderr with the reason)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4|PART=FORMAT,..", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
     pub(super) dtype: DTypeRequest,
     /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
     /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
@@ -179,7 +181,7 @@ pub(super) struct Loaded {
     /// Opening the GPU, loading and tuning, in ms.
     pub load_ms: f64,
     /// The resident format (`--dtype`, or what `auto` chose).
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     /// Why `auto` chose it (None for a fixed `--dtype`).
     pub dtype_reason: Option<String>,
 }
@@ -384,7 +386,7 @@ fn add_profile(
 /// `vision_ms` are the image's own stages (counted in the first task of a run).
 pub(super) fn json_of(
     out: &TaskOutput,
-    dtype: WeightDType,
+    dtype: DTypePlan,
     load_ms: f64,
     pre_ms: f64,
     vision_ms: f64,
@@ -402,7 +404,7 @@ pub(super) fn json_of(
         },
         "result": out.result_json(),
         "text": out.text,
-        "dtype": dtype.as_str(),
+        "dtype": dtype.label(),
         "memory": out.memory,
     })
 }

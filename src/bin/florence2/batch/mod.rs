@@ -24,7 +24,7 @@ use florence2_wasm::pipeline::{
     BatchEvent, DecodeBatch, EncodedImage, Image, Pipeline, PrepareItem, Stopwatch, TaskOptions,
     TaskOutput,
 };
-use florence2_wasm::weights::WeightDType;
+use florence2_wasm::weights::DTypePlan;
 use florence2_wasm::Error;
 use serde_json::{json, Value};
 
@@ -77,7 +77,7 @@ fn plan(a: &RunArgs, prompts: &[String], done: &output::Done) -> Result<Vec<Work
 
 /// What every answer line says about the run: the weight format, the device and its adapter.
 struct Stamp {
-    dtype: WeightDType,
+    dtype: DTypePlan,
     /// Why `--dtype auto` chose it.
     dtype_reason: Option<String>,
     device: &'static str,
