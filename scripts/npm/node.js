@@ -264,6 +264,12 @@ wrap(Florence2, "load", (raw) => async function (source, options) {
   return raw.call(this, nodeSource(source), wasmOptions(options));
 });
 wrap(Florence2, "estimate", (raw) => async function (source, options) {
+  // The engine `load` would take answers (its device's limits); `adapterLimits` is the wasm's option.
+  if (options?.adapterLimits === undefined && chooseEngine(source, options) === "native") {
+    let native = nodeSource(source instanceof URL ? source.href : source);
+    if (options?.revision && !/^file:/i.test(native)) native = `${native}@${options.revision}`;
+    return NativeFlorence2.estimate(native, options ?? {});
+  }
   await init();
   const o = nodeOptions(options);
   if (o.device === "wasm") o.device = "cpu";

@@ -202,6 +202,24 @@ export class NativeFlorence2 {
     return loaded;
   }
 
+  /** The memory of `source` in a format before loading it, judged against the device the addon would
+   * load on (`{device, dtype, maxNewTokens, numBeams, signal}`): the wasm's `MemoryEstimate` shape. */
+  static async estimate(source, options = {}) {
+    const { addon, reason } = loadAddon();
+    if (!addon) throw Object.assign(new Error(reason), { name: "Florence2LoadError" });
+    const { signal, device, dtype } = options;
+    if (signal?.aborted) throw abortError(signal);
+    const request = {
+      device,
+      dtype: nativeDType(dtype),
+      maxNewTokens: uintOption("maxNewTokens", options.maxNewTokens),
+      numBeams: uintOption("numBeams", options.numBeams),
+    };
+    const estimate = await call(() => addon.estimate(nativeSource(source), request));
+    if (signal?.aborted) throw abortError(signal);
+    return estimate;
+  }
+
   #info = "";
 
   /** The engine, the device and why it was chosen, and the addon's package. */

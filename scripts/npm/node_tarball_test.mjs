@@ -278,3 +278,17 @@ test("wasm app: device cpu or gpu without the addon is a named error saying why"
   }
   await assert.rejects(wasm.pkg.Florence2.load(model, { device: "tpu" }), { name: "Florence2InputError" });
 });
+
+test("estimate: the native engine answers for a directory (its device's limits), with the wasm's figures", async () => {
+  const { Florence2 } = native.pkg;
+  const fields = ["dtype", "downloadBytes", "weightsBytes", "peakBytes", "largestBufferBytes", "decodeBytes"];
+  for (const dtype of ["fp32", "fp16", "q8", "q4"]) {
+    const n = await Florence2.estimate(model, { device: "cpu", dtype });
+    const w = await Florence2.estimate(model, { device: "wasm", dtype });
+    for (const f of fields) assert.equal(n[f], w[f], `${dtype}: ${f}`);
+  }
+  // Natively the CPU backend has no 4 GiB wasm32 address space: its largest buffer is unbounded.
+  const n = await Florence2.estimate(model, { device: "cpu" });
+  const w = await Florence2.estimate(model, { device: "wasm" });
+  assert.ok(n.device.maxBufferSize >= w.device.maxBufferSize, JSON.stringify([n.device, w.device]));
+});

@@ -18,6 +18,7 @@ pub mod auto;
 pub mod checkpoint;
 pub mod choose;
 pub mod phases;
+pub mod report;
 pub mod resident;
 
 use crate::config::Florence2Config;
@@ -34,6 +35,7 @@ pub use auto::{device_limits, resolve_dtype, resolve_dtype_for, DTypeRequest};
 pub use checkpoint::CheckpointFacts;
 pub use choose::{choose_dtype, fits, Choice, DeviceClass, DeviceLimits};
 use phases::{phase_bytes, Request};
+pub use report::{DeviceReport, EstimateReport};
 pub use resident::PartBytes;
 
 /// The WebGPU default `maxStorageBufferBindingSize` (128 MiB), which the estimate assumes unless told

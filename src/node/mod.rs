@@ -6,7 +6,9 @@
 //! the package's `node.js` turns the prefix into `error.name`, as the browser build names them.
 
 mod encoding;
+mod estimate;
 mod image;
+mod numbers;
 mod output;
 pub mod probe;
 mod source;
@@ -273,7 +275,10 @@ impl NativeModel {
     #[napi]
     pub fn memory(&self) -> napi::Result<serde_json::Value> {
         let l = self.loaded()?;
-        Ok(output::memory_json(&l.pipeline, l.pipeline.memory()))
+        Ok(numbers::js_numbers(output::memory_json(
+            &l.pipeline,
+            l.pipeline.memory(),
+        )))
     }
 
     /// Frees the model once its running tasks end; those stop at their next check and reject with
@@ -331,6 +336,6 @@ impl Task for RunTask {
     }
 
     fn resolve(&mut self, env: Env, out: serde_json::Value) -> napi::Result<napi::JsUnknown> {
-        env.to_js_value(&out)
+        env.to_js_value(&numbers::js_numbers(out))
     }
 }

@@ -4,13 +4,12 @@
 //! `dtype: "auto"` judges against, at load and here (the adapter's, or the `adapterLimits` option's).
 
 use js_sys::Reflect;
-use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::estimate::{
-    choose_dtype, device_limits, fits, DTypeRequest, DeviceClass, DeviceLimits, Estimate,
-    EstimateOptions, ModelFacts, PartBytes,
+    device_limits, DTypeRequest, DeviceClass, DeviceLimits, Estimate, EstimateOptions,
+    EstimateReport, ModelFacts,
 };
 use crate::gpu::Device;
 use crate::pipeline::{cpu_device, decide_device, AdapterProbe, Backend, DeviceChoice};
@@ -76,68 +75,6 @@ export interface MemoryEstimate {
   estimates?: MemoryEstimate[];
 }
 "#;
-
-/// `MemoryEstimate` for JS (camelCase).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsEstimate {
-    dtype: DTypePlan,
-    download_bytes: u64,
-    weights_bytes: u64,
-    part_bytes: PartBytes,
-    peak_bytes: u64,
-    largest_buffer_bytes: u64,
-    fits: bool,
-    reason: String,
-    vision_bytes: u64,
-    encoder_bytes: u64,
-    decode_bytes: u64,
-    stored: String,
-    exact: bool,
-    note: String,
-    device: JsDevice,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    estimates: Option<Vec<JsEstimate>>,
-}
-
-#[derive(Clone, Copy, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsDevice {
-    class: DeviceClass,
-    budget_bytes: u64,
-    max_buffer_size: u64,
-    max_storage_buffer_binding_size: u64,
-}
-
-impl JsEstimate {
-    fn of(e: &Estimate, limits: &DeviceLimits) -> JsEstimate {
-        let (ok, reason) = fits(e, limits);
-        JsEstimate {
-            dtype: e.dtype,
-            download_bytes: e.download_bytes,
-            weights_bytes: e.weights_bytes,
-            part_bytes: e.part_bytes,
-            peak_bytes: e.peak_bytes,
-            largest_buffer_bytes: e.largest_buffer_bytes,
-            fits: ok,
-            reason,
-            vision_bytes: e.vision_bytes,
-            encoder_bytes: e.encoder_bytes,
-            decode_bytes: e.decode_bytes,
-            stored: e.stored.clone(),
-            exact: e.exact,
-            note: e.note.clone(),
-            // The CPU backend's "no limit" (u64::MAX) as the largest exact JS number.
-            device: JsDevice {
-                class: limits.class,
-                budget_bytes: limits.budget,
-                max_buffer_size: limits.max_buffer.min(MAX_SAFE as u64),
-                max_storage_buffer_binding_size: limits.max_binding.min(MAX_SAFE as u64),
-            },
-            estimates: None,
-        }
-    }
-}
 
 /// The `dtype` option (absent: fp16): `auto`, a format or a mix as a string (`"vision=fp16,text=q4"`),
 /// or a mix as an object of part names to formats (`{vision: "fp16", text: "q4"}`).
@@ -341,24 +278,7 @@ async fn estimate_impl(source: &JsValue, options: &JsValue) -> Result<JsValue> {
         ..Default::default()
     };
     let all = estimates(&f, &limits, host, request, dtype.fixed()).await?;
-    let out = match dtype.fixed() {
-        Some(d) => all
-            .iter()
-            .find(|e| e.dtype == d)
-            .map(|e| JsEstimate::of(e, &limits))
-            .ok_or_else(|| Error::InvalidInput(format!("no estimate for {d}")))?,
-        None => {
-            let choice = choose_dtype(&all, &limits)?;
-            let mut chosen = all
-                .iter()
-                .find(|e| e.dtype == choice.dtype)
-                .map(|e| JsEstimate::of(e, &limits))
-                .ok_or_else(|| Error::InvalidInput("no estimate for the choice".into()))?;
-            chosen.reason = choice.reason;
-            chosen.estimates = Some(all.iter().map(|e| JsEstimate::of(e, &limits)).collect());
-            chosen
-        }
-    };
+    let out = EstimateReport::answer(&all, &limits, dtype.fixed())?;
     to_js(&out)
 }
 
