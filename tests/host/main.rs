@@ -15,3 +15,4 @@ mod processor_image;
 mod prompt;
 mod render;
 mod task_markers;
+mod tiles;

@@ -11,6 +11,7 @@ use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
 use florence2_wasm::gpu::{profile, Device};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
+use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
     open, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
     TaskOptions, TaskOutput,
@@ -104,6 +105,12 @@ pub struct RunArgs {
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
+    /// Tile the image (OCR, OCR_WITH_REGION, OD, DENSE_REGION_CAPTION, REGION_PROPOSAL): overlapping
+    /// tiles plus the whole image run as one batch, answers merged in page coordinates. auto tiles an
+    /// image larger than 1.5x the model's input; RxC asks for R rows and C columns (2 to 16 tiles).
+    /// Off by default: a tiled run costs up to 17 views' time, and the reference sees one view
+    #[arg(long, value_name = "auto|off|RxC", default_value = "off", value_parser = super::run_tiled::parse_tiles)]
+    pub(super) tiles: Tiles,
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -226,6 +233,14 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
 
 pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let prompts = a.prompts()?;
+    if a.tiles != Tiles::Off {
+        super::run_tiled::check_prompts(&prompts)?;
+        if batch::is_batch(&a) || a.profile {
+            return Err(Failure::Usage(
+                "--tiles runs one image (no batch, --jsonl or --profile)".into(),
+            ));
+        }
+    }
     if batch::is_batch(&a) {
         return batch::run_batch(&a, &prompts);
     }
@@ -252,6 +267,16 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     } else {
         files::read_capped(&a.images[0], max)?
     };
+    if a.tiles != Tiles::Off {
+        let loaded = Loaded {
+            gpu,
+            pipeline,
+            load_ms,
+            dtype,
+            dtype_reason,
+        };
+        return super::run_tiled::run(&loaded, &prompts, &options, a.tiles, &bytes, a.json);
+    }
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
 
