@@ -293,12 +293,14 @@ fn ocr_views(g: &Grid) -> Vec<ViewAnswer> {
         ocr_view(&g, 1, &[("RLD", [183.0, 30.0, 210.0, 50.0])]),
         ocr_view(&g, 2, &[("EXIT", [20.0, 200.0, 60.0, 215.0])]),
         ocr_view(&g, 3, &[("CAFE", [300.0, 198.0, 340.0, 214.0])]),
-        // The whole image: CAFE again (dropped), TAXI no tile read (kept).
+        // The whole image: CAFE again (dropped), HOTEL a misreading beside EXIT (a sixth of EXIT under
+        // it: dropped), TAXI no tile read (kept).
         ocr_view(
             &g,
             4,
             &[
                 ("CAFE", [298.0, 197.0, 341.0, 215.0]),
+                ("HOTEL", [50.0, 205.0, 110.0, 225.0]),
                 ("TAXI", [100.0, 260.0, 140.0, 280.0]),
             ],
         ),
@@ -326,4 +328,35 @@ fn merged_ocr_lines_golden() {
         merge(Task::Ocr, &g, &ocr_views(&g)),
         TaskResult::Text("HELLO WORLD\nEXIT CAFE\nTAXI".into())
     );
+}
+
+/// `florence2 run --tiles`: bad values and tasks that cannot tile are usage errors (exit 2) before any
+/// model is loaded.
+#[test]
+fn cli_refuses_tiles_it_cannot_honour_before_loading() {
+    let bin = env!("CARGO_BIN_EXE_florence2");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--model",
+            "/nonexistent/model",
+            "--image",
+            "/nonexistent.png",
+        ];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(bin)
+            .args(&args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, err) = run(&["--task", "<CAPTION>", "--tiles", "auto"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("<CAPTION> cannot be tiled"), "{err}");
+    let (code, err) = run(&["--task", "<OD>", "--tiles", "5x5"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("2 to 16 tiles"), "{err}");
+    let (code, err) = run(&["--task", "<OD>", "--tiles", "auto", "--image", "/other.png"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--tiles runs one image"), "{err}");
 }

@@ -171,6 +171,51 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
     }
 }
 
+/// `florence2 run --tiles 2x2 --json` on the page: the answer in page coordinates with what was chosen.
+#[test]
+fn the_cli_reports_its_tiles() {
+    let (page, objects) = page();
+    let dir = std::env::temp_dir().join(format!("florence2-tiles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("page.png");
+    page.save(&file).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .args(["run", "--model"])
+        .arg(fixtures::demo_model())
+        .arg("--image")
+        .arg(&file)
+        .args([
+            "--task",
+            "<OD>",
+            "--tiles",
+            "2x2",
+            "--num-beams",
+            "1",
+            "--json",
+        ])
+        .args(["--max-new-tokens", "96"])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["tiles"];
+    assert_eq!(
+        (t["rows"].as_u64(), t["cols"].as_u64(), t["views"].as_u64()),
+        (Some(2), Some(2), Some(5))
+    );
+    assert_eq!(v["generated_text"], "");
+    let boxes = &v["result"]["<OD>"];
+    let result = TaskResult::Boxes(florence2_wasm::postprocess::BoxesResult {
+        bboxes: serde_json::from_value(boxes["bboxes"].clone()).unwrap(),
+        labels: serde_json::from_value(boxes["labels"].clone()).unwrap(),
+    });
+    // The CLI picks its own device (the CPU backend where the only GPU is a software one): the same
+    // bound as the library test above.
+    assert!(found(&objects, &result) >= 9, "{v}");
+}
+
 #[test]
 fn auto_on_a_scene_at_the_input_size_is_the_one_view_answer() {
     let p = load();

@@ -12,7 +12,7 @@
 //!
 //! A candidate is dropped when a better one kept has its label (any label for OCR: a cut line reads as
 //! a prefix of the whole one) and overlaps it by [`IOU_DUPLICATE`] or covers [`IOA_DUPLICATE`] of the
-//! smaller of the two.
+//! smaller of the two ([`WHOLE_VIEW_IOA`] for the whole-image view's).
 
 use crate::pipeline::tiles::order::{plain_text, reading_order};
 use crate::pipeline::tiles::plan::{Grid, Rect};
@@ -27,6 +27,13 @@ pub const IOU_DUPLICATE: f64 = 0.5;
 /// ... or when their intersection covers this share of the smaller box: a piece cut by a tile edge lies
 /// inside the whole object's box (its IoU with it is only the piece's share of the object).
 pub const IOA_DUPLICATE: f64 = 0.7;
+
+/// A whole-image view's box is a duplicate of a tile's once this share of the smaller of the two is
+/// shared: that view sees the page shrunk by the grid's factor, so where a tile found an object the
+/// whole view's box for it is several bins off and its label often another reading (measured on pages
+/// of demo scenes: whole-view OCR lines beside the tiles' ones read other words); an object no tile
+/// found does not overlap the tiles' objects.
+pub const WHOLE_VIEW_IOA: f64 = 0.1;
 
 /// A box within this share of its tile's side from an interior tile edge (one that is not the page's
 /// edge) is cut by it: 2% is 20 location bins, above the model's placement error of a few bins.
@@ -78,9 +85,14 @@ pub fn merge(task: Task, grid: &Grid, views: &[ViewAnswer]) -> TaskResult {
     });
     let mut kept: Vec<Item> = Vec::new();
     for item in items {
+        let least_ioa = if item.rank == 2 {
+            WHOLE_VIEW_IOA
+        } else {
+            IOA_DUPLICATE
+        };
         let dup = kept
             .iter()
-            .any(|k| (ocr || k.label == item.label) && duplicate(&k.bbox, &item.bbox));
+            .any(|k| (ocr || k.label == item.label) && duplicate(&k.bbox, &item.bbox, least_ioa));
         if !dup {
             kept.push(item);
         }
@@ -213,8 +225,8 @@ fn pieces_of_one(a: &[f64; 4], b: &[f64; 4]) -> bool {
     sx > 0.0 && sy > 0.0 && (ix >= PIECE_ALIGN || iy >= PIECE_ALIGN)
 }
 
-/// Whether two boxes are one object's ([`IOU_DUPLICATE`], [`IOA_DUPLICATE`]).
-fn duplicate(a: &[f64; 4], b: &[f64; 4]) -> bool {
+/// Whether two boxes are one object's: [`IOU_DUPLICATE`], or `least_ioa` of the smaller covered.
+fn duplicate(a: &[f64; 4], b: &[f64; 4], least_ioa: f64) -> bool {
     let area = |r: &[f64; 4]| (r[2] - r[0]).max(0.0) * (r[3] - r[1]).max(0.0);
     let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
     let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
@@ -225,7 +237,7 @@ fn duplicate(a: &[f64; 4], b: &[f64; 4]) -> bool {
     let (aa, ab) = (area(a), area(b));
     let iou = inter / (aa + ab - inter);
     let ioa = inter / aa.min(ab).max(f64::MIN_POSITIVE);
-    iou >= IOU_DUPLICATE || ioa >= IOA_DUPLICATE
+    iou >= IOU_DUPLICATE || ioa >= least_ioa
 }
 
 /// `[x1, y1, x2, y2]` around a quadrilateral's four points.

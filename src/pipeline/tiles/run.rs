@@ -55,6 +55,20 @@ impl Pipeline {
         callbacks: &Callbacks<'_>,
     ) -> Result<TiledOutput> {
         let tp = self.tasks.parse(prompt)?;
+        self.run_tiled_prompt(image, tp, options, tiles, cancel, callbacks)
+            .await
+    }
+
+    /// [`Pipeline::run_tiled`] for a prompt parsed before.
+    pub async fn run_tiled_prompt(
+        &self,
+        image: Image<'_>,
+        tp: AnyTaskPrompt,
+        options: &TaskOptions,
+        tiles: Tiles,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TiledOutput> {
         if tiles == Tiles::Off {
             let output = self
                 .run_prompt(image.into(), tp, options, cancel, callbacks)
@@ -169,6 +183,20 @@ impl Pipeline {
         callbacks: &Callbacks<'_>,
     ) -> Result<TiledOutput> {
         pollster::block_on(self.run_tiled(image, prompt, options, tiles, cancel, callbacks))
+    }
+
+    /// [`Pipeline::run_tiled_prompt`], blocking the calling thread until it is done.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn run_tiled_blocking_prompt(
+        &self,
+        image: Image<'_>,
+        tp: AnyTaskPrompt,
+        options: &TaskOptions,
+        tiles: Tiles,
+        cancel: &dyn Cancel,
+        callbacks: &Callbacks<'_>,
+    ) -> Result<TiledOutput> {
+        pollster::block_on(self.run_tiled_prompt(image, tp, options, tiles, cancel, callbacks))
     }
 
     /// Every view through the vision tower: natively as one batch ([`Pipeline::encode_images`]), in the
