@@ -289,14 +289,14 @@ fn ocr_view(g: &Grid, view: usize, lines: &[(&str, [f64; 4])]) -> ViewAnswer {
 fn ocr_views(g: &Grid) -> Vec<ViewAnswer> {
     vec![
         // A line whole in tile 0 (7 px from its right edge), read cut by tile 1's left edge.
-        ocr_view(&g, 0, &[("HELLO WORLD", [120.0, 30.0, 210.0, 50.0])]),
-        ocr_view(&g, 1, &[("RLD", [183.0, 30.0, 210.0, 50.0])]),
-        ocr_view(&g, 2, &[("EXIT", [20.0, 200.0, 60.0, 215.0])]),
-        ocr_view(&g, 3, &[("CAFE", [300.0, 198.0, 340.0, 214.0])]),
+        ocr_view(g, 0, &[("HELLO WORLD", [120.0, 30.0, 210.0, 50.0])]),
+        ocr_view(g, 1, &[("RLD", [183.0, 30.0, 210.0, 50.0])]),
+        ocr_view(g, 2, &[("EXIT", [20.0, 200.0, 60.0, 215.0])]),
+        ocr_view(g, 3, &[("CAFE", [300.0, 198.0, 340.0, 214.0])]),
         // The whole image: CAFE again (dropped), HOTEL a misreading beside EXIT (a sixth of EXIT under
         // it: dropped), TAXI no tile read (kept).
         ocr_view(
-            &g,
+            g,
             4,
             &[
                 ("CAFE", [298.0, 197.0, 341.0, 215.0]),
