@@ -14,11 +14,11 @@ use crate::pipeline::options::TaskOptions;
 use crate::pipeline::output::{StopReason, TaskOutput, Timings, Usage};
 use crate::pipeline::run::Prepared;
 use crate::pipeline::tiles::{check_task, merge, plan, report, view_task};
-use crate::pipeline::tiles::{Decision, Rect, Tiles, ViewAnswer};
+use crate::pipeline::tiles::{Decision, Grid, Rect, Tiles, ViewAnswer};
 use crate::pipeline::{BatchEvent, DecodeBatch, Pipeline};
 use crate::processor::custom_tasks::AnyTaskPrompt;
 use crate::processor::image::{decode_image, rgba_to_rgb, AlphaMode, ImageLimits};
-use crate::processor::prompt::parse_task_prompt;
+use crate::processor::prompt::{parse_task_prompt, Task};
 use crate::render::render;
 
 /// The answer of a tiled run.
@@ -125,15 +125,38 @@ impl Pipeline {
         let decode_ms = t.ms();
 
         callbacks.stage(Stage::Postprocess);
+        let costs = Costs {
+            image_ms,
+            vision_ms,
+            decode_ms,
+        };
+        let (output, views) = self.page_output(tp, task, grid, &outs, costs);
+        Ok(TiledOutput {
+            output,
+            decision,
+            views,
+        })
+    }
+
+    /// The page's answer from the views' answers (tiles row-major, then the whole image), and the
+    /// views' answers placed on the page.
+    fn page_output(
+        &self,
+        tp: AnyTaskPrompt,
+        task: Task,
+        grid: &Grid,
+        outs: &[TaskOutput],
+        costs: Costs,
+    ) -> (TaskOutput, Vec<ViewAnswer>) {
         let t = Stopwatch::start();
-        let (w, h) = page.dimensions();
+        let (w, h) = grid.page;
         let rects = grid
             .tiles
             .iter()
             .copied()
             .chain([Rect { x: 0, y: 0, w, h }]);
         let views: Vec<ViewAnswer> = rects
-            .zip(&outs)
+            .zip(outs)
             .enumerate()
             .map(|(i, (rect, out))| ViewAnswer {
                 rect,
@@ -143,12 +166,13 @@ impl Pipeline {
             .collect();
         let result = merge(task, grid, &views);
         let text = render(&result);
+        let sum = |f: fn(&Timings) -> f64| outs.iter().map(|o| f(&o.timings)).sum::<f64>();
         let timings = Timings {
-            preprocess_ms: image_ms + outs.iter().map(|o| o.timings.preprocess_ms).sum::<f64>(),
-            vision_ms,
-            encoder_ms: outs.iter().map(|o| o.timings.encoder_ms).sum(),
-            decode_ms,
-            postprocess_ms: t.ms() + outs.iter().map(|o| o.timings.postprocess_ms).sum::<f64>(),
+            preprocess_ms: costs.image_ms + sum(|t| t.preprocess_ms),
+            vision_ms: costs.vision_ms,
+            encoder_ms: sum(|t| t.encoder_ms),
+            decode_ms: costs.decode_ms,
+            postprocess_ms: t.ms() + sum(|t| t.postprocess_ms),
         };
         let output = TaskOutput {
             task,
@@ -158,17 +182,13 @@ impl Pipeline {
             text,
             generated_text: String::new(),
             token_ids: Vec::new(),
-            usage: usage_sum(&outs),
+            usage: usage_sum(outs),
             image_size: (w, h),
             reused_image: false,
             timings,
             memory: self.model.gpu().memory(),
         };
-        Ok(TiledOutput {
-            output,
-            decision,
-            views,
-        })
+        (output, views)
     }
 
     /// [`Pipeline::run_tiled`], blocking the calling thread until it is done.
@@ -287,6 +307,14 @@ impl Pipeline {
             .map(|o| o.ok_or_else(|| Error::shape("tiles", "a view without an answer")))
             .collect()
     }
+}
+
+/// Milliseconds of a tiled run's stages before post-processing: cutting and preprocessing the views,
+/// their vision tower shares, the decode batch's wall time.
+struct Costs {
+    image_ms: f64,
+    vision_ms: f64,
+    decode_ms: f64,
 }
 
 /// A one-view run's answer, with why it was not tiled.
