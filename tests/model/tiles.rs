@@ -12,7 +12,7 @@ use florence2_wasm::processor::image::{decode_image, ImageLimits};
 use florence2_wasm::processor::prompt::dequantize;
 use florence2_wasm::Error;
 use image::RgbImage;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// The scenes of the page, row-major (each has boxes and text).
 const SCENES: [&str; 4] = [
@@ -171,49 +171,56 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
     }
 }
 
-/// `florence2 run --tiles 2x2 --json` on the page: the answer in page coordinates with what was chosen.
+/// `florence2 run --tiles 2x2` on the page, alone (`--json`) and in a batch with a scene (JSON Lines):
+/// the answer in page coordinates with what was chosen, the same in both.
 #[test]
-fn the_cli_reports_its_tiles() {
+fn the_cli_reports_its_tiles_alone_and_in_a_batch() {
     let (page, objects) = page();
     let dir = std::env::temp_dir().join(format!("florence2-tiles-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("page.png");
     page.save(&file).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
-        .args(["run", "--model"])
-        .arg(fixtures::demo_model())
-        .arg("--image")
-        .arg(&file)
-        .args([
-            "--task",
-            "<OD>",
-            "--tiles",
-            "2x2",
-            "--num-beams",
-            "1",
-            "--json",
-        ])
-        .args(["--max-new-tokens", "96"])
-        .output()
-        .unwrap();
+    let scene = fixtures::demo_model().join("samples").join(SCENES[0]);
+    let cli = |images: &[&std::path::Path], json: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
+        c.args(["run", "--model"]).arg(fixtures::demo_model());
+        for i in images {
+            c.arg("--image").arg(i);
+        }
+        c.args(["--task", "<OD>", "--tiles", "2x2", "--num-beams", "1", json])
+            .args(["--max-new-tokens", "96"]);
+        let out = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let alone: Value = serde_json::from_str(&cli(&[&file], "--json")).unwrap();
+    let lines: Vec<Value> = cli(&[&file, &scene], "--jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     std::fs::remove_dir_all(&dir).unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let t = &v["tiles"];
+    let t = &alone["tiles"];
     assert_eq!(
         (t["rows"].as_u64(), t["cols"].as_u64(), t["views"].as_u64()),
         (Some(2), Some(2), Some(5))
     );
-    assert_eq!(v["generated_text"], "");
-    let boxes = &v["result"]["<OD>"];
+    assert_eq!(alone["generated_text"], "");
+    let boxes = &alone["result"]["<OD>"];
     let result = TaskResult::Boxes(florence2_wasm::postprocess::BoxesResult {
         bboxes: serde_json::from_value(boxes["bboxes"].clone()).unwrap(),
         labels: serde_json::from_value(boxes["labels"].clone()).unwrap(),
     });
     // The CLI picks its own device (the CPU backend where the only GPU is a software one): the same
     // bound as the library test above.
-    assert!(found(&objects, &result) >= 9, "{v}");
+    assert!(found(&objects, &result) >= 9, "{alone}");
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        (&lines[0]["result"], &lines[0]["tiles"]),
+        (&alone["result"], t)
+    );
+    assert_eq!(lines[1]["tiles"]["views"], 5);
+    assert_eq!(lines[1]["image"], json!(scene.to_string_lossy()));
 }
 
 #[test]

@@ -108,7 +108,8 @@ pub struct RunArgs {
     /// Tile the image (OCR, OCR_WITH_REGION, OD, DENSE_REGION_CAPTION, REGION_PROPOSAL): overlapping
     /// tiles plus the whole image run as one batch, answers merged in page coordinates. auto tiles an
     /// image larger than 1.5x the model's input; RxC asks for R rows and C columns (2 to 16 tiles).
-    /// Off by default: a tiled run costs up to 17 views' time, and the reference sees one view
+    /// Off by default: a tiled run costs up to 17 views' time, and the reference sees one view. In a
+    /// batch each image's tasks run tiled, one image at a time
     #[arg(long, value_name = "auto|off|RxC", default_value = "off", value_parser = super::run_tiled::parse_tiles)]
     pub(super) tiles: Tiles,
 }
@@ -235,10 +236,8 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let prompts = a.prompts()?;
     if a.tiles != Tiles::Off {
         super::run_tiled::check_prompts(&prompts)?;
-        if batch::is_batch(&a) || a.profile {
-            return Err(Failure::Usage(
-                "--tiles runs one image (no batch, --jsonl or --profile)".into(),
-            ));
+        if a.profile {
+            return Err(Failure::Usage("--tiles and --profile: choose one".into()));
         }
     }
     if batch::is_batch(&a) {
