@@ -73,6 +73,9 @@ pub enum Error {
     /// `expected`: the names accepted where it was given.
     #[error("unknown weight dtype '{got}' (expected {expected})")]
     UnknownDType { got: String, expected: &'static str },
+    /// A per-module `dtype` named a part the model does not have ([`crate::weights::dtype_plan`]).
+    #[error("unknown model part '{got}' in dtype (expected {expected})")]
+    UnknownModelPart { got: String, expected: &'static str },
     /// `dtype: "auto"` found no weight format whose estimate fits the device (the message names the
     /// closest format and by how much it misses: [`crate::estimate::choose_dtype`]).
     #[error("{0}")]
@@ -224,7 +227,9 @@ impl Error {
             Error::Cancelled => "Florence2CancelledError",
             Error::Aborted(_) => "AbortError",
             Error::Disposed => "Florence2DisposedError",
-            Error::InvalidInput(_) | Error::UnknownDType { .. } => "Florence2InputError",
+            Error::InvalidInput(_)
+            | Error::UnknownDType { .. }
+            | Error::UnknownModelPart { .. } => "Florence2InputError",
         }
     }
 
@@ -332,6 +337,10 @@ mod tests {
                 got: s(),
                 expected: "",
             },
+            Error::UnknownModelPart {
+                got: s(),
+                expected: "",
+            },
             Error::NoFittingDType(s()),
         ];
         // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
@@ -370,6 +379,7 @@ mod tests {
                 | Error::Disposed
                 | Error::InvalidInput(_)
                 | Error::UnknownDType { .. }
+                | Error::UnknownModelPart { .. }
                 | Error::NoFittingDType(_) => {}
             }
         }

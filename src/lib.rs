@@ -8,6 +8,7 @@
 //! `postprocess` + `render` (task answers), `pipeline` (the whole sequence of a task, for every front
 //! end), `wasm` (JS facade).
 
+pub mod annotate;
 pub mod config;
 pub mod cpu;
 pub mod error;

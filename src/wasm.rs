@@ -62,7 +62,7 @@ use crate::pipeline::{
 use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::ImageLimits;
-use crate::weights::{LoadOptions, WeightDType};
+use crate::weights::{DTypePlan, LoadOptions};
 
 pub use cache::CACHE_NAME;
 pub use errors::is_florence2_error;
@@ -199,7 +199,7 @@ struct Output<'a> {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct MemoryInfo {
-    dtype: &'static str,
+    dtype: String,
     /// "webgpu" or "cpu": the device the model runs on.
     device: &'static str,
     weights_bytes: u64,
@@ -211,9 +211,9 @@ struct MemoryInfo {
 }
 
 impl MemoryInfo {
-    fn of(m: MemReport, dtype: WeightDType, gpu: &Device) -> Self {
+    fn of(m: MemReport, dtype: DTypePlan, gpu: &Device) -> Self {
         MemoryInfo {
-            dtype: dtype.as_str(),
+            dtype: dtype.label(),
             device: if gpu.is_host() { "cpu" } else { "webgpu" },
             weights_bytes: m.weights_bytes,
             activations_bytes: m.activations_bytes,

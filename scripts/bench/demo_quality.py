@@ -7,7 +7,11 @@ PyTorch reference's row on the same images (from the model's metrics.json, writt
 scripts/train_demo_model.py) and each format's token-id agreement with that reference.
 
     python3 scripts/bench/demo_quality.py [--bin target/debug/florence2] [--model www/models/florence2-shapes]
-        [--devices gpu,cpu] [--dtypes fp32,fp16,q8,q4] [--images 20] [--max-new-tokens 96] [--json OUT] [--markdown OUT]
+        [--devices gpu,cpu] [--dtypes fp32,fp16,q8,q4] [--mix vision=fp16,text=q4 ...] [--images 20]
+        [--max-new-tokens 96] [--json OUT] [--markdown OUT]
+
+`--mix` (repeatable) adds a row for a format per part of the model (`--dtype vision=fp16,text=q4`: parts
+vision, projector, encoder, decoder, embed; text = encoder+decoder+embed) after the `--dtypes` rows.
 
 Needs numpy, pillow, tokenizers (not torch).
 """
@@ -125,10 +129,11 @@ def agreement(records, ref):
 
 
 def table(rows):
-    cells = [f"{'':17s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
+    width = max([17] + [len(r[0]) for r in rows])
+    cells = [f"{'':{width}s}"] + [f"{c[1]:>10s}" for c in COLUMNS] + ["ids = ref", "post = ref"]
     lines = ["| " + " | ".join(cells) + " |", "|" + "|".join("-" * (len(c) + 2) for c in cells) + "|"]
     for name, sc, agr, _ in rows:
-        vals = [f"{name:17s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
+        vals = [f"{name:{width}s}"] + [f"{sc[c[0]]:10.3f}" for c in COLUMNS]
         vals += [f"{'':9s}", f"{'':10s}"] if agr is None else [f"{agr[0]:9.3f}", f"{agr[1]:10.3f}"]
         lines.append("| " + " | ".join(vals) + " |")
     return lines
@@ -139,6 +144,8 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "target" / "debug" / "florence2"))
     ap.add_argument("--model", default=str(ROOT / "www" / "models" / "florence2-shapes"))
     ap.add_argument("--dtypes", default="fp32,fp16,q8,q4")
+    ap.add_argument("--mix", action="append", default=[],
+                    help="a format per part (vision=fp16,text=q4), repeatable: a row after the --dtypes rows")
     ap.add_argument("--devices", default="gpu", help="backends, comma-separated: gpu (the wgpu adapter), cpu")
     ap.add_argument("--images", type=int, default=20)
     ap.add_argument("--seed", type=int, default=2, help="held-out split seed (train_demo_model.EVAL_SEED)")
@@ -153,7 +160,7 @@ def main():
     rows, out = [], {"images": args.images, "formats": {}}
     runs = []
     for device in args.devices.split(","):
-        for dtype in args.dtypes.split(","):
+        for dtype in [d for d in args.dtypes.split(",") if d] + args.mix:
             t0 = time.time()
             preds, gts, sizes, records = evaluate(args.bin, args.model, device, dtype, examples, args.max_new_tokens)
             runs.append((f"{device} {dtype}", dm.score(preds, gts, sizes), records, time.time() - t0))

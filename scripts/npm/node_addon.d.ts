@@ -20,8 +20,16 @@ export interface NativeLoadOptions {
     dtype?: string;
     reason?: string;
   }) => void;
-  /** "auto" (fp16), "fp32", "fp16", "q8" or "q4". */
-  dtype?: "auto" | "fp32" | "fp16" | "q8" | "q4";
+  /** "auto", "fp32", "fp16", "q8" or "q4", or a format per part: `{vision: "fp16", text: "q4"}` or its
+   * text form "vision=fp16,text=q4" (parts: vision, projector, encoder, decoder, embed, text). */
+  dtype?:
+    | "auto"
+    | "fp32"
+    | "fp16"
+    | "q8"
+    | "q4"
+    | `vision=${string}`
+    | { [P in "vision" | "projector" | "encoder" | "decoder" | "embed" | "text" | "default"]?: "fp32" | "fp16" | "q8" | "q4" };
   signal?: AbortSignal;
 }
 

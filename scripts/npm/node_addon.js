@@ -158,6 +158,24 @@ function tilesOption(value) {
 }
 
 /** The `Florence2` API on the native engine. */
+/** The `dtype` option as the addon reads it: a string as it is, a format per part as its text form
+ * (`{vision: "fp16", text: "q4"}` -> "vision=fp16,text=q4"); the addon names a bad part or format. */
+function nativeDType(dtype) {
+  if (dtype === undefined || typeof dtype === "string") return dtype;
+  const bad = (msg) => Object.assign(new Error(msg), { name: "Florence2InputError" });
+  if (dtype === null || typeof dtype !== "object" || Array.isArray(dtype)) {
+    throw bad('option dtype must be a string ("fp16", "auto", "vision=fp16,text=q4") or an object of part ' +
+      'names to formats ({vision: "fp16", text: "q4"})');
+  }
+  const entries = Object.entries(dtype);
+  for (const [part, format] of entries) {
+    if (typeof format !== "string" || /[,=]/.test(format) || /[,=]/.test(part)) {
+      throw bad(`option dtype.${part} must be a format string (fp32, fp16, q8 or q4)`);
+    }
+  }
+  return entries.length ? entries.map(([part, format]) => `${part}=${format}`).join(",") : undefined;
+}
+
 export class NativeFlorence2 {
   #model;
 
@@ -172,7 +190,7 @@ export class NativeFlorence2 {
     if (!addon) throw Object.assign(new Error(reason), { name: "Florence2LoadError" });
     const { signal, device, dtype } = options;
     if (signal?.aborted) throw abortError(signal);
-    const model = await call(() => addon.load(nativeSource(source), { device, dtype }));
+    const model = await call(() => addon.load(nativeSource(source), { device, dtype: nativeDType(dtype) }));
     if (signal?.aborted) {
       model.dispose();
       throw abortError(signal);

@@ -56,6 +56,30 @@ for (const [name, dir] of Object.entries(models)) {
   }
 }
 
+test("a format per part: an object or its text form gives the CLI's ids with that mix", async () => {
+  const mix = "vision=fp16,text=q4";
+  const want = JSON.parse(execFileSync(cli, [
+    "run", "--model", models.tiny4, "--image", scene, "--task", "<OD>", "--device", "cpu", "--json",
+    "--dtype", mix,
+  ], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }));
+  for (const dtype of [{ vision: "fp16", text: "q4" }, "text=q4,vision=fp16"]) {
+    const model = await NativeFlorence2.load(models.tiny4, { device: "cpu", dtype });
+    try {
+      assert.equal(model.memory().dtype, mix);
+      const out = await model.runTask(scene, "<OD>");
+      assert.deepEqual(out.tokenIds, want.token_ids, JSON.stringify(dtype));
+      assert.equal(out.memory.weightsBytes, want.memory.weights_bytes);
+    } finally {
+      model.dispose();
+    }
+  }
+  const bad = (dtype) => NativeFlorence2.load(models.tiny4, { device: "cpu", dtype });
+  await assert.rejects(bad({ visoin: "fp16" }), { name: "Florence2InputError", message: /unknown model part 'visoin'/ });
+  await assert.rejects(bad({ vision: 16 }), { name: "Florence2InputError", message: /dtype\.vision must be/ });
+  await assert.rejects(bad({ vision: "fp16,text=q4" }), { name: "Florence2InputError" });
+  await assert.rejects(bad(["fp16"]), { name: "Florence2InputError" });
+});
+
 test("bytes of every format, a file: URL and RGBA pixels give the CLI's ids", async () => {
   const model = await load(models.shapes);
   try {

@@ -283,7 +283,8 @@ await step("estimate over http: the native CLI's figures, no weight downloaded",
   assert.equal(e.fits, true);
   assert.match(e.reason, /^auto chose fp16 for this cpu device/);
   assert.equal(e.device.class, "cpu");
-  assert.equal(e.estimates.length, 4);
+  // The four formats and the two mixes auto considers.
+  assert.equal(e.estimates.length, 6);
   for (const x of e.estimates) {
     const n = nativeOf(x.dtype);
     assert.deepEqual(
@@ -303,9 +304,14 @@ await step("estimate over http: the native CLI's figures, no weight downloaded",
   assert.ok(!events.includes("tuning") && !events.includes("ready"), events.join(" "));
 });
 
-await step("estimate with mocked adapter limits: a small budget forces q8, then q4; nothing fits names the closest", async () => {
+const MIX_TEXT_Q8 = "vision=q4,text=q8";
+const MIX_EMBED_Q8 = "vision=q4,encoder=q4,decoder=q4,embed=q8";
+
+await step("estimate with mocked adapter limits: a small budget forces q8, the q4 mixes, then q4; nothing fits names the closest", async () => {
   const fixed = {};
-  for (const d of ["fp16", "q8", "q4"]) fixed[d] = await Florence2.estimate(modelDir, { dtype: d });
+  for (const d of ["fp16", "q8", MIX_TEXT_Q8, MIX_EMBED_Q8, "q4"]) {
+    fixed[d] = await Florence2.estimate(modelDir, { dtype: d });
+  }
   assert.equal(fixed.q8.weightsBytes, nativeOf("q8").weights_bytes);
   const peak = (d) => fixed[d].peakBytes;
   assert.ok(peak("fp16") > peak("q8") && peak("q8") > peak("q4"), JSON.stringify([peak("fp16"), peak("q8"), peak("q4")]));
@@ -318,7 +324,13 @@ await step("estimate with mocked adapter limits: a small budget forces q8, then 
   assert.equal(q8.device.class, "mobile");
   assert.equal(q8.device.budgetBytes, peak("fp16") - 1);
   assert.match(q8.reason, /not fp16: its peak .* exceeds the mobile budget/);
-  const q4 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q8") - 1) });
+  assert.ok(peak("q8") > peak(MIX_TEXT_Q8) && peak(MIX_TEXT_Q8) > peak("q4"));
+  const mix = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q8") - 1) });
+  assert.equal(mix.dtype, MIX_TEXT_Q8, mix.reason);
+  // tiny4's embedding rows are not whole 32-weight blocks: f16 in q8 and q4 alike, so the q8-embed mix
+  // holds q4's bytes and auto passes over it to q4.
+  assert.deepEqual(fixed[MIX_EMBED_Q8].partBytes, fixed.q4.partBytes);
+  const q4 = await Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak(MIX_TEXT_Q8) - 1) });
   assert.equal(q4.dtype, "q4", q4.reason);
   const over = await rejects(
     Florence2.estimate(modelDir, { dtype: "auto", adapterLimits: phone(peak("q4") - 100) }),
@@ -383,6 +395,39 @@ await step("load with dtype auto: the choice in the progress events and memory()
   } finally {
     small.dispose();
   }
+});
+
+await step("dtype per part: an object or its text form, the native CLI's estimate and answer", async () => {
+  const native = JSON.parse(execFileSync(cliBin, ["estimate", "--model", modelDir, "--device", "cpu", "--dtype",
+    "vision=fp16,text=q4"], { encoding: "utf8" })).estimates[0];
+  const e = await Florence2.estimate(modelDir, { dtype: { vision: "fp16", text: "q4" } });
+  assert.equal(e.dtype, "vision=fp16,text=q4");
+  assert.equal(e.dtype, native.dtype);
+  assert.deepEqual([e.weightsBytes, e.peakBytes], [native.weights_bytes, native.peak_bytes]);
+  assert.deepEqual(e.partBytes, native.part_bytes);
+  const sum = Object.values(e.partBytes).reduce((a, b) => a + b, 0);
+  assert.equal(sum, e.weightsBytes);
+  const text = await Florence2.estimate(modelDir, { dtype: "text=q4,vision=fp16" });
+  assert.equal(text.weightsBytes, e.weightsBytes);
+  const m = await Florence2.load(modelDir, { dtype: { vision: "fp16", text: "q4" } });
+  try {
+    assert.equal(m.memory().dtype, "vision=fp16,text=q4");
+    assert.equal(m.memory().weightsBytes, e.weightsBytes);
+    const cli = JSON.parse(execFileSync(cliBin, ["run", "--model", modelDir, "--image", join(images, "scene.png"),
+      "--json", "--device", "cpu", "--max-new-tokens", String(MAX_NEW), "--task", "<OD>", "--dtype",
+      "vision=fp16,text=q4"], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+    const out = await m.runTask(pngBytes, "<OD>", runOpts);
+    assert.deepEqual(out.tokenIds, cli.token_ids);
+  } finally {
+    m.dispose();
+  }
+  await rejects(Florence2.estimate(modelDir, { dtype: { visoin: "fp16" } }), "Florence2InputError", "a bad part",
+    /unknown model part 'visoin'.*vision, projector, encoder, decoder, embed or text/);
+  await rejects(Florence2.estimate(modelDir, { dtype: { vision: "q5" } }), "Florence2InputError", "a bad format",
+    /fp32, fp16, q8 or q4/);
+  await rejects(Florence2.estimate(modelDir, { dtype: { vision: 16 } }), "Florence2InputError", "a number",
+    /dtype\.vision must be a format string/);
+  await rejects(Florence2.load(modelDir, { dtype: ["fp16"] }), "Florence2InputError", "an array");
 });
 
 await step("no Cache API: cacheInfo() and clearCache() answer without an error", async () => {

@@ -6,52 +6,69 @@ use crate::estimate::ModelFacts;
 use crate::estimate::{choose_dtype, Choice, DeviceClass, DeviceLimits, EstimateOptions};
 use crate::gpu::Device;
 use crate::weights::source::ModelFiles;
-use crate::weights::WeightDType;
+use crate::weights::{DTypePlan, WeightDType};
 
-/// A `dtype` option: one weight format, or `auto` (the best-quality format that fits the device).
+/// A `dtype` option: one weight format or one per part of the model ([`DTypePlan`]), or `auto` (the
+/// best-quality format or mix that fits the device).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DTypeRequest {
     Auto,
-    Fixed(WeightDType),
+    Fixed(DTypePlan),
 }
 
 impl Default for DTypeRequest {
     /// fp16 ([`WeightDType::default`]).
     fn default() -> Self {
-        DTypeRequest::Fixed(WeightDType::default())
+        DTypeRequest::Fixed(DTypePlan::default())
+    }
+}
+
+impl From<WeightDType> for DTypeRequest {
+    fn from(d: WeightDType) -> Self {
+        DTypeRequest::Fixed(d.into())
+    }
+}
+
+impl From<DTypePlan> for DTypeRequest {
+    fn from(p: DTypePlan) -> Self {
+        DTypeRequest::Fixed(p)
     }
 }
 
 impl DTypeRequest {
-    /// The format asked for, when it is not `auto`.
-    pub fn fixed(self) -> Option<WeightDType> {
+    /// The format (or mix) asked for, when it is not `auto`.
+    pub fn fixed(self) -> Option<DTypePlan> {
         match self {
             DTypeRequest::Auto => None,
             DTypeRequest::Fixed(d) => Some(d),
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    /// `auto`, or the plan's text form ([`DTypePlan::label`]).
+    pub fn label(self) -> String {
         match self {
-            DTypeRequest::Auto => "auto",
-            DTypeRequest::Fixed(d) => d.as_str(),
+            DTypeRequest::Auto => "auto".to_owned(),
+            DTypeRequest::Fixed(d) => d.label(),
         }
     }
 }
 
 impl std::str::FromStr for DTypeRequest {
     type Err = Error;
-    /// `auto`, or a format [`WeightDType`] parses (case-insensitive).
+    /// `auto`, or what [`DTypePlan`] parses: a format (case-insensitive) or `PART=FORMAT` entries.
     fn from_str(s: &str) -> Result<Self> {
-        if s.eq_ignore_ascii_case("auto") {
+        if s.trim().eq_ignore_ascii_case("auto") {
             return Ok(DTypeRequest::Auto);
         }
-        s.parse::<WeightDType>()
-            .map(DTypeRequest::Fixed)
-            .map_err(|_| Error::UnknownDType {
-                got: s.chars().take(32).collect(),
-                expected: "auto, fp32, fp16, q8 or q4",
-            })
+        match s.parse::<DTypePlan>() {
+            Ok(p) => Ok(DTypeRequest::Fixed(p)),
+            Err(Error::UnknownDType { got, .. }) => Err(Error::UnknownDType {
+                got,
+                expected:
+                    "auto, fp32, fp16, q8 or q4, or PART=FORMAT entries (vision=fp16,text=q4)",
+            }),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -76,7 +93,7 @@ pub async fn resolve_dtype<F: ModelFiles>(
     files: &F,
     gpu: &Device,
     mobile: bool,
-) -> Result<(WeightDType, Option<String>)> {
+) -> Result<(DTypePlan, Option<String>)> {
     resolve_dtype_for(request, files, &device_limits(gpu, mobile), gpu.is_host()).await
 }
 
@@ -87,7 +104,7 @@ pub async fn resolve_dtype_for<F: ModelFiles>(
     files: &F,
     limits: &DeviceLimits,
     host: bool,
-) -> Result<(WeightDType, Option<String>)> {
+) -> Result<(DTypePlan, Option<String>)> {
     if let Some(d) = request.fixed() {
         return Ok((d, None));
     }

@@ -1,7 +1,16 @@
 //! The `auto` weight format: the best-quality format whose estimate fits the device. Quality order
-//! fp16, q8, q4 (fp16 gives the f32 reference's answers, q8 moves some, q4 more: README "Weight
-//! precision"); fp32 only when asked for. The CPU backend takes the same order: its README section
-//! keeps fp16 as the default (identical answers) and reports the smaller formats only as faster.
+//! fp16, q8, then two mixes, then q4 (fp16 gives the f32 reference's answers, q8 moves some, q4 more:
+//! README "Weight precision"); fp32 only when asked for. The CPU backend takes the same order: its
+//! README section keeps fp16 as the default (identical answers) and reports the smaller formats only
+//! as faster.
+//!
+//! The mixes ([`AUTO_MIXES`]) sit between q8 and q4, where the q4 policy study (docs/performance.md,
+//! PyTorch on 100 held-out demo scenes) found the loss: q4 costs 4.3 OD mAP@0.5 points against fp32
+//! (q8 none); the text model (encoder, decoder, embed) in q8 over a q4 vision tower recovers 2.2 of
+//! them and reads better than fp32 (OCR 0.647 against 0.619) for 69 MB more than q4 at base shapes,
+//! the shared embedding / LM head alone in q8 recovers 1.9 for 20 MB. Each is smaller than q8 and
+//! loses less than q4, so a device that q8 does not fit gets one of them before q4. A mix above q8 (fp16 vision, q8 text) is not offered:
+//! q8 already gives fp32's task figures there, so it would only cost memory.
 //!
 //! A format fits when its largest buffer fits the device's `min(maxBufferSize,
 //! maxStorageBufferBindingSize)` and its peak fits the budget of the device's class:
@@ -16,7 +25,7 @@
 
 use crate::error::{Error, Result};
 use crate::estimate::Estimate;
-use crate::weights::WeightDType;
+use crate::weights::{DTypePlan, WeightDType};
 
 /// Kinds of device with their own memory budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -95,10 +104,10 @@ impl DeviceLimits {
     }
 }
 
-/// The chosen format and why.
+/// The chosen format (or mix) and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Choice {
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     pub reason: String,
 }
 
@@ -148,9 +157,36 @@ fn overshoot(e: &Estimate, limits: &DeviceLimits) -> f64 {
     peak.max(buf)
 }
 
+/// The mixes `auto` considers (module doc): q4 with the text model in q8, q4 with the shared
+/// embedding / LM head in q8.
+pub const AUTO_MIXES: [DTypePlan; 2] = {
+    use WeightDType::{Q4, Q8};
+    [
+        DTypePlan::vision_text(Q4, Q8),
+        DTypePlan::from_parts([Q4, Q4, Q4, Q4, Q8]),
+    ]
+};
+
 /// The formats `auto` tries on a device class, best quality first.
-pub fn preference(_class: DeviceClass) -> [WeightDType; 3] {
-    [WeightDType::Fp16, WeightDType::Q8, WeightDType::Q4]
+pub fn preference(_class: DeviceClass) -> [DTypePlan; 5] {
+    [
+        DTypePlan::uniform(WeightDType::Fp16),
+        DTypePlan::uniform(WeightDType::Q8),
+        AUTO_MIXES[0],
+        AUTO_MIXES[1],
+        DTypePlan::uniform(WeightDType::Q4),
+    ]
+}
+
+/// Whether `e` is a mix that holds exactly q4's bytes (a model whose embedding rows are not whole
+/// quantization blocks keeps them f16 in both): it would only rename q4, so `auto` passes over it.
+fn same_as_q4(e: &Estimate, estimates: &[Estimate]) -> bool {
+    let q4 = DTypePlan::uniform(WeightDType::Q4);
+    e.dtype.as_uniform().is_none()
+        && estimates
+            .iter()
+            .find(|x| x.dtype == q4)
+            .is_some_and(|x| x.part_bytes == e.part_bytes && x.peak_bytes == e.peak_bytes)
 }
 
 /// The best-quality format among `estimates` (one per format) that fits `limits`, with the reason;
@@ -161,6 +197,9 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
         let Some(e) = estimates.iter().find(|e| e.dtype == d) else {
             continue;
         };
+        if same_as_q4(e, estimates) {
+            continue;
+        }
         let (ok, why) = fits(e, limits);
         if ok {
             let mut reason = format!("auto chose {d} for this {} device: {why}", limits.class);
@@ -174,6 +213,7 @@ pub fn choose_dtype(estimates: &[Estimate], limits: &DeviceLimits) -> Result<Cho
     let closest = preference(limits.class)
         .iter()
         .filter_map(|d| estimates.iter().find(|e| e.dtype == *d))
+        .filter(|e| !same_as_q4(e, estimates))
         .min_by(|a, b| overshoot(a, limits).total_cmp(&overshoot(b, limits)));
     let msg = match closest {
         Some(e) => {

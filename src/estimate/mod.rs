@@ -29,11 +29,12 @@ use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
 use crate::processor::image::ImageProcessorConfig;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
 use crate::weights::source::ModelFiles;
-use crate::weights::WeightDType;
+use crate::weights::{DTypePlan, WeightDType};
 pub use auto::{device_limits, resolve_dtype, resolve_dtype_for, DTypeRequest};
 pub use checkpoint::CheckpointFacts;
 pub use choose::{choose_dtype, fits, Choice, DeviceClass, DeviceLimits};
 use phases::{phase_bytes, Request};
+pub use resident::PartBytes;
 
 /// The WebGPU default `maxStorageBufferBindingSize` (128 MiB), which the estimate assumes unless told
 /// the device's: it sets how the vision tower chunks its MLP and im2col.
@@ -80,14 +81,16 @@ pub struct ModelFacts {
     pub checkpoint: CheckpointFacts,
 }
 
-/// The estimate for one weight format.
+/// The estimate for one weight format (or one per part).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Estimate {
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     /// Bytes of the files a load fetches (the checkpoint as stored, whatever `dtype` is).
     pub download_bytes: u64,
     /// Resident weight bytes once loaded.
     pub weights_bytes: u64,
+    /// `weights_bytes` per part of the model.
+    pub part_bytes: PartBytes,
     /// Weights plus the largest phase of one request.
     pub peak_bytes: u64,
     /// The largest single buffer (weight or activation).
@@ -160,8 +163,13 @@ impl ModelFacts {
         )
     }
 
-    /// The estimate for `dtype`.
-    pub fn estimate(&self, dtype: WeightDType, opts: &EstimateOptions) -> Result<Estimate> {
+    /// The estimate for `dtype` (one format, or a [`DTypePlan`]).
+    pub fn estimate(
+        &self,
+        dtype: impl Into<DTypePlan>,
+        opts: &EstimateOptions,
+    ) -> Result<Estimate> {
+        let dtype: DTypePlan = dtype.into();
         let cfg = &self.config;
         let plans = &self.checkpoint.plans;
         let weights = resident::weight_bytes(cfg, plans, dtype, opts.host)?;
@@ -169,8 +177,8 @@ impl ModelFacts {
             plans
                 .iter()
                 .find(|p| p.canonical == name)
-                .map(|p| dtype.resident_layout(p).1)
-                .unwrap_or_else(|| dtype.resident_dtype(name, shape))
+                .map(|p| dtype.for_tensor(name).resident_layout(p).1)
+                .unwrap_or_else(|| dtype.for_tensor(name).resident_dtype(name, shape))
         };
         let v = &cfg.vision;
         let tower = TowerShape::from_config(
@@ -229,6 +237,7 @@ impl ModelFacts {
             dtype,
             download_bytes: download,
             weights_bytes: weights.total,
+            part_bytes: weights.parts,
             peak_bytes: weights.total + phases.peak(),
             largest_buffer_bytes: weights.largest.max(phases.largest),
             vision_bytes: phases.vision,
@@ -240,12 +249,28 @@ impl ModelFacts {
         })
     }
 
-    /// Estimates for every format, fp32 first.
+    /// Estimates for every uniform format (fp32 first), then for the mixes `auto` considers
+    /// ([`choose::AUTO_MIXES`]).
     pub fn estimate_all(&self, opts: &EstimateOptions) -> Result<Vec<Estimate>> {
         WeightDType::ALL
             .iter()
-            .map(|&d| self.estimate(d, opts))
+            .map(|&d| DTypePlan::uniform(d))
+            .chain(choose::AUTO_MIXES)
+            .map(|d| self.estimate(d, opts))
             .collect()
+    }
+
+    /// [`ModelFacts::estimate_all`], plus `extra` when it is not among them (a mix asked for).
+    pub fn estimate_with(
+        &self,
+        extra: Option<DTypePlan>,
+        opts: &EstimateOptions,
+    ) -> Result<Vec<Estimate>> {
+        let mut all = self.estimate_all(opts)?;
+        if let Some(d) = extra.filter(|d| all.iter().all(|e| e.dtype != *d)) {
+            all.push(self.estimate(d, opts)?);
+        }
+        Ok(all)
     }
 }
 
@@ -261,8 +286,17 @@ fn bits(format: &str) -> Option<f64> {
 }
 
 /// What the download is, for `dtype` resident weights from a checkpoint stored as `stored`.
-fn download_note(stored: &str, dtype: WeightDType, bytes: u64) -> String {
+fn download_note(stored: &str, dtype: DTypePlan, bytes: u64) -> String {
     let mb = bytes as f64 / 1e6;
+    let Some(dtype) = dtype.as_uniform() else {
+        return match bits(stored) {
+            Some(_) => format!(
+                "downloads the {stored} checkpoint as stored ({mb:.1} MB) and converts each part to \
+                 its format ({dtype}) while it streams"
+            ),
+            None => format!("downloads {mb:.1} MB"),
+        };
+    };
     match (bits(stored), bits(dtype.as_str())) {
         (Some(s), Some(d)) if s > d => format!(
             "downloads the {stored} checkpoint as stored ({mb:.1} MB) and converts it to {dtype} while \

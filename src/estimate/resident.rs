@@ -14,13 +14,40 @@ use crate::ops::conv::padded_conv2d_weight;
 use crate::weights::expected::{is_dense_conv_weight, TEMPORAL_TABLE};
 use crate::weights::header::{StDtype, TensorInfo};
 use crate::weights::plan::{Fixup, TensorPlan};
-use crate::weights::WeightDType;
+use crate::weights::{part_of, DTypePlan, Part};
 
-/// Total and largest buffer of the resident weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Total and largest buffer of the resident weights, and the bytes of each part.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WeightBytes {
     pub total: u64,
     pub largest: u64,
+    pub parts: PartBytes,
+}
+
+/// Resident weight bytes per part of the model ([`Part`]); they add up to the total.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PartBytes {
+    pub vision: u64,
+    pub projector: u64,
+    pub encoder: u64,
+    pub decoder: u64,
+    pub embed: u64,
+}
+
+impl PartBytes {
+    fn add(&mut self, part: Part, bytes: u64) {
+        *match part {
+            Part::Vision => &mut self.vision,
+            Part::Projector => &mut self.projector,
+            Part::Encoder => &mut self.encoder,
+            Part::Decoder => &mut self.decoder,
+            Part::Embed => &mut self.embed,
+        } += bytes;
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.vision + self.projector + self.encoder + self.decoder + self.embed
+    }
 }
 
 /// The plan of an f32 tensor `name` stored in the canonical layout.
@@ -51,11 +78,12 @@ pub fn canonical_plans(cfg: &Florence2Config) -> Vec<TensorPlan> {
 }
 
 /// GPU bytes of the weights once a model of `cfg` is built from the tensors `plans` describe, loaded in
-/// `dtype` (`host`: on the CPU backend, where no convolution weight is padded).
+/// `dtype` (each tensor in its part's format; `host`: on the CPU backend, where no convolution weight
+/// is padded).
 pub fn weight_bytes(
     cfg: &Florence2Config,
     plans: &[TensorPlan],
-    dtype: WeightDType,
+    dtype: DTypePlan,
     host: bool,
 ) -> Result<WeightBytes> {
     let mut out = WeightBytes::default();
@@ -64,7 +92,7 @@ pub fn weight_bytes(
         if !seen.insert(plan.canonical.as_str()) {
             continue;
         }
-        let (shape, dt) = dtype.resident_layout(plan);
+        let (shape, dt) = dtype.for_tensor(&plan.canonical).resident_layout(plan);
         let prepared = match is_dense_conv_weight(&plan.canonical, shape) {
             true => padded_conv2d_weight(shape, dt, host),
             false => None,
@@ -75,6 +103,8 @@ pub fn weight_bytes(
         };
         out.total += bytes;
         out.largest = out.largest.max(bytes);
+        out.parts
+            .add(part_of(&plan.canonical).unwrap_or(Part::Embed), bytes);
     }
     if !seen.contains(TEMPORAL_TABLE) {
         let v = &cfg.vision;
@@ -82,6 +112,7 @@ pub fn weight_bytes(
         let bytes = DType::F32.buffer_bytes(&[v.max_temporal_embeddings, c_last])?;
         out.total += bytes;
         out.largest = out.largest.max(bytes);
+        out.parts.add(Part::Projector, bytes);
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::error::Error;
+use crate::estimate::choose::AUTO_MIXES;
 
 /// Florence-2-base's shapes (HF-native config, as ../shared/FLORENCE2.md lists them).
 pub(crate) fn base_json() -> serde_json::Value {
@@ -119,37 +120,42 @@ fn choose(json: &serde_json::Value, limits: &DeviceLimits) -> Result<Choice> {
     choose_dtype(&all, limits)
 }
 
+fn u(d: WeightDType) -> DTypePlan {
+    DTypePlan::uniform(d)
+}
+
 #[test]
 fn auto_picks_the_best_format_that_fits_each_device() {
     // (device, base, large): iPhone-like (1 GB buffers, 1 GB budget), integrated, discrete, CPU.
     let cases = [
-        // Large q8 peaks at 1037.4 MB, over the phone's 1.0 GB budget.
+        // Large q8 peaks at 1037.4 MB, over the phone's 1.0 GB budget; q4 with the text model in q8
+        // peaks at 868.8 MB (q4 at 666.4 MB).
         (
             device(DeviceClass::Mobile, GIB, GIB),
-            WeightDType::Fp16,
-            WeightDType::Q4,
+            u(WeightDType::Fp16),
+            AUTO_MIXES[0],
         ),
         (
             device(DeviceClass::Integrated, 2 * GIB, GIB),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         (
             device(DeviceClass::Discrete, 4 * GIB, 2 * GIB),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         (
             device(DeviceClass::Cpu, u64::MAX, u64::MAX),
-            WeightDType::Fp16,
-            WeightDType::Fp16,
+            u(WeightDType::Fp16),
+            u(WeightDType::Fp16),
         ),
         // Android-like: 256 MB buffers, WebGPU's default 128 MiB bindings: every fp16 buffer of base
         // and large fits (the largest, large's shared embedding, is 105.1 MB); the budget decides.
         (
             device(DeviceClass::Mobile, 256 * MIB, 128 * MIB),
-            WeightDType::Fp16,
-            WeightDType::Q4,
+            u(WeightDType::Fp16),
+            AUTO_MIXES[0],
         ),
     ];
     for (limits, base, large) in cases {
@@ -270,4 +276,107 @@ fn the_smaller_formats_change_the_weights_only() {
         assert!(fp32.0 > fp16.0);
         assert!(fp32.1 > fp16.1 && fp16.1 > q8.1 && q8.1 > q4.1);
     }
+}
+
+#[test]
+fn mixes_split_their_bytes_by_part_like_the_uniform_formats() {
+    // Each part of a mix holds what the uniform format of that part holds; the parts add up to the
+    // total; the mixes auto considers sit between q8 and q4 (smaller than q8, larger than q4).
+    for json in [base_json(), large_json()] {
+        let f = facts(&json);
+        let o = EstimateOptions::default();
+        let one = |d: WeightDType| f.estimate(d, &o).unwrap().part_bytes;
+        let mix = DTypePlan::vision_text(WeightDType::Fp16, WeightDType::Q4);
+        let e = f.estimate(mix, &o).unwrap();
+        let (fp16, q4) = (one(WeightDType::Fp16), one(WeightDType::Q4));
+        let p = e.part_bytes;
+        assert_eq!((p.vision, p.projector), (fp16.vision, fp16.projector));
+        assert_eq!(
+            (p.encoder, p.decoder, p.embed),
+            (q4.encoder, q4.decoder, q4.embed)
+        );
+        assert_eq!(p.sum(), e.weights_bytes);
+        assert!(fp16.vision > q4.vision && fp16.embed > q4.embed);
+        let all = f.estimate_all(&o).unwrap();
+        let weights = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().weights_bytes;
+        for m in AUTO_MIXES {
+            eprintln!(
+                "{} {m}: {:.1} MB",
+                json["text_config"]["d_model"],
+                mb(weights(m))
+            );
+            assert!(weights(m) < weights(u(WeightDType::Q8)), "{m}");
+            assert!(weights(m) > weights(u(WeightDType::Q4)), "{m}");
+        }
+        assert!(weights(AUTO_MIXES[1]) < weights(AUTO_MIXES[0]));
+        // The quality table's rows (docs/models-and-formats.md), for the record.
+        for m in [
+            "vision=fp16,text=q8",
+            "vision=fp16,text=q4",
+            "vision=q8,text=q4",
+            "vision=q4,text=q8",
+            "q4,embed=q8",
+            "q8",
+            "q4",
+        ] {
+            let e = f.estimate(m.parse::<DTypePlan>().unwrap(), &o).unwrap();
+            eprintln!(
+                "{} {m}: weights {:.1} MB, peak {:.1} MB",
+                json["text_config"]["d_model"],
+                mb(e.weights_bytes),
+                mb(e.peak_bytes)
+            );
+        }
+        assert_eq!(all.len(), 4 + AUTO_MIXES.len());
+    }
+}
+
+#[test]
+fn auto_takes_a_mix_where_q8_does_not_fit_and_the_mix_does() {
+    // A budget between each mix's peak and the next larger format's: auto takes the mix.
+    let f = facts(&large_json());
+    let all = f.estimate_all(&EstimateOptions::default()).unwrap();
+    let peak = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().peak_bytes;
+    let order = [
+        u(WeightDType::Q8),
+        AUTO_MIXES[0],
+        AUTO_MIXES[1],
+        u(WeightDType::Q4),
+    ];
+    for w in order.windows(2) {
+        let mut limits = device(DeviceClass::Mobile, GIB, GIB);
+        limits.budget = peak(w[1]);
+        let c = choose_dtype(&all, &limits).unwrap();
+        assert_eq!(c.dtype, w[1], "{}", c.reason);
+        assert!(c.reason.contains(&format!("not {}", w[0])), "{}", c.reason);
+    }
+}
+
+#[test]
+fn auto_passes_over_a_mix_that_holds_q4s_bytes() {
+    // A model whose embedding rows are not whole blocks keeps them f16 in q8 and q4 alike: its
+    // q8-embed mix holds q4's bytes, and auto takes q4 rather than a mix that only renames it.
+    let mut all = facts(&base_json())
+        .estimate_all(&EstimateOptions::default())
+        .unwrap();
+    let q4 = all
+        .iter()
+        .find(|e| e.dtype == u(WeightDType::Q4))
+        .unwrap()
+        .clone();
+    for e in all.iter_mut().filter(|e| e.dtype == AUTO_MIXES[1]) {
+        *e = Estimate {
+            dtype: e.dtype,
+            ..q4.clone()
+        };
+    }
+    let peak = |d: DTypePlan| all.iter().find(|e| e.dtype == d).unwrap().peak_bytes;
+    let mut limits = device(DeviceClass::Mobile, GIB, GIB);
+    limits.budget = peak(AUTO_MIXES[0]) - 1;
+    let c = choose_dtype(&all, &limits).unwrap();
+    assert_eq!(c.dtype, u(WeightDType::Q4), "{}", c.reason);
+    // Nothing fitting names q4 as the closest, not the mix holding its bytes.
+    limits.budget = q4.peak_bytes - 1;
+    let e = choose_dtype(&all, &limits).unwrap_err().to_string();
+    assert!(e.contains(": q4 came closest"), "{e}");
 }

@@ -194,6 +194,68 @@ fn f32_view(t: &Tensor, shape: &[usize]) -> Result<Tensor> {
     t.view(shape, DType::F32)
 }
 
+impl Arena {
+    /// The tower's buffers, sized by its plan.
+    fn new(rec: &Recorder, plan: &ArenaPlan) -> Result<Self> {
+        let some = |n: usize, label: &str| -> Result<Option<Tensor>> {
+            Ok(if n > 0 {
+                Some(zeros(rec, &[n], label)?)
+            } else {
+                None
+            })
+        };
+        let split = match plan.split {
+            0 => None,
+            n => Some((
+                zeros(rec, &[n], "davit.arena.q")?,
+                zeros(rec, &[n], "davit.arena.k")?,
+                zeros(rec, &[n], "davit.arena.v")?,
+            )),
+        };
+        Ok(Arena {
+            ra: zeros(rec, &[plan.stream], "davit.arena.ra")?,
+            rb: zeros(rec, &[plan.stream], "davit.arena.rb")?,
+            x: some(plan.windows, "davit.arena.x")?,
+            big: zeros(rec, &[plan.big.max(1)], "davit.arena.big")?,
+            split,
+            partials: some(plan.partials, "davit.arena.partials")?,
+        })
+    }
+
+    /// Every buffer but `ra` (which holds the output tokens), for the caller to reuse.
+    fn into_spare(self) -> Vec<Tensor> {
+        let mut spare = vec![self.rb, self.big];
+        spare.extend(self.x);
+        spare.extend(self.partials);
+        if let Some((q, k, v)) = self.split {
+            spare.extend([q, k, v]);
+        }
+        spare
+    }
+}
+
+/// NCHW -> NHWC once, into `ra` (the stem conv writes `rb`); everything after stays channels-last.
+fn stem_input(
+    rec: &mut Recorder,
+    pixels: PixelSource,
+    arena: &Arena,
+    [bsz, cin, ih, iw]: [usize; 4],
+) -> Result<Tensor> {
+    let x = f32_view(&arena.ra, &[bsz, ih, iw, cin])?;
+    match pixels {
+        PixelSource::Gpu(t) => ops::layout::permute(rec, t, &[0, 2, 3, 1], &x)?, // (B, H, W, Cin)
+        PixelSource::Host(values) => {
+            // Uploaded into `rb` (the stream buffer holds at least the pixels; the stem's output
+            // overwrites them only after the permute has read them). A queue write lands before the
+            // commands of the next submit, which is this recorder's.
+            let nchw = f32_view(&arena.rb, &[bsz, cin, ih, iw])?;
+            nchw.write_bytes(rec.gpu(), 0, bytemuck::cast_slice(values))?;
+            ops::layout::permute(rec, &nchw, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
+        }
+    }
+    Ok(x)
+}
+
 impl StageBufs {
     fn new(ar: &Arena, st: &StageShape, ws: usize) -> Result<Self> {
         let (b, h, w, c) = st.dims;
@@ -534,8 +596,35 @@ impl DaVit {
         [bsz, cin, ih, iw]: [usize; 4],
         mut taps: Taps,
     ) -> Result<VisionOut> {
+        self.check_input(&pixels, [bsz, cin, ih, iw])?;
+        let max_binding = rec.gpu().caps.max_storage_binding;
+        let tower = self.tower_shape()?;
+        let shapes = tower.stage_shapes(max_binding, bsz, (ih, iw))?;
+        let arena = Arena::new(rec, &tower.arena_plan(max_binding, bsz, (ih, iw))?)?;
+        let mut x = stem_input(rec, pixels, &arena, [bsz, cin, ih, iw])?; // (B, H, W, Cin) in `ra`
+        let mut grid = (ih, iw);
+        for (s, st) in shapes.iter().enumerate() {
+            x = self.stage(rec, s, st, &arena, &x, grid, &mut taps)?;
+            grid = (st.dims.1, st.dims.2);
+        }
+        let (h, w) = grid;
+        let c_last = x.dim(3);
+        let out = x.reshape(&[bsz, h * w, c_last])?; // (B, N, C_last)
+        if let Some(v) = taps {
+            // The last stage's stream is not written again: tap it without a copy.
+            v.push(("vision.out".to_owned(), out.clone()));
+        }
+        Ok(VisionOut {
+            tokens: out,
+            grid: (h, w),
+            spare: arena.into_spare(),
+        })
+    }
+
+    /// The pixels' shape and source against the tower: named errors before anything is recorded.
+    fn check_input(&self, pixels: &PixelSource, shape: [usize; 4]) -> Result<()> {
         const OP: &str = "DaVit::forward";
-        let shape = [bsz, cin, ih, iw];
+        let [bsz, cin, _, _] = shape;
         match pixels {
             PixelSource::Gpu(t) if t.shape() != shape || t.dtype() != DType::F32 => {
                 return Err(Error::shape(
@@ -574,106 +663,50 @@ impl DaVit {
                 "blocks and convs disagree on the stage count",
             ));
         }
-        let max_binding = rec.gpu().caps.max_storage_binding;
-        let tower = self.tower_shape()?;
-        let shapes = tower.stage_shapes(max_binding, bsz, (ih, iw))?;
-        let plan = tower.arena_plan(max_binding, bsz, (ih, iw))?;
-        let arena = Arena {
-            ra: zeros(rec, &[plan.stream], "davit.arena.ra")?,
-            rb: zeros(rec, &[plan.stream], "davit.arena.rb")?,
-            x: if plan.windows > 0 {
-                Some(zeros(rec, &[plan.windows], "davit.arena.x")?)
-            } else {
-                None
-            },
-            big: zeros(rec, &[plan.big.max(1)], "davit.arena.big")?,
-            split: if plan.split > 0 {
-                Some((
-                    zeros(rec, &[plan.split], "davit.arena.q")?,
-                    zeros(rec, &[plan.split], "davit.arena.k")?,
-                    zeros(rec, &[plan.split], "davit.arena.v")?,
-                ))
-            } else {
-                None
-            },
-            partials: if plan.partials > 0 {
-                Some(zeros(rec, &[plan.partials], "davit.arena.partials")?)
-            } else {
-                None
-            },
+        Ok(())
+    }
+
+    /// Stage `s`: its ConvEmbed on `x` (the NHWC pixels or the last stage's stream, both in `ra`; `rb`
+    /// takes the intermediate), then its blocks; returns the stage's stream `bufs.a`, (B, h, w, C).
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &self,
+        rec: &mut Recorder,
+        s: usize,
+        st: &StageShape,
+        arena: &Arena,
+        x: &Tensor,
+        (h, w): (usize, usize),
+        taps: &mut Taps,
+    ) -> Result<Tensor> {
+        let (Some(ce), Some(stage_blocks)) = (self.convs.get(s), self.blocks.get(s)) else {
+            return Err(Error::shape(
+                "DaVit::forward",
+                format!("no stage {s} in the tower"),
+            ));
         };
-        // NCHW -> NHWC once, into `ra` (the stem conv writes `rb`); everything after stays
-        // channels-last.
-        let mut x = f32_view(&arena.ra, &[bsz, ih, iw, cin])?;
-        match pixels {
-            PixelSource::Gpu(t) => ops::layout::permute(rec, t, &[0, 2, 3, 1], &x)?, // (B, H, W, Cin)
-            PixelSource::Host(values) => {
-                // Uploaded into `rb` (the stream buffer holds at least the pixels; the stem's output
-                // overwrites them only after the permute has read them). A queue write lands before
-                // the commands of the next submit, which is this recorder's.
-                let nchw = f32_view(&arena.rb, &[bsz, cin, ih, iw])?;
-                nchw.write_bytes(rec.gpu(), 0, bytemuck::cast_slice(values))?;
-                ops::layout::permute(rec, &nchw, &[0, 2, 3, 1], &x)?; // (B, H, W, Cin)
-            }
+        let (bsz, h2, w2, c) = st.dims;
+        let bufs = StageBufs::new(arena, st, self.window_size)?;
+        if ce.pre_norm {
+            let normed = f32_view(&arena.rb, &[bsz, h, w, ce.in_channels])?;
+            ce.norm.forward(rec, x, &normed)?; // (B, H, W, Cin)
+            ce.conv
+                .forward_with_scratch(rec, &normed, &bufs.a, &arena.big)?; // (B, h, w, C)
+        } else {
+            ce.conv.forward_with_scratch(rec, x, &bufs.b, &arena.big)?; // (B, h, w, C)
+            ce.norm.forward(rec, &bufs.b, &bufs.a)?; // (B, h, w, C)
         }
-        let (mut h, mut w) = (ih, iw);
-        for (s, ((ce, stage_blocks), st)) in
-            self.convs.iter().zip(&self.blocks).zip(&shapes).enumerate()
-        {
-            let (_, nh, nw, c) = st.dims;
-            let bufs = StageBufs::new(&arena, st, self.window_size)?;
-            // ---- ConvEmbed ---- (input `x`: the NHWC pixels or the last stage's stream, both in `ra`;
-            // `rb` takes the intermediate)
-            if ce.pre_norm {
-                let normed = f32_view(&arena.rb, &[bsz, h, w, ce.in_channels])?;
-                ce.norm.forward(rec, &x, &normed)?; // (B, H, W, Cin)
-                ce.conv
-                    .forward_with_scratch(rec, &normed, &bufs.a, &arena.big)?; // (B, h, w, C)
-            } else {
-                ce.conv.forward_with_scratch(rec, &x, &bufs.b, &arena.big)?; // (B, h, w, C)
-                ce.norm.forward(rec, &bufs.b, &bufs.a)?; // (B, h, w, C)
-            }
-            (h, w) = (nh, nw);
-            let tok = [bsz, h * w, c];
-            tap(rec, &mut taps, format!("vision.convs.{s}"), &bufs.a, &tok)?;
-            // ---- blocks ----
-            for (bi, block) in stage_blocks.iter().enumerate() {
-                self.spatial(rec, &block.spatial_block, s, &bufs, (bsz, h, w, c))?;
-                tap(
-                    rec,
-                    &mut taps,
-                    format!("vision.blocks.{s}.{bi}.spatial"),
-                    &bufs.a,
-                    &tok,
-                )?;
-                self.channel(rec, &block.channel_block, s, &bufs, (bsz, h, w, c))?;
-                tap(
-                    rec,
-                    &mut taps,
-                    format!("vision.blocks.{s}.{bi}.channel"),
-                    &bufs.a,
-                    &tok,
-                )?;
-            }
-            x = bufs.a;
+        let tok = [bsz, h2 * w2, c];
+        tap(rec, taps, format!("vision.convs.{s}"), &bufs.a, &tok)?;
+        for (bi, block) in stage_blocks.iter().enumerate() {
+            self.spatial(rec, &block.spatial_block, s, &bufs, (bsz, h2, w2, c))?;
+            let name = format!("vision.blocks.{s}.{bi}.spatial");
+            tap(rec, taps, name, &bufs.a, &tok)?;
+            self.channel(rec, &block.channel_block, s, &bufs, (bsz, h2, w2, c))?;
+            let name = format!("vision.blocks.{s}.{bi}.channel");
+            tap(rec, taps, name, &bufs.a, &tok)?;
         }
-        let c_last = x.dim(3);
-        let out = x.reshape(&[bsz, h * w, c_last])?; // (B, N, C_last)
-        if let Some(v) = taps {
-            // The last stage's stream is not written again: tap it without a copy.
-            v.push(("vision.out".to_owned(), out.clone()));
-        }
-        let mut spare = vec![arena.rb, arena.big];
-        spare.extend(arena.x);
-        spare.extend(arena.partials);
-        if let Some((q, k, v)) = arena.split {
-            spare.extend([q, k, v]);
-        }
-        Ok(VisionOut {
-            tokens: out,
-            grid: (h, w),
-            spare,
-        })
+        Ok(bufs.a)
     }
 
     /// x = x + dwconv(x); x = x + ffn(norm(x)) with x in `src` (`bufs.a` or `bufs.big_stream`) in and

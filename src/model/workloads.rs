@@ -13,7 +13,7 @@ use crate::ops::attention::AttnShape;
 use crate::ops::conv::gemm_k;
 use crate::ops::window::window_grid;
 use crate::ops::window_attn::WindowShape;
-use crate::weights::WeightDType;
+use crate::weights::{DTypePlan, Part, WeightDType};
 
 /// Decode steps a request is assumed to run when weighing decode shapes against encoding ones.
 pub const DECODE_STEPS_ESTIMATE: f64 = 32.0;
@@ -62,12 +62,24 @@ pub fn model_linear_workload(
     beams: usize,
     format: DType,
 ) -> Vec<(LinearShape, f64)> {
-    let dtype = WeightDType::of_matrix_dtype(format);
+    let plan = DTypePlan::uniform(WeightDType::of_matrix_dtype(format));
+    model_linear_workload_for(cfg, height, width, beams, plan)
+}
+
+/// [`model_linear_workload`] for a model loaded with a format per part: each linear in its part's
+/// format.
+pub fn model_linear_workload_for(
+    cfg: &Florence2Config,
+    height: usize,
+    width: usize,
+    beams: usize,
+    plan: DTypePlan,
+) -> Vec<(LinearShape, f64)> {
     let mut work = LinearWork::default();
     let grids = cfg.vision.stage_grids(height, width);
-    vision_linears(cfg, &grids, dtype, &mut work);
+    vision_linears(cfg, &grids, plan.get(Part::Vision), &mut work);
     let grid = grids.last().copied().unwrap_or((height, width));
-    text_linears(cfg, image_tokens(cfg, grid), beams, dtype, &mut work);
+    text_linears(cfg, image_tokens(cfg, grid), beams, plan, &mut work);
     work.0
 }
 
@@ -104,30 +116,39 @@ fn vision_linears(
     }
 }
 
-/// The projector, the BART encoder over image + prompt tokens, and decode steps of `beams` rows.
+/// The projector, the BART encoder over image + prompt tokens, and decode steps of `beams` rows, each
+/// in its part's format.
 fn text_linears(
     cfg: &Florence2Config,
     image_tokens: usize,
     beams: usize,
-    dtype: WeightDType,
+    plan: DTypePlan,
     work: &mut LinearWork,
 ) {
     let (v, t) = (&cfg.vision, &cfg.text);
     let c_last = v.embed_dim.last().copied().unwrap_or(0);
-    work.matrix(image_tokens, v.projection_dim, c_last, 1.0, dtype); // image_projection
+    let proj = plan.get(Part::Projector);
+    work.matrix(image_tokens, v.projection_dim, c_last, 1.0, proj); // image_projection
     let seq = image_tokens + PROMPT_TOKENS;
     let d = t.d_model;
     let (enc, dec) = (t.encoder_layers as f64, t.decoder_layers as f64);
-    work.matrix(seq, d, d, 4.0 * enc + 2.0 * dec, dtype); // encoder q/k/v/o, decoder cross k/v
-    work.matrix(seq, t.encoder_ffn_dim, d, enc, dtype);
-    work.matrix(seq, d, t.encoder_ffn_dim, enc, dtype);
+    let (ed, dd) = (plan.get(Part::Encoder), plan.get(Part::Decoder));
+    if ed == dd {
+        work.matrix(seq, d, d, 4.0 * enc + 2.0 * dec, ed); // encoder q/k/v/o, decoder cross k/v
+    } else {
+        work.matrix(seq, d, d, 4.0 * enc, ed); // encoder q/k/v/o
+        work.matrix(seq, d, d, 2.0 * dec, dd); // decoder cross k/v
+    }
+    work.matrix(seq, t.encoder_ffn_dim, d, enc, ed);
+    work.matrix(seq, d, t.encoder_ffn_dim, enc, ed);
+    let dtype = dd;
     // Every decode row runs the kernel chosen for one row (`LinearArgs::per_row`: a batched step's
     // rows equal one-row calls), so the decoder's linears are timed at M = 1, weighted by the rows.
     let n = DECODE_STEPS_ESTIMATE * beams.max(1) as f64;
     work.matrix(1, d, d, 6.0 * dec * n, dtype); // decoder q/k/v/o, cross q/o
     work.matrix(1, t.decoder_ffn_dim, d, dec * n, dtype);
     work.matrix(1, d, t.decoder_ffn_dim, dec * n, dtype);
-    work.matrix(1, t.vocab_size, d, n, dtype); // LM head
+    work.matrix(1, t.vocab_size, d, n, plan.get(Part::Embed)); // LM head
 }
 
 /// Rows of a decode step: 1 (greedy) and `beams`.
@@ -240,7 +261,19 @@ pub fn model_workload(
     beams: usize,
     format: DType,
 ) -> Vec<(Box<dyn TuneCase>, f64)> {
-    let linear = model_linear_workload(cfg, height, width, beams, format);
+    let plan = DTypePlan::uniform(WeightDType::of_matrix_dtype(format));
+    model_workload_for(cfg, height, width, beams, plan)
+}
+
+/// [`model_workload`] for a model loaded with a format per part.
+pub fn model_workload_for(
+    cfg: &Florence2Config,
+    height: usize,
+    width: usize,
+    beams: usize,
+    plan: DTypePlan,
+) -> Vec<(Box<dyn TuneCase>, f64)> {
+    let linear = model_linear_workload_for(cfg, height, width, beams, plan);
     let linear = linear
         .into_iter()
         .map(|(s, c)| (Box::new(s) as Box<dyn TuneCase>, c));
@@ -286,5 +319,36 @@ mod tests {
         let want = DECODE_STEPS_ESTIMATE * 3.0 * head.cost();
         assert!((cost_of(1, cfg.text.vocab_size) - want).abs() < 1e-6 * want);
         assert!(w.iter().all(|(_, c)| *c > 0.0));
+    }
+
+    #[test]
+    fn a_mix_times_each_linear_in_its_parts_format() {
+        // vision=fp16,text=q4: the vision tower's classes are fp16's, the text model's q4's.
+        let cfg = Florence2Config::from_json_str(include_str!(
+            "../../tests/fixtures/models/tiny2/config.json"
+        ))
+        .unwrap();
+        let plan = DTypePlan::vision_text(WeightDType::Fp16, WeightDType::Q4);
+        let mix = model_linear_workload_for(&cfg, 64, 64, 3, plan);
+        let of = |d: WeightDType| model_linear_workload_for(&cfg, 64, 64, 3, DTypePlan::uniform(d));
+        let (fp16, q4) = (of(WeightDType::Fp16), of(WeightDType::Q4));
+        // Classes merge differently (a class keeps its largest row count): compare (N, K, format).
+        let has = |w: &[(LinearShape, f64)], s: &LinearShape| {
+            w.iter()
+                .any(|(x, _)| (x.n, x.k, x.format) == (s.n, s.k, s.format))
+        };
+        assert!(mix.iter().all(|(s, _)| has(&fp16, s) || has(&q4, s)));
+        let formats: Vec<DType> = mix.iter().map(|(s, _)| s.format).collect();
+        assert!(
+            formats.contains(&DType::F16) && formats.contains(&DType::Q4),
+            "{formats:?}"
+        );
+        // The LM head (embed part) in q4, as the uniform q4 model runs it.
+        let head = |w: &[(LinearShape, f64)]| {
+            w.iter()
+                .find(|(s, _)| s.n == cfg.text.vocab_size)
+                .map(|(s, _)| s.format)
+        };
+        assert_eq!(head(&mix), head(&q4));
     }
 }

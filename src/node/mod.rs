@@ -21,7 +21,7 @@ use napi_derive::napi;
 
 use crate::estimate::DTypeRequest;
 use crate::pipeline::{open, CancelToken, DeviceChoice, OpenOptions, Pipeline, TaskOptions, Tiles};
-use crate::weights::{DirFiles, WeightDType};
+use crate::weights::DirFiles;
 use crate::Error;
 
 /// A library error as a JS error carrying its name.
@@ -63,7 +63,8 @@ fn parse_device(s: Option<&str>) -> napi::Result<DeviceChoice> {
 #[napi(object)]
 pub struct NativeLoadOptions {
     pub device: Option<String>,
-    /// "fp32" | "fp16" | "q8" | "q4"; absent: fp16 (the library's default resident format).
+    /// "auto", "fp32" | "fp16" | "q8" | "q4", or a mix "vision=fp16,text=q4" (the JS side writes an
+    /// object `{vision: "fp16", text: "q4"}` so); absent: fp16 (the library's default resident format).
     pub dtype: Option<String>,
 }
 
@@ -126,8 +127,7 @@ pub fn load(
     let device = parse_device(options.as_ref().and_then(|o| o.device.as_deref()))?;
     let dtype = match options.as_ref().and_then(|o| o.dtype.as_deref()) {
         None => DTypeRequest::default(),
-        Some("auto") => DTypeRequest::Auto,
-        Some(d) => DTypeRequest::Fixed(d.parse::<WeightDType>().map_err(|e: Error| js_error(&e))?),
+        Some(d) => d.parse::<DTypeRequest>().map_err(|e: Error| js_error(&e))?,
     };
     Ok(AsyncTask::new(LoadTask {
         source,

@@ -82,7 +82,7 @@ pub fn run(
 /// The wasm build's `memory` object; `device` is "gpu" or "cpu" (the wasm fallback says "wasm").
 pub fn memory_json(pipeline: &Pipeline, m: MemReport) -> Value {
     json!({
-        "dtype": pipeline.weight_dtype().as_str(),
+        "dtype": pipeline.weight_dtype().label(),
         "device": if pipeline.gpu().is_host() { "cpu" } else { "gpu" },
         "weightsBytes": m.weights_bytes,
         "activationsBytes": m.activations_bytes,

@@ -15,7 +15,7 @@ use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::ImageLimits;
 use crate::processor::tokenizer::MAX_TOKENIZER_JSON_BYTES;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
-use crate::weights::{LoadOptions, ModelSource, WeightDType};
+use crate::weights::{DTypePlan, LoadOptions, ModelSource};
 
 const TOKENIZER_FILE: &str = "tokenizer.json";
 const PREPROCESSOR_FILE: &str = "preprocessor_config.json";
@@ -35,7 +35,7 @@ pub struct PipelineOptions {
 
 impl PipelineOptions {
     /// Default options with weights resident in `dtype`.
-    pub fn with_dtype(dtype: WeightDType) -> Self {
+    pub fn with_dtype(dtype: impl Into<DTypePlan>) -> Self {
         PipelineOptions {
             weights: LoadOptions::with_dtype(dtype),
             ..Default::default()
@@ -91,7 +91,11 @@ impl Pipeline {
     /// precision); see [`Pipeline::load_dir_with`] for the resident dtype (fp16, q8, q4).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn load_dir(gpu: &Arc<Device>, dir: &std::path::Path) -> Result<Pipeline> {
-        Self::load_dir_with(gpu, dir, LoadOptions::with_dtype(WeightDType::Fp32))
+        Self::load_dir_with(
+            gpu,
+            dir,
+            LoadOptions::with_dtype(crate::weights::WeightDType::Fp32),
+        )
     }
 
     /// [`Pipeline::load_dir`] with loader options (resident dtype, chunk sizes).

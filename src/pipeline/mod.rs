@@ -80,7 +80,7 @@ use crate::model::generate::GenerateOptions;
 use crate::processor::custom_tasks::CustomTasks;
 use crate::processor::image::{ImageLimits, ImageProcessorConfig};
 use crate::processor::tokenizer::Florence2Tokenizer;
-use crate::weights::WeightDType;
+use crate::weights::{DTypePlan, WeightDType};
 
 /// A loaded model and everything needed to run tasks on it.
 pub struct Pipeline {
@@ -94,8 +94,8 @@ pub struct Pipeline {
     tasks: CustomTasks,
     /// Tells this pipeline's [`EncodedImage`]s from another's.
     id: u64,
-    /// The resident format of the matrix weights.
-    dtype: WeightDType,
+    /// The resident format of the matrix weights, per part.
+    dtype: DTypePlan,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -111,15 +111,15 @@ impl Pipeline {
             generation: settings.generation,
             tasks: settings.tasks,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            dtype: WeightDType::Fp32,
+            dtype: DTypePlan::uniform(WeightDType::Fp32),
         }
         .with_weight_dtype_of_model()
     }
 
     /// Record the resident dtype the weights were loaded with (the loaders do; [`Pipeline::new`] infers
     /// it from the token embedding's format).
-    pub fn with_weight_dtype(mut self, dtype: WeightDType) -> Self {
-        self.dtype = dtype;
+    pub fn with_weight_dtype(mut self, dtype: impl Into<DTypePlan>) -> Self {
+        self.dtype = dtype.into();
         self
     }
 
@@ -128,8 +128,8 @@ impl Pipeline {
         self.with_weight_dtype(d)
     }
 
-    /// The resident format of the matrix weights.
-    pub fn weight_dtype(&self) -> WeightDType {
+    /// The resident format of the matrix weights, per part (uniform unless loaded with a mix).
+    pub fn weight_dtype(&self) -> DTypePlan {
         self.dtype
     }
 

@@ -14,7 +14,7 @@ use crate::estimate::{device_limits, resolve_dtype_for, DTypeRequest};
 use crate::gpu::tune::{CacheLocation, TuneOptions, TuneReport, Tuning};
 use crate::gpu::{Device, DeviceOptions};
 use crate::weights::source::{ModelFiles, ModelSource};
-use crate::weights::WeightDType;
+use crate::weights::DTypePlan;
 
 /// What to open a model with.
 #[derive(Clone, Debug)]
@@ -62,8 +62,8 @@ pub struct Opened {
     pub pipeline: Pipeline,
     /// The backend chosen and why.
     pub device: DeviceDecision,
-    /// The resident weight format.
-    pub dtype: WeightDType,
+    /// The resident weight format, per part.
+    pub dtype: DTypePlan,
     /// Why `auto` chose it (None for a fixed format).
     pub dtype_reason: Option<String>,
     /// The tuning run (a failure costs only speed: see [`TuneReport::failed`]).

@@ -5,7 +5,8 @@
 //! what to show; `florence2 tune`, whose whole job is tuning, also exits non-zero.
 
 use crate::gpu::tune::{tune_cases, CacheLocation, TuneCase, TuneOptions, TuneReport, Tuning};
-use crate::model::workloads::model_workload;
+use crate::model::workloads::model_workload_for;
+use crate::weights::{DTypePlan, WeightDType};
 
 use super::Pipeline;
 
@@ -43,7 +44,13 @@ impl Pipeline {
         let model = &self.model;
         let beams = sizes.beams.max(1);
         let (h, w) = (sizes.height, sizes.width);
-        let work = model_workload(&model.config, h, w, beams, model.shared.dtype());
+        // A uniform load is timed in the format of its token embedding, a mix with each linear in its
+        // part's format.
+        let plan = match self.weight_dtype().as_uniform() {
+            Some(_) => DTypePlan::uniform(WeightDType::of_matrix_dtype(model.shared.dtype())),
+            None => self.weight_dtype(),
+        };
+        let work = model_workload_for(&model.config, h, w, beams, plan);
         let cases: Vec<(&dyn TuneCase, f64)> = work.iter().map(|(c, w)| (c.as_ref(), *w)).collect();
         match tune_cases(self.gpu(), &cases, opts, cache).await {
             Ok(report) => report,

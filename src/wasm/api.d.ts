@@ -182,8 +182,9 @@ export interface ProgressEvent {
    * load goes on, the file is not cached, and `Florence2.cacheInfo()` lists the failure. */
   message?: string;
   /** `dtype` only (sent when the weights start, after the small files): the resident format the load
-   * uses, and with `dtype: "auto"` why it was chosen (`reason`; empty for an explicit format). */
-  dtype?: WeightDType;
+   * uses (a mix as its text form), and with `dtype: "auto"` why it was chosen (`reason`; empty for an
+   * explicit format). */
+  dtype?: WeightDType | WeightDTypeLabel;
   reason?: string;
 }
 
@@ -197,16 +198,33 @@ export interface LoadLimits {
  * of them while it streams in. */
 export type WeightDType = "fp32" | "fp16" | "q8" | "q4";
 
-/** A `dtype` option: a format, or "auto": the best-quality format whose estimate
- * (`Florence2.estimate`) fits the device, fp16 then q8 then q4 (fp32 only when asked for), judged
+/** A part of the model with its own weight format: the DaViT vision tower, the projector (image
+ * projection and position tables), the text encoder, the text decoder, the shared token embedding / LM
+ * head; `text` stands for encoder, decoder and embed. */
+export type ModelPart = "vision" | "projector" | "encoder" | "decoder" | "embed" | "text";
+
+/** A format per part, e.g. `{vision: "fp16", text: "q4"}`. Parts not named take `default` (fp16 when
+ * absent), except the projector, which follows `vision` when only that is named. */
+export type WeightDTypeMix = { [P in ModelPart | "default"]?: WeightDType };
+
+/** A mixed format as the engine reports it: `vision=FORMAT` then the other parts
+ * (`"vision=fp16,text=q4"`, `"vision=q4,encoder=q4,decoder=q4,embed=q8"`). The same text is accepted
+ * as a `dtype` option. */
+export type WeightDTypeLabel = `vision=${string}`;
+
+/** A `dtype` option: a format; a format per part (an object, or its text form
+ * `"vision=fp16,text=q4"`); or "auto": the best-quality format whose estimate
+ * (`Florence2.estimate`) fits the device, fp16, q8, then q4 with the text model in q8
+ * (`"vision=q4,text=q8"`), q4 with the embeddings in q8, then q4 (fp32 only when asked for), judged
  * against the adapter's buffer limits and the device class's memory budget (README "Weight
- * precision"). Nothing fitting rejects with a `Florence2LoadError` that names the closest format. */
-export type WeightDTypeOption = WeightDType | "auto";
+ * precision"). Nothing fitting rejects with a `Florence2LoadError` that names the closest format; an
+ * unknown part or format rejects with a `Florence2InputError` listing the valid names. */
+export type WeightDTypeOption = WeightDType | "auto" | WeightDTypeMix | WeightDTypeLabel;
 
 /** GPU bytes held by the model's tensors, counted by the engine. */
 export interface MemoryInfo {
-  /** The resident weight format. */
-  dtype: WeightDType;
+  /** The resident weight format (a mix as its text form, `"vision=fp16,text=q4"`). */
+  dtype: WeightDType | WeightDTypeLabel;
   /** The device the model runs on (`device` load option): WebGPU, a GPU through the native Node.js
    * addon's wgpu ("gpu", Node.js only) or a CPU backend. Bytes are GPU memory on "webgpu" and "gpu" and
    * host memory on "cpu". */
@@ -230,8 +248,10 @@ export interface MemoryInfo {
 export interface LoadOptions {
   /** Resident weight format; default "fp16". Any checkpoint loads into any format; a quantized checkpoint
    * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
-   * dequantized while it streams into the others. "auto" picks the format that fits the device before
-   * anything is downloaded (the choice is in the `dtype` progress event and `memory().dtype`). */
+   * dequantized while it streams into the others. A format per part (`{vision: "fp16", text: "q4"}`)
+   * loads each part exactly as that part's uniform format would. "auto" picks the format that fits the
+   * device before anything is downloaded (the choice is in the `dtype` progress event and
+   * `memory().dtype`). */
   dtype?: WeightDTypeOption;
   /** Advanced (tests, or a page that knows its platform better): the device limits `dtype: "auto"` judges
    * against, over what the adapter reports (`class`, `budgetBytes`, `maxBufferSize`,

@@ -10,7 +10,7 @@ use wasm_bindgen::prelude::*;
 use crate::error::{Error, Result};
 use crate::estimate::{
     choose_dtype, device_limits, fits, DTypeRequest, DeviceClass, DeviceLimits, Estimate,
-    EstimateOptions, ModelFacts,
+    EstimateOptions, ModelFacts, PartBytes,
 };
 use crate::gpu::Device;
 use crate::pipeline::{cpu_device, decide_device, AdapterProbe, Backend, DeviceChoice};
@@ -19,7 +19,7 @@ use crate::wasm::js::{js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint,
 use crate::wasm::remote_files::RemoteFiles;
 use crate::wasm::source::Source;
 use crate::wasm::{support, JsFlorence2, MAX_SAFE};
-use crate::weights::WeightDType;
+use crate::weights::DTypePlan;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_ESTIMATE: &'static str = r#"
@@ -39,12 +39,14 @@ export interface AdapterLimits {
 
 /** What `Florence2.estimate` resolves to. */
 export interface MemoryEstimate {
-  /** The format estimated (for `dtype: "auto"`, the one chosen). */
-  dtype: "fp32" | "fp16" | "q8" | "q4";
+  /** The format estimated (for `dtype: "auto"`, the one chosen; a mix as its text form). */
+  dtype: WeightDType | WeightDTypeLabel;
   /** Bytes of the files a load fetches (the checkpoint as stored, whatever `dtype` is). */
   downloadBytes: number;
   /** Resident weight bytes once loaded. */
   weightsBytes: number;
+  /** `weightsBytes` per part of the model (they add up to it). */
+  partBytes: { vision: number; projector: number; encoder: number; decoder: number; embed: number };
   /** Weights plus the largest phase of one request (vision, encoder or decode). */
   peakBytes: number;
   /** The largest single GPU buffer. */
@@ -70,7 +72,7 @@ export interface MemoryEstimate {
     maxBufferSize: number;
     maxStorageBufferBindingSize: number;
   };
-  /** With `dtype: "auto"`: every format's estimate, fp32 first. */
+  /** With `dtype: "auto"`: every format's estimate, fp32 first, then the mixes auto considers. */
   estimates?: MemoryEstimate[];
 }
 "#;
@@ -79,9 +81,10 @@ export interface MemoryEstimate {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct JsEstimate {
-    dtype: WeightDType,
+    dtype: DTypePlan,
     download_bytes: u64,
     weights_bytes: u64,
+    part_bytes: PartBytes,
     peak_bytes: u64,
     largest_buffer_bytes: u64,
     fits: bool,
@@ -113,6 +116,7 @@ impl JsEstimate {
             dtype: e.dtype,
             download_bytes: e.download_bytes,
             weights_bytes: e.weights_bytes,
+            part_bytes: e.part_bytes,
             peak_bytes: e.peak_bytes,
             largest_buffer_bytes: e.largest_buffer_bytes,
             fits: ok,
@@ -135,15 +139,34 @@ impl JsEstimate {
     }
 }
 
-/// The `dtype` option (`auto` or a format; absent: fp16).
+/// The `dtype` option (absent: fp16): `auto`, a format or a mix as a string (`"vision=fp16,text=q4"`),
+/// or a mix as an object of part names to formats (`{vision: "fp16", text: "q4"}`).
 pub fn dtype_option(options: &JsValue) -> Result<DTypeRequest> {
-    match opt_get(options, "dtype") {
-        None => Ok(DTypeRequest::default()),
-        Some(v) => v
-            .as_string()
-            .ok_or_else(|| Error::InvalidInput("option dtype must be a string".into()))?
-            .parse(),
+    const WANT: &str =
+        "option dtype must be a string (\"fp16\", \"auto\", \"vision=fp16,text=q4\") \
+                        or an object of part names to formats ({vision: \"fp16\", text: \"q4\"})";
+    let Some(v) = opt_get(options, "dtype") else {
+        return Ok(DTypeRequest::default());
+    };
+    if let Some(s) = v.as_string() {
+        return s.parse();
     }
+    if !v.is_object() || js_sys::Array::is_array(&v) {
+        return Err(Error::InvalidInput(WANT.into()));
+    }
+    let mut pairs = Vec::new();
+    for entry in js_sys::Object::entries(v.unchecked_ref()).iter() {
+        let entry: js_sys::Array = entry.unchecked_into();
+        let key = entry.get(0).as_string().unwrap_or_default();
+        let Some(format) = entry.get(1).as_string() else {
+            return Err(Error::InvalidInput(format!(
+                "option dtype.{key} must be a format string (fp32, fp16, q8 or q4)"
+            )));
+        };
+        pairs.push((key, format));
+    }
+    DTypePlan::from_entries(pairs.iter().map(|(k, f)| (k.as_str(), f.as_str())))
+        .map(DTypeRequest::Fixed)
 }
 
 /// The `device` option (absent: auto).
@@ -279,6 +302,7 @@ pub async fn estimates(
     limits: &DeviceLimits,
     host: bool,
     request: EstimateOptions,
+    extra: Option<DTypePlan>,
 ) -> Result<Vec<Estimate>> {
     let facts = ModelFacts::read(&RemoteFiles { fetcher: f }).await?;
     let opts = EstimateOptions {
@@ -286,7 +310,7 @@ pub async fn estimates(
         host,
         ..request
     };
-    facts.estimate_all(&opts)
+    facts.estimate_with(extra, &opts)
 }
 
 async fn estimate_impl(source: &JsValue, options: &JsValue) -> Result<JsValue> {
@@ -316,7 +340,7 @@ async fn estimate_impl(source: &JsValue, options: &JsValue) -> Result<JsValue> {
         },
         ..Default::default()
     };
-    let all = estimates(&f, &limits, host, request).await?;
+    let all = estimates(&f, &limits, host, request, dtype.fixed()).await?;
     let out = match dtype.fixed() {
         Some(d) => all
             .iter()

@@ -844,7 +844,7 @@ impl ModelSource for Fetcher {
         opts: LoadOptions,
     ) -> Result<Weights> {
         // The format, before the first weights byte arrives.
-        self.dtype_event(opts.dtype.as_str(), &self.dtype_reason.borrow());
+        self.dtype_event(&opts.dtype.label(), &self.dtype_reason.borrow());
         let mut retried = false;
         loop {
             let before = self.refetch.borrow().len();

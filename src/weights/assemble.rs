@@ -13,6 +13,7 @@ use crate::gpu::{DType, Device, MemKind, Recorder, Tensor};
 use crate::ops::layout::permute;
 use crate::quant::{dequantize_rows_into, quantize_rows, QFormat, QBLOCK};
 use crate::weights::convert::ElemConverter;
+use crate::weights::dtype_plan::DTypePlan;
 use crate::weights::expected::{
     is_dense_conv_weight, is_matrix_weight, temporal_cosine_table, LM_HEAD, SHARED, TEMPORAL_TABLE,
 };
@@ -161,8 +162,8 @@ pub struct LoadOptions {
     /// Natively, submit the queue (flushing wgpu's staging copies of `write_buffer`) after this many
     /// bytes were written, so host staging memory stays bounded.
     pub flush_bytes: u64,
-    /// Resident format of the matrix weights (default fp16).
-    pub dtype: WeightDType,
+    /// Resident format of the matrix weights, per part of the model (default uniform fp16).
+    pub dtype: DTypePlan,
 }
 
 impl Default for LoadOptions {
@@ -170,16 +171,16 @@ impl Default for LoadOptions {
         LoadOptions {
             chunk_bytes: 8 << 20,
             flush_bytes: 64 << 20,
-            dtype: WeightDType::default(),
+            dtype: DTypePlan::default(),
         }
     }
 }
 
 impl LoadOptions {
-    /// Default tuning with the given resident dtype.
-    pub fn with_dtype(dtype: WeightDType) -> Self {
+    /// Default tuning with the given resident dtype (one format, or a [`DTypePlan`] per part).
+    pub fn with_dtype(dtype: impl Into<DTypePlan>) -> Self {
         LoadOptions {
-            dtype,
+            dtype: dtype.into(),
             ..LoadOptions::default()
         }
     }
@@ -315,7 +316,11 @@ impl Assembler {
                     }
                 })?),
             };
-        let (shape, dtype) = self.opts.dtype.load_layout(&plan);
+        let (shape, dtype) = self
+            .opts
+            .dtype
+            .for_tensor(&plan.canonical)
+            .load_layout(&plan);
         let dest = Tensor::zeros_kind(&self.gpu, shape, dtype, &plan.canonical, MemKind::Weights)?;
         Ok(TensorWriter {
             plan,
@@ -557,7 +562,11 @@ impl Assembler {
             Fixup::None => dest,
             Fixup::Permute(perm) => {
                 // On the GPU: the staged source-layout tensor is permuted into the canonical one.
-                let (shape, dtype) = self.opts.dtype.resident_layout(&plan);
+                let (shape, dtype) = self
+                    .opts
+                    .dtype
+                    .for_tensor(&plan.canonical)
+                    .resident_layout(&plan);
                 let out =
                     Tensor::zeros_kind(&self.gpu, shape, dtype, &plan.canonical, MemKind::Weights)?;
                 let mut rec = Recorder::new(&self.gpu);
@@ -658,7 +667,10 @@ mod tests {
             "int3".parse::<WeightDType>(),
             Err(Error::UnknownDType { .. })
         ));
-        assert_eq!(LoadOptions::default().dtype, WeightDType::Fp16);
+        assert_eq!(
+            LoadOptions::default().dtype,
+            DTypePlan::uniform(WeightDType::Fp16)
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`source`]: where bytes come from ([`ModelSource`]: small files whole, weights files into an
 //!   [`Assembler`]; any [`ModelFiles`] of [`ByteSource`] ranges is one: native files, memory).
 //! - [`names`]: layout detection and the original -> HF-native naming rules.
+//! - [`dtype_plan`]: a weight format per part of the model ([`DTypePlan`]) and the part of each tensor.
 //! - [`expected`]: the loader's rules per tensor (which the resident dtype applies to) and the temporal
 //!   cosine table.
 //! - [`plan`]: the [`plan::Planner`] (no GPU): what each source tensor becomes (canonical name and shape,
@@ -40,6 +41,7 @@
 
 pub mod assemble;
 pub mod convert;
+pub mod dtype_plan;
 pub mod expected;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod export;
@@ -62,6 +64,7 @@ mod torch_tests;
 pub mod zip;
 
 pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
+pub use dtype_plan::{part_of, DTypePlan, Part};
 pub use expected::{is_dense_conv_weight, is_matrix_weight, temporal_cosine_table};
 pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
 pub use load::{load_config, load_files, load_weights, CheckpointIndex};

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod annotate_golden;
 mod cli_files;
 mod cli_parse;
 mod hub_cache;

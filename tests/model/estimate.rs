@@ -23,7 +23,7 @@ use common::fixtures::fixtures;
 use florence2_wasm::estimate::{EstimateOptions, ModelFacts};
 use florence2_wasm::gpu::{Device, MemReport};
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, Usage};
-use florence2_wasm::weights::{DirFiles, LoadOptions, WeightDType};
+use florence2_wasm::weights::{DTypePlan, DirFiles, LoadOptions, WeightDType};
 
 /// A device of this file's own, one user at a time.
 fn device() -> std::sync::MutexGuard<'static, Arc<Device>> {
@@ -250,10 +250,94 @@ fn cli_dtype_auto_reports_its_choice_and_estimate_agrees_with_the_load() {
         .unwrap();
     assert_eq!(fp16["weights_bytes"], run["memory"]["weights_bytes"]);
     assert_eq!(fp16["fits"], true);
-    assert_eq!(est["estimates"].as_array().unwrap().len(), 4);
+    // The four formats and the two mixes auto considers.
+    assert_eq!(est["estimates"].as_array().unwrap().len(), 6);
     let one = cli(&[
         "estimate", "--model", model, "--device", "gpu", "--dtype", "q4",
     ]);
     assert_eq!(one["estimates"].as_array().unwrap().len(), 1);
     assert!(one.get("auto").is_none());
+}
+
+#[test]
+fn a_mix_estimates_the_bytes_the_engine_holds_per_part() {
+    // A mix's weights equal the engine's count to the byte (headers read, no bias), and the CLI's
+    // estimate and run agree on them and name the mix.
+    let g = device();
+    let mix: DTypePlan = "vision=fp16,text=q4".parse().unwrap();
+    for dir in ["tiny2", "tiny4"] {
+        let f = facts(dir);
+        let est = f.estimate(mix, &opts(&g)).unwrap();
+        assert!(est.exact, "{dir}");
+        let before = g.memory().weights_bytes;
+        let p = Pipeline::load_dir_with(
+            &g,
+            &fixtures().join("models").join(dir),
+            LoadOptions::with_dtype(mix),
+        )
+        .unwrap();
+        let held = g.memory().weights_bytes - before;
+        assert_eq!(p.weight_dtype(), mix);
+        drop(p);
+        assert_eq!(est.weights_bytes, held, "{dir}");
+        assert_eq!(est.part_bytes.sum(), held, "{dir}");
+        let fp16 = f.estimate(WeightDType::Fp16, &opts(&g)).unwrap().part_bytes;
+        assert_eq!(est.part_bytes.vision, fp16.vision, "{dir}");
+    }
+    drop(g);
+    let model = fixtures().join("models").join("tiny2");
+    let model = model.to_str().unwrap();
+    let image = fixtures().join("images").join("scene.png");
+    let run = cli(&[
+        "run",
+        "--model",
+        model,
+        "--image",
+        image.to_str().unwrap(),
+        "--task",
+        "<OD>",
+        "--dtype",
+        "text=q4,vision=fp16",
+        "--device",
+        "gpu",
+        "--tuning",
+        "off",
+        "--json",
+    ]);
+    assert_eq!(run["dtype"], "vision=fp16,text=q4");
+    let est = cli(&[
+        "estimate",
+        "--model",
+        model,
+        "--device",
+        "gpu",
+        "--dtype",
+        "vision=fp16,text=q4",
+    ]);
+    let one = est["estimates"].as_array().unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0]["dtype"], "vision=fp16,text=q4");
+    assert_eq!(one[0]["weights_bytes"], run["memory"]["weights_bytes"]);
+    let parts = &one[0]["part_bytes"];
+    let sum: u64 = ["vision", "projector", "encoder", "decoder", "embed"]
+        .iter()
+        .map(|p| parts[p].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(sum), one[0]["weights_bytes"].as_u64());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .args([
+            "estimate",
+            "--model",
+            model,
+            "--dtype",
+            "vision=fp16,txt=q4",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("unknown model part 'txt'") && err.contains("vision, projector"),
+        "{err}"
+    );
 }

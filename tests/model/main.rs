@@ -9,6 +9,7 @@ use weights_util::common;
 
 mod beam_parity;
 mod beam_scripted;
+mod cli_annotate;
 mod cli_batch;
 mod cli_contract;
 mod custom_tasks;
@@ -16,6 +17,7 @@ mod decode_batch;
 mod decode_plan;
 mod demo_model;
 mod dtype_fidelity;
+mod dtype_mix;
 mod encoder_batch;
 mod estimate;
 mod gpu_errors;

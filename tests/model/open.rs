@@ -82,7 +82,7 @@ fn open_auto_dtype_on_the_cpu_backend_says_why_and_answers_as_a_manual_load() {
 fn open_with_a_fixed_dtype_gives_no_reason_and_tunes_the_sizes_asked() {
     let dir = fixtures().join("models").join("tiny2");
     let files = DirFiles::new(&dir);
-    let mut opts = options(DTypeRequest::Fixed(WeightDType::Q8));
+    let mut opts = options(DTypeRequest::from(WeightDType::Q8));
     opts.tune_image_size = Some(64);
     opts.tune_beams = Some(2);
     let opened = pollster::block_on(open(&files, &files, &opts)).unwrap();

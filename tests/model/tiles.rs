@@ -181,6 +181,7 @@ fn the_cli_reports_its_tiles_alone_and_in_a_batch() {
     let file = dir.join("page.png");
     page.save(&file).unwrap();
     let scene = fixtures::demo_model().join("samples").join(SCENES[0]);
+    let pictures = dir.join("pictures");
     let cli = |images: &[&std::path::Path], json: &str| {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
         c.args(["run", "--model"]).arg(fixtures::demo_model());
@@ -189,6 +190,9 @@ fn the_cli_reports_its_tiles_alone_and_in_a_batch() {
         }
         c.args(["--task", "<OD>", "--tiles", "2x2", "--num-beams", "1", json])
             .args(["--max-new-tokens", "96"]);
+        if json == "--jsonl" {
+            c.arg("--annotate").arg(&pictures);
+        }
         let out = c.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
@@ -199,6 +203,13 @@ fn the_cli_reports_its_tiles_alone_and_in_a_batch() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // --annotate draws the merged answers: one picture per (image, task).
+    for l in &lines {
+        let png = std::path::Path::new(l["annotated"].as_str().unwrap());
+        assert!(png.starts_with(&pictures), "{l}");
+        let (w, _) = image::image_dimensions(png).unwrap();
+        assert!(w == 2 * SIDE || w == SIDE, "{}", png.display());
+    }
     std::fs::remove_dir_all(&dir).unwrap();
     let t = &alone["tiles"];
     assert_eq!(

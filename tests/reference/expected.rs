@@ -93,3 +93,43 @@ fn temporal_table_closed_form() {
     eprintln!("temporal table vs f64: max |diff| = {max:.3e}");
     assert!(max < 2e-5, "{max}");
 }
+
+#[test]
+fn every_reference_key_belongs_to_its_part() {
+    // The weight format per part (`--dtype vision=fp16,text=q4`) picks each tensor's format by
+    // `part_of`: every key of a real base checkpoint has a part, the parts hold the counts the config
+    // implies (encoder layers 16 tensors each, decoder layers 26, each side's positions and embedding
+    // norm 3; the projector 6; the shared embedding 1), and every original key's canonical name has
+    // the part of its HF-native name.
+    use florence2_wasm::weights::names::{canonical_name, Layout};
+    use florence2_wasm::weights::{part_of, Part};
+    let cfg_text = std::fs::read_to_string(reference("base_config_hf_native.json")).unwrap();
+    let cfg = Florence2Config::from_json_str(&cfg_text).unwrap();
+    let keys = parse_grouped(&std::fs::read_to_string(reference("base_keys_grouped.txt")).unwrap());
+    let mut count: BTreeMap<Part, usize> = BTreeMap::new();
+    for k in keys.keys() {
+        let part = part_of(k).unwrap_or_else(|| panic!("{k} has no part"));
+        *count.entry(part).or_default() += 1;
+    }
+    let t = &cfg.text;
+    let vision = keys.len() - (16 * t.encoder_layers + 3) - (26 * t.decoder_layers + 3) - 6 - 1;
+    let want = BTreeMap::from([
+        (Part::Vision, vision),
+        (Part::Projector, 6),
+        (Part::Encoder, 16 * t.encoder_layers + 3),
+        (Part::Decoder, 26 * t.decoder_layers + 3),
+        (Part::Embed, 1),
+    ]);
+    assert_eq!(count, want);
+    assert!(keys
+        .keys()
+        .filter(|k| part_of(k) == Some(Part::Vision))
+        .all(|k| k.starts_with("model.vision_tower.")));
+    let mapping = crate::weights_util::reference_mapping();
+    for (orig, hf) in &mapping {
+        let canonical = canonical_name(Layout::Original, orig).unwrap();
+        assert_eq!(part_of(&canonical), part_of(hf), "{orig}");
+        assert!(part_of(hf).is_some(), "{hf}");
+    }
+    eprintln!("{count:?}; {} original keys agree", mapping.len());
+}

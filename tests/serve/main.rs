@@ -1027,6 +1027,35 @@ fn dtype_is_the_pipelines_load_option() {
     assert_ne!(ids[0], ids[1], "q4 and fp32 answers differ on tiny4");
 }
 
+/// `--dtype` with a format per part: /health names the mix, and the answers equal `florence2 run
+/// --json` with the same mix (the CLI's mixed load is checked against the uniform ones in
+/// tests/model/dtype_mix.rs); a bad part stops the server with the named error.
+#[test]
+fn a_dtype_mix_is_the_pipelines_load_option() {
+    let mix = "vision=fp16,text=q4";
+    let server = Server::start("tiny4", &["--dtype", "text=q4,vision=fp16"], &[]);
+    server.wait_ready();
+    let health = server.get("/health").json();
+    assert_eq!(health["dtype"], mix, "{health}");
+    let c = case("<OD>");
+    let cli = common::fixtures::cli_run("tiny4", &c, &["--dtype", mix, "--num-beams", "3"]);
+    assert_eq!(cli["dtype"], mix);
+    let r = server.post_json(
+        "/v1/chat/completions",
+        &case_body(&c, json!({"num_beams": 3})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_same_as_cli(&r.json(), &cli, &format!("--dtype {mix}"));
+    drop(server);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .args(["serve", "--model", "x", "--dtype", "vision=fp16,txt=q4"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("unknown model part 'txt'"), "{err}");
+}
+
 /// `--dtype auto`: the server loads the format the estimate chooses for its device (every format fits
 /// tiny4, so fp16) and /health reports it with the reason; a fixed format reports no reason.
 #[test]

@@ -19,7 +19,9 @@ use florence2_wasm::processor::tokenizer::{
 };
 use florence2_wasm::weights::export::sizes::converted_bytes;
 use florence2_wasm::weights::export::{convert_dir, ExportOptions};
-use florence2_wasm::weights::{load_dir_with, parse_header, HeaderState, LoadOptions, WeightDType};
+use florence2_wasm::weights::{
+    load_dir_with, parse_header, DTypePlan, HeaderState, LoadOptions, WeightDType,
+};
 use weights_util::*;
 
 fn model_dir(name: &str) -> PathBuf {
@@ -601,4 +603,44 @@ fn cli_convert_answers_like_the_source_and_refuses_bad_input() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not an empty directory"));
     assert_eq!(file_tensors(&out), before);
+}
+
+/// A format per part (`convert --dtype vision=fp16,text=q4`): the output loaded with the mix holds the
+/// source's mixed load bit for bit, its vision tower as f16 floats and its text model as q4 rows
+/// (listed in config.json); a mix of q8 and q4 is refused (one `quantization` format per checkpoint).
+#[test]
+fn a_mix_converts_and_loads_bit_identical() {
+    let gpu = gpu();
+    let mix: DTypePlan = "vision=fp16,text=q4".parse().unwrap();
+    let out = out_dir("tiny2-mix");
+    let summary = convert_dir(&model_dir("tiny2"), &out, &ExportOptions::new(mix)).unwrap();
+    assert_eq!(summary.dtype, mix);
+    let lo = LoadOptions::with_dtype(mix);
+    let (_, a) = load_dir_with(&gpu, &model_dir("tiny2"), lo.clone()).unwrap();
+    let (_, b) = load_dir_with(&gpu, &out, lo).unwrap();
+    let names: Vec<&str> = a.names().collect();
+    assert_eq!(names, b.names().collect::<Vec<_>>());
+    for n in names {
+        let (ta, tb) = (a.get_any(n).unwrap(), b.get_any(n).unwrap());
+        assert_eq!((ta.shape(), ta.dtype()), (tb.shape(), tb.dtype()), "{n}");
+        assert!(raw(&gpu, &ta) == raw(&gpu, &tb), "{n} differs");
+    }
+    let files = file_tensors(&out);
+    let fc1 = "model.vision_tower.blocks.0.0.channel_block.ffn.fc1.weight";
+    assert_eq!(files[fc1].0, "F16");
+    let enc = "model.language_model.encoder.layers.0.fc1.weight.qweight";
+    assert_eq!(files[enc].0, "U8");
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["quantization"]["bits"], 4);
+    let listed = cfg["quantization"]["tensors"].as_array().unwrap();
+    assert!(listed
+        .iter()
+        .all(|t| t.as_str().unwrap().starts_with("model.language_model.")));
+    let both: DTypePlan = "vision=q8,text=q4".parse().unwrap();
+    let bad = out_dir("tiny2-q8q4");
+    let e = convert_dir(&model_dir("tiny2"), &bad, &ExportOptions::new(both)).unwrap_err();
+    assert_eq!(e.name(), "Florence2InputError");
+    assert!(e.to_string().contains("not q8 and q4"), "{e}");
+    assert!(!bad.exists());
 }

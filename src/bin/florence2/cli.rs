@@ -10,10 +10,10 @@
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
 //!               [--tuning auto|off|exhaustive] [--profile]
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
-//!                [--dtype auto|fp32|fp16|q8|q4]
+//!                [--dtype auto|fp32|fp16|q8|q4|PART=FORMAT,..]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
-//! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4 [--shard-size N] --out DIR
-//! florence2 estimate --model DIR|ORG/NAME[@REV] [--dtype auto|fp32|fp16|q8|q4] [--device auto|gpu|cpu]
+//! florence2 convert --model DIR|ORG/NAME[@REV] --dtype fp32|fp16|q8|q4|PART=FORMAT,.. [--shard-size N] --out DIR
+//! florence2 estimate --model DIR|ORG/NAME[@REV] [--dtype auto|fp32|fp16|q8|q4|PART=FORMAT,..] [--device auto|gpu|cpu]
 //!                    [--max-new-tokens N] [--num-beams N]
 //! florence2 help [SUBCOMMAND]      (or --help on any subcommand)
 //! ```
@@ -44,8 +44,10 @@
 //! the configs and a completed tokenizer.json, into a new directory, and prints tensors and bytes per
 //! format; loading the output with the same `--dtype` gives exactly the weights of loading SRC.
 //!
-//! `--dtype auto` (`run`, `serve`, `tune`) picks the best-quality weight format whose estimate fits the
-//! adapter (`florence2_wasm::estimate`: fp16, then q8, then q4, from the config and file sizes before
+//! `--dtype` takes one format or one per part of the model (`vision=fp16,text=q4`:
+//! `florence2_wasm::weights::dtype_plan`). `--dtype auto` (`run`, `serve`, `tune`) picks the
+//! best-quality weight format whose estimate fits the adapter (`florence2_wasm::estimate`: fp16, then
+//! q8, then two q4 mixes with q8 text or embeddings, then q4, from the config and file sizes before
 //! any weight is read), prints the choice and its reason on stderr, and `run --json` reports it as
 //! `dtype` with `dtype_reason`.
 //!
@@ -54,6 +56,7 @@
 //!
 //! Adding a subcommand: a variant of [`Command`] with its `Args` struct, and an arm in [`dispatch`].
 
+mod annotate;
 mod batch;
 mod convert;
 mod download_bar;
@@ -271,7 +274,8 @@ pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::DeviceChoice, S
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 
-/// `--dtype` of `run`, `serve` and `tune`: a weight format or `auto`.
+/// `--dtype` of `run`, `serve`, `tune` and `estimate`: a weight format, a mix (`vision=fp16,text=q4`)
+/// or `auto`.
 pub fn parse_dtype_request(s: &str) -> Result<florence2_wasm::estimate::DTypeRequest, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }

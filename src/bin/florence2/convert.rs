@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use florence2_wasm::hub_cache::ModelId;
 use florence2_wasm::weights::export::{convert_dir, parse_size, ExportOptions};
-use florence2_wasm::weights::WeightDType;
+use florence2_wasm::weights::DTypePlan;
 
 use super::Failure;
 
@@ -17,9 +17,10 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "SRC|ORG/NAME")]
     model: PathBuf,
     /// Target format of the matrix weights (loading the output with this --dtype gives exactly the
-    /// weights of loading SRC with it)
-    #[arg(long, value_name = "fp32|fp16|q8|q4", value_parser = parse_dtype)]
-    dtype: WeightDType,
+    /// weights of loading SRC with it); a format per part (vision=fp16,text=q4) with at most one of
+    /// q8 and q4
+    #[arg(long, value_name = "fp32|fp16|q8|q4|PART=FORMAT,..", value_parser = parse_dtype)]
+    dtype: DTypePlan,
     /// Split the weights into files of at most this size (500MB, 100MiB, bytes), with
     /// model.safetensors.index.json
     #[arg(long, value_name = "N", value_parser = parse_shard_size)]
@@ -29,7 +30,7 @@ pub struct ConvertArgs {
     out: PathBuf,
 }
 
-fn parse_dtype(s: &str) -> Result<WeightDType, String> {
+fn parse_dtype(s: &str) -> Result<DTypePlan, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 

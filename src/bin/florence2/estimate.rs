@@ -21,8 +21,9 @@ pub struct EstimateArgs {
     /// Model directory or hub id org/name[@revision] (as for `run`)
     #[arg(long, value_name = "DIR|ORG/NAME")]
     model: PathBuf,
-    /// One format, or auto (every format and the choice)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "auto", value_parser = super::parse_dtype_request)]
+    /// One format or a mix (PART=FORMAT,...: vision, projector, encoder, decoder, embed, text), or auto
+    /// (every format, the mixes auto considers, and the choice)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4|PART=FORMAT,..", default_value = "auto", value_parser = super::parse_dtype_request)]
     dtype: DTypeRequest,
     /// The device whose limits and class the estimate is judged against (as for `run`)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
@@ -47,7 +48,7 @@ pub fn estimate_cmd(a: EstimateArgs) -> Result<(), Failure> {
         ..Default::default()
     };
     let limits = device_limits(&gpu, false);
-    let all = facts.estimate_all(&opts)?;
+    let all = facts.estimate_with(a.dtype.fixed(), &opts)?;
     let shown: Vec<serde_json::Value> = all
         .iter()
         .filter(|e| a.dtype.fixed().is_none_or(|d| d == e.dtype))

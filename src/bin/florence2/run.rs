@@ -16,9 +16,11 @@ use florence2_wasm::pipeline::{
     open, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
     TaskOptions, TaskOutput,
 };
+use florence2_wasm::processor::image::decode_image;
 use florence2_wasm::processor::prompt::parse_task_prompt;
-use florence2_wasm::weights::{DirFiles, WeightDType};
+use florence2_wasm::weights::{DTypePlan, DirFiles};
 
+use super::annotate::Annotator;
 use super::{batch, print_json, Failure};
 
 /// Decoding settings default to the model's generation_config.json (Florence-2: 3 beams,
@@ -86,9 +88,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "X", allow_negative_numbers = true, value_parser = parse_finite)]
     length_penalty: Option<f32>,
     /// Resident weight format: fp32, fp16 (half the bytes, f32 arithmetic), q8 or q4 (block-quantized,
-    /// 32 weights per f16 scale); any checkpoint converts on load. auto: the best of fp16, q8, q4 whose
-    /// estimated memory fits the device (printed on stderr with the reason)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
+    /// 32 weights per f16 scale); any checkpoint converts on load. A format per part of the model:
+    /// PART=FORMAT,.. (vision, projector, encoder, decoder, embed; text = encoder+decoder+embed), e.g.
+    /// vision=fp16,text=q4. auto: the best of fp16, q8, two q4/q8 mixes and q4 whose estimated memory
+    /// fits the device (printed on stderr with the reason)
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4|PART=FORMAT,..", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
     pub(super) dtype: DTypeRequest,
     /// Print JSON (one object; an array with several --task), with `memory`: GPU bytes counted by the
     /// engine (weights_bytes, activations_bytes, current_bytes, peak_bytes since the model loaded, ...)
@@ -112,6 +116,11 @@ pub struct RunArgs {
     /// batch each image's tasks run tiled, one image at a time
     #[arg(long, value_name = "auto|off|RxC", default_value = "off", value_parser = super::run_tiled::parse_tiles)]
     pub(super) tiles: Tiles,
+    /// Draw each answer on its image (boxes and labels, OCR quadrilaterals and text, polygons, a
+    /// caption strip for text) as a PNG: the file OUT (.png) for one image and one task, else one
+    /// `<image stem>.<task>.png` per (image, task) in the folder OUT (created)
+    #[arg(long, value_name = "OUT")]
+    pub(super) annotate: Option<PathBuf>,
 }
 
 fn parse_early_stopping(s: &str) -> Result<EarlyStopping, String> {
@@ -180,7 +189,7 @@ pub(super) struct Loaded {
     /// Opening the GPU, loading and tuning, in ms.
     pub load_ms: f64,
     /// The resident format (`--dtype`, or what `auto` chose).
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     /// Why `auto` chose it (None for a fixed `--dtype`).
     pub dtype_reason: Option<String>,
 }
@@ -249,6 +258,12 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         ));
     }
     let options = a.options();
+    // Checked before the model loads: a wrong --annotate path fails at once.
+    let annotator = a
+        .annotate
+        .as_deref()
+        .map(|out| Annotator::new(out, prompts.len() == 1))
+        .transpose()?;
     let Loaded {
         gpu,
         pipeline,
@@ -266,6 +281,10 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     } else {
         files::read_capped(&a.images[0], max)?
     };
+    let mut annotator = match annotator {
+        Some(an) => Some((an, decode_image(&bytes, pipeline.limits())?)),
+        None => None,
+    };
     if a.tiles != Tiles::Off {
         let loaded = Loaded {
             gpu,
@@ -274,7 +293,10 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
             dtype,
             dtype_reason,
         };
-        return super::run_tiled::run(&loaded, &prompts, &options, a.tiles, &bytes, a.json);
+        let shown = a.images[0].to_string_lossy();
+        let annotate = annotator.as_mut().map(|(an, rgb)| (an, &*rgb, &*shown));
+        let run = (a.tiles, a.json);
+        return super::run_tiled::run(&loaded, &prompts, &options, run, &bytes, annotate);
     }
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
@@ -289,6 +311,15 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
             &Callbacks::default(),
         )?;
         outputs.push(out);
+    }
+    let shown = a.images[0].to_string_lossy();
+    let mut pictures = Vec::with_capacity(outputs.len());
+    if let Some((annotator, rgb)) = annotator.as_mut() {
+        for out in &outputs {
+            let path = annotator.write(&shown, &out.marker, rgb, &out.result)?;
+            eprintln!("florence2: annotated: {}", path.display());
+            pictures.push(path);
+        }
     }
 
     let profile = if a.profile {
@@ -313,6 +344,9 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
                 let mut v = json_of(out, dtype, load_ms, pre, vision);
                 if let Some(r) = &dtype_reason {
                     v["dtype_reason"] = serde_json::json!(r);
+                }
+                if let Some(p) = pictures.get(i) {
+                    v["annotated"] = serde_json::json!(p);
                 }
                 v["device"] = serde_json::json!(if gpu.is_host() { "cpu" } else { "gpu" });
                 v["adapter"] = serde_json::json!(gpu.describe());
@@ -379,7 +413,7 @@ fn add_profile(
 /// `vision_ms` are the image's own stages (counted in the first task of a run).
 pub(super) fn json_of(
     out: &TaskOutput,
-    dtype: WeightDType,
+    dtype: DTypePlan,
     load_ms: f64,
     pre_ms: f64,
     vision_ms: f64,
@@ -397,7 +431,7 @@ pub(super) fn json_of(
         },
         "result": out.result_json(),
         "text": out.text,
-        "dtype": dtype.as_str(),
+        "dtype": dtype.label(),
         "memory": out.memory,
     })
 }

@@ -5,6 +5,9 @@ use florence2_wasm::pipeline::tiles::{check_task, Tiles};
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, TaskOptions, TiledOutput};
 use florence2_wasm::processor::prompt::parse_task_prompt;
 
+use image::RgbImage;
+
+use super::annotate::Annotator;
 use super::run::{json_of, Loaded};
 use super::{print_json, Failure};
 
@@ -23,14 +26,18 @@ pub(super) fn check_prompts(prompts: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Run every prompt tiled on the image `bytes` and print the answers as `run` does.
+/// `--annotate`'s writer, the decoded image and the input's name.
+pub(super) type Annotate<'a> = Option<(&'a mut Annotator, &'a RgbImage, &'a str)>;
+
+/// Run every prompt tiled on the image `bytes` and print the answers as `run` does (`--json`: `json`);
+/// `annotate` draws each answer on the image.
 pub(super) fn run(
     loaded: &Loaded,
     prompts: &[String],
     options: &TaskOptions,
-    tiles: Tiles,
+    (tiles, json): (Tiles, bool),
     bytes: &[u8],
-    json: bool,
+    annotate: Annotate<'_>,
 ) -> Result<(), Failure> {
     let mut outputs: Vec<TiledOutput> = Vec::with_capacity(prompts.len());
     for prompt in prompts {
@@ -43,12 +50,25 @@ pub(super) fn run(
             &Callbacks::default(),
         )?);
     }
+    let mut pictures = Vec::new();
+    if let Some((annotator, rgb, shown)) = annotate {
+        for t in &outputs {
+            let out = &t.output;
+            let path = annotator.write(shown, &out.marker, rgb, &out.result)?;
+            eprintln!("florence2: annotated: {}", path.display());
+            pictures.push(path);
+        }
+    }
     let several = outputs.len() > 1;
     if json {
         let objects: Vec<serde_json::Value> = outputs
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 let mut v = json_of(&t.output, loaded.dtype, loaded.load_ms, 0.0, 0.0);
+                if let Some(p) = pictures.get(i) {
+                    v["annotated"] = serde_json::json!(p);
+                }
                 v["timings_ms"]["vision"] = serde_json::json!(t.output.timings.vision_ms);
                 v["tiles"] = t.tiles_json();
                 if let Some(r) = &loaded.dtype_reason {

@@ -39,7 +39,7 @@ pub struct TuneArgs {
     device: DeviceChoice,
     /// Resident weight format the shapes are tuned with (the default is `run`'s, so a plain `tune`
     /// pre-warms a plain `run`; auto: the best that fits)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4|PART=FORMAT,..", default_value = super::DEFAULT_DTYPE, value_parser = super::parse_dtype_request)]
     dtype: DTypeRequest,
 }
 

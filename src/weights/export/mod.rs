@@ -1,12 +1,14 @@
 //! Converting a checkpoint into the package's own format (`florence2 convert`): any checkpoint the
 //! loader reads (safetensors single or sharded, PyTorch `pytorch_model.bin` zip/legacy or sharded;
 //! HF-native, original or mlx names; f32/f16/bf16; our q8/q4 `florence2-wasm-block` files) becomes a
-//! directory of safetensors in a target [`WeightDType`], read by the loader's own readers
+//! directory of safetensors in a target [`WeightDType`] (or one per part of the model, a
+//! [`DTypePlan`] with at most one quantized format), read by the loader's own readers
 //! ([`crate::weights::load::load_checkpoint`] into an [`Exporter`], a [`TensorSink`]) and planned by
 //! its [`Planner`].
 //!
 //! Guarantee: loading the output with dtype D gives bit for bit the resident weights of loading the
-//! source with D (each tensor is stored in the format the loader keeps it in for D, [`encode`]). Names
+//! source with D (each tensor is stored in the format the loader keeps it in for D, [`encode`]; for a
+//! mix, in its part's format). Names
 //! and layouts are kept; tensors the model does not use are left out, and an LM head equal to the
 //! shared embedding (a tied copy) is dropped: the loader ties it itself.
 //!
@@ -30,6 +32,7 @@ use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 use crate::quant::QFormat;
 use crate::weights::assemble::WeightDType;
+use crate::weights::dtype_plan::DTypePlan;
 use crate::weights::expected::{LM_HEAD, SHARED};
 use crate::weights::header::Header;
 use crate::weights::load::{load_checkpoint, CONFIG_FILE, MAX_JSON_BYTES};
@@ -44,8 +47,9 @@ use shards::{write_err, ShardWriter, WrittenFile};
 /// What to write.
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
-    /// Target format of the matrix weights.
-    pub dtype: WeightDType,
+    /// Target format of the matrix weights, per part of the model (at most one quantized format:
+    /// config.json's `quantization` entry names one).
+    pub dtype: DTypePlan,
     /// Split the weights into files of at most this many bytes (a tensor larger than that gets a file
     /// of its own); `None`: one `model.safetensors`.
     pub shard_size: Option<u64>,
@@ -54,9 +58,9 @@ pub struct ExportOptions {
 }
 
 impl ExportOptions {
-    pub fn new(dtype: WeightDType) -> Self {
+    pub fn new(dtype: impl Into<DTypePlan>) -> Self {
         ExportOptions {
-            dtype,
+            dtype: dtype.into(),
             shard_size: None,
             chunk_bytes: 8 << 20,
         }
@@ -66,7 +70,7 @@ impl ExportOptions {
 /// What a conversion wrote.
 #[derive(Clone, Debug)]
 pub struct ExportSummary {
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     /// The weights files, in order.
     pub files: Vec<WrittenFile>,
     /// Source tensors the model does not use (left out).
@@ -103,7 +107,9 @@ impl ExportSummary {
 /// The [`TensorSink`] that writes converted tensors.
 pub struct Exporter {
     planner: Planner,
-    dtype: WeightDType,
+    dtype: DTypePlan,
+    /// The one quantized format of `dtype`'s parts, if any.
+    quant: Option<QFormat>,
     chunk_bytes: usize,
     writer: ShardWriter,
     /// Writers open (tensors sharing a PyTorch storage are open together).
@@ -131,6 +137,7 @@ impl Exporter {
         Ok(Exporter {
             planner: Planner::new(cfg),
             dtype: opts.dtype,
+            quant: quantized_format(opts.dtype)?,
             chunk_bytes: opts.chunk_bytes,
             writer: ShardWriter::new(dir, opts.shard_size, opts.chunk_bytes)?,
             open: 0,
@@ -159,11 +166,7 @@ impl Exporter {
             self.writer.format = "mlx".into();
         }
         let files = self.writer.close()?;
-        let quant = match self.dtype {
-            WeightDType::Q8 => Some(QFormat::Q8),
-            WeightDType::Q4 => Some(QFormat::Q4),
-            _ => None,
-        };
+        let quant = self.quant;
         let dropped = &self.dropped;
         self.quantized.retain(|n| {
             !dropped
@@ -178,6 +181,27 @@ impl Exporter {
             dropped: self.dropped,
         })
     }
+}
+
+/// The quantized format of `dtype`'s parts (None when none is q8 or q4); a plan mixing q8 and q4 is
+/// refused: a checkpoint's `quantization` entry names one format.
+fn quantized_format(dtype: DTypePlan) -> Result<Option<QFormat>> {
+    let mut found = None;
+    for (_, d) in dtype.parts() {
+        let q = match d {
+            WeightDType::Q8 => QFormat::Q8,
+            WeightDType::Q4 => QFormat::Q4,
+            WeightDType::Fp32 | WeightDType::Fp16 => continue,
+        };
+        if found.is_some_and(|f| f != q) {
+            return Err(Error::InvalidInput(format!(
+                "convert --dtype {dtype}: a checkpoint holds one quantized format (config.json's \
+                 quantization entry), not q8 and q4; convert to one of them and load with the mix"
+            )));
+        }
+        found = Some(q);
+    }
+    Ok(found)
 }
 
 /// What an [`Exporter`] wrote and left out.
@@ -214,7 +238,7 @@ impl TensorSink for Exporter {
     }
 
     fn begin(&mut self, plan: TensorPlan) -> Result<ExportWriter> {
-        let out = out_tensor(&plan, self.dtype)?;
+        let out = out_tensor(&plan, self.dtype.for_tensor(&plan.canonical))?;
         let enc = Encoder::new(&plan, &out)?;
         if let Some(base) = out.name.strip_suffix(QWEIGHT_SUFFIX) {
             self.quantized.push(base.to_owned());

@@ -5,13 +5,14 @@
 use crate::config::tensors::expected_tensors;
 use crate::config::Florence2Config;
 use crate::error::Result;
-use crate::weights::assemble::WeightDType;
+use crate::weights::dtype_plan::DTypePlan;
 use crate::weights::export::encode::out_tensor;
 use crate::weights::header::{StDtype, TensorInfo};
 use crate::weights::plan::{Fixup, TensorPlan};
 
 /// Bytes of tensor data `florence2 convert --dtype D` writes for a model of this config.
-pub fn converted_bytes(cfg: &Florence2Config, dtype: WeightDType) -> Result<u64> {
+pub fn converted_bytes(cfg: &Florence2Config, dtype: impl Into<DTypePlan>) -> Result<u64> {
+    let dtype: DTypePlan = dtype.into();
     let mut total = 0;
     for (name, shape) in expected_tensors(cfg) {
         let numel: u64 = shape.iter().map(|&d| d as u64).product();
@@ -28,7 +29,7 @@ pub fn converted_bytes(cfg: &Florence2Config, dtype: WeightDType) -> Result<u64>
             fixup: Fixup::None,
             quant: None,
         };
-        total += out_tensor(&plan, dtype)?.byte_len();
+        total += out_tensor(&plan, dtype.for_tensor(&plan.canonical))?.byte_len();
     }
     Ok(total)
 }

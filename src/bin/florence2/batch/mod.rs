@@ -27,10 +27,11 @@ use florence2_wasm::pipeline::{
     BatchEvent, DecodeBatch, EncodedImage, Image, Pipeline, PrepareItem, Stopwatch, TaskOptions,
     TaskOutput,
 };
-use florence2_wasm::weights::WeightDType;
+use florence2_wasm::weights::DTypePlan;
 use florence2_wasm::Error;
 use serde_json::{json, Value};
 
+use super::annotate::Annotator;
 use super::run::{json_of, load, Loaded, RunArgs};
 use super::Failure;
 use output::Sink;
@@ -79,7 +80,7 @@ fn plan(a: &RunArgs, prompts: &[String], done: &output::Done) -> Result<Vec<Work
 
 /// What every answer line says about the run: the weight format, the device and its adapter.
 struct Stamp {
-    dtype: WeightDType,
+    dtype: DTypePlan,
     /// Why `--dtype auto` chose it.
     dtype_reason: Option<String>,
     device: &'static str,
@@ -100,6 +101,11 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
             "--json and --profile take one image; a batch prints JSON Lines (--jsonl)".into(),
         ));
     }
+    let annotator = a
+        .annotate
+        .as_deref()
+        .map(|out| Annotator::new(out, false))
+        .transpose()?;
     let (done, resume_from) = match &a.output {
         Some(p) if a.resume && p.exists() => {
             let (done, len) = output::read_done(p)?;
@@ -135,9 +141,10 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     let t = Stopwatch::start();
     let stats = if a.tiles == Tiles::Off {
         let options = (&a.options(), a.max_batch as usize);
-        run_all(&pipeline, &work, options, &stamp, &mut sink)?
+        run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
     } else {
-        tiled::run_all(&pipeline, &work, (&a.options(), a.tiles), &stamp, &mut sink)?
+        let options = (&a.options(), a.tiles);
+        tiled::run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
     };
     let s = t.ms() / 1e3;
     eprintln!(
@@ -163,7 +170,7 @@ fn run_all(
     work: &[Work],
     (options, max_batch): (&TaskOptions, usize),
     stamp: &Stamp,
-    sink: &mut Sink,
+    (sink, annotator): (&mut Sink, Option<Annotator>),
 ) -> Result<Stats, Failure> {
     let paths: Vec<PathBuf> = work.iter().map(|w| w.path.clone()).collect();
     let mut run = Runner {
@@ -172,6 +179,7 @@ fn run_all(
         options,
         stamp,
         sink,
+        annotator,
         batch: DecodeBatch::new(p),
         images: Vec::new(),
         finished: BTreeMap::new(),
@@ -219,6 +227,8 @@ struct InFlight {
     pre_vision: (f64, f64),
     /// Its output lines, in prompt order, as its tasks finish.
     lines: Vec<Option<Value>>,
+    /// The decoded image, kept for `--annotate` only.
+    rgb: Option<image::RgbImage>,
 }
 
 /// The batch loop's state: the running batch, the images in flight and what each task belongs to.
@@ -228,6 +238,8 @@ struct Runner<'a, 'p> {
     options: &'a TaskOptions,
     stamp: &'a Stamp,
     sink: &'a mut Sink,
+    /// `--annotate`'s writer.
+    annotator: Option<Annotator>,
     batch: DecodeBatch<'p, u64>,
     images: Vec<Option<InFlight>>,
     /// Lines of finished images not yet written (an earlier image is still running), by image index.
@@ -259,12 +271,16 @@ impl Runner<'_, '_> {
         drop(inputs);
         let mut started = Vec::with_capacity(images.len());
         for (k, image) in images.into_iter().enumerate() {
-            let e = image.and_then(|_| {
-                encoded
-                    .next()
-                    .unwrap_or_else(|| Err(Error::Image("an image was not encoded".into())))
-            });
-            if let Some(e) = self.start_image(first + k, e)? {
+            let (rgb, e) = match image {
+                Ok(rgb) => (
+                    self.annotator.is_some().then_some(rgb),
+                    encoded
+                        .next()
+                        .unwrap_or_else(|| Err(Error::Image("an image was not encoded".into()))),
+                ),
+                Err(e) => (None, Err(e)),
+            };
+            if let Some(e) = self.start_image(first + k, e, rgb)? {
                 started.push((first + k, e));
             }
         }
@@ -277,6 +293,7 @@ impl Runner<'_, '_> {
         &mut self,
         i: usize,
         encoded: florence2_wasm::Result<EncodedImage>,
+        rgb: Option<image::RgbImage>,
     ) -> Result<Option<EncodedImage>, Failure> {
         let w = &self.work[i];
         self.images.resize_with(i + 1, || None);
@@ -288,6 +305,7 @@ impl Runner<'_, '_> {
                     lines: vec![Some(error_line(&w.shown, None, &e))],
                     error: Some(e),
                     pre_vision: (0.0, 0.0),
+                    rgb: None,
                 });
                 self.image_done(i)?;
                 return Ok(None);
@@ -298,6 +316,7 @@ impl Runner<'_, '_> {
             error: None,
             pre_vision: (encoded.preprocess_ms(), encoded.vision_ms()),
             lines: vec![None; w.prompts.len()],
+            rgb,
         });
         Ok(Some(encoded))
     }
@@ -357,7 +376,13 @@ impl Runner<'_, '_> {
             Ok(out) => {
                 // The image's own stages are counted in its first task's answer.
                 let pre_vision = if j == 0 { img.pre_vision } else { (0.0, 0.0) };
-                img.lines[j] = Some(answer_line(&out, stamp, pre_vision, &w.shown, prompt));
+                let mut v = answer_line(&out, stamp, pre_vision, &w.shown, prompt);
+                if let (Some(an), Some(rgb)) = (self.annotator.as_mut(), img.rgb.as_ref()) {
+                    // A picture that cannot be written (a full disk) stops the batch, as the output
+                    // file's errors do; --resume continues it.
+                    v["annotated"] = json!(an.write(&w.shown, &out.marker, rgb, &out.result)?);
+                }
+                img.lines[j] = Some(v);
                 self.stats.answers += 1;
             }
             Err(e) => {

@@ -7,6 +7,7 @@ use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOpti
 use florence2_wasm::Error;
 use serde_json::json;
 
+use super::super::annotate::Annotator;
 use super::output::Sink;
 use super::progress::Progress;
 use super::{answer_line, decode, error_line, Failure, Stamp, Stats, Work};
@@ -17,7 +18,7 @@ pub(super) fn run_all(
     work: &[Work],
     (options, tiles): (&TaskOptions, Tiles),
     stamp: &Stamp,
-    sink: &mut Sink,
+    (sink, mut annotator): (&mut Sink, Option<Annotator>),
 ) -> Result<Stats, Failure> {
     let paths: Vec<_> = work.iter().map(|w| w.path.clone()).collect();
     let mut progress = Progress::new(work.len() as u64);
@@ -46,6 +47,11 @@ pub(super) fn run_all(
                                     answer_line(&t.output, stamp, (0.0, 0.0), &w.shown, prompt);
                                 v["timings_ms"]["vision"] = json!(t.output.timings.vision_ms);
                                 v["tiles"] = t.tiles_json();
+                                if let Some(an) = annotator.as_mut() {
+                                    let (marker, result) = (&t.output.marker, &t.output.result);
+                                    v["annotated"] =
+                                        json!(an.write(&w.shown, marker, &image, result)?);
+                                }
                                 sink.line(&v)?;
                                 stats.answers += 1;
                             }

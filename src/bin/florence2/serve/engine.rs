@@ -17,14 +17,14 @@ use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::custom_tasks::CustomTasks;
 use florence2_wasm::processor::prompt::AnswerType;
 use florence2_wasm::render::render;
-use florence2_wasm::weights::{DirFiles, WeightDType};
+use florence2_wasm::weights::{DTypePlan, DirFiles};
 use florence2_wasm::Result;
 
 /// What the HTTP side needs to know about the loaded model.
 #[derive(Clone, Debug)]
 pub struct ModelInfo {
     /// The resident weight format (`--dtype`, or what `auto` chose), and why `auto` chose it (/health).
-    pub dtype: WeightDType,
+    pub dtype: DTypePlan,
     pub dtype_reason: Option<String>,
     /// Largest effective `max_tokens`: the decoder's positions minus the start token.
     pub max_new_tokens: usize,

@@ -63,7 +63,7 @@ pub struct ServeArgs {
     /// Resident weight format, as for `florence2 run`: fp32, fp16 (half the bytes, f32 arithmetic), q8 or
     /// q4 (block-quantized); any checkpoint converts on load; auto: the best of fp16, q8, q4 that fits
     /// the device (the choice on stderr and in /health)
-    #[arg(long, value_name = "auto|fp32|fp16|q8|q4", default_value = "fp16", value_parser = super::parse_dtype_request)]
+    #[arg(long, value_name = "auto|fp32|fp16|q8|q4|PART=FORMAT,..", default_value = "fp16", value_parser = super::parse_dtype_request)]
     dtype: DTypeRequest,
     /// Kernel tuning at load, as for `florence2 run`: auto (time what the per-adapter cache lacks,
     /// within a time budget; later starts continue), off (static kernel choices), exhaustive
@@ -420,7 +420,7 @@ fn announce(addr: SocketAddr, opts: &ServeOptions, capacity: usize) {
         "florence2 serve: model {} (id {:?}, {} weights) {}; {} request(s) admitted at once; API key {}",
         opts.model.display(),
         opts.model_id,
-        opts.dtype.as_str(),
+        opts.dtype.label(),
         if opts.hub { "downloading" } else { "loading" },
         capacity,
         if opts.api_key.is_some() {
