@@ -61,3 +61,14 @@ echo "]" >> "$tmp"
 python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2],'w'), indent=1, ensure_ascii=False); open(sys.argv[2],'a').write('\n')" "$tmp" "$out"
 rm -f "$tmp"
 echo "wrote $out"
+# tests/browser_model.rs's tiled case: tiny2, scene.png, <OD>, greedy, 24 new tokens, --tiles 2x2.
+tiles_out=tests/fixtures/browser/tiles_expected.json
+"$bin" run --model tests/fixtures/models/tiny2 --image tests/fixtures/images/scene.png --task '<OD>' \
+  --max-new-tokens 24 --num-beams 1 --tiles 2x2 --json | python3 -c "
+import json, sys
+cli = json.load(sys.stdin)
+for k in ('timings_ms', 'memory', 'adapter'):
+    cli.pop(k, None)
+json.dump(cli, open(sys.argv[1], 'w'), indent=1, ensure_ascii=False)
+open(sys.argv[1], 'a').write('\\n')" "$tiles_out"
+echo "wrote $tiles_out"

@@ -37,6 +37,7 @@ mod remote_files;
 mod source;
 mod support;
 mod tasks;
+mod tiles;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -56,7 +57,7 @@ use crate::gpu::{Device, DeviceOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
     cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, DeviceChoice,
-    EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions,
+    EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions, Tiles,
 };
 use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
@@ -190,6 +191,9 @@ struct Output<'a> {
     memory: MemoryInfo,
     #[serde(skip_serializing_if = "Option::is_none")]
     profile: Option<profile::RunProfile>,
+    /// What a tiled run chose (only with the `tiles` option other than off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tiles: Option<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -561,7 +565,8 @@ async fn run_impl(
     let on_token = opt_fn(&options, "onToken")?;
     let want_profile = opt_bool(&options, "profile")?.unwrap_or(false);
     let encoded = encoded_of(&inner, &image)?;
-    pipeline.tasks().parse(&prompt)?;
+    let parsed = pipeline.tasks().parse(&prompt)?;
+    let tiling = tiles::opt_tiles(&options, &parsed, encoded.is_some())?;
     abort()?;
 
     // One call at a time, in call order.
@@ -601,13 +606,22 @@ async fn run_impl(
     // The GPU work runs inside error scopes (see `recover::gpu_step`).
     let out = recover::gpu_step(pipeline.gpu(), async {
         let _extra = recover::debug_allocation(&inner, pipeline.gpu())?;
-        pipeline
-            .run_task(input, &prompt, &opts, &cancel, &callbacks)
-            .await
+        match (tiling, input) {
+            (Tiles::Grid { .. } | Tiles::Auto, TaskInput::Image(img)) => {
+                let t = pipeline
+                    .run_tiled(img, &prompt, &opts, tiling, &cancel, &callbacks)
+                    .await?;
+                Ok((Some(t.tiles_json()), t.output))
+            }
+            _ => pipeline
+                .run_task(input, &prompt, &opts, &cancel, &callbacks)
+                .await
+                .map(|o| (None, o)),
+        }
     })
     .await;
     let profile = profile::finish(pipeline.gpu(), session, out.is_ok()).await;
-    let out = out.map_err(|e| aborted(e, "runTask"))?;
+    let (tiles, out) = out.map_err(|e| aborted(e, "runTask"))?;
     drop(js);
 
     let t = &out.timings;
@@ -627,6 +641,7 @@ async fn run_impl(
         },
         memory: MemoryInfo::of(out.memory, pipeline.weight_dtype(), pipeline.gpu()),
         profile,
+        tiles,
     })
 }
 

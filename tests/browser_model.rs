@@ -5,6 +5,7 @@
 //! - `runTask` on `scene.png` as a Blob for `<CAPTION>`, `<OD>`, `<OCR_WITH_REGION>` equals the native CLI's
 //!   answer (tests/fixtures/browser/cli_expected.json, recorded by scripts/record_browser_expected.sh; the
 //!   CLI itself is checked against the Python reference by tests/model/text_parity.rs);
+//! - `tiles: "2x2"` on scene.png equals the CLI's tiled answer (tests/fixtures/browser/tiles_expected.json);
 //! - abort mid-decode rejects with `AbortError` and the next call succeeds; concurrent calls queue;
 //! - named errors for an invalid prompt, a 404, a truncated file, a short body, a bad header;
 //! - progress events in order; a cached second load makes no request; `cache: false` stores nothing;
@@ -205,6 +206,7 @@ fn file_of(files: Files, name: &str) -> &'static [u8] {
 const SCENE_PNG: &[u8] = include_bytes!("fixtures/images/scene.png");
 const RGBA_PNG: &[u8] = include_bytes!("fixtures/images/rgba.png");
 const CLI_EXPECTED: &str = include_str!("fixtures/browser/cli_expected.json");
+const TILES_EXPECTED: &str = include_str!("fixtures/browser/tiles_expected.json");
 
 fn image_bytes(name: &str) -> &'static [u8] {
     match name {
@@ -403,6 +405,42 @@ async fn run_task_matches_cli_tiny2_tiny4() {
         let out = run_case(&m, case).await;
         check_output(&out, case);
     }
+    m.dispose();
+}
+
+/// `tiles: "2x2"` on scene.png (tiny2, greedy): the page runs the views one after another (no batched
+/// vision tower or encoder in wasm) and the merged answer and what was chosen equal the CLI's `florence2
+/// run --tiles 2x2` (tests/fixtures/browser/tiles_expected.json, recorded by
+/// scripts/record_browser_expected.sh); tiles on a task that cannot tile, or on an `EncodedImage`, are
+/// named errors.
+#[wasm_bindgen_test]
+async fn tiled_run_task_matches_cli() {
+    let want: Value = serde_json::from_str(TILES_EXPECTED).unwrap();
+    let m = load(blob_source(model("tiny2")), obj(&[("cache", false.into())]))
+        .await
+        .unwrap();
+    let opts = |tiles: &str| {
+        obj(&[
+            ("maxNewTokens", 24.into()),
+            ("numBeams", 1.into()),
+            ("tiles", tiles.into()),
+        ])
+    };
+    let img = || blob_of(SCENE_PNG, "image/png");
+    let got = to_json(&run(&m, img(), "<OD>", opts("2x2")).await.unwrap());
+    assert_eq!(got["tiles"], want["tiles"]);
+    assert_eq!(got["result"], want["result"]);
+    assert_eq!(got["text"], want["text"]);
+    assert_eq!(got["tokenIds"], json!([]));
+    let e = run(&m, img(), "<CAPTION>", opts("auto")).await.unwrap_err();
+    assert_err(&e, "Florence2PromptError", "cannot be tiled");
+    let e = run(&m, img(), "<OD>", opts("5x5")).await.unwrap_err();
+    assert_err(&e, "Florence2InputError", "2 to 16 tiles");
+    let enc = JsFuture::from(m.encode_image(img(), JsValue::UNDEFINED))
+        .await
+        .unwrap();
+    let e = run(&m, enc, "<OD>", opts("2x2")).await.unwrap_err();
+    assert_err(&e, "Florence2InputError", "EncodedImage");
     m.dispose();
 }
 

@@ -37,6 +37,9 @@ export interface NativeTaskOptions {
   maxNewTokens?: number;
   numBeams?: number;
   noRepeatNgramSize?: number;
+  /** Tiling for `<OCR>`, `<OCR_WITH_REGION>`, `<OD>`, `<DENSE_REGION_CAPTION>`, `<REGION_PROPOSAL>` on an
+   * image (not an encoding): "auto", "off" (the default) or "RxC" such as "2x3". */
+  tiles?: TilesOption;
   signal?: AbortSignal;
   /** Each token's text and id, on the JS thread, all before the task's promise settles. */
   onToken?: (text: string, tokenId: number) => void;
@@ -73,7 +76,16 @@ export interface NativeTaskResult {
   tokenIds: number[];
   timings: { preprocess: number; encode: number; decode: number; total: number };
   memory: NativeMemory;
+  /** What a tiled run chose (only with `tiles` other than off). */
+  tiles?: TilesReport;
 }
+
+/** `auto`, `off` or a grid of rows x columns (2 to 16 tiles). */
+export type TilesOption = "auto" | "off" | `${number}x${number}`;
+/** The grid a tiled run used (`tile`: its [width, height] in image pixels), or why it ran one view. */
+export type TilesReport =
+  | { rows: number; cols: number; overlap: number; views: number; tile: [number, number]; capped: boolean }
+  | { off: string };
 
 export declare const PLATFORM_PACKAGES: Record<string, string>;
 export declare function platformTriple(): string;

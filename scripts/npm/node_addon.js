@@ -146,6 +146,17 @@ function uintOption(key, value) {
   return Math.min(value, 0xffffffff);
 }
 
+/** The `tiles` option: a string (its value is checked by the addon), or absent. */
+function tilesOption(value) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string") {
+    const e = new TypeError("option tiles must be a string: auto, off or RxC");
+    e.name = "Florence2InputError";
+    throw e;
+  }
+  return value;
+}
+
 /** The `Florence2` API on the native engine. */
 /** The `dtype` option as the addon reads it: a string as it is, a format per part as its text form
  * (`{vision: "fp16", text: "q4"}` -> "vision=fp16,text=q4"); the addon names a bad part or format. */
@@ -240,12 +251,13 @@ export class NativeFlorence2 {
   #disposed = false;
 
   /** Runs `task` on `image` (also an http(s) URL, fetched here, or an encoding of `encodeImage`);
-   * `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, signal, onToken}`. `onToken(text, id)` runs
+   * `options`: `{maxNewTokens, numBeams, noRepeatNgramSize, tiles, signal, onToken}` (`tiles`: "auto",
+   * "off" or "RxC", checked by the addon). `onToken(text, id)` runs
    * on the JS thread as tokens are chosen (greedy; at the end with beams), all before the promise
    * settles; a callback that throws rejects the task with its error once the task ends. */
   async runTask(image, task, options = {}) {
     const { addon } = loadAddon();
-    const { signal, maxNewTokens, numBeams, noRepeatNgramSize, onToken } = options ?? {};
+    const { signal, maxNewTokens, numBeams, noRepeatNgramSize, tiles, onToken } = options ?? {};
     if (signal?.aborted) throw abortError(signal);
     const encoded = image instanceof NativeEncodedImage ? image.encoding() : null;
     const input = encoded ?? (await fetchedImage(image, signal));
@@ -261,6 +273,7 @@ export class NativeFlorence2 {
         maxNewTokens: uintOption("maxNewTokens", maxNewTokens),
         numBeams: uintOption("numBeams", numBeams),
         noRepeatNgramSize: uintOption("noRepeatNgramSize", noRepeatNgramSize),
+        tiles: tilesOption(tiles),
       };
       const out = await call(() => {
         const p = encoded

@@ -127,6 +127,40 @@ test("named errors: missing model, corrupt weights, bad device, bad image", asyn
   }
 });
 
+test("tiles: the CLI's tiled answer, what it chose, and named errors", async () => {
+  const page = join(models.shapes, "samples/heldout_000.png");
+  const cliRun = (tiles) =>
+    JSON.parse(execFileSync(cli, [
+      "run", "--model", models.shapes, "--image", page, "--task", "<OD>", "--device", "cpu", "--json",
+      "--num-beams", "1", "--tiles", tiles,
+    ], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }));
+  const model = await load(models.shapes);
+  try {
+    const want = cliRun("2x2");
+    const out = await model.runTask(page, "<OD>", { numBeams: 1, tiles: "2x2" });
+    assert.deepEqual(out.tiles, want.tiles);
+    assert.equal(out.tiles.views, 5);
+    assert.deepEqual(out.result, want.result);
+    assert.deepEqual(out.tokenIds, []);
+    // auto on a scene at the model's input size: one view, the untiled answer.
+    const one = await model.runTask(page, "<OD>", { numBeams: 1, tiles: "auto" });
+    assert.match(one.tiles.off, /192x192/);
+    assert.deepEqual(one.tokenIds, cliIds(models.shapes, page, "<OD>", 1));
+    await assert.rejects(model.runTask(page, "<CAPTION>", { tiles: "auto" }), { name: "Florence2PromptError" });
+    for (const tiles of ["9x9", "big", 4]) {
+      await assert.rejects(model.runTask(page, "<OD>", { tiles }), { name: "Florence2InputError" });
+    }
+    const enc = await model.encodeImage(page);
+    try {
+      await assert.rejects(model.runTask(enc, "<OD>", { tiles: "2x2" }), { name: "Florence2InputError" });
+    } finally {
+      enc.dispose();
+    }
+  } finally {
+    model.dispose();
+  }
+});
+
 test("the event loop stays free during a task", async () => {
   const model = await load(models.shapes);
   let ticks = 0;

@@ -22,7 +22,7 @@ use napi::{Env, JsFunction, Task};
 use napi_derive::napi;
 
 use crate::estimate::DTypeRequest;
-use crate::pipeline::{open, CancelToken, DeviceChoice, OpenOptions, Pipeline, TaskOptions};
+use crate::pipeline::{open, CancelToken, DeviceChoice, OpenOptions, Pipeline, TaskOptions, Tiles};
 use crate::weights::DirFiles;
 use crate::Error;
 
@@ -166,6 +166,8 @@ pub struct NativeTaskOptions {
     pub max_new_tokens: Option<u32>,
     pub num_beams: Option<u32>,
     pub no_repeat_ngram_size: Option<u32>,
+    /// Tiling: "auto", "off" (the default) or "RxC" (see `pipeline::tiles`).
+    pub tiles: Option<String>,
 }
 
 impl From<&NativeTaskOptions> for TaskOptions {
@@ -203,7 +205,12 @@ impl NativeModel {
         on_token: Option<JsFunction>,
     ) -> napi::Result<AsyncTask<RunTask>> {
         let tokens = on_token.as_ref().map(tokens::TokenSink::new).transpose()?;
+        let tiles = match options.as_ref().and_then(|o| o.tiles.as_deref()) {
+            Some(t) => t.parse::<Tiles>().map_err(|e| js_error(&e))?,
+            None => Tiles::Off,
+        };
         Ok(AsyncTask::new(RunTask {
+            tiles,
             tokens,
             loaded: self.loaded()?,
             input,
@@ -298,6 +305,7 @@ pub struct RunTask {
     input: output::Input,
     task: String,
     options: TaskOptions,
+    tiles: Tiles,
     cancel: CancelToken,
     disposed: CancelToken,
 }
@@ -319,7 +327,7 @@ impl Task for RunTask {
                 &self.loaded.pipeline,
                 &self.input,
                 &self.task,
-                &self.options,
+                (&self.options, self.tiles),
                 &cancel,
                 sink.map(|_| &on_token as &dyn Fn(&str, u32)),
             );

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use crate::gpu::MemReport;
 use crate::pipeline::{
-    Callbacks, Cancel, EncodedImage, OnToken, Pipeline, Stopwatch, TaskInput, TaskOptions,
+    Callbacks, Cancel, EncodedImage, OnToken, Pipeline, Stopwatch, TaskInput, TaskOptions, Tiles,
 };
-use crate::Result;
+use crate::{Error, Result};
 
 use super::image::Owned;
 
@@ -24,7 +24,7 @@ pub fn run(
     pipeline: &Pipeline,
     input: &Input,
     task: &str,
-    options: &TaskOptions,
+    (options, tiles): (&TaskOptions, Tiles),
     cancel: &dyn Cancel,
     on_token: Option<OnToken>,
 ) -> Result<Value> {
@@ -42,9 +42,24 @@ pub fn run(
         on_token,
         ..Callbacks::default()
     };
-    let out = pipeline.run_task_blocking(view, task, options, cancel, &callbacks)?;
+    let (out, tiles) = match (tiles, view) {
+        (Tiles::Off, view) => (
+            pipeline.run_task_blocking(view, task, options, cancel, &callbacks)?,
+            None,
+        ),
+        (_, TaskInput::Encoded(_)) => {
+            return Err(Error::InvalidInput(
+                "option tiles needs the image itself, not an encoding".into(),
+            ))
+        }
+        (tiles, TaskInput::Image(image)) => {
+            let t = pipeline.run_tiled_blocking(image, task, options, tiles, cancel, &callbacks)?;
+            let report = t.tiles_json();
+            (t.output, Some(report))
+        }
+    };
     let tm = &out.timings;
-    Ok(json!({
+    let mut v = json!({
         "task": out.marker,
         "text": out.text,
         "result": out.result_json(),
@@ -57,7 +72,11 @@ pub fn run(
             "total": read_ms + tm.total_ms(),
         },
         "memory": memory_json(pipeline, out.memory),
-    }))
+    });
+    if let Some(t) = tiles {
+        v["tiles"] = t;
+    }
+    Ok(v)
 }
 
 /// The wasm build's `memory` object; `device` is "gpu" or "cpu" (the wasm fallback says "wasm").

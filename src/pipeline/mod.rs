@@ -48,6 +48,7 @@ mod output;
 mod prepare_batch;
 mod run;
 mod settings;
+pub mod tiles;
 mod tune;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +70,7 @@ pub use output::{StopReason, TaskOutput, Timings, Usage};
 pub use prepare_batch::PrepareItem;
 pub use run::Prepared;
 pub use settings::Settings;
+pub use tiles::{TiledOutput, Tiles};
 pub use tune::TuneSizes;
 
 use crate::gpu::Device;

@@ -92,7 +92,16 @@ export interface TaskOutputOf<T extends TaskMarker> {
   memory: MemoryInfo;
   /** Per-dispatch GPU times: only with the `profile: true` option. */
   profile?: RunProfile;
+  /** What a tiled run chose: only with the `tiles` option other than off. A tiled answer has no single
+   * generation (`generatedText` and `tokenIds` are empty). */
+  tiles?: TilesReport;
 }
+/** `auto`, `off` or a grid of rows x columns (2 to 16 tiles). */
+export type TilesOption = "auto" | "off" | `${number}x${number}`;
+/** The grid a tiled run used (`tile`: its [width, height] in image pixels), or why it ran one view. */
+export type TilesReport =
+  | { rows: number; cols: number; overlap: number; views: number; tile: [number, number]; capped: boolean }
+  | { off: string };
 /** What `runTask` resolves to for a model's own task marker (a fine-tune's `<GENERATE_TAGS>`, ...): the
  * answer is pure text. Cast a `TaskOutput` to it when `task` is not a built-in marker. */
 export interface CustomTaskOutput {
@@ -346,4 +355,10 @@ export interface RunTaskOptions {
    * shape and variant, summed per phase; `available: false` with the reason where the adapter has no
    * timestamp queries). Off by default (timing adds a little work per dispatch). */
   profile?: boolean;
+  /** Tiling for `<OCR>`, `<OCR_WITH_REGION>`, `<OD>`, `<DENSE_REGION_CAPTION>`, `<REGION_PROPOSAL>`: the
+   * image (not an `EncodedImage`) is covered with overlapping tiles at the model's resolution plus the
+   * whole-image view, run as one batch, the answers merged in image coordinates. "auto" tiles an image
+   * larger than 1.5x the model's input; "RxC" asks for a grid. Default "off" (one view; another task
+   * with tiles set rejects with `Florence2PromptError`). */
+  tiles?: TilesOption;
 }

@@ -16,3 +16,4 @@ mod processor_image;
 mod prompt;
 mod render;
 mod task_markers;
+mod tiles;

@@ -27,6 +27,7 @@ mod pipeline;
 mod quantized_checkpoints;
 mod text_decoder;
 mod text_parity;
+mod tiles;
 mod tuning;
 mod vision_batch;
 mod vision_model;

@@ -24,6 +24,7 @@ mod contract;
 mod download;
 mod guards;
 mod soak;
+mod tiles;
 mod web_clients;
 
 use serde_json::{json, Value};

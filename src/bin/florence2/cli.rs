@@ -63,6 +63,7 @@ mod download_bar;
 mod estimate;
 mod parse;
 mod run;
+mod run_tiled;
 mod serve;
 mod tune;
 

@@ -11,6 +11,7 @@ use florence2_wasm::files;
 use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
 use florence2_wasm::gpu::{profile, Device};
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
+use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
     open, Callbacks, DeviceChoice, Image, NeverCancel, OpenOptions, Opened, Pipeline, Stopwatch,
     TaskOptions, TaskOutput,
@@ -108,6 +109,13 @@ pub struct RunArgs {
     /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
+    /// Tile the image (OCR, OCR_WITH_REGION, OD, DENSE_REGION_CAPTION, REGION_PROPOSAL): overlapping
+    /// tiles plus the whole image run as one batch, answers merged in page coordinates. auto tiles an
+    /// image larger than 1.5x the model's input; RxC asks for R rows and C columns (2 to 16 tiles).
+    /// Off by default: a tiled run costs up to 17 views' time, and the reference sees one view. In a
+    /// batch each image's tasks run tiled, one image at a time
+    #[arg(long, value_name = "auto|off|RxC", default_value = "off", value_parser = super::run_tiled::parse_tiles)]
+    pub(super) tiles: Tiles,
     /// Draw each answer on its image (boxes and labels, OCR quadrilaterals and text, polygons, a
     /// caption strip for text) as a PNG: the file OUT (.png) for one image and one task, else one
     /// `<image stem>.<task>.png` per (image, task) in the folder OUT (created)
@@ -235,6 +243,12 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
 
 pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
     let prompts = a.prompts()?;
+    if a.tiles != Tiles::Off {
+        super::run_tiled::check_prompts(&prompts)?;
+        if a.profile {
+            return Err(Failure::Usage("--tiles and --profile: choose one".into()));
+        }
+    }
     if batch::is_batch(&a) {
         return batch::run_batch(&a, &prompts);
     }
@@ -271,6 +285,19 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         Some(an) => Some((an, decode_image(&bytes, pipeline.limits())?)),
         None => None,
     };
+    if a.tiles != Tiles::Off {
+        let loaded = Loaded {
+            gpu,
+            pipeline,
+            load_ms,
+            dtype,
+            dtype_reason,
+        };
+        let shown = a.images[0].to_string_lossy();
+        let annotate = annotator.as_mut().map(|(an, rgb)| (an, &*rgb, &*shown));
+        let run = (a.tiles, a.json);
+        return super::run_tiled::run(&loaded, &prompts, &options, run, &bytes, annotate);
+    }
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
 

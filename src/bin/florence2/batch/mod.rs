@@ -9,6 +9,7 @@
 //! `{"image", "prompt", "task", "error"}`, and the batch goes on; the exit status is 1 when anything
 //! failed. A lost GPU device stops the batch (nothing more could run); `--resume` continues it.
 //!
+//! With `--tiles` each image's tasks run tiled, one image at a time, lines with `tiles` (`tiled.rs`).
 //! Inputs, sharding: `inputs.rs`; the output file and `--resume`: `output.rs`; decoding threads:
 //! `decode.rs`; the progress bar: `progress.rs`.
 
@@ -16,10 +17,12 @@ mod decode;
 pub mod inputs;
 mod output;
 mod progress;
+mod tiled;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
+use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
     BatchEvent, DecodeBatch, EncodedImage, Image, Pipeline, PrepareItem, Stopwatch, TaskOptions,
     TaskOutput,
@@ -136,8 +139,13 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         adapter: gpu.describe(),
     };
     let t = Stopwatch::start();
-    let options = (&a.options(), a.max_batch as usize);
-    let stats = run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?;
+    let stats = if a.tiles == Tiles::Off {
+        let options = (&a.options(), a.max_batch as usize);
+        run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
+    } else {
+        let options = (&a.options(), a.tiles);
+        tiled::run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
+    };
     let s = t.ms() / 1e3;
     eprintln!(
         "florence2: {} image(s), {} answer(s), {} failed in {s:.2} s ({:.2} images/s; load {load_ms:.0} ms)",
@@ -367,18 +375,8 @@ impl Runner<'_, '_> {
         match out {
             Ok(out) => {
                 // The image's own stages are counted in its first task's answer.
-                let (pre, vision) = if j == 0 { img.pre_vision } else { (0.0, 0.0) };
-                let mut v = json_of(&out, stamp.dtype, 0.0, pre, vision);
-                if let Some(r) = &stamp.dtype_reason {
-                    v["dtype_reason"] = json!(r);
-                }
-                if let Some(t) = v.get_mut("timings_ms").and_then(Value::as_object_mut) {
-                    t.remove("load");
-                }
-                v["image"] = json!(w.shown);
-                v["prompt"] = json!(prompt);
-                v["device"] = json!(stamp.device);
-                v["adapter"] = json!(stamp.adapter);
+                let pre_vision = if j == 0 { img.pre_vision } else { (0.0, 0.0) };
+                let mut v = answer_line(&out, stamp, pre_vision, &w.shown, prompt);
                 if let (Some(an), Some(rgb)) = (self.annotator.as_mut(), img.rgb.as_ref()) {
                     // A picture that cannot be written (a full disk) stops the batch, as the output
                     // file's errors do; --resume continues it.
@@ -428,6 +426,29 @@ impl Runner<'_, '_> {
         self.progress.image_done(img.error.is_some());
         Ok(())
     }
+}
+
+/// An answer's line: the `--json` object (without `timings_ms.load`) with `image`, `prompt`, `device`,
+/// `adapter` (and `dtype_reason`); `pre_vision` are the image's own stages (ms).
+fn answer_line(
+    out: &TaskOutput,
+    stamp: &Stamp,
+    (pre, vision): (f64, f64),
+    shown: &str,
+    prompt: &str,
+) -> Value {
+    let mut v = json_of(out, stamp.dtype, 0.0, pre, vision);
+    if let Some(r) = &stamp.dtype_reason {
+        v["dtype_reason"] = json!(r);
+    }
+    if let Some(t) = v.get_mut("timings_ms").and_then(Value::as_object_mut) {
+        t.remove("load");
+    }
+    v["image"] = json!(shown);
+    v["prompt"] = json!(prompt);
+    v["device"] = json!(stamp.device);
+    v["adapter"] = json!(stamp.adapter);
+    v
 }
 
 /// `{"image", "error": {"name", "message"}}`, with `prompt` and `task` for a task's failure.

@@ -3,7 +3,7 @@
 //! A request is a JSON object with `messages` (the task prompt is the text of the last `user` message; the
 //! image is the one `image_url` part among all messages), optional `model`, `max_tokens` (or
 //! `max_completion_tokens`), `n` (1 only), `stream`, `stream_options.include_usage` and the extension
-//! `num_beams`. Sampling parameters (`temperature`, `top_p`, ...) are accepted and ignored: Florence-2
+//! `num_beams` and `florence2.tiles` (`tiles.rs`). Sampling parameters (`temperature`, `top_p`, ...) are accepted and ignored: Florence-2
 //! decodes deterministically (greedy or beam search). Every failure is a 400 naming the parameter, but
 //! for a `model` the server does not serve: a 404 `model_not_found` (see [`Served::serves`]).
 //!
@@ -25,8 +25,11 @@ use florence2_wasm::model::generate::MAX_BEAMS;
 use florence2_wasm::processor::custom_tasks::{AnyTaskPrompt, CustomTasks};
 use florence2_wasm::processor::prompt::{InputKind, Task};
 
+use florence2_wasm::pipeline::tiles::Tiles;
+
 use super::error::{excerpt, ApiError};
 use super::media::{image_kind, media_kind, remote_scheme};
+use super::tiles::parse_tiles;
 
 /// Limits applied to every request.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +97,8 @@ pub struct ChatRequest {
     pub image: ImageSource,
     pub max_tokens: Option<usize>,
     pub num_beams: Option<usize>,
+    /// The extension `florence2.tiles` (off when absent).
+    pub tiles: Tiles,
     pub stream: bool,
     pub include_usage: bool,
     /// `Some` when the prompt had no task marker and `--default-task` ran.
@@ -218,7 +223,9 @@ pub fn parse_chat_request(
         .parse(&prompt_text)
         .map_err(|e| ApiError::invalid_code("messages", "invalid_prompt", e.to_string()))?;
     let (param, url) = one_image(&images)?;
+    let tiles = parse_tiles(&body, &prompt)?;
     Ok(ChatRequest {
+        tiles,
         prompt,
         image: image_source(param, url, limits)?,
         max_tokens: opts.max_tokens,

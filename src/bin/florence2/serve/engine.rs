@@ -58,6 +58,8 @@ pub struct Answer {
     pub generate_s: f64,
     /// What `on_text` already delivered: a prefix of `out.text`.
     pub streamed: String,
+    /// What a tiled run chose (`florence2.tiles`; `None` for one view).
+    pub tiles: Option<serde_json::Value>,
 }
 
 pub struct Engine {
@@ -213,6 +215,7 @@ impl Answer {
             generate_s: t.decode_ms / 1e3,
             streamed,
             out,
+            tiles: None,
         }
     }
 }

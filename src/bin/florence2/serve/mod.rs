@@ -29,6 +29,7 @@ mod media;
 mod metrics;
 mod remote;
 mod routes;
+mod tiles;
 mod worker;
 
 use std::future::IntoFuture;

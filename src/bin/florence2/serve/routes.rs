@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::StopReason;
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
@@ -351,6 +352,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         image,
         max_tokens,
         num_beams,
+        tiles,
         stream,
         include_usage,
         default_task,
@@ -360,6 +362,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         image,
         max_tokens,
         num_beams,
+        tiles,
         stream,
         admitted,
     };
@@ -412,6 +415,7 @@ struct JobParts {
     image: ImageSource,
     max_tokens: Option<usize>,
     num_beams: Option<usize>,
+    tiles: Tiles,
     stream: bool,
     admitted: Instant,
 }
@@ -429,6 +433,7 @@ async fn queue_job(
         image,
         max_tokens,
         num_beams,
+        tiles,
         stream,
         admitted,
     } = parts;
@@ -474,6 +479,7 @@ async fn queue_job(
         image: rgb,
         max_tokens,
         num_beams,
+        tiles,
         stream,
         reply: tx,
         admitted,
@@ -564,7 +570,8 @@ fn usage(a: &Answer) -> Value {
 /// `message.florence2_result`: the task, the post-processed result exactly as `florence2 run --json`
 /// prints it (`{TASK: value}` with reference key names and float pixel coordinates), the raw generation
 /// and its token ids, and the image size the coordinates refer to; `default_task` `{task, text_used}`
-/// when the prompt had no task marker and `--default-task` ran in its place.
+/// when the prompt had no task marker and `--default-task` ran in its place; `tiles` what a tiled run
+/// (`florence2.tiles`) chose.
 fn florence2_result(meta: &Meta, a: &Answer) -> Value {
     let o = &a.out;
     let mut v = json!({
@@ -576,6 +583,9 @@ fn florence2_result(meta: &Meta, a: &Answer) -> Value {
     });
     if let Some(d) = &meta.default_task {
         v["default_task"] = json!({"task": d.marker, "text_used": d.text_used});
+    }
+    if let Some(t) = &a.tiles {
+        v["tiles"] = t.clone();
     }
     v
 }

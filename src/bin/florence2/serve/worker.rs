@@ -26,7 +26,10 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
-use florence2_wasm::pipeline::{BatchEvent, DecodeBatch, DeviceChoice, Prepared};
+use florence2_wasm::pipeline::tiles::Tiles;
+use florence2_wasm::pipeline::{
+    BatchEvent, Callbacks, DecodeBatch, DeviceChoice, Image, Prepared, TaskOptions,
+};
 use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
 use super::engine::{Answer, Engine, ModelInfo, Request, TextStream};
@@ -51,6 +54,8 @@ pub struct Job {
     pub image: RgbImage,
     pub max_tokens: Option<usize>,
     pub num_beams: Option<usize>,
+    /// `florence2.tiles`: a tiled job runs alone ([`Batcher::run_tiled`]).
+    pub tiles: Tiles,
     pub stream: bool,
     pub reply: UnboundedSender<Event>,
     pub admitted: Instant,
@@ -283,6 +288,8 @@ impl<'e> Batcher<'e> {
             // Cancelled while queued: no encoder pass.
             if job.reply.is_closed() || shared.abort.load(Ordering::Relaxed) {
                 m.count(Outcome::Cancelled);
+            } else if job.tiles != Tiles::Off {
+                self.run_tiled(job);
             } else {
                 ready.push(job);
             }
@@ -348,6 +355,43 @@ impl<'e> Batcher<'e> {
             drop(image);
             self.admit_one(batch, job, p.map(|(p, text)| (p, text, image_s)));
         }
+    }
+
+    /// A tiled job, run to its end: its views decode as one batch of their own while the running batch
+    /// waits (a tiled run is up to 17 views: joining them to the shared batch view by view would not
+    /// make it finish sooner).
+    fn run_tiled(&mut self, job: Job) {
+        let pipeline = self.engine.pipeline();
+        let abort = &self.shared.abort;
+        let cancel = || job.reply.is_closed() || abort.load(Ordering::Relaxed);
+        let options = TaskOptions {
+            max_new_tokens: job.max_tokens,
+            num_beams: job.num_beams,
+            ..TaskOptions::default()
+        };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pipeline.run_tiled_blocking_prompt(
+                Image::Rgb(&job.image),
+                job.prompt.clone(),
+                &options,
+                job.tiles,
+                &cancel,
+                &Callbacks::default(),
+            )
+        }));
+        let Ok(out) = out else {
+            self.panicked(Live::of(job, None, 0.0));
+            return;
+        };
+        let out = out.map(|t| {
+            let tiles = Some(t.tiles_json());
+            let image_s = t.output.timings.vision_ms / 1e3;
+            Answer {
+                tiles,
+                ..Answer::new(t.output, image_s, String::new())
+            }
+        });
+        self.done(Live::of(job, None, 0.0), out);
     }
 
     /// Add one prepared job to the batch, or answer why not.

@@ -1,0 +1,85 @@
+//! A batch with `--tiles`: each image's tasks run tiled ([`Pipeline::run_tiled_blocking`]), one image
+//! after another while the next images decode on other threads (a tiled run is a batch of its views
+//! already); each answer line is the batch's line plus `tiles`, written in input order.
+
+use florence2_wasm::pipeline::tiles::Tiles;
+use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+use florence2_wasm::Error;
+use serde_json::json;
+
+use super::super::annotate::Annotator;
+use super::output::Sink;
+use super::progress::Progress;
+use super::{answer_line, decode, error_line, Failure, Stamp, Stats, Work};
+
+/// Every image of `work`, its tasks tiled with `tiles`.
+pub(super) fn run_all(
+    p: &Pipeline,
+    work: &[Work],
+    (options, tiles): (&TaskOptions, Tiles),
+    stamp: &Stamp,
+    (sink, mut annotator): (&mut Sink, Option<Annotator>),
+) -> Result<Stats, Failure> {
+    let paths: Vec<_> = work.iter().map(|w| w.path.clone()).collect();
+    let mut progress = Progress::new(work.len() as u64);
+    let mut stats = Stats::default();
+    let result = decode::with_decoded(&paths, *p.limits(), decode::default_threads(), |decoded| {
+        for w in work {
+            let mut error: Option<Error> = None;
+            match decoded.next_image() {
+                Err(e) => {
+                    sink.line(&error_line(&w.shown, None, &e))?;
+                    error = Some(e);
+                }
+                Ok(image) => {
+                    for prompt in &w.prompts {
+                        let out = p.run_tiled_blocking(
+                            Image::Rgb(&image),
+                            prompt,
+                            options,
+                            tiles,
+                            &NeverCancel,
+                            &Callbacks::default(),
+                        );
+                        match out {
+                            Ok(t) => {
+                                let mut v =
+                                    answer_line(&t.output, stamp, (0.0, 0.0), &w.shown, prompt);
+                                v["timings_ms"]["vision"] = json!(t.output.timings.vision_ms);
+                                v["tiles"] = t.tiles_json();
+                                if let Some(an) = annotator.as_mut() {
+                                    let (marker, result) = (&t.output.marker, &t.output.result);
+                                    v["annotated"] =
+                                        json!(an.write(&w.shown, marker, &image, result)?);
+                                }
+                                sink.line(&v)?;
+                                stats.answers += 1;
+                            }
+                            Err(e) => {
+                                sink.line(&error_line(&w.shown, Some(prompt), &e))?;
+                                error.get_or_insert(e);
+                            }
+                        }
+                    }
+                }
+            }
+            stats.images += 1;
+            if let Some(e) = &error {
+                stats.failed += 1;
+                progress.note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
+                if matches!(e, Error::DeviceLost(_)) {
+                    return Err(Failure::Run(format!(
+                        "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
+                        e.name(),
+                        stats.images,
+                        work.len()
+                    )));
+                }
+            }
+            progress.image_done(error.is_some());
+        }
+        Ok(())
+    });
+    progress.finish();
+    result.map(|()| stats)
+}
