@@ -179,18 +179,7 @@ pub fn hub_base_url(id: &str, o: &HubOptions) -> Result<String> {
 /// directory URL of its files; `None` for anything else.
 pub fn normalise_page_url(url: &str, o: &HubOptions) -> Option<String> {
     let url = url.trim();
-    let mut hosts = vec![
-        DEFAULT_REMOTE_HOST.to_owned(),
-        "https://www.huggingface.co/".into(),
-    ];
-    let mut own = o.remote_host.trim().to_owned();
-    if !own.ends_with('/') {
-        own.push('/');
-    }
-    if own.contains("://") {
-        hosts.push(own);
-    }
-    for host in hosts {
+    for host in hub_hosts(o) {
         let Some(rest) = strip_prefix_ci(url, &host) else {
             continue;
         };
@@ -225,6 +214,50 @@ pub fn normalise_page_url(url: &str, o: &HubOptions) -> Option<String> {
             }
             // Already a directory URL of the files.
             Some("resolve") => None,
+            _ => None,
+        };
+    }
+    None
+}
+
+/// The hosts whose URLs are hub URLs: huggingface.co and the configured remote host.
+fn hub_hosts(o: &HubOptions) -> Vec<String> {
+    let mut hosts = vec![
+        DEFAULT_REMOTE_HOST.to_owned(),
+        "https://www.huggingface.co/".into(),
+    ];
+    let mut own = o.remote_host.trim().to_owned();
+    if !own.ends_with('/') {
+        own.push('/');
+    }
+    if own.contains("://") {
+        hosts.push(own);
+    }
+    hosts
+}
+
+/// The whole repository a hub URL names, as `(ORG/NAME, revision)`: `{host}ORG/NAME` (the revision of
+/// `o`), `{host}ORG/NAME/tree/REV` or `{host}ORG/NAME/resolve/REV` (with or without the final `/`), for
+/// the hosts of [`normalise_page_url`]. A subfolder or a file names no whole repository: `None`, as for
+/// any other URL. Native front ends read such a URL through the Hugging Face cache.
+pub fn repo_of_url(url: &str, o: &HubOptions) -> Option<(String, String)> {
+    let url = url.trim();
+    for host in hub_hosts(o) {
+        let Some(rest) = strip_prefix_ci(url, &host) else {
+            continue;
+        };
+        let rest = rest.split(['?', '#']).next().unwrap_or_default();
+        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+        let id = match parts.as_slice() {
+            [org, name, ..] => format!("{org}/{name}"),
+            _ => return None,
+        };
+        if !is_hub_id(&id) {
+            return None;
+        }
+        return match parts.as_slice() {
+            [_, _] => Some((id, o.revision.clone())),
+            [_, _, "tree" | "resolve", rev] => Some((id, percent_decode(rev))),
             _ => None,
         };
     }
@@ -284,6 +317,50 @@ mod tests {
 
     fn d() -> HubOptions {
         HubOptions::default()
+    }
+
+    #[test]
+    fn hub_urls_of_whole_repositories_name_the_repository_and_revision() {
+        let own = HubOptions {
+            remote_host: "http://127.0.0.1:9/".into(),
+            ..d()
+        };
+        let repo = |id: &str, rev: &str| Some((id.to_owned(), rev.to_owned()));
+        for (url, o, want) in [
+            (
+                "https://huggingface.co/microsoft/Florence-2-base",
+                &d(),
+                repo("microsoft/Florence-2-base", "main"),
+            ),
+            ("https://HuggingFace.co/m/F/", &d(), repo("m/F", "main")),
+            (
+                "https://www.huggingface.co/m/F/tree/v1.0",
+                &d(),
+                repo("m/F", "v1.0"),
+            ),
+            (
+                "https://huggingface.co/m/F/resolve/refs%2Fpr%2F1/",
+                &d(),
+                repo("m/F", "refs/pr/1"),
+            ),
+            (
+                "http://127.0.0.1:9/m/F/resolve/main?x=1",
+                &own,
+                repo("m/F", "main"),
+            ),
+            // A subfolder, a file, another host, a bad id: no whole repository.
+            ("https://huggingface.co/m/F/tree/main/sub", &d(), None),
+            (
+                "https://huggingface.co/m/F/resolve/main/config.json",
+                &d(),
+                None,
+            ),
+            ("https://example.com/m/F/", &d(), None),
+            ("https://huggingface.co/m/../F", &d(), None),
+            ("https://huggingface.co/m", &d(), None),
+        ] {
+            assert_eq!(repo_of_url(url, o), want, "{url}");
+        }
     }
 
     #[test]

@@ -257,7 +257,7 @@ wrap(Florence2, "load", (raw) => async function (source, options) {
   if (chooseEngine(source, options) === "native") {
     // A hub id's `revision` option is the addon's `org/name@revision`.
     let native = nodeSource(source instanceof URL ? source.href : source);
-    if (options?.revision && !/^file:/i.test(native)) native = `${native}@${options.revision}`;
+    if (options?.revision && !/^(file|https?):/i.test(native)) native = `${native}@${options.revision}`;
     return NativeFlorence2.load(native, options ?? {});
   }
   await init();
@@ -267,7 +267,7 @@ wrap(Florence2, "estimate", (raw) => async function (source, options) {
   // The engine `load` would take answers (its device's limits); `adapterLimits` is the wasm's option.
   if (options?.adapterLimits === undefined && chooseEngine(source, options) === "native") {
     let native = nodeSource(source instanceof URL ? source.href : source);
-    if (options?.revision && !/^file:/i.test(native)) native = `${native}@${options.revision}`;
+    if (options?.revision && !/^(file|https?):/i.test(native)) native = `${native}@${options.revision}`;
     return NativeFlorence2.estimate(native, options ?? {});
   }
   await init();

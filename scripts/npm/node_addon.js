@@ -99,12 +99,14 @@ function nativeSource(source) {
   return String(source);
 }
 
-/** Whether the addon reads `source` itself: a directory path, a `file:` URL or a hub id (an http(s)
- * URL or a per-file source object is the wasm downloader's). */
+/** Whether the addon reads `source` itself: a directory path, a `file:` URL, a hub id or a hub
+ * repository's URL (`https://huggingface.co/org/name[/tree/rev]`, through the Hugging Face cache); other
+ * http(s) URLs and per-file source objects are the wasm downloader's. */
 export function nativeReads(source) {
-  if (source instanceof URL) return source.protocol === "file:";
-  if (typeof source !== "string") return false;
-  return !/^[a-z][a-z0-9+.-]+:/i.test(source.trim()) || /^file:/i.test(source.trim());
+  const s = source instanceof URL ? source.href : source;
+  if (typeof s !== "string") return false;
+  if (/^https?:/i.test(s.trim())) return loadAddon().addon?.hubRepoOfUrl?.(s) != null;
+  return !/^[a-z][a-z0-9+.-]+:/i.test(s.trim()) || /^file:/i.test(s.trim());
 }
 
 /** A `memory` object of the addon with `engine: "native"`. */

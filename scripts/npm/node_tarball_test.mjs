@@ -201,7 +201,7 @@ test("native app: onToken gets the wasm's token calls, all before the promise se
   }
 });
 
-test("native app: a hub id (and its revision) from the Hugging Face cache the CLI shares, offline", async () => {
+test("native app: a hub id (and its revision) or its hub URL from the Hugging Face cache the CLI shares, offline", async () => {
   // The cache layout huggingface_hub writes: refs/REVISION names the commit, snapshots/COMMIT the files.
   const cache = mkdtempSync(join(tmpdir(), "florence2-hf-cache-"));
   const saved = { HF_HUB_CACHE: process.env.HF_HUB_CACHE, HF_HUB_OFFLINE: process.env.HF_HUB_OFFLINE };
@@ -218,6 +218,16 @@ test("native app: a hub id (and its revision) from the Hugging Face cache the CL
       assert.deepEqual([out.tokenIds, out.memory.engine], [want["<OD>"], "native"]);
     } finally {
       m.dispose();
+    }
+    // The repository's hub URL is the same repository, read natively through the same cache.
+    for (const url of ["https://huggingface.co/fixture/tiny4/tree/v1", new URL("https://huggingface.co/fixture/tiny4/resolve/v1/")]) {
+      const u = await native.pkg.Florence2.load(url, { device: "cpu" });
+      try {
+        const out = await u.runTask(scene, "<OD>", { maxNewTokens: MAX_NEW, numBeams: 1 });
+        assert.deepEqual([out.tokenIds, out.memory.engine], [want["<OD>"], "native"], String(url));
+      } finally {
+        u.dispose();
+      }
     }
     // No refs/main in this cache: offline, the default revision is not there, and the error says which.
     await assert.rejects(native.pkg.Florence2.load("fixture/tiny4", { device: "cpu" }), {

@@ -1,18 +1,54 @@
-//! Where a model comes from: a directory, a `file://` URL, or a hub id through the CLI's Hugging Face
-//! cache (one copy on disk for Python, the CLI and Node; `HF_HUB_OFFLINE=1` works offline).
+//! Where a model comes from: a directory, a `file://` URL, or a hub repository (an id or its URL)
+//! through the CLI's Hugging Face cache (one copy on disk for Python, the CLI and Node;
+//! `HF_HUB_OFFLINE=1` works offline).
 
 use std::path::PathBuf;
 
+use napi_derive::napi;
+
+use crate::hub::{repo_of_url, HubOptions};
 use crate::hub_cache::{resolve_model, HubCacheOptions};
 use crate::{Error, Result};
 
 /// The local directory of `source`.
 pub fn model_dir(source: &str) -> Result<PathBuf> {
-    let local = match source.strip_prefix("file://") {
-        Some(rest) => percent_decode(rest)?,
-        None => source.to_string(),
+    let opts = HubCacheOptions::from_env();
+    let local = if let Some(rest) = source.strip_prefix("file://") {
+        percent_decode(rest)?
+    } else if is_http(source) {
+        hub_repo(source, &opts).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{source}: the native addon reads a hub repository's URL through the Hugging Face \
+                 cache; other http(s) URLs are read by the wasm (device \"wasm\")"
+            ))
+        })?
+    } else {
+        source.to_string()
     };
-    resolve_model(&local, &HubCacheOptions::from_env())
+    resolve_model(&local, &opts)
+}
+
+fn is_http(s: &str) -> bool {
+    let s = s.trim_start().to_ascii_lowercase();
+    s.starts_with("http://") || s.starts_with("https://")
+}
+
+/// `org/name@revision` of a hub repository's URL (huggingface.co or `HF_ENDPOINT`).
+fn hub_repo(url: &str, opts: &HubCacheOptions) -> Option<String> {
+    let hub = HubOptions {
+        remote_host: format!("{}/", opts.endpoint.trim_end_matches('/')),
+        ..HubOptions::default()
+    };
+    repo_of_url(url, &hub).map(|(id, rev)| format!("{id}@{rev}"))
+}
+
+/// `org/name@revision` when `url` is a whole hub repository's URL (the addon reads it through the
+/// Hugging Face cache), else null (the JS side sends it to the wasm).
+#[napi]
+pub fn hub_repo_of_url(url: String) -> Option<String> {
+    is_http(&url)
+        .then(|| hub_repo(&url, &HubCacheOptions::from_env()))
+        .flatten()
 }
 
 /// `%XX` escapes of a `file://` URL's path decoded (the URL `pathToFileURL` makes).
