@@ -192,17 +192,23 @@ export class NativeFlorence2 {
     if (!addon) throw Object.assign(new Error(reason), { name: "Florence2LoadError" });
     const { signal, device, dtype } = options;
     if (signal?.aborted) throw abortError(signal);
-    const model = await call(() => addon.load(nativeSource(source), { device, dtype: nativeDType(dtype) }));
-    if (signal?.aborted) {
+    const files = typeof options.onProgress === "function" ? fileEvents(nativeSource(source), options.onProgress) : null;
+    let model;
+    try {
+      model = await call(() => addon.load(nativeSource(source), { device, dtype: nativeDType(dtype) }, files?.callback));
+    } finally {
+      await files?.drained;
+    }
+    if (signal?.aborted || files?.error) {
       model.dispose();
-      throw abortError(signal);
+      throw signal?.aborted ? abortError(signal) : files.error.value;
     }
     const loaded = new NativeFlorence2(model);
     const memory = loaded.memory();
     const engine = memory.device === "gpu" ? "native GPU (wgpu)" : "native CPU backend";
     loaded.#info = `${engine}: ${model.adapterInfo}; ${reason}`;
-    if (typeof options.onProgress === "function") {
-      // The addon reads the files itself: the events after them, the format chosen, then ready.
+    if (files) {
+      // After the files: the format chosen, then ready.
       const base = { name: nativeSource(source), file: "", loaded: 0, total: 0, progress: 100, cached: false };
       try {
         options.onProgress({ ...base, status: "dtype", dtype: memory.dtype, reason: model.dtypeReason ?? "" });
@@ -339,6 +345,33 @@ export class NativeFlorence2 {
   [Symbol.dispose]() {
     this.dispose();
   }
+}
+
+/** The addon's file callback around the user's `onProgress`: each file's event in the wasm's shape
+ * (`{status, name, file, loaded, total, progress, cached}`; `download`, `progress`, `done` for a file a
+ * hub download writes, `done` with `cached: true` for a file read from disk) followed by the aggregate
+ * `progress_total` with `files` (`{file: {loaded, total}}`), as the wasm sends them. `drained` resolves
+ * at the addon's last call (`end`); a callback that throws stops the events and fails the load. */
+function fileEvents(name, onProgress) {
+  const files = {};
+  let done;
+  const out = { drained: new Promise((r) => (done = r)), error: null };
+  out.callback = (status, file, loaded, total, cached) => {
+    if (status === "end") return done();
+    if (out.error) return;
+    try {
+      const progress = total > 0 ? (loaded / total) * 100 : status === "done" ? 100 : 0;
+      onProgress({ status, name, file, loaded, total, progress, cached });
+      files[file] = { loaded, total: Math.max(total, files[file]?.total ?? 0) };
+      const sum = (k) => Object.values(files).reduce((a, f) => a + f[k], 0);
+      const [l, t] = [sum("loaded"), sum("total")];
+      onProgress({ status: "progress_total", name, file: "", loaded: l, total: t,
+        progress: t > 0 ? (l / t) * 100 : 100, cached, files: structuredClone(files) });
+    } catch (e) {
+      out.error = { value: e };
+    }
+  };
+  return out;
 }
 
 /** The addon's token callback around the user's `onToken`: `drained` resolves at the addon's last

@@ -399,3 +399,16 @@ test("100 mixed calls: RSS back within 10% of its warm baseline", async () => {
     model.dispose();
   }
 });
+
+test("load's onProgress: each file read, then dtype and ready; a throwing callback fails the load", async () => {
+  const events = [];
+  const model = await NativeFlorence2.load(models.tiny4, { device: "cpu", onProgress: (e) => events.push(e) });
+  model.dispose();
+  const files = events.filter((e) => e.status === "done").map((e) => e.file);
+  assert.ok(files.includes("model.safetensors") && files.includes("config.json"), files.join());
+  assert.deepEqual(events.slice(-2).map((e) => e.status), ["dtype", "ready"]);
+  await assert.rejects(
+    NativeFlorence2.load(models.tiny4, { device: "cpu", onProgress: () => { throw new Error("stop here"); } }),
+    /stop here/,
+  );
+});

@@ -93,11 +93,24 @@ for (const dtype of ["fp32", "fp16", "q8", "q4", "auto"]) {
     const events = [];
     const m = await native.pkg.Florence2.load(model, { device: "cpu", dtype, onProgress: (e) => events.push(e) });
     try {
-      // The format in a dtype event (why, for auto: as the CLI says it), then ready.
-      assert.deepEqual(events.map((e) => e.status), ["dtype", "ready"]);
-      assert.equal(events[0].dtype, m.memory().dtype);
-      if (dtype === "auto") assert.match(events[0].reason, /^auto chose fp16 for this cpu device/);
-      else assert.equal(events[0].reason, "");
+      // Each file read from the directory (done, cached, its size), each followed by the aggregate; then
+      // the format in a dtype event (why, for auto: as the CLI says it), then ready.
+      const fileEvents = events.filter((e) => e.status === "done");
+      const names = fileEvents.map((e) => e.file);
+      for (const f of ["config.json", "tokenizer.json", "model.safetensors"]) assert.ok(names.includes(f), names.join());
+      for (const e of fileEvents) {
+        const size = readFileSync(join(model, e.file)).length;
+        assert.deepEqual([e.loaded, e.total, e.progress, e.cached], [size, size, 100, true], e.file);
+      }
+      const totals = events.filter((e) => e.status === "progress_total");
+      assert.equal(totals.length, fileEvents.length);
+      const bytes = fileEvents.reduce((a, e) => a + e.total, 0);
+      assert.deepEqual([totals.at(-1).loaded, totals.at(-1).total, totals.at(-1).progress], [bytes, bytes, 100]);
+      assert.deepEqual(events.slice(-2).map((e) => e.status), ["dtype", "ready"]);
+      const dtypeEvent = events.at(-2);
+      assert.equal(dtypeEvent.dtype, m.memory().dtype);
+      if (dtype === "auto") assert.match(dtypeEvent.reason, /^auto chose fp16 for this cpu device/);
+      else assert.equal(dtypeEvent.reason, "");
       assert.match(m.adapterInfo, /^native CPU backend: .*device cpu asked for.*florence2-wasm-linux-x64-gnu/);
       for (const beams of [1, 3]) {
         const cliRun = cliIds(dtype, beams);

@@ -35,7 +35,7 @@ pub struct EstimateTask {
 
 impl EstimateTask {
     fn report(&self) -> Result<serde_json::Value> {
-        let dir = source::model_dir(&self.source)?;
+        let dir = source::model_dir(&self.source, None)?;
         let gpu = pollster::block_on(open_device(self.device, DeviceOptions::default()))?;
         let facts = pollster::block_on(ModelFacts::read(&DirFiles::new(&dir)))?;
         let opts = EstimateOptions {

@@ -11,6 +11,7 @@ mod image;
 mod numbers;
 mod output;
 pub mod probe;
+mod progress;
 mod source;
 mod tokens;
 
@@ -84,6 +85,7 @@ pub struct LoadTask {
     source: String,
     device: DeviceChoice,
     dtype: DTypeRequest,
+    progress: Option<progress::ProgressSink>,
 }
 
 impl Task for LoadTask {
@@ -91,24 +93,11 @@ impl Task for LoadTask {
     type JsValue = NativeModel;
 
     fn compute(&mut self) -> napi::Result<Arc<Loaded>> {
-        guarded("load", || {
-            let dir = source::model_dir(&self.source).map_err(|e| js_error(&e))?;
-            let files = DirFiles::new(&dir);
-            let opts = OpenOptions {
-                device: self.device,
-                dtype: self.dtype,
-                ..OpenOptions::default()
-            };
-            let opened =
-                pollster::block_on(open(&files, &files, &opts)).map_err(|e| js_error(&e))?;
-            let info = format!("{} ({})", opened.gpu.describe(), opened.device.reason);
-            opened.gpu.reset_peak_memory();
-            Ok(Arc::new(Loaded {
-                pipeline: opened.pipeline,
-                info,
-                dtype_reason: opened.dtype_reason,
-            }))
-        })
+        let loaded = self.load();
+        if let Some(p) = &self.progress {
+            p.end();
+        }
+        loaded
     }
 
     fn resolve(&mut self, _env: Env, loaded: Arc<Loaded>) -> napi::Result<NativeModel> {
@@ -119,12 +108,43 @@ impl Task for LoadTask {
     }
 }
 
-/// Loads a model directory, a `file://` URL or a hub id (`org/name[@revision]`, through the CLI's
-/// Hugging Face cache) on the thread pool.
+impl LoadTask {
+    fn load(&self) -> napi::Result<Arc<Loaded>> {
+        guarded("load", || {
+            let observer = self.progress.as_ref().map(progress::ProgressSink::observer);
+            let dir = source::model_dir(&self.source, observer).map_err(|e| js_error(&e))?;
+            let files = DirFiles::new(&dir);
+            let opts = OpenOptions {
+                device: self.device,
+                dtype: self.dtype,
+                ..OpenOptions::default()
+            };
+            let opened =
+                pollster::block_on(open(&files, &files, &opts)).map_err(|e| js_error(&e))?;
+            // The files read from disk, once read (a download's files had their own events).
+            if let Some(p) = &self.progress {
+                p.local_files(&dir);
+            }
+            let info = format!("{} ({})", opened.gpu.describe(), opened.device.reason);
+            opened.gpu.reset_peak_memory();
+            Ok(Arc::new(Loaded {
+                pipeline: opened.pipeline,
+                info,
+                dtype_reason: opened.dtype_reason,
+            }))
+        })
+    }
+}
+
+/// Loads a model directory, a `file://` URL or a hub repository (`org/name[@revision]` or its URL,
+/// through the CLI's Hugging Face cache) on the thread pool. `on_file(status, file, loaded, total,
+/// cached)` is told each file downloaded (`download`, `progress`, `done`) or read from disk (`done`,
+/// cached).
 #[napi]
 pub fn load(
     source: String,
     options: Option<NativeLoadOptions>,
+    on_file: Option<JsFunction>,
 ) -> napi::Result<AsyncTask<LoadTask>> {
     let device = parse_device(options.as_ref().and_then(|o| o.device.as_deref()))?;
     let dtype = match options.as_ref().and_then(|o| o.dtype.as_deref()) {
@@ -135,6 +155,10 @@ pub fn load(
         source,
         device,
         dtype,
+        progress: on_file
+            .as_ref()
+            .map(progress::ProgressSink::new)
+            .transpose()?,
     }))
 }
 

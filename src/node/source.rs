@@ -7,12 +7,15 @@ use std::path::PathBuf;
 use napi_derive::napi;
 
 use crate::hub::{repo_of_url, HubOptions};
-use crate::hub_cache::{resolve_model, HubCacheOptions};
+use crate::hub_cache::{resolve_model, HubCacheOptions, ProgressObserver};
 use crate::{Error, Result};
 
-/// The local directory of `source`.
-pub fn model_dir(source: &str) -> Result<PathBuf> {
-    let opts = HubCacheOptions::from_env();
+/// The local directory of `source`; `progress` is told the bytes of each file a hub download writes.
+pub fn model_dir(source: &str, progress: Option<ProgressObserver>) -> Result<PathBuf> {
+    let opts = HubCacheOptions {
+        progress,
+        ..HubCacheOptions::from_env()
+    };
     let local = if let Some(rest) = source.strip_prefix("file://") {
         percent_decode(rest)?
     } else if is_http(source) {
