@@ -412,3 +412,64 @@ test("load's onProgress: each file read, then dtype and ready; a throwing callba
     /stop here/,
   );
 });
+
+test("a hub download's files: download and done events, into the Hugging Face cache; offline after", async () => {
+  const { createServer } = await import("node:http");
+  const { createHash } = await import("node:crypto");
+  const commit = "0123456789abcdef0123456789abcdef01234567";
+  // A hub-shaped server: /ORG/NAME/resolve/REV/FILE from tiny4, with the hub's commit and ETag headers
+  // (a git blob hash for small files, the SHA-256 for weights, which the downloader verifies).
+  const server = createServer((req, res) => {
+    const m = /^\/[^/]+\/[^/]+\/resolve\/[^/]+\/([^?]+)$/.exec(req.url);
+    const file = m && join(models.tiny4, m[1]);
+    let bytes;
+    try {
+      bytes = readFileSync(file);
+    } catch {
+      res.writeHead(404, { "X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit });
+      return res.end();
+    }
+    const weights = file.endsWith(".safetensors");
+    const etag = weights
+      ? createHash("sha256").update(bytes).digest("hex")
+      : createHash("sha1").update(`blob ${bytes.length}\0`).update(bytes).digest("hex");
+    res.writeHead(200, { "X-Repo-Commit": commit, ETag: `"${etag}"`, "Content-Length": bytes.length });
+    res.end(req.method === "HEAD" ? undefined : bytes);
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const cache = mkdtempSync(join(tmpdir(), "florence2-hub-"));
+  const saved = Object.fromEntries(["HF_ENDPOINT", "HF_HUB_CACHE", "HF_HUB_OFFLINE"].map((k) => [k, process.env[k]]));
+  try {
+    Object.assign(process.env, { HF_ENDPOINT: `http://127.0.0.1:${server.address().port}`, HF_HUB_CACHE: cache });
+    delete process.env.HF_HUB_OFFLINE;
+    const events = [];
+    const model = await NativeFlorence2.load("fixture/tiny4", { device: "cpu", onProgress: (e) => events.push(e) });
+    model.dispose();
+    const of = (file) => events.filter((e) => e.file === file).map((e) => [e.status, e.cached]);
+    const size = readFileSync(join(models.tiny4, "model.safetensors")).length;
+    assert.deepEqual(of("model.safetensors")[0], ["download", false]);
+    assert.deepEqual(of("model.safetensors").at(-1), ["done", false]);
+    const done = events.find((e) => e.file === "model.safetensors" && e.status === "done");
+    assert.deepEqual([done.loaded, done.total, done.progress], [size, size, 100]);
+    assert.deepEqual(of("config.json").at(-1), ["done", false]);
+    assert.deepEqual(events.slice(-2).map((e) => e.status), ["dtype", "ready"]);
+    // Offline, with the server gone: the same model from the cache, every file read from disk.
+    await new Promise((r) => server.close(r));
+    process.env.HF_HUB_OFFLINE = "1";
+    const again = [];
+    const cached = await NativeFlorence2.load("https://huggingface.co/fixture/tiny4", {
+      device: "cpu",
+      onProgress: (e) => again.push(e),
+    });
+    cached.dispose();
+    const files = again.filter((e) => e.status === "done");
+    assert.ok(files.length >= 3 && files.every((e) => e.cached), JSON.stringify(files));
+  } finally {
+    server.close();
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    rmSync(cache, { recursive: true, force: true });
+  }
+});
