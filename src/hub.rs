@@ -178,46 +178,45 @@ pub fn hub_base_url(id: &str, o: &HubOptions) -> Result<String> {
 /// `{host}ORG/NAME/resolve/REV/FILE`) for `host` = huggingface.co or the configured remote host, as the
 /// directory URL of its files; `None` for anything else.
 pub fn normalise_page_url(url: &str, o: &HubOptions) -> Option<String> {
-    let url = url.trim();
-    for host in hub_hosts(o) {
-        let Some(rest) = strip_prefix_ci(url, &host) else {
-            continue;
-        };
-        let rest = rest.split(['?', '#']).next().unwrap_or_default();
-        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
-        let with = |rev: &str, dir: &[&str]| {
-            let id = format!("{}/{}", parts[0], parts[1]);
-            let mut base = hub_base_url(
-                &id,
-                &HubOptions {
-                    revision: percent_decode(rev),
-                    remote_host: host.clone(),
-                    remote_path_template: DEFAULT_REMOTE_PATH_TEMPLATE.into(),
-                },
-            )
-            .ok()?;
-            for d in dir {
-                base.push_str(d);
-                base.push('/');
-            }
-            Some(base)
-        };
-        if parts.len() < 2 || !is_hub_id(&format!("{}/{}", parts[0], parts[1])) {
-            return None;
-        }
-        return match parts.get(2).copied() {
-            None => with(&o.revision, &[]),
-            Some("tree") if parts.len() >= 4 => with(parts[3], &parts[4..]),
-            // A file's page or its download URL: the directory it is in.
-            Some("blob" | "resolve") if parts.len() >= 5 => {
-                with(parts[3], &parts[4..parts.len() - 1])
-            }
-            // Already a directory URL of the files.
-            Some("resolve") => None,
-            _ => None,
-        };
+    let (host, parts) = hub_path(url, o)?;
+    if parts.len() < 2 || !is_hub_id(&format!("{}/{}", parts[0], parts[1])) {
+        return None;
     }
-    None
+    let with = |rev: &str, dir: &[&str]| {
+        let id = format!("{}/{}", parts[0], parts[1]);
+        let mut base = hub_base_url(
+            &id,
+            &HubOptions {
+                revision: percent_decode(rev),
+                remote_host: host.clone(),
+                remote_path_template: DEFAULT_REMOTE_PATH_TEMPLATE.into(),
+            },
+        )
+        .ok()?;
+        for d in dir {
+            base.push_str(d);
+            base.push('/');
+        }
+        Some(base)
+    };
+    match parts.get(2).copied() {
+        None => with(&o.revision, &[]),
+        Some("tree") if parts.len() >= 4 => with(parts[3], &parts[4..]),
+        // A file's page or its download URL: the directory it is in.
+        Some("blob" | "resolve") if parts.len() >= 5 => with(parts[3], &parts[4..parts.len() - 1]),
+        // Already a directory URL of the files (`resolve/REV/`), or another page.
+        _ => None,
+    }
+}
+
+/// A hub URL's host (as [`hub_hosts`] spells it) and its path's parts, query and fragment dropped.
+fn hub_path<'a>(url: &'a str, o: &HubOptions) -> Option<(String, Vec<&'a str>)> {
+    let url = url.trim();
+    hub_hosts(o).into_iter().find_map(|host| {
+        let rest = strip_prefix_ci(url, &host)?;
+        let rest = rest.split(['?', '#']).next().unwrap_or_default();
+        Some((host, rest.split('/').filter(|p| !p.is_empty()).collect()))
+    })
 }
 
 /// The hosts whose URLs are hub URLs: huggingface.co and the configured remote host.
@@ -241,27 +240,19 @@ fn hub_hosts(o: &HubOptions) -> Vec<String> {
 /// the hosts of [`normalise_page_url`]. A subfolder or a file names no whole repository: `None`, as for
 /// any other URL. Native front ends read such a URL through the Hugging Face cache.
 pub fn repo_of_url(url: &str, o: &HubOptions) -> Option<(String, String)> {
-    let url = url.trim();
-    for host in hub_hosts(o) {
-        let Some(rest) = strip_prefix_ci(url, &host) else {
-            continue;
-        };
-        let rest = rest.split(['?', '#']).next().unwrap_or_default();
-        let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
-        let id = match parts.as_slice() {
-            [org, name, ..] => format!("{org}/{name}"),
-            _ => return None,
-        };
-        if !is_hub_id(&id) {
-            return None;
-        }
-        return match parts.as_slice() {
-            [_, _] => Some((id, o.revision.clone())),
-            [_, _, "tree" | "resolve", rev] => Some((id, percent_decode(rev))),
-            _ => None,
-        };
+    let (_, parts) = hub_path(url, o)?;
+    let id = match parts.as_slice() {
+        [org, name, ..] => format!("{org}/{name}"),
+        _ => return None,
+    };
+    if !is_hub_id(&id) {
+        return None;
     }
-    None
+    match parts.as_slice() {
+        [_, _] => Some((id, o.revision.clone())),
+        [_, _, "tree" | "resolve", rev] => Some((id, percent_decode(rev))),
+        _ => None,
+    }
 }
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
