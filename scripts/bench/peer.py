@@ -20,6 +20,10 @@ What one run does:
    encoder (prompt embedding + encoder), decode per step, whole task, the ratio to PyTorch, peak RSS,
    and whether the greedy ids equal PyTorch's (the reference; fp32 engines may part on near-ties of
    random weights: the first differing step is printed).
+5. The decode step against the memory bandwidth: a STREAM-like triad on --threads threads, and per
+   format of ours the bytes a step reads (decoder + LM head weights from `florence2 estimate`, the
+   cross-attention K/V), the time that takes at the triad's bandwidth, and the share of it the measured
+   step reaches.
 
 The decoding rule is the same everywhere: greedy, `no_repeat_ngram_size` 0, --max-new-tokens new
 tokens, generation_config.json's forced BOS / forced EOS / EOS, as transformers' `generate` applies them.
@@ -367,6 +371,61 @@ def peer(args, engine, fmt):
 
 
 # ---------------------------------------------------------------------------------------------------
+# The decode step against the memory bandwidth: a STREAM-like triad, and the bytes a step reads.
+
+def triad_gbs(threads, mib=256, reps=5):
+    """Best of `reps` STREAM triads a = b + s * c over float64 arrays of `mib` MiB each, split over
+    `threads` threads (numpy releases the GIL in its loops): 3 arrays' bytes per pass, as STREAM counts
+    them (write-allocate traffic not counted)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = mib * (1 << 20) // 8
+    a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
+    bounds = [(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
+
+    def part(r):
+        lo, hi = r
+        np.multiply(c[lo:hi], 3.0, out=a[lo:hi])
+        np.add(a[lo:hi], b[lo:hi], out=a[lo:hi])
+
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(reps):
+            t = time.perf_counter()
+            list(pool.map(part, bounds))
+            best = min(best, time.perf_counter() - t)
+    # multiply reads c, writes a; add reads a and b, writes a: 5 array passes in all.
+    return 5 * n * 8 / best / 1e9
+
+
+def step_bytes(args, dtype):
+    """Bytes one greedy decode step reads: the decoder's and the LM head's (tied embedding) resident
+    weights, from `florence2 estimate`, plus the cross-attention K/V of the encoder's sequence (f32 for
+    fp32 weights, f16 otherwise, as the engine keeps them). Self-attention K/V (20 steps) is left out."""
+    out = subprocess.run([args.cli, "estimate", "--model", model_dir(args), "--dtype", dtype, "--device",
+                          "cpu"], capture_output=True, text=True, check=True).stdout
+    parts = json.loads(out)["estimates"][0]["part_bytes"]
+    text = json.load(open(os.path.join(model_dir(args), "config.json")))["text_config"]
+    pp = json.load(open(os.path.join(model_dir(args), "preprocessor_config.json")))
+    tokens = (pp["size"]["height"] // 32) ** 2 + 1 + len(prompt_ids(args))  # image features + prompt
+    kv = 2 * text["decoder_layers"] * tokens * text["d_model"] * (4 if dtype == "fp32" else 2)
+    return parts["decoder"] + parts["embed"] + kv
+
+
+def bandwidth_report(results, args):
+    gbs = triad_gbs(args.threads)
+    print(f"\nmemory bandwidth (STREAM-like triad, {args.threads} threads): {gbs:.1f} GB/s")
+    print(f"{'format':<6} {'MB read / step':>15} {'bound ms':>9} {'ms / step':>10} {'% of bound':>11}")
+    for (engine, fmt), s in results.items():
+        if engine != "ours":
+            continue
+        b = step_bytes(args, fmt)
+        bound = b / (gbs * 1e9)
+        print(f"{fmt:<6} {b / 1e6:>15.1f} {bound * 1e3:>9.2f} {s['step'] * 1e3:>10.2f} "
+              f"{100 * bound / s['step']:>10.0f}%")
+
+
+# ---------------------------------------------------------------------------------------------------
 # The run: rounds alternating engines, medians, the table.
 
 def engines(args):
@@ -426,7 +485,9 @@ def main():
             runs.setdefault((engine, fmt), []).append(res)
             t = statistics.median(x["task"] for x in res["tasks"][1:] or res["tasks"])
             print(f"round {r + 1}: {engine} {fmt}: task {t:.3f} s, load {res['load']:.2f} s", file=sys.stderr)
-    report({k: summary(v) for k, v in runs.items()}, args)
+    results = {k: summary(v) for k, v in runs.items()}
+    report(results, args)
+    bandwidth_report(results, args)
 
 
 if __name__ == "__main__":
