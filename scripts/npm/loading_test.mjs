@@ -483,7 +483,7 @@ try {
   assert.equal(wk.afterDispose?.name, "Florence2DisposedError");
   // The estimate in the worker: tiny2 fits, auto says fp16, whose resident bytes the worker's load holds.
   assert.equal(wk.estimate.dtype, "fp16", JSON.stringify(wk.estimate));
-  assert.equal(wk.estimate.estimates.length, 4);
+  assert.equal(wk.estimate.estimates.length, 6, "four uniform formats and the two mixes auto considers");
   assert.equal(wk.estimate.weightsBytes, wk.memory.weightsBytes, "the estimate's weights are the load's");
   step("the worker carries the API: isSupported without a model, estimate, encoded images, streamed tokens, " +
     "memory, profile, abort, reload, dispose; answers equal the CLI's; fetch refused by name");
