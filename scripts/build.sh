@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the npm package `florence2-wasm` into pkg/ (wasm-pack, ES-module target for browsers) plus the
-# package's own files from scripts/npm/ (entries for browsers and Node.js, worker module, README, LICENSE)
+# package's own files from src/npm/ (entries for browsers and Node.js, worker module, README, LICENSE)
 # and its package.json.
 #   scripts/build.sh          release build
 #   scripts/build.sh --dev    unoptimised, faster build (tests)
@@ -59,28 +59,28 @@ const merged = disposable.map((c) => `export interface ${c} extends DisposableMe
 fs.writeFileSync(f, out + merged);
 '
 
-# The package's own files (scripts/npm/): the entry that makes init() optional, the Node.js entry (the
+# The package's own files (src/npm/): the entry that makes init() optional, the Node.js entry (the
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
 for f in README.md LICENSE index.js node.js node_addon.js index.d.ts client.js client.d.ts worker.js \
   worker.d.ts support.js draw.js draw.d.ts; do
-  cp "scripts/npm/$f" "pkg/$f"
+  cp "src/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
 if [ "$license" != "MIT" ] || ! head -1 pkg/LICENSE | grep -qx "MIT License"; then
-  echo "build: Cargo.toml's license is '$license'; scripts/npm/LICENSE must hold that license's text" >&2
+  echo "build: Cargo.toml's license is '$license'; src/npm/LICENSE must hold that license's text" >&2
   exit 1
 fi
 # package.json: ES module, an exports map (types + default per entry; Node.js takes node.js), side effects
 # declared (index.js adds init-on-first-use to Florence2's statics, node.js makes them read files,
 # worker.js serves requests when imported in a worker). `engines`: the Node.js versions node.js needs.
-# `optionalDependencies`: the native Node addon's platform packages (scripts/npm/node_addon_targets.json,
+# `optionalDependencies`: the native Node addon's platform packages (src/npm/node_addon_targets.json,
 # the napi-rs convention), at the package's own version: npm installs the one whose os/cpu/libc fit, and
 # node.js falls back to the wasm when none does.
 node -e '
 const fs = require("fs");
 const p = JSON.parse(fs.readFileSync("pkg/package.json", "utf8"));
-const targets = JSON.parse(fs.readFileSync("scripts/npm/node_addon_targets.json", "utf8")).targets;
+const targets = JSON.parse(fs.readFileSync("src/npm/node_addon_targets.json", "utf8")).targets;
 if (p.name !== "florence2-wasm") { console.error("build: package name is " + p.name); process.exit(1); }
 const out = {
   name: p.name,

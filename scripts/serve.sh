@@ -30,7 +30,7 @@ build_reason() {
     return
   fi
   local newer
-  newer=$(find src shaders scripts/npm/*.js scripts/npm/*.d.ts scripts/build.sh Cargo.toml \
+  newer=$(find src shaders scripts/build.sh Cargo.toml \
     -newer "$pkg/florence2_wasm_bg.wasm" -print -quit)
   if [ -n "$newer" ]; then
     echo "$newer is newer than the build in $pkg"

@@ -2,15 +2,15 @@
 # Install what a fresh Debian machine needs to build, serve and test florence2-wasm. Idempotent: every
 # step checks first, so a second run costs seconds.
 #   - Debian: Mesa's lavapipe (Vulkan on the CPU) for native wgpu tests; Chromium + ChromeDriver for the
-#     browser tests (WebGPU on SwiftShader); g++ for libFuzzer (scripts/fuzz.sh); libjpeg-turbo's
+#     browser tests (WebGPU on SwiftShader); g++ for libFuzzer (scripts/ci/fuzz.sh); libjpeg-turbo's
 #     TurboJPEG library and headers (libturbojpeg0-dev) and pkg-config, which the native build links for
-#     JPEG decoding (the `libjpeg-turbo` feature; scripts/link_libjpeg_turbo.rs).
+#     JPEG decoding (the `libjpeg-turbo` feature; scripts/build/link_libjpeg_turbo.rs).
 #   - Rust: the wasm32-unknown-unknown target, wasm-pack, and wasm-bindgen-cli at exactly the version
 #     pinned in Cargo.lock (the CLI and the crate must match).
 #   - npm: the packages the end-to-end tests and the demo server use (www/package.json), and the bundlers
 #     and TypeScript compiler of the npm package tests (scripts/npm/bundlers/package.json).
 #   - Python: a virtual environment in scripts/.cache/venv (gitignored) with the official `openai` client,
-#     pinned, for the `florence2 serve` client test (scripts/test_openai_client.py).
+#     pinned, for the `florence2 serve` client test (scripts/ci/test_openai_client.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +18,7 @@ SUDO=""
 if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 need=()
-# g++: libFuzzer (C++) is compiled by the fuzz targets' libfuzzer-sys (scripts/fuzz.sh).
+# g++: libFuzzer (C++) is compiled by the fuzz targets' libfuzzer-sys (scripts/ci/fuzz.sh).
 # libturbojpeg0-dev + pkg-config: native JPEG decoding through libjpeg-turbo (Pillow's decoder).
 for p in mesa-vulkan-drivers libvulkan1 chromium chromium-driver g++ python3-venv libturbojpeg0-dev pkg-config; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")

@@ -38,24 +38,24 @@ else
   phase "reference suite $REFERENCE_NOTE"
 fi
 
-# Every fuzz target briefly (coverage-guided, libFuzzer on stable; scripts/fuzz.sh runs them longer).
+# Every fuzz target briefly (coverage-guided, libFuzzer on stable; scripts/ci/fuzz.sh runs them longer).
 phase "fuzzing: every target ${FLORENCE2_FUZZ_SECONDS:-15} s"
-scripts/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
+scripts/ci/fuzz.sh "${FLORENCE2_FUZZ_SECONDS:-15}"
 
 # The server, batch, tuner and pipeline suites again, with two busy processes on the machine: tests wait
 # on events, not on time, and must pass on a loaded machine (CI runs on a developer's).
 phase "contention check: serve + load-sensitive model suites beside 2 busy processes"
-scripts/contention.sh 2 native
+scripts/ci/contention.sh 2 native
 
 phase "florence2 serve with the official openai Python client"
 cargo build --bin florence2
-scripts/.cache/venv/bin/python scripts/test_openai_client.py --bin target/debug/florence2
+scripts/.cache/venv/bin/python scripts/ci/test_openai_client.py --bin target/debug/florence2
 # README.md and docs/: `florence2 ...` command lines name real subcommands and flags (--help); JS blocks are
 # the package README's (run by its docs test) or marked not run (< 5 s).
-python3 scripts/docs_cli_test.py target/debug/florence2
+python3 scripts/ci/docs_cli_test.py target/debug/florence2
 
 phase "installs (cargo install from the debug build, cargo publish --dry-run, serve.sh's build check)"
-scripts/install_check.sh
+scripts/ci/install_check.sh
 
 phase "Node native addon (napi): ids equal the CLI's, named errors, abort, dispose"
 scripts/npm/node_addon_test.sh
@@ -71,14 +71,14 @@ wasm-pack test --headless --chrome --mode no-install -- --test browser --test br
 
 # The browser tests that wait on GPU events again, beside two busy processes (their binaries are built).
 phase "contention check: browser tests that wait on GPU events beside 2 busy processes"
-scripts/contention.sh 2 browser
+scripts/ci/contention.sh 2 browser
 
 phase "npm package (npm pack, offline install, ES-module page in headless Chromium, Node.js)"
-scripts/npm_package_test.sh
+scripts/ci/npm_package_test.sh
 
-if [ -x scripts/e2e.sh ]; then
+if [ -x scripts/ci/e2e.sh ]; then
   phase "end-to-end demo tests"
-  scripts/e2e.sh
+  scripts/ci/e2e.sh
 fi
 
 if [ -n "$REFERENCE_NOTE" ]; then

@@ -424,14 +424,8 @@ mod tests {
         assert_eq!(in_ts, names);
         // The package's JavaScript raises exactly its names.
         for (n, file) in [
-            (
-                "Florence2InitError",
-                include_str!("../scripts/npm/index.js"),
-            ),
-            (
-                "Florence2WorkerError",
-                include_str!("../scripts/npm/client.js"),
-            ),
+            ("Florence2InitError", include_str!("npm/index.js")),
+            ("Florence2WorkerError", include_str!("npm/client.js")),
         ] {
             assert!(
                 file.contains(&format!("\"{n}\"")),

@@ -10,7 +10,7 @@
 //! Alternatives to this quantizer and their measured errors: `scripts/bench/q4_fidelity.rs`.
 //!
 //! Row layout in the GPU buffer (and, byte for byte, in quantized checkpoints: `NAME.qweight` U8
-//! tensors, see [`crate::weights::quantized`] and `scripts/convert_checkpoint.py --dtype q8|q4`, whose
+//! tensors, see [`crate::weights::quantized`] and `scripts/fixtures/convert_checkpoint.py --dtype q8|q4`, whose
 //! quantizer reproduces this one bit for bit):
 //! `[quants][scales][zero padding]`, each row starting at a multiple of 16 bytes:
 //! - q8 quants: K bytes, weight k is the two's-complement byte k.

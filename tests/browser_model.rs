@@ -3,7 +3,7 @@
 //! - load through the streaming fetch path (blob: URLs, and same-origin http URLs answered by a fake
 //!   network that wraps `globalThis.fetch` and counts requests);
 //! - `runTask` on `scene.png` as a Blob for `<CAPTION>`, `<OD>`, `<OCR_WITH_REGION>` equals the native CLI's
-//!   answer (tests/fixtures/browser/cli_expected.json, recorded by scripts/record_browser_expected.sh; the
+//!   answer (tests/fixtures/browser/cli_expected.json, recorded by scripts/fixtures/record_browser_expected.sh; the
 //!   CLI itself is checked against the Python reference by tests/model/text_parity.rs);
 //! - `tiles: "2x2"` on scene.png equals the CLI's tiled answer (tests/fixtures/browser/tiles_expected.json);
 //! - abort mid-decode rejects with `AbortError` and the next call succeeds; concurrent calls queue;
@@ -411,7 +411,7 @@ async fn run_task_matches_cli_tiny2_tiny4() {
 /// `tiles: "2x2"` on scene.png (tiny2, greedy): the page runs the views one after another (no batched
 /// vision tower or encoder in wasm) and the merged answer and what was chosen equal the CLI's `florence2
 /// run --tiles 2x2` (tests/fixtures/browser/tiles_expected.json, recorded by
-/// scripts/record_browser_expected.sh); tiles on a task that cannot tile, or on an `EncodedImage`, are
+/// scripts/fixtures/record_browser_expected.sh); tiles on a task that cannot tile, or on an `EncodedImage`, are
 /// named errors.
 #[wasm_bindgen_test]
 async fn tiled_run_task_matches_cli() {
@@ -534,7 +534,7 @@ async fn pytorch_checkpoints_match_their_safetensors_twins() {
     m.dispose();
 }
 
-/// Quantized checkpoints (scripts/convert_checkpoint.py --dtype q8|q4: `.qweight` rows streamed straight
+/// Quantized checkpoints (scripts/fixtures/convert_checkpoint.py --dtype q8|q4: `.qweight` rows streamed straight
 /// into the GPU buffers) loaded with `dtype` equal to their format, one single-file HF-native q8 and one
 /// original-layout q4 in 3 shards: the CLI's answers at that dtype. The q8 file loaded as fp16 (rows
 /// dequantized while streaming) answers too, with more weight bytes. Broken `quantization` entries give

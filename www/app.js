@@ -18,7 +18,7 @@ import { Florence2Worker, drawResult as drawOn, regionTokens } from "./pkg/clien
 // package loads that layout). See README "Default model".
 export const DEFAULT_MODEL = "https://huggingface.co/mlx-community/Florence-2-base-ft-bf16/resolve/main/";
 // The project's own small trained model, served with the page (www/models/, made by
-// scripts/train_demo_model.py): works offline; its held-out sample scenes and their targets sit beside it.
+// scripts/training/train_demo_model.py): works offline; its held-out sample scenes and their targets sit beside it.
 export const DEMO_MODEL_PATH = "models/florence2-shapes/";
 const demoModelUrl = () => new URL(DEMO_MODEL_PATH, location.href).href;
 /** `?model=` / the URL field: "demo" names the demo model, anything else is a URL or a hub id. */

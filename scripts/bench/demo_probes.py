@@ -8,7 +8,7 @@ encoder); this prints how far the tower is from that.
 
     python3 scripts/bench/demo_probes.py [--model www/models/florence2-shapes] [--train 400] [--test 100]
 
-Needs torch and transformers (as scripts/train_demo_model.py).
+Needs torch and transformers (as scripts/training/train_demo_model.py).
 """
 
 import argparse
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 import demo_data as dd  # noqa: E402
 import train_demo_model as T  # noqa: E402
 

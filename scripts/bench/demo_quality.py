@@ -2,9 +2,9 @@
 """Task quality of our engine on the demo model's held-out split, per weight format (`--dtype`).
 
 Runs `florence2 run` once per held-out image (every task of the image in one process, the image encoded once),
-scores the post-processed answers with scripts/demo_metrics.py and prints one row per format, beside the
+scores the post-processed answers with scripts/training/demo_metrics.py and prints one row per format, beside the
 PyTorch reference's row on the same images (from the model's metrics.json, written by
-scripts/train_demo_model.py) and each format's token-id agreement with that reference.
+scripts/training/train_demo_model.py) and each format's token-id agreement with that reference.
 
     python3 scripts/bench/demo_quality.py [--bin target/debug/florence2] [--model www/models/florence2-shapes]
         [--devices gpu,cpu] [--dtypes fp32,fp16,q8,q4] [--mix vision=fp16,text=q4 ...] [--images 20]
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
 import demo_data as dd  # noqa: E402
 import demo_metrics as dm  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402

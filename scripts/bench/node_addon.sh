@@ -38,7 +38,7 @@ fi
 addon_out=target/node-addon-release
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   cargo build --release --bin florence2
-  PROFILE=release scripts/npm/node_addon_build.sh "$addon_out" >/dev/null
+  PROFILE=release scripts/build/node_addon_build.sh "$addon_out" >/dev/null
 fi
 export FLORENCE2_NODE_ADDON="$PWD/$addon_out/florence2-wasm-linux-x64-gnu/florence2.linux-x64-gnu.node"
 if [ "${BENCH_NO_BUILD:-0}" = 1 ] && [ "$(cat pkg/.build-profile 2>/dev/null)" != release ]; then
@@ -46,7 +46,7 @@ if [ "${BENCH_NO_BUILD:-0}" = 1 ] && [ "$(cat pkg/.build-profile 2>/dev/null)" !
   exit 2
 elif [ "${BENCH_WASM:-1}" = 1 ] && [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   profile=$(cat pkg/.build-profile 2>/dev/null || echo none)
-  if [ "$profile" != release ] || [ -n "$(find src shaders scripts/npm/*.js scripts/npm/*.d.ts scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit 2>/dev/null)" ]; then
+  if [ "$profile" != release ] || [ -n "$(find src shaders scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit 2>/dev/null)" ]; then
     scripts/build.sh
   fi
 fi

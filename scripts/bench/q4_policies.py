@@ -5,7 +5,7 @@ Each policy gives every matrix weight group (vision tower, projector, text encod
 token embedding / LM head) one resident format: f16, q8 or q4, quantized exactly as `src/quant.rs` does
 (32-weight blocks along a row, one f16 scale `d = max|w| / QMAX`, `q = round(w / d)` clamped to
 `[-QMAX, QMAX]`; rows that are not whole blocks stay f16) and put back as f32 values into the PyTorch
-reference, which then answers the held-out split (`scripts/demo_metrics.py`). Dense convolutions are f16
+reference, which then answers the held-out split (`scripts/training/demo_metrics.py`). Dense convolutions are f16
 as in every quantized format; everything else stays f32. The engine's own q4 row in
 `scripts/bench/demo_quality.py` checks the simulation (the all-q4 policy here scores what the engine
 scores, up to the engine's f16 KV caches).
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
 import demo_metrics as dm  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 

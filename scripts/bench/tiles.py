@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Tiling on pages of many demo-model scenes: `florence2 run --tiles auto` against one view (`--tiles off`).
 
-A page is a grid of N x N scenes from scripts/demo_data.py (held-out seed, 192 px each: every scene at the
+A page is a grid of N x N scenes from scripts/training/demo_data.py (held-out seed, 192 px each: every scene at the
 demo model's own input size), so its ground truth is the scenes' shapes and text lines moved into page
 coordinates. Per page size it prints OD recall (a shape found when a box of its label overlaps it at
 IoU >= 0.5), OCR character accuracy (`<OCR>` text against the page's lines in reading order, whitespace
-collapsed; scripts/demo_metrics.py's edit distance) and the time per page (preprocess + vision + encoder +
+collapsed; scripts/training/demo_metrics.py's edit distance) and the time per page (preprocess + vision + encoder +
 decode of both tasks, the model load excluded), for one view and tiled.
 
     python3 scripts/bench/tiles.py [--bin target/release/florence2] [--model www/models/florence2-shapes]
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "training"))
 import demo_data as dd  # noqa: E402
 import demo_metrics as dm  # noqa: E402
 from PIL import Image  # noqa: E402

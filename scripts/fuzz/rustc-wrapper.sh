@@ -1,5 +1,5 @@
 #!/bin/sh
-# RUSTC_WRAPPER for scripts/fuzz.sh: adds libFuzzer's coverage instrumentation (stable rustc flags) to our
+# RUSTC_WRAPPER for scripts/ci/fuzz.sh: adds libFuzzer's coverage instrumentation (stable rustc flags) to our
 # own crates only (the library and the fuzz targets). Dependencies build exactly as for the tests, so
 # their artifacts are reused and never instrumented.
 rustc="$1"

@@ -1,5 +1,5 @@
 // The packed package in bundled apps: node scripts/npm/bundler_test.mjs APP_DIR, where APP_DIR is a scratch
-// npm project with the tarball installed (scripts/npm_package_test.sh makes it).
+// npm project with the tarball installed (scripts/ci/npm_package_test.sh makes it).
 //
 // The app in scripts/npm/app/ (package imported by name, no init(), one task on the page and one through
 // `florence2-wasm/worker` + `Florence2Worker`) is built three ways, each driven in headless Chromium:

@@ -1,7 +1,7 @@
 // The package README's code runs as written: node scripts/npm/docs_test.mjs APP_DIR (a scratch npm project
-// with the tarball installed; scripts/npm_package_test.sh makes it).
+// with the tarball installed; scripts/ci/npm_package_test.sh makes it).
 //
-// Every ```js / ```html block of scripts/npm/README.md (the package's README) is taken verbatim and either
+// Every ```js / ```html block of src/npm/README.md (the package's README) is taken verbatim and either
 // run or skipped with a stated reason:
 //   - page blocks (they import "florence2-wasm"): a module script in a page whose import map is the
 //     README's own ```html block, in headless Chromium; the hub (https://huggingface.co/...) answers with the
@@ -43,7 +43,7 @@ function blocks(markdown) {
   return out;
 }
 
-const readme = blocks(readFileSync(join(root, "scripts/npm/README.md"), "utf8"));
+const readme = blocks(readFileSync(join(root, "src/npm/README.md"), "utf8"));
 const importMap = readme.find((b) => b.lang === "html" && b.code.includes('type="importmap"'));
 assert.ok(importMap, "the README shows an import map");
 const mapTag = /<script type="importmap">[\s\S]*?<\/script>/.exec(importMap.code)[0];

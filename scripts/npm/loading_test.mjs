@@ -1,5 +1,5 @@
 // Loading as servers and networks really behave, on the packed package: node scripts/npm/loading_test.mjs
-// APP_DIR (a scratch npm project with the tarball installed; scripts/npm_package_test.sh makes it).
+// APP_DIR (a scratch npm project with the tarball installed; scripts/ci/npm_package_test.sh makes it).
 //
 // scripts/serve.py serves a plain ES-module page (import map -> the installed package), the tiny2 fixture
 // model, a hub-shaped tree (`/hub/ORG/NAME/resolve/REV/FILE`) and the test images, in single-page-app

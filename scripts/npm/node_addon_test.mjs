@@ -10,7 +10,7 @@ import { mkdtempSync, cpSync, writeFileSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { NativeFlorence2, loadAddon } from "./node_addon.js";
+import { NativeFlorence2, loadAddon } from "../../src/npm/node_addon.js";
 
 const root = resolve(import.meta.dirname, "../..");
 const cli = process.env.FLORENCE2_CLI ?? join(root, "target/debug/florence2");

@@ -1,7 +1,7 @@
 // The packed packages as a Node.js user installs them:
 //   node scripts/npm/node_tarball_test.mjs MAIN_TGZ PLATFORM_TGZ
-// (scripts/npm_package_test.sh's `tarball` part: MAIN_TGZ is `npm pack` of pkg/, PLATFORM_TGZ the
-// linux-x64-gnu platform package of scripts/npm/node_addon_build.sh). Two fresh apps, installed offline:
+// (scripts/ci/npm_package_test.sh's `tarball` part: MAIN_TGZ is `npm pack` of pkg/, PLATFORM_TGZ the
+// linux-x64-gnu platform package of scripts/build/node_addon_build.sh). Two fresh apps, installed offline:
 // - "native": `npm install --offline MAIN_TGZ PLATFORM_TGZ`. `import { Florence2 } from "florence2-wasm"`
 //   finds the addon (isSupported().addon), `device: "auto"` and `"cpu"` load it (the software-only GPU
 //   here makes auto take the CPU), and on the tiny4 fixture its token ids equal the CLI's
@@ -65,7 +65,7 @@ const want = cliIds("fp16", 1).ids;
 test("the main package declares the platform packages at its own version", () => {
   const main = JSON.parse(readFileSync(join(native.dir, "node_modules/florence2-wasm/package.json"), "utf8"));
   assert.equal(main.optionalDependencies[PLATFORM], main.version);
-  const targets = JSON.parse(readFileSync(join(root, "scripts/npm/node_addon_targets.json"), "utf8")).targets;
+  const targets = JSON.parse(readFileSync(join(root, "src/npm/node_addon_targets.json"), "utf8")).targets;
   assert.deepEqual(Object.keys(main.optionalDependencies).sort(), targets.map((t) => `florence2-wasm-${t.triple}`).sort());
   const platform = JSON.parse(readFileSync(join(native.dir, `node_modules/${PLATFORM}/package.json`), "utf8"));
   assert.equal(platform.version, main.version);

@@ -1,5 +1,5 @@
 // The packed package in Node.js: node scripts/npm/node_test.mjs APP_DIR (a scratch npm project with the
-// tarball installed; scripts/npm_package_test.sh makes it). `import { Florence2 } from "florence2-wasm"`
+// tarball installed; scripts/ci/npm_package_test.sh makes it). `import { Florence2 } from "florence2-wasm"`
 // from that project must resolve to the package's Node entry (the "node" export condition) and, on the
 // CPU backend (`device: "auto"` without WebGPU), answer exactly as the native CLI
 // (target/debug/florence2 run --device cpu --json) for the tiny4 fixture model:

@@ -31,7 +31,7 @@
 //! the same line of the source file (until the first `#include`, which inserts its snippet's lines).
 //!
 //! Variants of one source are checked together: [`flags`] lists the names a shader tests, and
-//! `tests/kernels/shader_variants.rs` / `scripts/check_wgsl.mjs` compile every combination of them.
+//! `tests/kernels/shader_variants.rs` / `scripts/ci/check_wgsl.mjs` compile every combination of them.
 
 use std::collections::BTreeSet;
 

@@ -27,7 +27,7 @@ pub(crate) mod check;
 use crate::gpu::Shader;
 
 /// Every shader the launchers compile, for checks that cover all of them and all their variants
-/// (`tests/kernels/shader_variants.rs` on the native compiler, `scripts/check_wgsl.mjs` on the browser's).
+/// (`tests/kernels/shader_variants.rs` on the native compiler, `scripts/ci/check_wgsl.mjs` on the browser's).
 pub static SHADERS: &[&Shader] = &[
     &attention::SHADER,
     &attention::ROWS_SHADER,

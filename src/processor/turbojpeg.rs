@@ -1,8 +1,8 @@
 //! Native JPEG decoding through libjpeg-turbo (its TurboJPEG API, linked from the system `libturbojpeg`;
-//! see scripts/link_libjpeg_turbo.rs), the decoder Pillow uses: the TurboJPEG defaults are libjpeg's
+//! see scripts/build/link_libjpeg_turbo.rs), the decoder Pillow uses: the TurboJPEG defaults are libjpeg's
 //! accurate integer IDCT (`JDCT_ISLOW`) and fancy (triangle-filter) chroma upsampling, which is what
 //! Pillow's `Image.open(f).convert("RGB")` gets, so the pixels are Pillow's exactly (the fixtures of
-//! scripts/make_jpeg_fixtures.py: 4:2:0, 4:2:2, 4:4:4, grey, progressive, restart markers, partial MCUs,
+//! scripts/fixtures/make_jpeg_fixtures.py: 4:2:0, 4:2:2, 4:4:4, grey, progressive, restart markers, partial MCUs,
 //! CMYK). Built only with the `libjpeg-turbo` feature (on by default) and never for wasm32.
 //!
 //! Only the TurboJPEG 2.x functions are used (`tjInitDecompress`, `tjDecompressHeader3`,
@@ -38,7 +38,7 @@ const TJCS_YCCK: c_int = 4;
 const TJERR_WARNING: c_int = 0;
 const TJFLAG_LIMITSCANS: c_int = 32768;
 
-// Linked by scripts/link_libjpeg_turbo.rs (pkg-config's `libturbojpeg`).
+// Linked by scripts/build/link_libjpeg_turbo.rs (pkg-config's `libturbojpeg`).
 extern "C" {
     fn tjInitDecompress() -> TjHandle;
     fn tjDecompressHeader3(

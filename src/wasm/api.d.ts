@@ -247,7 +247,7 @@ export interface MemoryInfo {
 
 export interface LoadOptions {
   /** Resident weight format; default "fp16". Any checkpoint loads into any format; a quantized checkpoint
-   * (`scripts/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
+   * (`scripts/fixtures/convert_checkpoint.py --dtype q8|q4`) is copied straight into GPU buffers in its own format and
    * dequantized while it streams into the others. A format per part (`{vision: "fp16", text: "q4"}`)
    * loads each part exactly as that part's uniform format would. "auto" picks the format that fits the
    * device before anything is downloaded (the choice is in the `dtype` progress event and

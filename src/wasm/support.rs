@@ -1,5 +1,5 @@
 //! `Florence2.isSupported()`: can this page run the model, and on which device? The probe itself is
-//! JavaScript, `scripts/npm/support.js` (a wasm-bindgen snippet here), so that the package entries answer
+//! JavaScript, `src/npm/support.js` (a wasm-bindgen snippet here), so that the package entries answer
 //! `isSupported()` without instantiating the wasm and the wasm answers with the same code. Also the check
 //! `Florence2.load` makes before opening a WebGPU device (so `device: "webgpu"` without WebGPU gets a
 //! `WebGPUUnavailableError` that says why, rather than wgpu's generic "no adapter").
@@ -59,7 +59,7 @@ export interface SupportInfo {
 }
 "#;
 
-#[wasm_bindgen(module = "/scripts/npm/support.js")]
+#[wasm_bindgen(module = "/src/npm/support.js")]
 extern "C" {
     #[wasm_bindgen(js_name = isSupported)]
     async fn js_is_supported() -> JsValue;

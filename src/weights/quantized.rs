@@ -1,5 +1,5 @@
 //! Quantized checkpoints on disk: the `quantization` entry of `config.json` and the naming of quantized
-//! tensors (written by `scripts/convert_checkpoint.py --dtype q8|q4`).
+//! tensors (written by `scripts/fixtures/convert_checkpoint.py --dtype q8|q4`).
 //!
 //! # Format (`florence2-wasm-block`)
 //! - Only matrix weights (what [`crate::weights::is_matrix_weight`] selects, with rows of K weights, K a

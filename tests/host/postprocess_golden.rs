@@ -1,5 +1,5 @@
 //! `post_process_generation` against golden cases produced by the reference post-processor
-//! (`scripts/make_postprocess_golden.py`: transformers' `Florence2Processor.post_process_generation` with the
+//! (`scripts/fixtures/make_postprocess_golden.py`: transformers' `Florence2Processor.post_process_generation` with the
 //! final `.int()` of `dequantize` removed).
 //!
 //! Tolerance: coordinates must be the same f32 as the reference's (both sides compute

@@ -1,5 +1,5 @@
 //! Image processor vs the reference (Pillow + transformers), on golden data made by
-//! `scripts/make_image_golden.py` (tests/fixtures/processor/).
+//! `scripts/fixtures/make_image_golden.py` (tests/fixtures/processor/).
 #![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::processor::image::{
@@ -115,11 +115,11 @@ fn png_colour_types_convert_like_the_reference() {
 }
 
 /// Every JPEG fixture with what Pillow decodes from it: the JPEG fixtures of
-/// scripts/make_jpeg_fixtures.py (tests/fixtures/images/jpeg/: 4:2:0, 4:2:2, 4:4:4, greyscale,
+/// scripts/fixtures/make_jpeg_fixtures.py (tests/fixtures/images/jpeg/: 4:2:0, 4:2:2, 4:4:4, greyscale,
 /// progressive, restart markers, odd sizes with partial MCUs, CMYK, EXIF orientation 8),
-/// scripts/make_image_formats.py's scene.jpg and scene_exif6.jpg (vs `Image.open(f).convert("RGB")`,
+/// scripts/fixtures/make_image_formats.py's scene.jpg and scene_exif6.jpg (vs `Image.open(f).convert("RGB")`,
 /// after `ImageOps.exif_transpose` for the EXIF ones), and the processor's golden JPEGs
-/// (scripts/make_image_golden.py).
+/// (scripts/fixtures/make_image_golden.py).
 fn pillow_jpegs() -> Vec<(String, Vec<u8>, RgbImage)> {
     let images = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images");
     let load = |rel: &str| {
@@ -611,7 +611,7 @@ fn truncated_images_are_refused_like_the_reference() {
 }
 
 /// WebP (lossless), BMP and GIF decode natively to the pixels Pillow sees (`Image.open(f).convert("RGB")`,
-/// scripts/make_image_formats.py): scene.webp and scene.bmp are scene.png's pixels, scene.gif's first
+/// scripts/fixtures/make_image_formats.py): scene.webp and scene.bmp are scene.png's pixels, scene.gif's first
 /// frame is scene.gif.png. Exact.
 #[test]
 fn webp_bmp_and_gif_decode_to_pillows_pixels() {

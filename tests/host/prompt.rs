@@ -1,5 +1,5 @@
 //! Task prompts: every validation rule both rejected and accepted, encoder texts against the reference's
-//! `_construct_prompts` (recorded by `scripts/make_postprocess_golden.py`), quantization round trips.
+//! `_construct_prompts` (recorded by `scripts/fixtures/make_postprocess_golden.py`), quantization round trips.
 #![cfg(not(target_arch = "wasm32"))]
 
 use florence2_wasm::processor::prompt::{

@@ -2,7 +2,7 @@
 //! its `#if`s test, the preprocessed WGSL builds a kernel for each of its entry points (with the
 //! override constants' defaults) on the test device. The kernel tests only reach the variants their
 //! launchers choose on this adapter; this test reaches the rest (e.g. the GPU-side variants lavapipe never
-//! picks). `scripts/check_wgsl.mjs` runs the same variants through Tint, the browser's compiler.
+//! picks). `scripts/ci/check_wgsl.mjs` runs the same variants through Tint, the browser's compiler.
 #![cfg(not(target_arch = "wasm32"))]
 use crate::common;
 

@@ -1,5 +1,5 @@
 //! The beam-search bookkeeping (`model::generate::beam`) against transformers' own `_beam_search`, with no
-//! model and no GPU: `scripts/make_beam_scripted.py` ran the reference's `generate(num_beams=...)` on a
+//! model and no GPU: `scripts/fixtures/make_beam_scripted.py` ran the reference's `generate(num_beams=...)` on a
 //! scripted model (next-token logits a seeded random function of the sequence; vocabulary 12; decoder
 //! start token 2 = EOS as in Florence-2) over a grid of 288 settings: 2/3/4 beams x early_stopping
 //! true/false/"never" x length_penalty 1/0/2/-0.5 x no-repeat-n-gram 0/2 x forced BOS+EOS on/off x

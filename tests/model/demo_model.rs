@@ -1,4 +1,4 @@
-//! The committed demo model (`www/models/florence2-shapes`, trained by `scripts/train_demo_model.py`) on
+//! The committed demo model (`www/models/florence2-shapes`, trained by `scripts/training/train_demo_model.py`) on
 //! its committed held-out samples (`samples/*.png` and their tasks in `samples/targets.json`), with the
 //! model's own generation config (3 beams, `no_repeat_ngram_size` 3) and 96 new tokens at most:
 //! - fp16 weights give fp32's answers (token ids, hence the post-processed results): with 3 beams on at least

@@ -1,4 +1,4 @@
-//! Quantized checkpoints on disk (`scripts/convert_checkpoint.py --dtype q8|q4`, format documented in
+//! Quantized checkpoints on disk (`scripts/fixtures/convert_checkpoint.py --dtype q8|q4`, format documented in
 //! `src/weights/quantized.rs`): the committed fixtures `tiny2-q8`, `tiny2-q4` (from `tiny2`) and
 //! `tiny2-orig-q4-sharded` (from `tiny2-orig`, original names, 3 shards) were made by that script.
 //!
@@ -139,7 +139,7 @@ fn converter_blocks_equal_the_engine_quantizer() {
 
 /// Edge cases of the block quantizer (exact rounding ties for q8 and q4, zero blocks, NaN/inf, scales that
 /// overflow or underflow f16, subnormal scales, random rows from 1e-4 to 300), quantized by the converter's
-/// Python code (`scripts/make_quant_vectors.py`): the engine's quantizer makes the same bytes.
+/// Python code (`scripts/fixtures/make_quant_vectors.py`): the engine's quantizer makes the same bytes.
 #[test]
 fn converter_quantizer_equals_the_engine_on_edge_cases() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/quant");

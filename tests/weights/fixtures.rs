@@ -1,4 +1,4 @@
-//! The committed fixture checkpoints (`tests/fixtures/models/*`, made by `scripts/make_fixtures.py`):
+//! The committed fixture checkpoints (`tests/fixtures/models/*`, made by `scripts/fixtures/make_fixtures.py`):
 //! the original-layout and mlx-bf16 re-saves and the f16 shards load to exactly the HF-native f32
 //! tensors (after the same bf16/f16 rounding), whichever loader (ranged or streamed) is used.
 #![cfg(not(target_arch = "wasm32"))]
@@ -127,7 +127,7 @@ fn fixture_variants_load_to_the_hf_native_tensors() {
 #[test]
 fn fixture_streamed_equals_ranged() {
     let gpu = gpu();
-    // The quantized ones (made by scripts/convert_checkpoint.py) too: their rows are gathered across
+    // The quantized ones (made by scripts/fixtures/convert_checkpoint.py) too: their rows are gathered across
     // chunks, then copied or dequantized.
     for (name, dtype) in [
         "tiny2-mlx-bf16",

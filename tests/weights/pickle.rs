@@ -1,4 +1,4 @@
-//! PyTorch checkpoints (`tests/fixtures/models/*-pt*`, made by `scripts/make_pickle_fixtures.py`): each
+//! PyTorch checkpoints (`tests/fixtures/models/*-pt*`, made by `scripts/fixtures/make_pickle_fixtures.py`): each
 //! pickle twin (HF-native zip with tied aliases, original-layout zip shards with an index, original-layout
 //! legacy stream with a tensor at a storage offset) loads to exactly its safetensors twin's GPU tensors,
 //! read by ranges or streamed in random chunks, in f32 and f16; hostile and damaged files are named

@@ -1,7 +1,7 @@
 // End-to-end tests of the demo page in a real browser: Playwright (playwright-core) drives Debian's
 // Chromium (/usr/bin/chromium, never a downloaded browser) on its WebGPU (SwiftShader when there is no GPU).
 //
-// Run by scripts/e2e.sh, which builds pkg/ and the native CLI, serves the demo on loopback with the fixture
+// Run by scripts/ci/e2e.sh, which builds pkg/ and the native CLI, serves the demo on loopback with the fixture
 // model at /model/ and the fixtures at /fixtures/, and sets E2E_BASE_URL. By hand:
 //   python3 scripts/serve.py --port 8123 --model-dir tests/fixtures/models/tiny4 --mount /fixtures/=tests/fixtures &
 //   E2E_BASE_URL=http://127.0.0.1:8123/ node --test www/tests/
@@ -23,7 +23,7 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const BASE = process.env.E2E_BASE_URL;
 const CLI = process.env.E2E_CLI || path.join(ROOT, "target/debug/florence2");
 const MODELS = path.join(ROOT, "tests/fixtures/models");
-// Served by scripts/e2e.sh: tiny4 at /model/ (what `scripts/serve.sh --model-dir` does), every fixture model
+// Served by scripts/ci/e2e.sh: tiny4 at /model/ (what `scripts/serve.sh --model-dir` does), every fixture model
 // under /fixtures/models/. tiny4 on scene.png gives one <OD> box and no complete OCR quadrilateral; tiny2
 // gives seven boxes and a quadrilateral, so both are drawn and checked.
 const MODEL_URL = { tiny4: "/model/", tiny2: "/fixtures/models/tiny2/" };
@@ -40,7 +40,7 @@ const BASE_ARGS = [
 ];
 const WEBGPU_ARGS = ["--enable-unsafe-webgpu", ...BASE_ARGS];
 
-assert.ok(BASE, "set E2E_BASE_URL (scripts/e2e.sh does)");
+assert.ok(BASE, "set E2E_BASE_URL (scripts/ci/e2e.sh does)");
 mkdirSync(OUT, { recursive: true });
 
 const profiles = [];

@@ -1,5 +1,5 @@
 // A browser user of the package (bundler resolution, DOM lib), type-checked (never run) by
-// scripts/npm_package_test.sh's `types` part with skipLibCheck off: images of every DOM kind, streaming
+// scripts/ci/npm_package_test.sh's `types` part with skipLibCheck off: images of every DOM kind, streaming
 // tokens, and the worker client driving model-worker.ts. `@ts-expect-error` lines check that the types
 // still reject what the package rejects.
 import init, {

@@ -1,4 +1,4 @@
-// A Node.js user of the package, type-checked (never run) by scripts/npm_package_test.sh's `types` part:
+// A Node.js user of the package, type-checked (never run) by scripts/ci/npm_package_test.sh's `types` part:
 // `tsc --noEmit` with the ES2022 lib and @types/node only (no DOM lib) and skipLibCheck off, so the
 // package's own .d.ts files must compile there too. `@ts-expect-error` lines check that the types still
 // reject what the package rejects.

@@ -4,16 +4,16 @@ never by CI or the tests: CI uses the committed checkpoint).
 
 Needs: torch, transformers (5.24 checked), tokenizers, safetensors, pillow, numpy; Debian's fonts-dejavu-core.
 
-    python3 scripts/train_demo_model.py [--steps N] [--out DIR]        # train, evaluate, write the card
-    python3 scripts/train_demo_model.py --time-steps 5                 # measure the step time only
-    python3 scripts/train_demo_model.py --eval-only                    # re-evaluate the checkpoint in --out
+    python3 scripts/training/train_demo_model.py [--steps N] [--out DIR]        # train, evaluate, write the card
+    python3 scripts/training/train_demo_model.py --time-steps 5                 # measure the step time only
+    python3 scripts/training/train_demo_model.py --eval-only                    # re-evaluate the checkpoint in --out
 
-Data: scripts/demo_data.py (shapes, words, busy backgrounds; training scenes from seed TRAIN_SEED, each step
+Data: scripts/training/demo_data.py (shapes, words, busy backgrounds; training scenes from seed TRAIN_SEED, each step
 new ones; held-out scenes from EVAL_SEED). Tokenizer: our own byte-level BPE trained on the prompts and the
 dataset's closed vocabulary (every word is one token), plus the Florence-2 added tokens in the processor's
-order (as scripts/make_fixtures.py builds it). Model: transformers' Florence2ForConditionalGeneration, torch
+order (as scripts/fixtures/make_fixtures.py builds it). Model: transformers' Florence2ForConditionalGeneration, torch
 CPU, fixed seeds, fixed thread count, fixed step count: the script reproduces the checkpoint on one machine.
-Metrics: scripts/demo_metrics.py on the held-out split, generated with the model's generation config.
+Metrics: scripts/training/demo_metrics.py on the held-out split, generated with the model's generation config.
 """
 
 import argparse
@@ -28,13 +28,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import demo_data as dd  # noqa: E402
 import make_fixtures as mf  # noqa: E402
 from PIL import Image, ImageDraw  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 from transformers import Florence2ForConditionalGeneration  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SEED = 1
 VISION_SEED = 4  # the vision tower's first phase (pretrain_vision)
 EVAL_SEED = 2
@@ -670,7 +671,7 @@ def stage_text(s):
 
 def stage_command(s, first):
     """The command line that runs stage s (after the stages before it)."""
-    cmd = "python3 scripts/train_demo_model.py" + ("" if first else " --resume")
+    cmd = "python3 scripts/training/train_demo_model.py" + ("" if first else " --resume")
     cmd += f" --steps {s.get('schedule_steps', s['steps'])}"
     if s.get("schedule_steps", s["steps"]) != s["steps"]:
         cmd += f" --stop-after {s['steps']}"
@@ -740,12 +741,12 @@ def write_card(out, st):
     text = f"""# florence2-shapes: a small Florence-2 trained on synthetic shapes and text
 
 A demo and quality-measurement model for this project (not a general model): Florence-2's architecture and
-tasks at a tiny size, trained from scratch by `scripts/train_demo_model.py` with the reference implementation
+tasks at a tiny size, trained from scratch by `scripts/training/train_demo_model.py` with the reference implementation
 (transformers {met.get("transformers", "5.24")} `Florence2ForConditionalGeneration`, torch CPU). Everything here
 is made by that script: {reproduce} reproduce{"s" if len(stages) == 1 else ""} it (same machine type, one thread).
 
 ## Data
-`scripts/demo_data.py`, {IMAGE}x{IMAGE} RGB scenes drawn from a seed: 1-4 shapes ({", ".join(dd.SHAPES)}) in
+`scripts/training/demo_data.py`, {IMAGE}x{IMAGE} RGB scenes drawn from a seed: 1-4 shapes ({", ".join(dd.SHAPES)}) in
 distinct colours ({", ".join(dd.COLOURS)}), one per 3x3 cell by centre, sizes 10-40% of the side, neighbours
 may overlap; 0-2 words or two-word lines ({len(dd.WORDS)} words, upper or title case) in 4 DejaVu fonts,
 {100 * dd.TEXT_SIZE[0]:g}-{100 * dd.TEXT_SIZE[1]:g}% of the side high (a two-word line too wide for the image
@@ -803,7 +804,7 @@ scenes, every task).
 {log}
 
 ## Held-out metrics (PyTorch reference, fp32, generation config above, max_new_tokens {met["max_new_tokens"]})
-{met["images"]} held-out scenes; metric definitions in `scripts/demo_metrics.py` (OD boxes ranked by their order
+{met["images"]} held-out scenes; metric definitions in `scripts/training/demo_metrics.py` (OD boxes ranked by their order
 in the answer). Our engine per weight format: `python3 scripts/bench/demo_quality.py`.
 
 | metric | value |

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Every `florence2 ...` command line in README.md and docs/*.md names a real subcommand and real flags.
 
-Usage: python3 scripts/docs_cli_test.py [FLORENCE2_BINARY] (default target/debug/florence2).
+Usage: python3 scripts/ci/docs_cli_test.py [FLORENCE2_BINARY] (default target/debug/florence2).
 For each ```sh block line that runs `florence2 SUB ...` (also `target/*/florence2`, `cargo run ... --`),
 it asks the binary for `SUB --help` and checks that every `--flag` of the line appears there. It runs no
 model (fast, < 5 s), so it covers names, not values.
-Every ```js/```html block of these pages must be, verbatim, a block of scripts/npm/README.md (whose blocks
+Every ```js/```html block of these pages must be, verbatim, a block of src/npm/README.md (whose blocks
 scripts/npm/docs_test.mjs runs as written in Chromium and Node.js), or follow a line
 `<!-- not run: REASON -->`; so must every other block that runs no `florence2` command (the README's two
 setup commands excepted: CI runs them).
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-root = Path(__file__).resolve().parent.parent
+root = Path(__file__).resolve().parents[2]
 binary = sys.argv[1] if len(sys.argv) > 1 else str(root / "target/debug/florence2")
 pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 helps = {}
@@ -61,7 +61,7 @@ for page in pages:
                 failures.append(f"{where}: `florence2 {sub}` has no flag {flag}")
         checked += 1
 SETUP_BLOCKS = {f"```sh\nbash scripts/setup.sh && bash scripts/{s}.sh\n```\n" for s in ("serve", "test")}
-npm_readme = (root / "scripts/npm/README.md").read_text()
+npm_readme = (root / "src/npm/README.md").read_text()
 js_checked = 0
 for page in pages:
     lines = page.read_text().split("\n")

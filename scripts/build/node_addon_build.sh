@@ -3,7 +3,7 @@
 # `florence2-wasm-linux-x64-gnu` (package.json with os/cpu/libc, florence2.linux-x64-gnu.node, README.md,
 # LICENSE) into OUT_DIR. The main package `florence2-wasm` names it in its optionalDependencies at the same
 # version (scripts/build.sh); its node.js loads it at run time.
-# Usage: scripts/npm/node_addon_build.sh [OUT_DIR] (default target/node-addon); PROFILE=release for an
+# Usage: scripts/build/node_addon_build.sh [OUT_DIR] (default target/node-addon); PROFILE=release for an
 # optimized build (default: debug, which CI's other phases already compile).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -34,7 +34,7 @@ cat > "$pkgdir/package.json" <<JSON
   "license": "MIT"
 }
 JSON
-cp "$root/scripts/npm/LICENSE" "$pkgdir/LICENSE"
+cp "$root/src/npm/LICENSE" "$pkgdir/LICENSE"
 cat > "$pkgdir/README.md" <<MD
 # florence2-wasm-$triple
 

@@ -1,6 +1,6 @@
 //! Writes every preprocessed variant of every shader the launchers compile (`ops::SHADERS`, each subset
 //! of the names its `#if`s test) to a folder, one file per variant named `SHADER[+DEFINE...].wgsl`, so
-//! tools that read plain WGSL (`scripts/check_wgsl.mjs`: Tint, the browser's compiler) see exactly what
+//! tools that read plain WGSL (`scripts/ci/check_wgsl.mjs`: Tint, the browser's compiler) see exactly what
 //! the GPU gets. Needs no GPU.
 //!
 //! Usage: `cargo run --example wgsl_variants -- OUT_DIR`

@@ -1,4 +1,4 @@
-"""Synthetic shapes-and-text scenes with Florence-2 targets, for scripts/train_demo_model.py.
+"""Synthetic shapes-and-text scenes with Florence-2 targets, for scripts/training/train_demo_model.py.
 
 Every scene is a pure function of (split seed, index): coloured shapes (distinct colours, one per 3x3 cell
 by centre, neighbours may overlap), 0-2 rendered words or short lines (DejaVu fonts, some rotated) and a busy

@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 
 const require = createRequire(import.meta.url);
 
-/** The optional package for each platform a release builds (see scripts/npm/node_addon_targets.json). */
+/** The optional package for each platform a release builds (see src/npm/node_addon_targets.json). */
 export const PLATFORM_PACKAGES = {
   "linux-x64-gnu": "florence2-wasm-linux-x64-gnu",
   "linux-arm64-gnu": "florence2-wasm-linux-arm64-gnu",

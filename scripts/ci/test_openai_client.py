@@ -12,7 +12,7 @@ Starts the server on a free loopback port with the tiny4 fixture model, then che
   model's name), a plain-text prompt (the default task, named in `florence2_result.default_task`), a 401
   (`AuthenticationError`, with an API key set), and SIGTERM -> exit status 0.
 
-Usage: python scripts/test_openai_client.py [--bin target/debug/florence2]
+Usage: python scripts/ci/test_openai_client.py [--bin target/debug/florence2]
 """
 
 import argparse
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import openai
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 MODEL = FIXTURES / "models" / "tiny4"
 

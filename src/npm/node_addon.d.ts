@@ -1,4 +1,4 @@
-// Types of scripts/npm/node_addon.js: the `Florence2` API on the native Node addon.
+// Types of src/npm/node_addon.js: the `Florence2` API on the native Node addon.
 
 // Errors carry the facade's names (`Florence2ErrorName` of the package's types) as `error.name`.
 

@@ -1,5 +1,5 @@
-"""Task-quality metrics for the synthetic demo model (scripts/demo_data.py scenes), used by
-scripts/train_demo_model.py (PyTorch reference) and scripts/bench/demo_quality.py (our engine).
+"""Task-quality metrics for the synthetic demo model (scripts/training/demo_data.py scenes), used by
+scripts/training/train_demo_model.py (PyTorch reference) and scripts/bench/demo_quality.py (our engine).
 
 Inputs are post-processed results as Florence-2's post-processor gives them with float coordinates
 (`{"bboxes", "labels"}`, `{"quad_boxes", "labels"}` or a string), per task, per held-out image.
@@ -299,9 +299,10 @@ def sys_path_scripts():
     import sys
     from pathlib import Path
 
-    p = str(Path(__file__).resolve().parent)
-    if p not in sys.path:
-        sys.path.insert(0, p)
+    here = Path(__file__).resolve().parent
+    for p in (str(here), str(here.parent / "fixtures")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
 
 
 def evaluate_dir(model_dir, seed, n, size, tok, max_new_tokens=96):

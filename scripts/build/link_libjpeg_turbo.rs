@@ -4,7 +4,7 @@
 //! nothing for wasm32 or without the feature.
 
 fn main() {
-    println!("cargo:rerun-if-changed=scripts/link_libjpeg_turbo.rs");
+    println!("cargo:rerun-if-changed=scripts/build/link_libjpeg_turbo.rs");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     if std::env::var_os("CARGO_FEATURE_LIBJPEG_TURBO").is_none()
         || std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("wasm32")

@@ -12,7 +12,7 @@
 //
 // Usage (Dawn for node is the npm package `webgpu`; it is not a dependency of the crate):
 //   npm install --prefix /tmp/dawn webgpu@0.6.2
-//   NODE_PATH=/tmp/dawn/node_modules node scripts/check_wgsl.mjs
+//   NODE_PATH=/tmp/dawn/node_modules node scripts/ci/check_wgsl.mjs
 // Each file is checked in its own child process, so one file's crash cannot hide another's result.
 import fs from 'node:fs';
 import os from 'node:os';
@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 let files = process.argv.slice(2);
 if (files.length === 0) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wgsl-variants-'));
-  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..');
+  const root = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
   const r = spawnSync('cargo', ['run', '--quiet', '--example', 'wgsl_variants', '--', dir], {
     cwd: root,
     stdio: 'inherit',

@@ -5,12 +5,12 @@
 # fixture model at /model/ and tests/fixtures at /fixtures/, runs www/tests/*.test.mjs with node's test
 # runner, then stops the server. Screenshots go to test-output/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 export NODEVICE_SELECT=1
 
-if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders scripts/npm/*.js scripts/npm/*.d.ts scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
+if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
   scripts/build.sh
 fi
 cargo build --bin florence2

@@ -1,4 +1,4 @@
-// Driven by scripts/npm_package_test.sh: node scripts/npm_package_test.mjs APP_DIR TARBALL.
+// Driven by scripts/ci/npm_package_test.sh: node scripts/ci/npm_package_test.mjs APP_DIR TARBALL.
 // APP_DIR is a scratch npm project with the packed florence2-wasm installed. Checks the installed package
 // (name, license, README, types without `any`), then serves a plain ES-module page importing
 // "florence2-wasm" through an import map and runs the tiny2 fixture model in headless Chromium's WebGPU,
@@ -11,7 +11,7 @@ import { join, normalize, extname, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const [app, tarball] = process.argv.slice(2);
 const require = createRequire(join(root, "www", "package.json"));
 const { chromium } = require("playwright-core");

@@ -21,13 +21,13 @@
 # with skipLibCheck off against the installed tarball (typescript and @types/node pinned in
 # scripts/npm/bundlers/package-lock.json).
 # `tarball`: scripts/npm/node_tarball_test.mjs: the main tarball and the native addon's linux-x64-gnu
-# platform package (scripts/npm/node_addon_build.sh, debug) installed offline into fresh apps: with both, the
+# platform package (scripts/build/node_addon_build.sh, debug) installed offline into fresh apps: with both, the
 # addon's ids equal the CLI's (every dtype, greedy and beam, memory.engine "native"; device gpu on lavapipe;
 # onToken, encodeImage, a hub id from an offline Hugging Face cache); with the main tarball only, the same
 # app runs on the wasm and says so, and device cpu/gpu are named errors.
 # NPM_TESTS="package node tarball loading docs bundlers types" (default: all) picks parts.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 if [ "${PKG_PROFILE:-dev}" = release ]; then scripts/build.sh; else scripts/build.sh --dev; fi
 if [ ! -d www/node_modules/playwright-core ]; then
@@ -41,7 +41,7 @@ mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
 parts=" ${NPM_TESTS:-package node tarball loading docs bundlers types} "
 if [[ $parts == *" package "* ]]; then
-  node scripts/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
+  node scripts/ci/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   node scripts/npm/draw_test.mjs "$scratch/app"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).
   dry=$(cd pkg && npm publish --dry-run 2>&1)
@@ -57,7 +57,7 @@ if [[ $parts == *" node "* ]]; then
 fi
 if [[ $parts == *" tarball "* ]]; then
   cargo build --bin florence2
-  platform=$(scripts/npm/node_addon_build.sh "$scratch/addon" | tail -1)
+  platform=$(scripts/build/node_addon_build.sh "$scratch/addon" | tail -1)
   node scripts/npm/node_tarball_test.mjs "$scratch/$tarball" "$platform"
 fi
 if [[ $parts == *" loading "* ]]; then

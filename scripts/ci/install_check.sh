@@ -10,10 +10,10 @@
 #     packaged sources alone (so the `include` list misses nothing the build reads); the dependencies are
 #     reused from the debug build, the crate itself compiles once more (55 s measured on 2 busy cores).
 #     --allow-dirty: the phase also runs in a working tree with changes.
-# The npm package's `npm publish --dry-run` is checked by scripts/npm_package_test.sh on its tarball.
-#   scripts/install_check.sh
+# The npm package's `npm publish --dry-run` is checked by scripts/ci/npm_package_test.sh on its tarball.
+#   scripts/ci/install_check.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -67,7 +67,7 @@ repo=$PWD
 echo "cargo install: $bin runs (version, parse, run on tiny2)"
 
 # 3. The crate as the registry would get it.
-cmp -s LICENSE scripts/npm/LICENSE || fail "LICENSE and scripts/npm/LICENSE differ"
+cmp -s LICENSE src/npm/LICENSE || fail "LICENSE and src/npm/LICENSE differ"
 CARGO_TARGET_DIR="$PWD/target" cargo publish --dry-run --allow-dirty --quiet 2> "$tmp/publish.err" ||
   { cat "$tmp/publish.err" >&2; fail "cargo publish --dry-run failed"; }
 # Expected warnings: the dry run's own, and the test and bench targets whose files `include` leaves out.

@@ -5,12 +5,12 @@
 # fence) run while two busy processes hold the machine's
 # cores, as on a developer's loaded machine where CI runs. They must pass: a test that waits on time
 # instead of events fails here first.
-#   scripts/contention.sh [BUSY_PROCESSES] [PART]   (default 2; PART: native, browser or all, default all)
+#   scripts/ci/contention.sh [BUSY_PROCESSES] [PART]   (default 2; PART: native, browser or all, default all)
 # scripts/test.sh runs `native` after the native tests and `browser` after the browser tests, so that
 # neither part compiles its test binaries beside the busy loops (a cold wasm test build there took
 # minutes of CI time).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 busy="${1:-2}"
 part="${2:-all}"
 pids=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of every parser that takes untrusted input (scripts/fuzz/README.md).
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s each, every target)
+#   scripts/ci/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s each, every target)
 #
 # Targets: header stream config index prompt postprocess image json pickle hub. libFuzzer (libfuzzer-sys) on the
 # STABLE toolchain: coverage comes from rustc's stable `-C passes=sancov-module` + `-C llvm-args` flags,
@@ -9,7 +9,7 @@
 # what the fuzzer adds goes to target/fuzz/corpus/TARGET; crashes to target/fuzz/artifacts/TARGET/.
 # Fails if any target finds a crash, a timeout (10 s per input), or exceeds its memory bound.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
