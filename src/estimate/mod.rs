@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::model::bart::default_kv_dtype;
 use crate::model::davit_plan::TowerShape;
 use crate::model::generate::GenerateOptions;
-use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
+use crate::model::generate::DEFAULT_MAX_NEW_TOKENS;
 use crate::processor::image::ImageProcessorConfig;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
 use crate::weights::source::ModelFiles;

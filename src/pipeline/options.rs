@@ -2,10 +2,8 @@
 //! `generation_config.json`, then config.json, then Florence-2's defaults).
 
 use crate::error::{Error, Result};
+pub use crate::model::generate::DEFAULT_MAX_NEW_TOKENS;
 use crate::model::generate::{EarlyStopping, GenerateOptions, MAX_BEAMS};
-
-/// The model card's `max_new_tokens` (generation is also bounded by the decoder's position table).
-pub const DEFAULT_MAX_NEW_TOKENS: usize = 1024;
 
 /// What one task may change; `None` keeps the pipeline's default.
 #[derive(Clone, Debug, Default, PartialEq)]
