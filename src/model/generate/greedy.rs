@@ -1,42 +1,16 @@
 //! Greedy decoding with the reference's logits processors, one submit and a few bytes of readback per
 //! step. [`GreedyJob`] is the decoding as steps a driver runs ([`crate::model::generate::DecodeJob`]):
-//! [`greedy`] drives one job alone, a batch driver drives many through one decoder step.
+//! [`crate::model::generate::greedy`] drives one job alone, a batch driver drives many through one decoder
+//! step.
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gpu::{staging_buffer, DType, Device, Pending, Plan, Recorder, Staging, Tensor};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
-use crate::model::generate::job::{Begin, DecodeJob};
 use crate::model::generate::processors::{argmax_allowed, pick, NextToken, Processors};
-use crate::model::generate::{GenerateOptions, TOPK_MAX};
+use crate::model::generate::{Begin, GenerateOptions, TOPK_MAX};
 use crate::ops;
-
-/// Greedy decoding from `opts.decoder_start_token_id` against one image's cross-attention K/V. Returns
-/// the sequence with the start token first (as the reference's `generate` does), ending at an EOS id or
-/// at `max_length`. `cancel` is polled before every step.
-pub async fn greedy(
-    decoder: &Decoder,
-    gpu: &Arc<Device>,
-    cross: &CrossKv,
-    opts: &GenerateOptions,
-    cancel: &dyn Fn() -> bool,
-) -> Result<Vec<u32>> {
-    greedy_observed(decoder, gpu, cross, opts, cancel, &|_| {}).await
-}
-
-/// [`greedy`], calling `on_token` with each token as it is appended (the start token excluded).
-pub async fn greedy_observed(
-    decoder: &Decoder,
-    gpu: &Arc<Device>,
-    cross: &CrossKv,
-    opts: &GenerateOptions,
-    cancel: &dyn Fn() -> bool,
-    on_token: &dyn Fn(u32),
-) -> Result<Vec<u32>> {
-    let job = DecodeJob::Greedy(Box::new(GreedyJob::new(decoder, gpu, cross, opts)?));
-    job.run_alone(decoder, gpu, cancel, on_token).await
-}
 
 /// One greedy decoding as steps: [`GreedyJob::begin`] (before the decoder step), the step,
 /// [`GreedyJob::record_pick`] (after it, in the same submit), [`GreedyJob::resolve`] (after the submit).

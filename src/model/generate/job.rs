@@ -13,18 +13,7 @@ use crate::gpu::{Device, Recorder};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
 use crate::model::generate::beam::BeamJob;
 use crate::model::generate::greedy::GreedyJob;
-use crate::model::generate::GenerateOptions;
-
-/// What [`DecodeJob::begin`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Begin {
-    /// The generation is over.
-    Done,
-    /// This step needed no decoder run (forced final tokens) and is taken.
-    Skipped,
-    /// Run the decoder for the job's state at this position, then [`DecodeJob::record_pick`].
-    Run(u32),
-}
+use crate::model::generate::{Begin, GenerateOptions};
 
 /// A greedy or beam-search generation, stepped by a driver.
 pub enum DecodeJob<'a> {
@@ -164,4 +153,18 @@ impl<'a> DecodeJob<'a> {
 
 fn no_state() -> Error {
     Error::shape("generate", "a decoder step without a state")
+}
+
+/// Greedy decoding from `opts.decoder_start_token_id` against one image's cross-attention K/V: one job
+/// driven alone. Returns the sequence with the start token first (as the reference's `generate` does),
+/// ending at an EOS id or at `max_length`. `cancel` is polled before every step.
+pub async fn greedy(
+    decoder: &Decoder,
+    gpu: &Arc<Device>,
+    cross: &CrossKv,
+    opts: &GenerateOptions,
+    cancel: &dyn Fn() -> bool,
+) -> Result<Vec<u32>> {
+    let job = DecodeJob::Greedy(Box::new(GreedyJob::new(decoder, gpu, cross, opts)?));
+    job.run_alone(decoder, gpu, cancel, &|_| {}).await
 }

@@ -19,8 +19,7 @@ use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 
 pub use beam::beam_search;
-pub use greedy::greedy;
-pub use job::{Begin, DecodeJob};
+pub use job::{greedy, DecodeJob};
 pub use processors::{NextToken, Processors};
 
 /// Largest k the GPU top-k supports; with more bans than this a step reads its full logits row.
@@ -54,8 +53,21 @@ impl std::str::FromStr for EarlyStopping {
     }
 }
 
+/// What [`DecodeJob::begin`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// The generation is over.
+    Done,
+    /// This step needed no decoder run (forced final tokens) and is taken.
+    Skipped,
+    /// Run the decoder for the job's state at this position, then [`DecodeJob::record_pick`].
+    Run(u32),
+}
+
 /// Florence-2's defaults (its checkpoints' generation settings / the model card).
 pub const DEFAULT_NUM_BEAMS: usize = 3;
+/// The model card's `max_new_tokens` (generation is also bounded by the decoder's position table).
+pub const DEFAULT_MAX_NEW_TOKENS: usize = 1024;
 pub const DEFAULT_NO_REPEAT_NGRAM_SIZE: usize = 3;
 /// More beams than this are refused (each beam is a decoder batch row).
 pub const MAX_BEAMS: usize = 64;
