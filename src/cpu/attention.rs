@@ -274,82 +274,138 @@ unsafe fn block_avx2(job: &Job, at: (usize, usize, usize), out: &mut [f32], dst:
 /// GEMM).
 #[inline(always)]
 fn block_body(job: &Job, (bi, i0, h): (usize, usize, usize), out: &mut [f32], dst: Dst) {
-    let Job { q, k, v, d, opts } = *job;
-    let hd = d.c / opts.heads;
+    let d = job.d;
+    let hd = d.c / job.opts.heads;
     let rows = out.len().div_ceil(dst.stride);
-    let kv_len = opts.kv_len.unwrap_or(d.tk).min(d.tk);
-    let vis_end = |i: usize| {
-        if opts.causal {
-            kv_len.min(opts.q_offset + i + 1)
-        } else {
-            kv_len
-        }
+    let kv_len = job.opts.kv_len.unwrap_or(d.tk).min(d.tk);
+    let mut b = Block {
+        job,
+        bi,
+        i0,
+        h,
+        hd,
+        rows,
+        kv_len,
+        l: 0,
+        kb: if d.bk == 1 { 0 } else { bi },
     };
-    let l = vis_end(i0 + rows - 1); // keys any row of the block sees
-    let kb = if d.bk == 1 { 0 } else { bi };
-    // Query row r of the block, scaled, into `dst` (D).
-    let qrow_into = |r: usize, dst: &mut [f32]| {
-        let base = (bi * d.tq + i0 + r) * q.stride + q.off + h * hd;
+    b.l = b.vis_end(i0 + rows - 1); // keys any row of the block sees
+    if rows <= DIRECT_ROWS {
+        b.direct(out, dst);
+    } else if rows * b.l * hd < GEMM_WORK || !b.on_gemm(out, dst) {
+        b.gathered(out, dst);
+    }
+}
+
+/// One block's place: batch row `bi`, head `h`, query rows `i0 .. i0 + rows`, the first `l` keys.
+struct Block<'a, 'j> {
+    job: &'j Job<'a>,
+    bi: usize,
+    i0: usize,
+    h: usize,
+    hd: usize,
+    rows: usize,
+    kv_len: usize,
+    l: usize,
+    /// The K/V batch row (0 when K and V are shared by every batch row).
+    kb: usize,
+}
+
+impl Block<'_, '_> {
+    /// Keys query row `i` sees.
+    #[inline(always)]
+    fn vis_end(&self, i: usize) -> usize {
+        let o = self.job.opts;
+        if o.causal {
+            self.kv_len.min(o.q_offset + i + 1)
+        } else {
+            self.kv_len
+        }
+    }
+
+    /// Query row r of the block, scaled, into `dst` (D).
+    #[inline(always)]
+    fn qrow_into(&self, r: usize, dst: &mut [f32]) {
+        let (q, d, hd) = (&self.job.q, self.job.d, self.hd);
+        let base = (self.bi * d.tq + self.i0 + r) * q.stride + q.off + self.h * hd;
+        let scale = self.job.opts.scale;
         dst.iter_mut()
             .zip(&q.data[base..base + hd])
-            .for_each(|(o, &x)| *o = x * opts.scale);
-    };
-    let qrow = |r: usize| -> Vec<f32> {
-        let mut v = vec![0f32; hd];
-        qrow_into(r, &mut v);
+            .for_each(|(o, &x)| *o = x * scale);
+    }
+
+    #[inline(always)]
+    fn qrow(&self, r: usize) -> Vec<f32> {
+        let mut v = vec![0f32; self.hd];
+        self.qrow_into(r, &mut v);
         v
-    };
-    let mask_row = |i: usize, sr: &mut [f32]| {
-        if let Some(m) = opts.mask {
-            let n = sr.len();
+    }
+
+    /// Adds the mask's row `i` to the scores `sr`.
+    #[inline(always)]
+    fn mask_row(&self, i: usize, sr: &mut [f32]) {
+        if let Some(m) = self.job.opts.mask {
+            let (n, tk) = (sr.len(), self.job.d.tk);
             sr.iter_mut()
-                .zip(&m[i * d.tk..i * d.tk + n])
+                .zip(&m[i * tk..i * tk + n])
                 .for_each(|(x, &mv)| *x += mv);
         }
-    };
-    if rows <= DIRECT_ROWS {
-        let mut s = vec![0f32; l.max(1)];
+    }
+
+    /// Key row j's K or V slice (D) of this block's head.
+    #[inline(always)]
+    fn kv_row<'s>(&self, src: &'s Src<KvRef<'_>>, j: usize, tmp: &'s mut [f32]) -> &'s [f32] {
+        src.row(self.kb * self.job.d.tk + j, self.h * self.hd, self.hd, tmp)
+    }
+
+    /// Few query rows: each key and value row read where it is.
+    #[inline(always)]
+    fn direct(&self, out: &mut [f32], dst: Dst) {
+        let hd = self.hd;
+        let mut s = vec![0f32; self.l.max(1)];
         let mut kr = vec![0f32; hd];
         let mut qr = vec![0f32; hd];
-        for r in 0..rows {
-            let i = i0 + r;
-            let n = vis_end(i);
+        for r in 0..self.rows {
+            let i = self.i0 + r;
+            let n = self.vis_end(i);
             let orow = &mut out[r * dst.stride + dst.col..][..hd];
             orow.fill(0.0);
             if n == 0 {
                 continue; // no visible key: zeros
             }
-            qrow_into(r, &mut qr);
+            self.qrow_into(r, &mut qr);
             for (j, sj) in s[..n].iter_mut().enumerate() {
-                let krow = k.row(kb * d.tk + j, h * hd, hd, &mut kr);
-                *sj = dot8(&qr, krow);
+                *sj = dot8(&qr, self.kv_row(&self.job.k, j, &mut kr));
             }
-            mask_row(i, &mut s[..n]);
+            self.mask_row(i, &mut s[..n]);
             softmax_row(&mut s[..n]);
             for (j, &p) in s[..n].iter().enumerate() {
-                let vr = v.row(kb * d.tk + j, h * hd, hd, &mut kr);
+                let vr = self.kv_row(&self.job.v, j, &mut kr);
                 orow.iter_mut().zip(vr).for_each(|(a, &x)| *a += p * x);
             }
         }
-        return;
     }
-    if rows * l * hd >= GEMM_WORK {
-        let qh: Vec<f32> = (0..rows).flat_map(qrow).collect(); // (rows, D)
+
+    /// Long blocks: both products on the GEMM. False when the GEMM declines (nothing written).
+    #[inline(always)]
+    fn on_gemm(&self, out: &mut [f32], dst: Dst) -> bool {
+        let (rows, l, hd) = (self.rows, self.l, self.hd);
+        let qh: Vec<f32> = (0..rows).flat_map(|r| self.qrow(r)).collect(); // (rows, D)
         let mut s = vec![0f32; rows * l];
         let mut o = vec![0f32; rows * hd];
         let mut kr = vec![0f32; hd];
         let mut kh = Vec::with_capacity(l * hd); // (L, D)
         let mut vt = vec![0f32; hd * l]; // V^T (D, L)
         for j in 0..l {
-            kh.extend_from_slice(k.row(kb * d.tk + j, h * hd, hd, &mut kr));
-            for (e, &x) in v.row(kb * d.tk + j, h * hd, hd, &mut kr).iter().enumerate() {
+            kh.extend_from_slice(self.kv_row(&self.job.k, j, &mut kr));
+            for (e, &x) in self.kv_row(&self.job.v, j, &mut kr).iter().enumerate() {
                 vt[e * l + j] = x;
             }
         }
         let ok = gemm_block(&qh, &kh, &vt, (rows, l, hd), &mut s, &mut o, |r, sr| {
-            let i = i0 + r;
-            let n = vis_end(i);
-            mask_row(i, &mut sr[..n]);
+            let i = self.i0 + r;
+            let n = self.vis_end(i);
+            self.mask_row(i, &mut sr[..n]);
             sr[n..].fill(0.0);
             if n > 0 {
                 softmax_row(&mut sr[..n]);
@@ -359,34 +415,46 @@ fn block_body(job: &Job, (bi, i0, h): (usize, usize, usize), out: &mut [f32], ds
             for (r, src) in o.chunks_exact(hd).enumerate() {
                 out[r * dst.stride + dst.col..][..hd].copy_from_slice(src);
             }
-            return;
         }
+        ok
     }
-    let (kt, vv) = gather(k, v, (kb * d.tk, l), (h * hd, hd));
-    let mut s = vec![0f32; 4 * l.max(1)];
-    let mut o = vec![0f32; 4 * hd];
-    for r0 in (0..rows).step_by(4) {
-        let qb = 4.min(rows - r0);
-        let qr: Vec<Vec<f32>> = (0..qb).map(|r| qrow(r0 + r)).collect();
-        scores(&qr, &kt, l, &mut s);
-        o.fill(0.0);
-        for r in 0..qb {
-            let i = i0 + r0 + r;
-            let n = vis_end(i);
-            let sr = &mut s[r * l..r * l + n];
-            mask_row(i, sr);
-            if n == 0 {
-                continue; // no visible key: zeros
+
+    /// The visible keys gathered into K^T (D, L) and V (L, D), then 4 query rows x 8 keys at a time.
+    #[inline(always)]
+    fn gathered(&self, out: &mut [f32], dst: Dst) {
+        let (rows, l, hd, d) = (self.rows, self.l, self.hd, self.job.d);
+        let (kt, vv) = gather(
+            self.job.k,
+            self.job.v,
+            (self.kb * d.tk, l),
+            (self.h * hd, hd),
+        );
+        let mut s = vec![0f32; 4 * l.max(1)];
+        let mut o = vec![0f32; 4 * hd];
+        for r0 in (0..rows).step_by(4) {
+            let qb = 4.min(rows - r0);
+            let qr: Vec<Vec<f32>> = (0..qb).map(|r| self.qrow(r0 + r)).collect();
+            scores(&qr, &kt, l, &mut s);
+            o.fill(0.0);
+            for r in 0..qb {
+                let i = self.i0 + r0 + r;
+                let n = self.vis_end(i);
+                let sr = &mut s[r * l..r * l + n];
+                self.mask_row(i, sr);
+                if n == 0 {
+                    continue; // no visible key: zeros
+                }
+                softmax_row(sr);
+                let orow = &mut o[r * hd..(r + 1) * hd];
+                for (j, &p) in sr.iter().enumerate() {
+                    let vr = &vv[j * hd..(j + 1) * hd];
+                    orow.iter_mut().zip(vr).for_each(|(a, &x)| *a += p * x);
+                }
             }
-            softmax_row(sr);
-            let orow = &mut o[r * hd..(r + 1) * hd];
-            for (j, &p) in sr.iter().enumerate() {
-                let vr = &vv[j * hd..(j + 1) * hd];
-                orow.iter_mut().zip(vr).for_each(|(a, &x)| *a += p * x);
+            for r in 0..qb {
+                out[(r0 + r) * dst.stride + dst.col..][..hd]
+                    .copy_from_slice(&o[r * hd..(r + 1) * hd]);
             }
-        }
-        for r in 0..qb {
-            out[(r0 + r) * dst.stride + dst.col..][..hd].copy_from_slice(&o[r * hd..(r + 1) * hd]);
         }
     }
 }
