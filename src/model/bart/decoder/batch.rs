@@ -86,6 +86,39 @@ fn copy_rows(
     )
 }
 
+/// The states of one batched step and where each one's rows start in the batch buffers `b`.
+struct Rows<'a> {
+    states: &'a [&'a DecoderState],
+    starts: Vec<usize>,
+    b: &'a BatchScratch,
+}
+
+impl<'a> Rows<'a> {
+    fn new(states: &'a [&'a DecoderState], b: &'a BatchScratch) -> Self {
+        let starts = states
+            .iter()
+            .scan(0, |acc, s| {
+                let r0 = *acc;
+                *acc += s.batch;
+                Some(r0)
+            })
+            .collect();
+        Rows { states, starts, b }
+    }
+
+    /// `f(rec, state, first row)` for each state in order.
+    fn each(
+        &self,
+        rec: &mut Recorder,
+        f: &mut dyn FnMut(&mut Recorder, &DecoderState, usize) -> Result<()>,
+    ) -> Result<()> {
+        for (s, &r0) in self.states.iter().zip(&self.starts) {
+            f(rec, s, r0)?;
+        }
+        Ok(())
+    }
+}
+
 impl Decoder {
     /// Scratch for batched steps of up to `rows` rows in all.
     pub fn batch_scratch(&self, gpu: &Arc<Device>, rows: usize) -> Result<BatchScratch> {
@@ -127,28 +160,25 @@ impl Decoder {
                 format!("{total} rows for a scratch of {}", scratch.rows),
             ));
         }
-        let d = self.d;
-        let b = scratch.rows_of(total, d)?;
-        // Row offset of each state in the batch.
-        let starts: Vec<usize> = states
-            .iter()
-            .scan(0, |acc, s| {
-                let r0 = *acc;
-                *acc += s.batch;
-                Some(r0)
-            })
-            .collect();
-        let each = |rec: &mut Recorder,
-                    f: &mut dyn FnMut(&mut Recorder, &DecoderState, usize) -> Result<()>|
-         -> Result<()> {
-            for (s, &r0) in states.iter().zip(&starts) {
-                f(rec, s, r0)?;
-            }
-            Ok(())
-        };
+        let b = scratch.rows_of(total, self.d)?;
+        let rows = Rows::new(states, &b);
+        self.embed_batch(rec, &rows)?;
+        let scale = ((self.d / self.heads) as f32).powf(-0.5);
+        for i in 0..self.layers.len() {
+            self.layer_batch(rec, &rows, i, scale)?;
+        }
+        let v = self.vocab;
+        self.lm_head
+            .forward_rows(rec, &b.x, Act::None, None, &b.logits)?; // (R, V)
+        rows.each(rec, &mut |rec, s, r0| {
+            copy_rows(rec, (&b.logits, r0), (&s.logits, 0), s.batch, v)
+        })
+    }
 
-        // Embedding (batch), position (each state's own), layernorm_embedding (batch).
-        each(rec, &mut |rec, s, r0| {
+    /// Embedding (batch), position (each state's own), layernorm_embedding (batch).
+    fn embed_batch(&self, rec: &mut Recorder, rows: &Rows) -> Result<()> {
+        let (b, d) = (rows.b, self.d);
+        rows.each(rec, &mut |rec, s, r0| {
             copy_rows(rec, (&s.tokens, 0), (&b.tokens, r0), s.batch, 1)
         })?;
         self.embed_tokens.forward(rec, &b.tokens, &b.x)?; // (R, D)
@@ -156,63 +186,59 @@ impl Decoder {
             ops::elementwise::scale(rec, &b.x, self.embed_scale, &b.x)?; // (R, D)
         }
         let w = &self.embed_positions.weight;
-        each(rec, &mut |rec, s, r0| {
+        rows.each(rec, &mut |rec, s, r0| {
             copy_rows(rec, (&b.x, r0), (&s.x, 0), s.batch, d)?;
             ops::decode_step::pos_add(rec, &s.x, w, &s.step, STEP_POS_ROW)?; // (B, D)
             copy_rows(rec, (&s.x, 0), (&b.x, r0), s.batch, d)
         })?;
-        self.layernorm_embedding.forward(rec, &b.x, &b.x)?; // (R, D)
+        self.layernorm_embedding.forward(rec, &b.x, &b.x) // (R, D)
+    }
 
-        let scale = ((d / self.heads) as f32).powf(-0.5);
-        for (i, l) in self.layers.iter().enumerate() {
-            // Self-attention: projections for the batch, cache and attention per state.
-            let sa = &l.self_attn;
-            sa.q_proj.forward_rows(rec, &b.x, Act::None, None, &b.q)?; // (R, D)
-            sa.k_proj.forward_rows(rec, &b.x, Act::None, None, &b.k)?; // (R, D)
-            sa.v_proj.forward_rows(rec, &b.x, Act::None, None, &b.v)?; // (R, D)
-            each(rec, &mut |rec, s, r0| {
-                let n = s.batch;
-                copy_rows(rec, (&b.q, r0), (&s.q, 0), n, d)?;
-                copy_rows(rec, (&b.k, r0), (&s.kn, 0), n, d)?;
-                copy_rows(rec, (&b.v, r0), (&s.vn, 0), n, d)?;
-                let (ck, cv) = (&s.self_k[i], &s.self_v[i]);
-                ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
-                let opts = self.self_opts(scale, &s.step);
-                let (q3, a3) = (s.q.reshape(&[n, 1, d])?, s.a.reshape(&[n, 1, d])?);
-                ops::attention::attention(rec, &q3, ck, cv, &opts, &a3)?; // (B, 1, D)
-                copy_rows(rec, (&s.a, 0), (&b.a, r0), n, d)
-            })?;
-            sa.out_proj
-                .forward_rows(rec, &b.a, Act::None, Some(&b.x), &b.t)?; // (R, D)
-            l.self_attn_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
+    /// Decoder layer `i` over the batch: projections and feed-forward for all rows at once, the caches
+    /// and attention per state.
+    fn layer_batch(&self, rec: &mut Recorder, rows: &Rows, i: usize, scale: f32) -> Result<()> {
+        let (b, d, l) = (rows.b, self.d, &self.layers[i]);
+        // Self-attention: projections for the batch, cache and attention per state.
+        let sa = &l.self_attn;
+        sa.q_proj.forward_rows(rec, &b.x, Act::None, None, &b.q)?; // (R, D)
+        sa.k_proj.forward_rows(rec, &b.x, Act::None, None, &b.k)?; // (R, D)
+        sa.v_proj.forward_rows(rec, &b.x, Act::None, None, &b.v)?; // (R, D)
+        rows.each(rec, &mut |rec, s, r0| {
+            let n = s.batch;
+            copy_rows(rec, (&b.q, r0), (&s.q, 0), n, d)?;
+            copy_rows(rec, (&b.k, r0), (&s.kn, 0), n, d)?;
+            copy_rows(rec, (&b.v, r0), (&s.vn, 0), n, d)?;
+            let (ck, cv) = (&s.self_k[i], &s.self_v[i]);
+            ops::decode_step::kv_write(rec, &s.kn, &s.vn, ck, cv, &s.step, STEP_CACHE_ROW)?;
+            let opts = self.self_opts(scale, &s.step);
+            let (q3, a3) = (s.q.reshape(&[n, 1, d])?, s.a.reshape(&[n, 1, d])?);
+            ops::attention::attention(rec, &q3, ck, cv, &opts, &a3)?; // (B, 1, D)
+            copy_rows(rec, (&s.a, 0), (&b.a, r0), n, d)
+        })?;
+        sa.out_proj
+            .forward_rows(rec, &b.a, Act::None, Some(&b.x), &b.t)?; // (R, D)
+        l.self_attn_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
 
-            // Cross-attention: each state's own image + prompt K/V.
-            let ea = &l.encoder_attn;
-            ea.q_proj.forward_rows(rec, &b.x, Act::None, None, &b.q)?; // (R, D)
-            each(rec, &mut |rec, s, r0| {
-                let n = s.batch;
-                copy_rows(rec, (&b.q, r0), (&s.q, 0), n, d)?;
-                let opts = self.cross_opts(scale);
-                let (q3, a3) = (s.q.reshape(&[n, 1, d])?, s.a.reshape(&[n, 1, d])?);
-                let (xk, xv) = (&s.cross.k[i], &s.cross.v[i]);
-                ops::attention::attention(rec, &q3, xk, xv, &opts, &a3)?; // (B, 1, D)
-                copy_rows(rec, (&s.a, 0), (&b.a, r0), n, d)
-            })?;
-            ea.out_proj
-                .forward_rows(rec, &b.a, Act::None, Some(&b.x), &b.t)?; // (R, D)
-            l.encoder_attn_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
+        // Cross-attention: each state's own image + prompt K/V.
+        let ea = &l.encoder_attn;
+        ea.q_proj.forward_rows(rec, &b.x, Act::None, None, &b.q)?; // (R, D)
+        rows.each(rec, &mut |rec, s, r0| {
+            let n = s.batch;
+            copy_rows(rec, (&b.q, r0), (&s.q, 0), n, d)?;
+            let opts = self.cross_opts(scale);
+            let (q3, a3) = (s.q.reshape(&[n, 1, d])?, s.a.reshape(&[n, 1, d])?);
+            let (xk, xv) = (&s.cross.k[i], &s.cross.v[i]);
+            ops::attention::attention(rec, &q3, xk, xv, &opts, &a3)?; // (B, 1, D)
+            copy_rows(rec, (&s.a, 0), (&b.a, r0), n, d)
+        })?;
+        ea.out_proj
+            .forward_rows(rec, &b.a, Act::None, Some(&b.x), &b.t)?; // (R, D)
+        l.encoder_attn_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
 
-            // Feed-forward.
-            l.fc1.forward_rows(rec, &b.x, self.act, None, &b.f)?; // (R, F)
-            l.fc2.forward_rows(rec, &b.f, Act::None, Some(&b.x), &b.t)?; // (R, D)
-            l.final_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
-        }
-        let v = self.vocab;
-        self.lm_head
-            .forward_rows(rec, &b.x, Act::None, None, &b.logits)?; // (R, V)
-        each(rec, &mut |rec, s, r0| {
-            copy_rows(rec, (&b.logits, r0), (&s.logits, 0), s.batch, v)
-        })
+        // Feed-forward.
+        l.fc1.forward_rows(rec, &b.x, self.act, None, &b.f)?; // (R, F)
+        l.fc2.forward_rows(rec, &b.f, Act::None, Some(&b.x), &b.t)?; // (R, D)
+        l.final_layer_norm.forward(rec, &b.t, &b.x) // (R, D)
     }
 
     /// Self-attention options of a step: kv_len and q_offset from the state's step buffer.
