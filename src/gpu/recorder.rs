@@ -397,6 +397,38 @@ fn no_encoder() -> Error {
     Error::Gpu("the CPU backend records no GPU commands".into())
 }
 
+/// The timestamp writes of a dispatch's compute pass: the profiler's (labelled with the kernel and its
+/// note), else a slot of the span queries while there are free ones, else none.
+fn pass_timestamps<'a>(
+    prof: &'a mut Option<RecProf>,
+    span: &'a mut Option<(wgpu::QuerySet, u32)>,
+    gpu: &Device,
+    kernel: &Kernel,
+    grid: [u32; 3],
+) -> Option<wgpu::ComputePassTimestampWrites<'a>> {
+    let note = prof.as_mut().and_then(|p| p.note.take());
+    let label = || {
+        let (op, variant) = kernel_label(kernel);
+        let note = note.unwrap_or_else(|| format!("grid={grid:?}"));
+        (op, variant, note)
+    };
+    if let Some(t) = timestamps(prof, gpu, label) {
+        return Some(t);
+    }
+    match span {
+        Some((queries, passes)) if (*passes + 1) * 2 <= SPAN_QUERIES => {
+            let i = *passes;
+            *passes += 1;
+            Some(wgpu::ComputePassTimestampWrites {
+                query_set: queries,
+                beginning_of_pass_write_index: Some(2 * i),
+                end_of_pass_write_index: Some(2 * i + 1),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The timestamp writes of a recorder's next pass when it profiles (labelled by `label`), else `None`.
 fn timestamps<'a>(
     prof: &'a mut Option<RecProf>,
@@ -515,26 +547,9 @@ impl Recorder {
         }
         let pipe = self.gpu.kernels.get(&self.gpu, kernel)?;
         let (page, off) = self.push_params(bytemuck::bytes_of(params))?;
-        let mut entries = Vec::with_capacity(bindings.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.pages[page].0,
-                offset: off,
-                size: std::num::NonZeroU64::new(std::mem::size_of::<P>().max(16) as u64),
-            }),
-        });
-        for (i, b) in bindings.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: b.clone(),
-            });
-        }
-        let bind_group = hw.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.shader.name),
-            layout: &pipe.layout,
-            entries: &entries,
-        });
+        let params_size = std::mem::size_of::<P>().max(16) as u64;
+        let bind_group =
+            self.bind_group(kernel, &pipe.layout, (page, off, params_size), bindings)?;
         self.gpu.bind_groups.fetch_add(1, Ordering::Relaxed);
         if let Some(cap) = &mut self.capture {
             let (op, variant) = kernel_label(kernel);
@@ -551,29 +566,8 @@ impl Recorder {
         }
         // One compute pass per dispatch: passes are cheap to open, and separate passes give the
         // driver a clear synchronisation point between dependent dispatches.
-        let note = self.prof.as_mut().and_then(|p| p.note.take());
-        let timestamp_writes = match timestamps(&mut self.prof, &self.gpu, || {
-            let (op, variant) = kernel_label(kernel);
-            (
-                op,
-                variant,
-                note.unwrap_or_else(|| format!("grid={grid:?}")),
-            )
-        }) {
-            Some(t) => Some(t),
-            None => match &mut self.span {
-                Some((queries, passes)) if (*passes + 1) * 2 <= SPAN_QUERIES => {
-                    let i = *passes;
-                    *passes += 1;
-                    Some(wgpu::ComputePassTimestampWrites {
-                        query_set: queries,
-                        beginning_of_pass_write_index: Some(2 * i),
-                        end_of_pass_write_index: Some(2 * i + 1),
-                    })
-                }
-                _ => None,
-            },
-        };
+        let timestamp_writes =
+            pass_timestamps(&mut self.prof, &mut self.span, &self.gpu, kernel, grid);
         let Some(encoder) = self.encoder.as_mut() else {
             return Err(no_encoder());
         };
@@ -587,6 +581,37 @@ impl Recorder {
         drop(pass);
         self.dispatches += 1;
         Ok(())
+    }
+
+    /// The bind group of one dispatch: the params page's slice at binding 0, `bindings` from 1.
+    fn bind_group(
+        &self,
+        kernel: &Kernel,
+        layout: &wgpu::BindGroupLayout,
+        (page, off, size): (usize, u64, u64),
+        bindings: &[wgpu::BindingResource<'_>],
+    ) -> Result<wgpu::BindGroup> {
+        let hw = self.gpu.wgpu()?;
+        let mut entries = Vec::with_capacity(bindings.len() + 1);
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.pages[page].0,
+                offset: off,
+                size: std::num::NonZeroU64::new(size),
+            }),
+        });
+        for (i, b) in bindings.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.clone(),
+            });
+        }
+        Ok(hw.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(kernel.shader.name),
+            layout,
+            entries: &entries,
+        }))
     }
 
     /// Record a buffer-to-buffer copy of a whole tensor (shapes must have equal byte sizes).
