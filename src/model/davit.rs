@@ -76,41 +76,31 @@ pub struct Mlp {
     pub fc2: Linear,
 }
 
-/// `Florence2VisionWindowAttention` weights.
+/// The two linears of `Florence2VisionWindowAttention` and `Florence2VisionChannelAttention` (the same
+/// weights; the attentions differ in what they attend over).
 #[derive(Clone, Debug)]
-pub struct WindowAttention {
+pub struct AttnLinears {
     pub qkv: Linear,
     pub proj: Linear,
 }
 
-/// `Florence2VisionChannelAttention` weights.
+/// One half of a DaViT block, `Florence2VisionSpatialBlock` (window attention) or
+/// `Florence2VisionChannelBlock` (channel attention): the same parts in the same order.
 #[derive(Clone, Debug)]
-pub struct ChannelAttention {
-    pub qkv: Linear,
-    pub proj: Linear,
+pub struct BlockHalf {
+    pub conv1: Conv2d,
+    pub norm1: LayerNorm,
+    /// `window_attn` or `channel_attn` in the checkpoint.
+    pub attn: AttnLinears,
+    pub conv2: Conv2d,
+    pub norm2: LayerNorm,
+    pub ffn: Mlp,
 }
 
 /// `Florence2VisionSpatialBlock`.
-#[derive(Clone, Debug)]
-pub struct SpatialBlock {
-    pub conv1: Conv2d,
-    pub norm1: LayerNorm,
-    pub window_attn: WindowAttention,
-    pub conv2: Conv2d,
-    pub norm2: LayerNorm,
-    pub ffn: Mlp,
-}
-
+pub type SpatialBlock = BlockHalf;
 /// `Florence2VisionChannelBlock`.
-#[derive(Clone, Debug)]
-pub struct ChannelBlock {
-    pub conv1: Conv2d,
-    pub norm1: LayerNorm,
-    pub channel_attn: ChannelAttention,
-    pub conv2: Conv2d,
-    pub norm2: LayerNorm,
-    pub ffn: Mlp,
-}
+pub type ChannelBlock = BlockHalf;
 
 /// `Florence2VisionBlock`: a spatial block then a channel block.
 #[derive(Clone, Debug)]
@@ -378,6 +368,51 @@ fn tap(
     Ok(())
 }
 
+impl ConvEmbed {
+    /// Stage `s`'s patch embedding from `cw` (`convs.{s}`).
+    fn new(cfg: &VisionConfig, s: usize, cw: &WeightsView) -> Result<Self> {
+        let c = cfg.embed_dim[s];
+        let cin = if s == 0 {
+            cfg.in_channels
+        } else {
+            cfg.embed_dim[s - 1]
+        };
+        let (k, stride, pad) = (cfg.patch_size[s], cfg.patch_stride[s], cfg.patch_padding[s]);
+        let pre_norm = cfg.patch_prenorm[s];
+        Ok(ConvEmbed {
+            conv: Conv2d::new(&cw.pp("conv"), cin, c, k, stride, pad)?,
+            norm: LayerNorm::new(&cw.pp("norm"), if pre_norm { cin } else { c })?,
+            pre_norm,
+            in_channels: cin,
+            embed_dim: c,
+        })
+    }
+}
+
+impl BlockHalf {
+    /// One block half of `c` channels from `v`, its attention's linears under `attn`.
+    fn new(v: &WeightsView, attn: &str, c: usize, hidden: usize, qkv_bias: bool) -> Result<Self> {
+        // The positional convs: depthwise 3x3, stride 1, padding 1.
+        let dw = |name: &str| Conv2d::depthwise(&v.pp(name), c, 3, 1, 1);
+        let a = v.pp(attn);
+        let f = v.pp("ffn");
+        Ok(BlockHalf {
+            conv1: dw("conv1")?,
+            norm1: LayerNorm::new(&v.pp("norm1"), c)?,
+            attn: AttnLinears {
+                qkv: Linear::new(&a.pp("qkv"), c, 3 * c, qkv_bias)?,
+                proj: Linear::new(&a.pp("proj"), c, c, true)?,
+            },
+            conv2: dw("conv2")?,
+            norm2: LayerNorm::new(&v.pp("norm2"), c)?,
+            ffn: Mlp {
+                fc1: Linear::new(&f.pp("fc1"), c, hidden, true)?,
+                fc2: Linear::new(&f.pp("fc2"), hidden, c, true)?,
+            },
+        })
+    }
+}
+
 impl DaVit {
     /// Load every tensor under `w` (the `model.vision_tower` view), checking each shape against `cfg`.
     pub fn new(cfg: &VisionConfig, w: WeightsView) -> Result<Self> {
@@ -385,78 +420,30 @@ impl DaVit {
         let mut convs = Vec::with_capacity(stages);
         let mut blocks = Vec::with_capacity(stages);
         for s in 0..stages {
+            convs.push(ConvEmbed::new(cfg, s, &w.pp("convs").pp(&s.to_string()))?);
             let c = cfg.embed_dim[s];
-            let cin = if s == 0 {
-                cfg.in_channels
-            } else {
-                cfg.embed_dim[s - 1]
-            };
-            let k = cfg.patch_size[s];
-            let pre_norm = cfg.patch_prenorm[s];
-            let cw = w.pp("convs").pp(&s.to_string());
-            convs.push(ConvEmbed {
-                conv: Conv2d::new(
-                    &cw.pp("conv"),
-                    cin,
-                    c,
-                    k,
-                    cfg.patch_stride[s],
-                    cfg.patch_padding[s],
-                )?,
-                norm: LayerNorm::new(&cw.pp("norm"), if pre_norm { cin } else { c })?,
-                pre_norm,
-                in_channels: cin,
-                embed_dim: c,
-            });
             let hidden = davit_mlp_hidden(c, cfg.mlp_ratio);
-            let mlp = |v: &WeightsView| -> Result<Mlp> {
-                Ok(Mlp {
-                    fc1: Linear::new(&v.pp("fc1"), c, hidden, true)?,
-                    fc2: Linear::new(&v.pp("fc2"), hidden, c, true)?,
+            let stage = (0..cfg.depths[s])
+                .map(|b| {
+                    let bw = w.pp("blocks").pp(&s.to_string()).pp(&b.to_string());
+                    Ok(Block {
+                        spatial_block: BlockHalf::new(
+                            &bw.pp("spatial_block"),
+                            "window_attn",
+                            c,
+                            hidden,
+                            cfg.qkv_bias,
+                        )?,
+                        channel_block: BlockHalf::new(
+                            &bw.pp("channel_block"),
+                            "channel_attn",
+                            c,
+                            hidden,
+                            cfg.qkv_bias,
+                        )?,
+                    })
                 })
-            };
-            // The positional convs: depthwise 3x3, stride 1, padding 1.
-            let dw = |v: &WeightsView| Conv2d::depthwise(v, c, 3, 1, 1);
-            let mut stage = Vec::with_capacity(cfg.depths[s]);
-            for b in 0..cfg.depths[s] {
-                let bw = w.pp("blocks").pp(&s.to_string()).pp(&b.to_string());
-                let sw = bw.pp("spatial_block");
-                let chw = bw.pp("channel_block");
-                stage.push(Block {
-                    spatial_block: SpatialBlock {
-                        conv1: dw(&sw.pp("conv1"))?,
-                        norm1: LayerNorm::new(&sw.pp("norm1"), c)?,
-                        window_attn: WindowAttention {
-                            qkv: Linear::new(
-                                &sw.pp("window_attn").pp("qkv"),
-                                c,
-                                3 * c,
-                                cfg.qkv_bias,
-                            )?,
-                            proj: Linear::new(&sw.pp("window_attn").pp("proj"), c, c, true)?,
-                        },
-                        conv2: dw(&sw.pp("conv2"))?,
-                        norm2: LayerNorm::new(&sw.pp("norm2"), c)?,
-                        ffn: mlp(&sw.pp("ffn"))?,
-                    },
-                    channel_block: ChannelBlock {
-                        conv1: dw(&chw.pp("conv1"))?,
-                        norm1: LayerNorm::new(&chw.pp("norm1"), c)?,
-                        channel_attn: ChannelAttention {
-                            qkv: Linear::new(
-                                &chw.pp("channel_attn").pp("qkv"),
-                                c,
-                                3 * c,
-                                cfg.qkv_bias,
-                            )?,
-                            proj: Linear::new(&chw.pp("channel_attn").pp("proj"), c, c, true)?,
-                        },
-                        conv2: dw(&chw.pp("conv2"))?,
-                        norm2: LayerNorm::new(&chw.pp("norm2"), c)?,
-                        ffn: mlp(&chw.pp("ffn"))?,
-                    },
-                });
-            }
+                .collect::<Result<Vec<_>>>()?;
             blocks.push(stage);
         }
         Ok(DaVit {
@@ -510,7 +497,7 @@ impl DaVit {
                 groups: stage_param(&self.num_groups, s, "num_groups")?,
                 channel_split: stage_blocks
                     .iter()
-                    .all(|b| split_qkv(&b.channel_block.channel_attn.qkv, c).is_some()),
+                    .all(|b| split_qkv(&b.channel_block.attn.qkv, c).is_some()),
             });
         }
         Ok(TowerShape {
@@ -783,6 +770,33 @@ impl DaVit {
             blk.norm1.forward(rec, &win2, &win2)?; // (nW*ws*ws, C)
         }
         let scale = ((c / heads) as f64).powf(-0.5) as f32;
+        self.window_attend(rec, &blk.attn, bufs, (heads, scale), &win2)?;
+        // Crop back to the image first, then project: `proj` is per token, so projecting only the real
+        // tokens gives the same values as the reference's project-then-crop. The qkv in `big` is dead.
+        ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.rev)?; // (B, H, W, C)
+        blk.attn
+            .proj
+            .forward_residual(rec, &bufs.rev.reshape(&[rows, c])?, Act::None, &x2, &a2)?; // (B*H*W, C) = x + proj(attn)
+
+        // x = x + dwconv(x); x = x + ffn(norm2(x))
+        Self::conv_mlp_half(
+            rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, &bufs.a, rows, c,
+        )
+    }
+
+    /// The windows in `bufs.win` (normalised, `win2` their rows) attend over themselves: qkv, then the
+    /// attention's output back into `bufs.win`, whole or in chunks of windows.
+    fn window_attend(
+        &self,
+        rec: &mut Recorder,
+        attn: &AttnLinears,
+        bufs: &StageBufs,
+        (heads, scale): (usize, f32),
+        win2: &Tensor,
+    ) -> Result<()> {
+        let ws = self.window_size;
+        let c = bufs.win.dim(2);
+        let wrows = win2.dim(0);
         let nw = bufs.win.dim(0);
         if bufs.win_chunk < nw && bufs.qkv_split.is_none() && !bufs.padded {
             // Chunks of whole windows: each chunk's qkv goes to the front of `big`, and its attention
@@ -794,7 +808,7 @@ impl DaVit {
                 let off = bufs.win.offset() + (w0 * t * c * 4) as u64;
                 let win = bufs.win.view_at(off, &[n, t, c], DType::F32)?;
                 let qkv = f32_view(&bufs.big, &[n, t, 3 * c])?;
-                blk.window_attn.qkv.forward(
+                attn.qkv.forward(
                     rec,
                     &win.reshape(&[n * t, c])?,
                     Act::None,
@@ -806,10 +820,9 @@ impl DaVit {
         } else {
             let (n, t, c3) = bufs.wqkv;
             let wqkv = f32_view(&bufs.big, &[n, t, c3])?;
-            blk.window_attn
-                .qkv
-                .forward(rec, &win2, Act::None, &wqkv.reshape(&[wrows, 3 * c])?)?; // (nW*ws*ws, 3C)
-                                                                                   // The windows are dead once qkv has read them: they take the attention output.
+            // The windows are dead once qkv has read them: they take the attention output.
+            attn.qkv
+                .forward(rec, win2, Act::None, &wqkv.reshape(&[wrows, 3 * c])?)?; // (nW*ws*ws, 3C)
             match &bufs.qkv_split {
                 // Fused kernel straight from the qkv Linear's output.
                 None => ops::window_attn::window_attention(rec, &wqkv, heads, scale, &bufs.win)?, // (nW, ws*ws, C)
@@ -824,20 +837,7 @@ impl DaVit {
                 }
             }
         }
-        // Crop back to the image first, then project: `proj` is per token, so projecting only the real
-        // tokens gives the same values as the reference's project-then-crop. The qkv in `big` is dead.
-        ops::window::window_reverse(rec, &bufs.win, ws, h, w, &bufs.rev)?; // (B, H, W, C)
-        blk.window_attn.proj.forward_residual(
-            rec,
-            &bufs.rev.reshape(&[rows, c])?,
-            Act::None,
-            &x2,
-            &a2,
-        )?; // (B*H*W, C) = x + proj(attn)
-            // x = x + dwconv(x); x = x + ffn(norm2(x))
-        Self::conv_mlp_half(
-            rec, &blk.conv2, &blk.norm2, &blk.ffn, bufs, &bufs.a, rows, c,
-        )
+        Ok(())
     }
 
     fn channel(
@@ -859,7 +859,7 @@ impl DaVit {
         let split = bufs
             .partials
             .as_ref()
-            .and_then(|p| split_qkv(&blk.channel_attn.qkv, c).map(|l| (l, p)));
+            .and_then(|p| split_qkv(&blk.attn.qkv, c).map(|l| (l, p)));
         match split {
             Some(((qk_lin, v_lin), part)) => {
                 // q|k first (2C per token in `big`), their Gram partials and the attention matrices;
@@ -876,14 +876,11 @@ impl DaVit {
             None => {
                 let (b, n, c3) = bufs.cqkv;
                 let cqkv = f32_view(&bufs.big, &[b, n, c3])?;
-                blk.channel_attn.qkv.forward(
-                    rec,
-                    &a2,
-                    Act::None,
-                    &cqkv.reshape(&[rows, 3 * c])?,
-                )?; // (B*H*W, 3C)
-                    // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram
-                    // partials, then (they are dead once reduced) the attention output.
+                blk.attn
+                    .qkv
+                    .forward(rec, &a2, Act::None, &cqkv.reshape(&[rows, 3 * c])?)?; // (B*H*W, 3C)
+                                                                                    // The LayerNorm output in `a` is dead once qkv has read it: it holds the Gram
+                                                                                    // partials, then (they are dead once reduced) the attention output.
                 ops::channel_attn::channel_attention_with_scratch(
                     rec,
                     &cqkv,
@@ -894,14 +891,15 @@ impl DaVit {
             }
         }
         // The qkv (or v) in `big` is dead after the attention: the stream goes there.
-        blk.channel_attn.proj.forward_residual(
+        blk.attn.proj.forward_residual(
             rec,
             &bufs.chan_out.reshape(&[rows, c])?,
             Act::None,
             &x2,
             &bufs.big_stream.reshape(&[rows, c])?,
         )?; // (B*H*W, C) = x + proj(attn)
-            // x = x + dwconv(x); x = x + ffn(norm2(x))
+
+        // x = x + dwconv(x); x = x + ffn(norm2(x))
         Self::conv_mlp_half(
             rec,
             &blk.conv2,
