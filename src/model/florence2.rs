@@ -254,6 +254,35 @@ impl Florence2 {
         input_ids: &[u32],
     ) -> Result<Tensor> {
         let gpu = &self.gpu;
+        let d = self.config.text.d_model;
+        let (placeholders, seq) = self.prompt_layout(image, input_ids)?;
+        let n_img = image.dim(1);
+        let embeds = Tensor::zeros(gpu, &[seq, d], DType::F32, "inputs_embeds")?;
+        let row = (d * 4) as u64;
+        if !input_ids.is_empty() {
+            let ids = Tensor::from_u32(gpu, &[input_ids.len()], input_ids, "input_ids")?;
+            let text = Tensor::zeros(gpu, &[input_ids.len(), d], DType::F32, "prompt_embeds")?;
+            ops::embedding::embedding(rec, &ids, &self.shared, &text)?; // (T, D)
+            if self.config.text.scale_embedding {
+                ops::elementwise::scale(rec, &text, (d as f32).sqrt(), &text)?;
+                // (T, D)
+            }
+            let at = if placeholders.is_empty() { n_img } else { 0 };
+            rec.copy_range(
+                &text,
+                0,
+                &embeds,
+                at as u64 * row,
+                input_ids.len() as u64 * row,
+            )?;
+        }
+        Self::place_image(rec, image, &embeds, &placeholders, row)?;
+        embeds.reshape(&[1, seq, d])
+    }
+
+    /// Checks a prompt against the image features (1, N, D): the positions of its `<image>` placeholder
+    /// tokens (none: the features go first) and the encoder sequence's length.
+    fn prompt_layout(&self, image: &Tensor, input_ids: &[u32]) -> Result<(Vec<usize>, usize)> {
         let (v, d) = (self.config.text.vocab_size, self.config.text.d_model);
         if let Some(bad) = input_ids.iter().find(|&&i| i as usize >= v) {
             return Err(Error::InvalidInput(format!(
@@ -292,27 +321,21 @@ impl Florence2 {
                 self.encoder.max_len()
             )));
         }
-        let embeds = Tensor::zeros(gpu, &[seq, d], DType::F32, "inputs_embeds")?;
-        let row = (d * 4) as u64;
-        if !input_ids.is_empty() {
-            let ids = Tensor::from_u32(gpu, &[input_ids.len()], input_ids, "input_ids")?;
-            let text = Tensor::zeros(gpu, &[input_ids.len(), d], DType::F32, "prompt_embeds")?;
-            ops::embedding::embedding(rec, &ids, &self.shared, &text)?; // (T, D)
-            if self.config.text.scale_embedding {
-                ops::elementwise::scale(rec, &text, (d as f32).sqrt(), &text)?;
-                // (T, D)
-            }
-            let at = if placeholders.is_empty() { n_img } else { 0 };
-            rec.copy_range(
-                &text,
-                0,
-                &embeds,
-                at as u64 * row,
-                input_ids.len() as u64 * row,
-            )?;
-        }
+        Ok((placeholders, seq))
+    }
+
+    /// Copy the image feature rows into `embeds`: at the front, or onto the placeholder positions, one
+    /// copy per contiguous run.
+    fn place_image(
+        rec: &mut Recorder,
+        image: &Tensor,
+        embeds: &Tensor,
+        placeholders: &[usize],
+        row: u64,
+    ) -> Result<()> {
+        let n_img = image.dim(1);
         if placeholders.is_empty() {
-            rec.copy_range(image, 0, &embeds, 0, n_img as u64 * row)?;
+            rec.copy_range(image, 0, embeds, 0, n_img as u64 * row)?;
         } else {
             // Scatter feature rows onto the placeholder positions, one copy per contiguous run.
             let mut k = 0;
@@ -325,14 +348,14 @@ impl Florence2 {
                 rec.copy_range(
                     image,
                     k as u64 * row,
-                    &embeds,
+                    embeds,
                     placeholders[k] as u64 * row,
                     run as u64 * row,
                 )?;
                 k += run;
             }
         }
-        embeds.reshape(&[1, seq, d])
+        Ok(())
     }
 
     /// Default generation settings of this model (its config) with `max_new_tokens`.

@@ -141,10 +141,51 @@ impl Projector {
         grid: (usize, usize),
         scratch: &[Tensor],
     ) -> Result<Tensor> {
-        const OP: &str = "Projector::forward";
         let c = self.image_projection.in_features();
         let d = self.image_projection.out_features();
-        let (h, w) = grid;
+        self.check_input(feats, grid)?;
+        let bsz = feats.dim(0);
+        let n = grid.0 * grid.1;
+        let gpu = rec.gpu().clone();
+        let pe = &self.image_position_embed;
+        // x = feats + pos2d + temporal[0]
+        let x = scratch_or_zeros(&gpu, scratch.first(), &[bsz, n, c], "projector.pos")?;
+        ops::pos_embed::pos2d_temporal_add(
+            rec,
+            feats,
+            &pe.column_embeddings.weight,
+            &pe.row_embeddings.weight,
+            &self.visual_temporal_embed,
+            grid,
+            &x,
+        )?; // (B, N, C)
+
+        // Pooled features, concatenated along tokens in config order.
+        let t = self.num_tokens(grid);
+        let tokens = scratch_or_zeros(&gpu, scratch.get(1), &[bsz, t, c], "projector.tokens")?;
+        let pooled = if self.sources.contains(&FeatureSource::SpatialAvgPool) {
+            // Dead once copied into `tokens`, before the projection takes the same buffer.
+            let m = scratch_or_zeros(&gpu, scratch.get(2), &[bsz, c], "projector.mean")?;
+            ops::reduce::mean_rows(rec, &x, &m)?; // (B, C)
+            Some(m)
+        } else {
+            None
+        };
+        self.gather_tokens(rec, &x, pooled.as_ref(), &tokens)?; // (B, T, C)
+                                                                // image_projection (no bias), then image_proj_norm.
+        let rows = bsz * t;
+        let proj = scratch_or_zeros(&gpu, scratch.get(2), &[rows, d], "projector.proj")?;
+        self.image_projection
+            .forward(rec, &tokens.reshape(&[rows, c])?, Act::None, &proj)?; // (B*T, D)
+        let out = Tensor::zeros(&gpu, &[bsz, t, d], DType::F32, "projector.out")?;
+        self.image_proj_norm
+            .forward(rec, &proj, &out.reshape(&[rows, d])?)?; // (B*T, D)
+        Ok(out)
+    }
+    /// Checks `feats` (B, h*w, C) against the grid and the learned positions.
+    fn check_input(&self, feats: &Tensor, (h, w): (usize, usize)) -> Result<()> {
+        const OP: &str = "Projector::forward";
+        let c = self.image_projection.in_features();
         if feats.rank() != 3 || feats.dim(1) != h * w || feats.dim(2) != c || h * w == 0 {
             return Err(Error::shape(
                 OP,
@@ -160,65 +201,39 @@ impl Projector {
                 ),
             ));
         }
-        let bsz = feats.dim(0);
-        let n = h * w;
-        let gpu = rec.gpu().clone();
-        let pe = &self.image_position_embed;
-        // x = feats + pos2d + temporal[0]
-        let x = scratch_or_zeros(&gpu, scratch.first(), &[bsz, n, c], "projector.pos")?;
-        ops::pos_embed::pos2d_temporal_add(
-            rec,
-            feats,
-            &pe.column_embeddings.weight,
-            &pe.row_embeddings.weight,
-            &self.visual_temporal_embed,
-            grid,
-            &x,
-        )?; // (B, N, C)
-            // Pooled features, concatenated along tokens in config order.
-        let t = self.num_tokens(grid);
-        let tokens = scratch_or_zeros(&gpu, scratch.get(1), &[bsz, t, c], "projector.tokens")?;
-        let pooled = if self.sources.contains(&FeatureSource::SpatialAvgPool) {
-            // Dead once copied into `tokens`, before the projection takes the same buffer.
-            let m = scratch_or_zeros(&gpu, scratch.get(2), &[bsz, c], "projector.mean")?;
-            ops::reduce::mean_rows(rec, &x, &m)?; // (B, C)
-            Some(m)
-        } else {
-            None
-        };
+        Ok(())
+    }
+
+    /// Each batch row's tokens (B, T, C) from the sources in config order: the mean row `pooled` (B, C)
+    /// for the spatial average pool, else all of `x`'s (B, N, C) rows.
+    fn gather_tokens(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        pooled: Option<&Tensor>,
+        tokens: &Tensor,
+    ) -> Result<()> {
+        let (bsz, n, c) = (x.dim(0), x.dim(1), x.dim(2));
+        let t = tokens.dim(1);
         let row_bytes = (c * 4) as u64;
         for b in 0..bsz as u64 {
             let mut at = 0u64; // token index inside this batch row
             let dst0 = b * t as u64 * row_bytes;
             for src in &self.sources {
-                match (src, &pooled) {
+                match (src, pooled) {
                     (FeatureSource::SpatialAvgPool, Some(m)) => {
-                        rec.copy_range(
-                            m,
-                            b * row_bytes,
-                            &tokens,
-                            dst0 + at * row_bytes,
-                            row_bytes,
-                        )?;
+                        rec.copy_range(m, b * row_bytes, tokens, dst0 + at * row_bytes, row_bytes)?;
                         at += 1;
                     }
                     _ => {
                         let bytes = n as u64 * row_bytes;
-                        rec.copy_range(&x, b * bytes, &tokens, dst0 + at * row_bytes, bytes)?;
+                        rec.copy_range(x, b * bytes, tokens, dst0 + at * row_bytes, bytes)?;
                         at += n as u64;
                     }
                 }
             }
         }
-        // image_projection (no bias), then image_proj_norm.
-        let rows = bsz * t;
-        let proj = scratch_or_zeros(&gpu, scratch.get(2), &[rows, d], "projector.proj")?;
-        self.image_projection
-            .forward(rec, &tokens.reshape(&[rows, c])?, Act::None, &proj)?; // (B*T, D)
-        let out = Tensor::zeros(&gpu, &[bsz, t, d], DType::F32, "projector.out")?;
-        self.image_proj_norm
-            .forward(rec, &proj, &out.reshape(&[rows, d])?)?; // (B*T, D)
-        Ok(out)
+        Ok(())
     }
 }
 
