@@ -249,8 +249,21 @@ mod tests {
     /// One value of every variant (a new variant fails to compile here until it is added, and then
     /// must have a name listed in ERROR_NAMES and in the TypeScript union).
     fn one_of_each() -> Vec<Error> {
-        let s = || String::from("x");
-        let all = vec![
+        let all: Vec<Error> = [device_errors(), weight_errors(), task_errors()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_exhaustive(&all);
+        all
+    }
+
+    fn s() -> String {
+        String::from("x")
+    }
+
+    /// Adapter, device, kernel and limit errors.
+    fn device_errors() -> Vec<Error> {
+        vec![
             Error::NoAdapter(s()),
             Error::Device(s()),
             Error::DeviceLost(s()),
@@ -264,6 +277,12 @@ mod tests {
                 max: 1,
             },
             Error::shape("op", "m"),
+        ]
+    }
+
+    /// Config, checkpoint and file errors.
+    fn weight_errors() -> Vec<Error> {
+        vec![
             Error::Config(s()),
             Error::MissingTensor { name: s() },
             Error::TensorShape {
@@ -321,6 +340,12 @@ mod tests {
                 expected: s(),
                 got: s(),
             },
+        ]
+    }
+
+    /// Task, input and format-choice errors.
+    fn task_errors() -> Vec<Error> {
+        vec![
             Error::Prompt(s()),
             Error::Image(s()),
             Error::ImageTooLarge {
@@ -342,9 +367,12 @@ mod tests {
                 expected: "",
             },
             Error::NoFittingDType(s()),
-        ];
-        // Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
-        for e in &all {
+        ]
+    }
+
+    /// Exhaustiveness: adding a variant breaks this match until one_of_each lists it.
+    fn assert_exhaustive(all: &[Error]) {
+        for e in all {
             match e {
                 Error::NoAdapter(_)
                 | Error::Device(_)
@@ -383,7 +411,6 @@ mod tests {
                 | Error::NoFittingDType(_) => {}
             }
         }
-        all
     }
 
     #[test]
