@@ -51,13 +51,14 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
-use crate::estimate::{resolve_dtype_for, DTypeRequest};
-use crate::gpu::tune::{CacheLocation, TuneOptions, Tuning};
+use crate::estimate::DTypeRequest;
+use crate::gpu::tune::{TuneOptions, Tuning};
 use crate::gpu::{Device, DeviceOptions, MemReport};
 use crate::model::generate::MAX_BEAMS;
 use crate::pipeline::{
-    cpu_device, decide_device, open_device, AdapterProbe, Backend, Callbacks, DeviceChoice,
-    EncodedImage, Pipeline, PipelineOptions, Stopwatch, TaskInput, TaskOptions, Tiles,
+    cpu_device, decide_device, open_device_decided, open_on_observed, AdapterProbe, Backend,
+    Callbacks, DeviceChoice, DeviceDecision, EncodedImage, OpenObserver, OpenOptions, Pipeline,
+    PipelineOptions, Stopwatch, TaskInput, TaskOptions, Tiles,
 };
 use crate::postprocess::{MarkedTask, TaskResult};
 use crate::processor::custom_tasks::CustomTasks;
@@ -429,57 +430,64 @@ async fn open_pipeline(
     .await?
     .with_revalidate(args.revalidate);
     f.check_abort("loading")?;
-    let gpu = match args.device {
-        DeviceChoice::Gpu => {
-            support::check_webgpu().await?;
-            Device::new(DeviceOptions::default()).await?
-        }
-        DeviceChoice::Cpu => cpu_device(),
-        // Without `navigator.gpu` (Node.js, browsers without WebGPU) wgpu is not asked at all.
+    let (gpu, device) = open_js_device(args.device).await?;
+    // The resident format: as asked, or what fits this device (estimated from the files' sizes and
+    // headers before any weight is downloaded), then the load and the kernel tuning for this device at
+    // the processor's image size (cached in the Cache API: a later load of the same package on the same
+    // adapter times nothing; a failure only costs speed).
+    let opts = OpenOptions {
+        device: args.device,
+        dtype: args.dtype,
+        tuning: TuneOptions::new(args.tuning),
+        limits: Some(estimate::limits_of(&gpu, args.adapter_limits)),
+        pipeline: PipelineOptions {
+            weights: LoadOptions::default(),
+            tasks: args.tasks.clone(),
+            limits: args.limits,
+        },
+        ..OpenOptions::default()
+    };
+    let files = remote_files::RemoteFiles { fetcher: &f };
+    let opened = open_on_observed(gpu, device, &f, &files, &opts, &LoadEvents(&f)).await?;
+    let tuning_table = match (&opened.tuning.failed, args.tuning) {
+        (Some(e), _) => format!("tuning failed: {e}"),
+        (None, Tuning::Off) => String::new(),
+        (None, _) => opened.tuning.table(),
+    };
+    let pipeline = opened.pipeline;
+    f.progress("ready", "", 0, 0, false);
+    Ok((pipeline, tuning_table))
+}
+
+/// The device `choice` asks for, and why. Without `navigator.gpu` (Node.js, browsers without WebGPU)
+/// `auto` does not ask wgpu at all; `gpu` fails with the reason WebGPU is missing.
+async fn open_js_device(choice: DeviceChoice) -> Result<(Arc<Device>, DeviceDecision)> {
+    match choice {
+        DeviceChoice::Gpu => support::check_webgpu().await?,
         DeviceChoice::Auto if !support::webgpu_exposed() => {
             let why = AdapterProbe::Missing("WebGPU is not exposed".into());
             let decision = decide_device(DeviceChoice::Auto, &why);
             log::info!("device auto: {}", decision.reason);
-            match decision.backend {
-                Backend::Cpu => cpu_device(),
-                Backend::Gpu => open_device(DeviceChoice::Auto, DeviceOptions::default()).await?,
+            if decision.backend == Backend::Cpu {
+                return Ok((cpu_device(), decision));
             }
         }
-        DeviceChoice::Auto => open_device(DeviceChoice::Auto, DeviceOptions::default()).await?,
-    };
-
-    // The resident format: as asked, or what fits this device (estimated from the files' sizes and
-    // headers before any weight is downloaded).
-    let limits = estimate::limits_of(&gpu, args.adapter_limits);
-    let files = remote_files::RemoteFiles { fetcher: &f };
-    let (dtype, reason) = resolve_dtype_for(args.dtype, &files, &limits, gpu.is_host()).await?;
-    let reason = reason.unwrap_or_default();
-    f.set_dtype_reason(reason);
-    let opts = PipelineOptions {
-        weights: LoadOptions::with_dtype(dtype),
-        tasks: args.tasks.clone(),
-        limits: args.limits,
-    };
-    let pipeline = Pipeline::load(&gpu, &f, &opts).await?;
-    // Kernel tuning for this device at the processor's image size (cached in the Cache API: a later
-    // load of the same package on the same adapter times nothing). A failure here only costs speed.
-    if args.tuning != Tuning::Off {
-        f.progress("tuning", "", 0, 0, false);
+        _ => {}
     }
-    let report = pipeline
-        .tune(
-            pipeline.tune_sizes(),
-            &TuneOptions::new(args.tuning),
-            &CacheLocation::Default,
-        )
-        .await;
-    let tuning_table = match (&report.failed, args.tuning) {
-        (Some(e), _) => format!("tuning failed: {e}"),
-        (None, Tuning::Off) => String::new(),
-        (None, _) => report.table(),
-    };
-    f.progress("ready", "", 0, 0, false);
-    Ok((pipeline, tuning_table))
+    open_device_decided(choice, DeviceOptions::default()).await
+}
+
+/// A load's progress events between [`open_on_observed`]'s steps.
+struct LoadEvents<'a>(&'a fetch::Fetcher);
+
+impl OpenObserver for LoadEvents<'_> {
+    fn dtype_chosen(&self, reason: &str) {
+        self.0.set_dtype_reason(reason.to_string());
+    }
+
+    fn tuning(&self) {
+        self.0.progress("tuning", "", 0, 0, false);
+    }
 }
 
 /// An `AbortSignal` as the pipeline's cancel check; a cancellation becomes `AbortError`.
@@ -556,12 +564,7 @@ async fn run_impl(
 ) -> Result<JsValue> {
     let signal = opt_signal(&options, "signal")?;
     let abort = || check_signal(signal.as_ref(), "runTask");
-    let opts = TaskOptions {
-        max_new_tokens: opt_uint(&options, "maxNewTokens", MAX_SAFE)?
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
-        num_beams: opt_uint(&options, "numBeams", MAX_BEAMS as f64)?.map(|n| n as usize),
-        ..TaskOptions::default()
-    };
+    let opts = task_options(&options)?;
     let on_token = opt_fn(&options, "onToken")?;
     let want_profile = opt_bool(&options, "profile")?.unwrap_or(false);
     let encoded = encoded_of(&inner, &image)?;
@@ -624,6 +627,27 @@ async fn run_impl(
     let (tiles, out) = out.map_err(|e| aborted(e, "runTask"))?;
     drop(js);
 
+    output_js(&out, read_ms, &pipeline, profile, tiles)
+}
+
+/// `runTask`'s generation options: `maxNewTokens`, `numBeams`.
+fn task_options(options: &JsValue) -> Result<TaskOptions> {
+    Ok(TaskOptions {
+        max_new_tokens: opt_uint(options, "maxNewTokens", MAX_SAFE)?
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        num_beams: opt_uint(options, "numBeams", MAX_BEAMS as f64)?.map(|n| n as usize),
+        ..TaskOptions::default()
+    })
+}
+
+/// `runTask`'s answer: the task's output with the image read's time (`read_ms`) counted in.
+fn output_js(
+    out: &crate::pipeline::TaskOutput,
+    read_ms: f64,
+    pipeline: &Pipeline,
+    profile: Option<profile::RunProfile>,
+    tiles: Option<serde_json::Value>,
+) -> Result<JsValue> {
     let t = &out.timings;
     let mut result = BTreeMap::new();
     result.insert(out.marker.as_str(), &out.result);

@@ -63,7 +63,7 @@ pub use device::{
 pub use image::{EncodedImage, Image, TaskInput};
 pub use load::PipelineOptions;
 pub use observe::{Callbacks, OnToken, Stage};
-pub use open::{open, open_on, OpenOptions, Opened};
+pub use open::{open, open_on, open_on_observed, OpenObserver, OpenOptions, Opened};
 pub use options::{TaskOptions, DEFAULT_MAX_NEW_TOKENS};
 pub use output::{StopReason, TaskOutput, Timings, Usage};
 #[cfg(not(target_arch = "wasm32"))]

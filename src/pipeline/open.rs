@@ -10,7 +10,7 @@ use super::load::PipelineOptions;
 use super::tune::TuneSizes;
 use super::Pipeline;
 use crate::error::Result;
-use crate::estimate::{device_limits, resolve_dtype_for, DTypeRequest};
+use crate::estimate::{device_limits, resolve_dtype_for, DTypeRequest, DeviceLimits};
 use crate::gpu::tune::{CacheLocation, TuneOptions, TuneReport, Tuning};
 use crate::gpu::{Device, DeviceOptions};
 use crate::weights::source::{ModelFiles, ModelSource};
@@ -35,6 +35,9 @@ pub struct OpenOptions {
     pub gpu: DeviceOptions,
     /// Whether the platform is a phone or tablet (the adapter does not say; `auto` dtype uses it).
     pub mobile: bool,
+    /// The limits `auto` dtype judges against instead of the device's (a test override of the wasm
+    /// facade's `adapterLimits`).
+    pub limits: Option<DeviceLimits>,
     /// Task markers and input limits; the weights' dtype is the one resolved here.
     pub pipeline: PipelineOptions,
 }
@@ -51,6 +54,7 @@ impl Default for OpenOptions {
             tune_cache: CacheLocation::Default,
             gpu: DeviceOptions::default(),
             mobile: false,
+            limits: None,
             pipeline: PipelineOptions::default(),
         }
     }
@@ -91,9 +95,34 @@ pub async fn open_on<S: ModelSource, F: ModelFiles>(
     files: &F,
     opts: &OpenOptions,
 ) -> Result<Opened> {
-    let limits = device_limits(&gpu, opts.mobile);
+    open_on_observed(gpu, device, source, files, opts, &()).await
+}
+
+/// What [`open_on_observed`] reports between its steps (a front end's progress events).
+pub trait OpenObserver {
+    /// The resident format is chosen (`reason`: `auto`'s, empty for a fixed format); the load starts.
+    fn dtype_chosen(&self, _reason: &str) {}
+    /// The load is done; the kernel tuning starts.
+    fn tuning(&self) {}
+}
+
+impl OpenObserver for () {}
+
+/// [`open_on`], telling `obs` when the dtype is chosen and when the tuning starts.
+pub async fn open_on_observed<S: ModelSource, F: ModelFiles>(
+    gpu: Arc<Device>,
+    device: DeviceDecision,
+    source: &S,
+    files: &F,
+    opts: &OpenOptions,
+    obs: &dyn OpenObserver,
+) -> Result<Opened> {
+    let limits = opts
+        .limits
+        .unwrap_or_else(|| device_limits(&gpu, opts.mobile));
     let (dtype, dtype_reason) =
         resolve_dtype_for(opts.dtype, files, &limits, gpu.is_host()).await?;
+    obs.dtype_chosen(dtype_reason.as_deref().unwrap_or_default());
     let mut load = opts.pipeline.clone();
     load.weights.dtype = dtype;
     let pipeline = Pipeline::load(&gpu, source, &load).await?;
@@ -102,6 +131,9 @@ pub async fn open_on<S: ModelSource, F: ModelFiles>(
         (sizes.height, sizes.width) = (n, n);
     }
     sizes.beams = opts.tune_beams.unwrap_or(sizes.beams);
+    if opts.tuning.mode != Tuning::Off {
+        obs.tuning();
+    }
     let tuning = pipeline.tune(sizes, &opts.tuning, &opts.tune_cache).await;
     Ok(Opened {
         gpu,

@@ -413,97 +413,140 @@ impl Fetcher {
             };
         };
         self.check_abort(&format!("loading {file}"))?;
-        let mut cached = self.open_cached(&url, required).await;
+        let cached = self.open_fresh(&url, required).await;
+        self.check_abort(&format!("loading {file}"))?;
+        let got = match cached {
+            Some(None) => return Ok(None),
+            Some(Some((r, meta))) => Some((r, Some(meta.bytes), None, None)),
+            None => self
+                .open_network(file, &url, required)
+                .await?
+                .map(|(r, put, controller)| (r, None, put, controller)),
+        };
+        let Some((resp, meta_total, put, controller)) = got else {
+            return Ok(None);
+        };
+        Self::body(file, url, resp, meta_total, put, controller).map(Some)
+    }
+
+    /// [`Fetcher::open_cached`], with a cached entry whose revision may have moved checked against the
+    /// server first (when `revalidate`) and forgotten when it is stale.
+    async fn open_fresh(&self, url: &str, required: bool) -> Option<Option<(Response, Meta)>> {
+        let cached = self.open_cached(url, required).await;
         if let Some(Some((_, meta))) = &cached {
             if self.revalidate
-                && revision_may_change(&url)
-                && self.freshness(&url, meta).await == Freshness::Stale
+                && revision_may_change(url)
+                && self.freshness(url, meta).await == Freshness::Stale
             {
-                if let Some(c) = self.cache_for(&url) {
-                    cache::forget(c, &url).await;
+                if let Some(c) = self.cache_for(url) {
+                    cache::forget(c, url).await;
                 }
-                cached = None;
+                return None;
             }
         }
-        self.check_abort(&format!("loading {file}"))?;
-        let mut meta_total = None;
-        let (resp, cached, put, controller) = match cached {
-            Some(None) => return Ok(None),
-            Some(Some((r, meta))) => {
-                meta_total = Some(meta.bytes);
-                (r, true, None, None)
+        cached
+    }
+
+    /// `file` over the network: the response, its cache write (when caching) and the controller that
+    /// aborts it. `Ok(None)` for an optional file that is absent or, offline with a cached model,
+    /// unreachable.
+    async fn open_network(
+        &self,
+        file: &str,
+        url: &str,
+        required: bool,
+    ) -> Result<Option<(Response, Option<Promise>, Option<AbortController>)>> {
+        let controller = AbortController::new().ok();
+        let init = RequestInit::new();
+        let signal = match (&self.signal, &controller) {
+            (Some(user), Some(c)) => {
+                let both = js_sys::Array::of2(user, &c.signal());
+                Some(AbortSignal::any(&both))
             }
-            None => {
-                let controller = AbortController::new().ok();
-                let init = RequestInit::new();
-                let signal = match (&self.signal, &controller) {
-                    (Some(user), Some(c)) => {
-                        let both = js_sys::Array::of2(user, &c.signal());
-                        Some(AbortSignal::any(&both))
-                    }
-                    (Some(user), None) => Some(user.clone()),
-                    (None, Some(c)) => Some(c.signal()),
-                    (None, None) => None,
-                };
-                init.set_signal(signal.as_ref());
-                let resp = match JsFuture::from(self.fetch_url(&url, &init)).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let err = read_error(file, &e);
-                        if !required && self.any_cached.get() && !matches!(err, Error::Aborted(_)) {
-                            // Offline with a cached model: an optional file we know nothing about.
-                            web_sys::console::warn_1(&JsValue::from_str(&format!(
-                                "florence2-wasm: {err}; loading without it"
-                            )));
-                            return Ok(None);
-                        }
-                        return Err(err);
-                    }
-                };
-                let resp: Response = resp.dyn_into().map_err(|_| Error::FileRead {
-                    file: file.to_owned(),
-                    msg: "fetch did not return a Response".into(),
-                })?;
-                if !resp.ok() {
-                    let status = resp.status();
-                    if !required && matches!(status, 404 | 410) {
-                        self.record_absent(&url).await;
-                        return Ok(None);
-                    }
-                    if !required && self.any_cached.get() && status >= 500 {
-                        web_sys::console::warn_1(&JsValue::from_str(&format!(
-                            "florence2-wasm: HTTP {status} for {url}; loading without {file}"
-                        )));
-                        return Ok(None);
-                    }
-                    return Err(Error::FileRead {
-                        file: file.to_owned(),
-                        msg: format!("HTTP {} {} from {url}", status, resp.status_text()),
-                    });
-                }
-                let ctype = resp
-                    .headers()
-                    .get("content-type")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
-                    if let Some(b) = resp.body() {
-                        let _ = b.cancel();
-                    }
-                    if required {
-                        return Err(html_error(file, &url, "Content-Type: text/html"));
-                    }
-                    self.record_absent(&url).await;
+            (Some(user), None) => Some(user.clone()),
+            (None, Some(c)) => Some(c.signal()),
+            (None, None) => None,
+        };
+        init.set_signal(signal.as_ref());
+        let resp = match JsFuture::from(self.fetch_url(url, &init)).await {
+            Ok(r) => r,
+            Err(e) => {
+                let err = read_error(file, &e);
+                if !required && self.any_cached.get() && !matches!(err, Error::Aborted(_)) {
+                    // Offline with a cached model: an optional file we know nothing about.
+                    web_sys::console::warn_1(&JsValue::from_str(&format!(
+                        "florence2-wasm: {err}; loading without it"
+                    )));
                     return Ok(None);
                 }
-                let put = match self.cache_for(&url) {
-                    Some(c) => resp.clone().ok().map(|copy| c.put_with_str(&url, &copy)),
-                    None => None,
-                };
-                (resp, false, put, controller)
+                return Err(err);
             }
         };
+        let resp: Response = resp.dyn_into().map_err(|_| Error::FileRead {
+            file: file.to_owned(),
+            msg: "fetch did not return a Response".into(),
+        })?;
+        if !self.usable(file, url, &resp, required).await? {
+            return Ok(None);
+        }
+        let put = match self.cache_for(url) {
+            Some(c) => resp.clone().ok().map(|copy| c.put_with_str(url, &copy)),
+            None => None,
+        };
+        Ok(Some((resp, put, controller)))
+    }
+
+    /// Whether a network response holds the file: an error status or an HTML page fails a required
+    /// file and makes an optional one absent (404/410 and HTML remembered as absent; a 5xx while a
+    /// cached model is served only warns).
+    async fn usable(&self, file: &str, url: &str, resp: &Response, required: bool) -> Result<bool> {
+        if !resp.ok() {
+            let status = resp.status();
+            if !required && matches!(status, 404 | 410) {
+                self.record_absent(url).await;
+                return Ok(false);
+            }
+            if !required && self.any_cached.get() && status >= 500 {
+                web_sys::console::warn_1(&JsValue::from_str(&format!(
+                    "florence2-wasm: HTTP {status} for {url}; loading without {file}"
+                )));
+                return Ok(false);
+            }
+            return Err(Error::FileRead {
+                file: file.to_owned(),
+                msg: format!("HTTP {} {} from {url}", status, resp.status_text()),
+            });
+        }
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
+            if let Some(b) = resp.body() {
+                let _ = b.cancel();
+            }
+            if required {
+                return Err(html_error(file, url, "Content-Type: text/html"));
+            }
+            self.record_absent(url).await;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// The [`Body`] of a response: its total from the cache record (`meta_total`, a cached body) or
+    /// from Content-Length unless the body is content-encoded, its reader and validators.
+    fn body(
+        file: &str,
+        url: String,
+        resp: Response,
+        meta_total: Option<u64>,
+        put: Option<Promise>,
+        controller: Option<AbortController>,
+    ) -> Result<Body> {
+        let cached = meta_total.is_some();
         let headers = resp.headers();
         let header = |k: &str| headers.get(k).ok().flatten();
         let encoded = header("content-encoding")
@@ -526,7 +569,7 @@ impl Fetcher {
             ),
             None => None,
         };
-        Ok(Some(Body {
+        Ok(Body {
             url,
             reader,
             total,
@@ -535,7 +578,7 @@ impl Fetcher {
             controller,
             etag: header("etag"),
             last_modified: header("last-modified"),
-        }))
+        })
     }
 
     /// Read a body to its end, handing it to `sink` in pieces of at most [`PIECE_BYTES`]; `max` caps the
@@ -565,23 +608,9 @@ impl Fetcher {
         let mut buf: Vec<u8> = Vec::new();
         loop {
             self.check_abort(&format!("loading {file}"))?;
-            let r = JsFuture::from(reader.read())
-                .await
-                .map_err(|e| read_error(file, &e))?;
-            let done = Reflect::get(&r, &JsValue::from_str("done"))
-                .ok()
-                .and_then(|d| d.as_bool())
-                .unwrap_or(true);
-            if done {
+            let Some(value) = next_chunk(file, reader).await? else {
                 break;
-            }
-            let value = Reflect::get(&r, &JsValue::from_str("value"))
-                .ok()
-                .and_then(|v| v.dyn_into::<Uint8Array>().ok())
-                .ok_or_else(|| Error::FileRead {
-                    file: file.to_owned(),
-                    msg: "the body stream yielded a non-byte chunk".into(),
-                })?;
+            };
             let len = value.length();
             if sniff && loaded == 0 {
                 let head = value.subarray(0, len.min(64)).to_vec();
@@ -590,26 +619,7 @@ impl Fetcher {
                 }
             }
             loaded = loaded.saturating_add(u64::from(len));
-            if let Some(max) = max {
-                if loaded > max {
-                    return Err(Error::FileRead {
-                        file: file.to_owned(),
-                        msg: format!("larger than the {max}-byte limit"),
-                    });
-                }
-            }
-            if let Some(t) = total {
-                if loaded > t {
-                    return Err(Error::FileRead {
-                        file: file.to_owned(),
-                        msg: if body.cached {
-                            format!("the cached copy has more bytes than the {t} stored")
-                        } else {
-                            format!("more bytes than the announced Content-Length {t}")
-                        },
-                    });
-                }
-            }
+            check_size(file, body, loaded, max)?;
             let mut off = 0u32;
             while off < len {
                 let m = (len - off).min(PIECE_BYTES as u32);
@@ -863,5 +873,53 @@ impl ModelSource for Fetcher {
                 r => return r,
             }
         }
+    }
+}
+
+/// The next chunk of a body stream; `None` at its end.
+async fn next_chunk(
+    file: &str,
+    reader: &ReadableStreamDefaultReader,
+) -> Result<Option<Uint8Array>> {
+    let r = JsFuture::from(reader.read())
+        .await
+        .map_err(|e| read_error(file, &e))?;
+    let done = Reflect::get(&r, &JsValue::from_str("done"))
+        .ok()
+        .and_then(|d| d.as_bool())
+        .unwrap_or(true);
+    if done {
+        return Ok(None);
+    }
+    Reflect::get(&r, &JsValue::from_str("value"))
+        .ok()
+        .and_then(|v| v.dyn_into::<Uint8Array>().ok())
+        .map(Some)
+        .ok_or_else(|| Error::FileRead {
+            file: file.to_owned(),
+            msg: "the body stream yielded a non-byte chunk".into(),
+        })
+}
+
+/// Fails when `loaded` bytes of `body` exceed the cap `max` or the body's expected total.
+fn check_size(file: &str, body: &Body, loaded: u64, max: Option<u64>) -> Result<()> {
+    if let Some(max) = max {
+        if loaded > max {
+            return Err(Error::FileRead {
+                file: file.to_owned(),
+                msg: format!("larger than the {max}-byte limit"),
+            });
+        }
+    }
+    match body.total {
+        Some(t) if loaded > t => Err(Error::FileRead {
+            file: file.to_owned(),
+            msg: if body.cached {
+                format!("the cached copy has more bytes than the {t} stored")
+            } else {
+                format!("more bytes than the announced Content-Length {t}")
+            },
+        }),
+        _ => Ok(()),
     }
 }

@@ -270,40 +270,7 @@ async fn from_bytes(
         ));
     }
     if kind == Kind::Jpeg {
-        // A truncated JPEG is refused, as the reference refuses it (browsers decode what is there).
-        crate::processor::jpeg::check_complete(&bytes).map_err(Error::Image)?;
-        // Size from the header before anything is decoded.
-        if let Ok((w, h)) = ::image::ImageReader::with_format(
-            std::io::Cursor::new(&bytes[..]),
-            ::image::ImageFormat::Jpeg,
-        )
-        .into_dimensions()
-        {
-            check_pixels(w, h, limits)?;
-        }
-        if !has_create_image_bitmap() {
-            return Ok(JsImage::File(bytes));
-        }
-        let own;
-        let blob = match blob {
-            Some(b) => b,
-            None => {
-                own = blob_of(&bytes)?;
-                &own
-            }
-        };
-        return match create_image_bitmap(blob, Some(&raw_decode_options())).await {
-            Ok(bm) => {
-                abort()?;
-                from_bitmap(&bm, limits)
-            }
-            Err(e) => {
-                web_sys::console::warn_1(&JsValue::from_str(&format!(
-                    "florence2-wasm: {e}; decoding the JPEG with the package's decoder"
-                )));
-                Ok(JsImage::File(bytes))
-            }
-        };
+        return jpeg_from_bytes(bytes, blob, limits, abort).await;
     }
     if !has_create_image_bitmap() {
         return Err(Error::Image(
@@ -312,16 +279,9 @@ async fn from_bytes(
                 .into(),
         ));
     }
-    let own;
-    let blob = match blob {
-        Some(b) => b,
-        None => {
-            own = blob_of(&bytes)?;
-            &own
-        }
-    };
+    let blob = blob_or_own(blob, &bytes)?;
     drop(bytes);
-    let bm = create_image_bitmap(blob, Some(&raw_decode_options()))
+    let bm = create_image_bitmap(&blob, Some(&raw_decode_options()))
         .await
         .map_err(|e| {
             Error::Image(format!(
@@ -336,6 +296,70 @@ async fn from_bytes(
         })?;
     abort()?;
     from_bitmap(&bm, limits)
+}
+
+/// A JPEG file's bytes: refused when truncated or too large (from its header), then the browser's
+/// decoder where there is one, else ours.
+async fn jpeg_from_bytes(
+    bytes: Vec<u8>,
+    blob: Option<&Blob>,
+    limits: &ImageLimits,
+    abort: &dyn Fn() -> Result<()>,
+) -> Result<JsImage> {
+    // A truncated JPEG is refused, as the reference refuses it (browsers decode what is there).
+    crate::processor::jpeg::check_complete(&bytes).map_err(Error::Image)?;
+    // Size from the header before anything is decoded.
+    if let Ok((w, h)) = ::image::ImageReader::with_format(
+        std::io::Cursor::new(&bytes[..]),
+        ::image::ImageFormat::Jpeg,
+    )
+    .into_dimensions()
+    {
+        check_pixels(w, h, limits)?;
+    }
+    if !has_create_image_bitmap() {
+        return Ok(JsImage::File(bytes));
+    }
+    let blob = blob_or_own(blob, &bytes)?;
+    match create_image_bitmap(&blob, Some(&raw_decode_options())).await {
+        Ok(bm) => {
+            abort()?;
+            from_bitmap(&bm, limits)
+        }
+        Err(e) => {
+            web_sys::console::warn_1(&JsValue::from_str(&format!(
+                "florence2-wasm: {e}; decoding the JPEG with the package's decoder"
+            )));
+            Ok(JsImage::File(bytes))
+        }
+    }
+}
+
+/// The size of a drawable image (ImageBitmap, a loaded `<img>`, a canvas); `None` for anything else.
+fn drawable_size(img: &JsValue) -> Result<Option<(u32, u32)>> {
+    Ok(if let Some(b) = img.dyn_ref::<ImageBitmap>() {
+        Some((b.width(), b.height()))
+    } else if let Some(el) = img.dyn_ref::<HtmlImageElement>() {
+        if !el.complete() {
+            return Err(Error::Image(
+                "the <img> has not finished loading (await img.decode() first)".into(),
+            ));
+        }
+        Some((el.natural_width(), el.natural_height()))
+    } else if let Some(c) = img.dyn_ref::<HtmlCanvasElement>() {
+        Some((c.width(), c.height()))
+    } else {
+        img.dyn_ref::<OffscreenCanvas>()
+            .map(|c| (c.width(), c.height()))
+    })
+}
+
+/// `blob` when the bytes came from one, else a Blob of `bytes`.
+fn blob_or_own(blob: Option<&Blob>, bytes: &[u8]) -> Result<Blob> {
+    match blob {
+        Some(b) => Ok(b.clone()),
+        None => blob_of(bytes),
+    }
 }
 
 /// Encoded file bytes given as a `Uint8Array` (a Node `Buffer` is one) or an `ArrayBuffer`.
@@ -423,21 +447,7 @@ pub async fn image_from_js(
         });
     }
     // Drawables: size first (the pixel limit is checked before anything is allocated).
-    let size = if let Some(b) = img.dyn_ref::<ImageBitmap>() {
-        Some((b.width(), b.height()))
-    } else if let Some(el) = img.dyn_ref::<HtmlImageElement>() {
-        if !el.complete() {
-            return Err(Error::Image(
-                "the <img> has not finished loading (await img.decode() first)".into(),
-            ));
-        }
-        Some((el.natural_width(), el.natural_height()))
-    } else if let Some(c) = img.dyn_ref::<HtmlCanvasElement>() {
-        Some((c.width(), c.height()))
-    } else {
-        img.dyn_ref::<OffscreenCanvas>()
-            .map(|c| (c.width(), c.height()))
-    };
+    let size = drawable_size(img)?;
     if let Some((w, h)) = size {
         check_pixels(w, h, limits)?;
         return Ok(JsImage::Rgba {
