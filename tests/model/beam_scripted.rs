@@ -14,7 +14,7 @@ use std::future::Future;
 use std::path::Path;
 use std::task::{Context, Poll, Waker};
 
-use florence2_wasm::model::generate::beam::{self, BeamConfig, StepSource};
+use florence2_wasm::model::generate::beam::{self, BeamConfig, StepInputs, StepSource};
 use florence2_wasm::model::generate::{EarlyStopping, Processors};
 use florence2_wasm::Result;
 use serde_json::Value;
@@ -26,13 +26,8 @@ struct Replay<'a> {
 }
 
 impl StepSource for Replay<'_> {
-    async fn step(
-        &mut self,
-        src: &[usize],
-        tokens: &[u32],
-        pos: usize,
-        want: &[usize],
-    ) -> Result<Vec<Vec<(u32, f32)>>> {
+    async fn step(&mut self, s: &StepInputs) -> Result<Vec<Vec<(u32, f32)>>> {
+        let (src, tokens, pos, want) = (&s.src, &s.tokens, s.pos, &s.want);
         self.steps += 1;
         let mut seqs: Vec<Vec<u32>> = src.iter().map(|&s| self.seqs[s].clone()).collect();
         for (s, &t) in seqs.iter_mut().zip(tokens) {

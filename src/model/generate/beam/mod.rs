@@ -43,17 +43,12 @@ pub use source::{BeamPicked, GpuSource};
 /// One decoder step for every running beam, as the bookkeeping sees it.
 #[allow(async_fn_in_trait)] // used generically, never boxed; Send is not needed (single-threaded wasm)
 pub trait StepSource {
-    /// Reorder the per-beam decoder state so that new row `b` = old row `src[b]` (identity on the first
-    /// step), feed `tokens[b]` at decoder position `pos` (0 = the decoder start token) and return, for
-    /// every beam `b` with `want[b] > 0`, at least its `want[b]` best `(token, log_softmax)` pairs (any
-    /// order; more, up to the whole row, is fine); beams with `want[b] == 0` get an empty list.
-    async fn step(
-        &mut self,
-        src: &[usize],
-        tokens: &[u32],
-        pos: usize,
-        want: &[usize],
-    ) -> Result<Vec<Vec<(u32, f32)>>>;
+    /// Reorder the per-beam decoder state so that new row `b` = old row `s.src[b]` (identity on the
+    /// first step), feed `s.tokens[b]` at decoder position `s.pos` (0 = the decoder start token) and
+    /// return, for every beam `b` with `s.want[b] > 0`, at least its `s.want[b]` best
+    /// `(token, log_softmax)` pairs (any order; more, up to the whole row, is fine); beams with
+    /// `s.want[b] == 0` get an empty list.
+    async fn step(&mut self, s: &StepInputs) -> Result<Vec<Vec<(u32, f32)>>>;
 }
 
 /// Run beam search to the end against `source`. `cancel` is polled before every step.
@@ -70,7 +65,7 @@ pub async fn run<S: StepSource>(
         let plan = bs.plan();
         let rows = match &plan.run {
             None => vec![Vec::new(); plan.rules.len()],
-            Some(s) => source.step(&s.src, &s.tokens, s.pos, &s.want).await?,
+            Some(s) => source.step(s).await?,
         };
         bs.advance(&plan.rules, &rows)?;
     }

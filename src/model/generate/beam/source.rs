@@ -178,22 +178,11 @@ impl GpuSource<'_> {
 }
 
 impl StepSource for GpuSource<'_> {
-    async fn step(
-        &mut self,
-        src: &[usize],
-        tokens: &[u32],
-        pos: usize,
-        want: &[usize],
-    ) -> Result<Vec<Vec<(u32, f32)>>> {
-        let inputs = StepInputs {
-            src: src.to_vec(),
-            tokens: tokens.to_vec(),
-            pos,
-            want: want.to_vec(),
-        };
+    async fn step(&mut self, inputs: &StepInputs) -> Result<Vec<Vec<(u32, f32)>>> {
+        let (pos, want) = (inputs.pos, &inputs.want);
         let mut rec = Recorder::new(&self.gpu);
         rec.set_phase("decode");
-        self.begin(&mut rec, &inputs)?;
+        self.begin(&mut rec, inputs)?;
         self.decoder
             .step_planned(&mut rec, pos as u32, &mut self.state)?; // (B, V)
         let picked = self.record_pick(&mut rec, want)?;

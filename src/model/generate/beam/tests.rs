@@ -18,13 +18,8 @@ struct Scripted<F: Fn(&[u32]) -> Vec<f32>> {
 }
 
 impl<F: Fn(&[u32]) -> Vec<f32>> StepSource for Scripted<F> {
-    async fn step(
-        &mut self,
-        src: &[usize],
-        tokens: &[u32],
-        pos: usize,
-        want: &[usize],
-    ) -> Result<Vec<Vec<(u32, f32)>>> {
+    async fn step(&mut self, s: &StepInputs) -> Result<Vec<Vec<(u32, f32)>>> {
+        let (src, tokens, pos, want) = (&s.src, &s.tokens, s.pos, &s.want);
         self.calls += 1;
         let mut seqs: Vec<Vec<u32>> = src.iter().map(|&s| self.seqs[s].clone()).collect();
         for (s, &t) in seqs.iter_mut().zip(tokens) {
