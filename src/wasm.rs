@@ -48,7 +48,6 @@ use std::sync::Arc;
 use js_sys::{Function, Promise, Reflect};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::{Error, Result};
 use crate::estimate::DTypeRequest;
@@ -68,7 +67,9 @@ use crate::weights::{DTypePlan, LoadOptions};
 pub use cache::CACHE_NAME;
 pub use errors::is_florence2_error;
 pub use fetch::{looks_like_html, PIECE_BYTES};
-use js::{call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, to_js};
+use js::{
+    call2, check_signal, js_error, opt_bool, opt_fn, opt_get, opt_signal, opt_uint, promise, to_js,
+};
 pub use source::Source;
 
 pub use crate::pipeline::DEFAULT_MAX_NEW_TOKENS;
@@ -257,11 +258,9 @@ impl JsFlorence2 {
         let inner = self.inner.clone();
         // The model is taken now: a call made before `dispose()` completes.
         let pipeline = self.inner.pipeline.borrow().clone();
-        future_to_promise(async move {
-            let pipeline = pipeline.ok_or_else(|| js_error(&Error::Disposed))?;
-            run_impl(inner, pipeline, image, prompt, options)
-                .await
-                .map_err(|e| js_error(&e))
+        promise(async move {
+            let pipeline = pipeline.ok_or(Error::Disposed)?;
+            run_impl(inner, pipeline, image, prompt, options).await
         })
     }
 
@@ -274,12 +273,11 @@ impl JsFlorence2 {
     ) -> Promise {
         let inner = self.inner.clone();
         let pipeline = self.inner.pipeline.borrow().clone();
-        future_to_promise(async move {
-            let pipeline = pipeline.ok_or_else(|| js_error(&Error::Disposed))?;
+        promise(async move {
+            let pipeline = pipeline.ok_or(Error::Disposed)?;
             encode_impl(inner, pipeline, image, options)
                 .await
                 .map(JsValue::from)
-                .map_err(|e| js_error(&e))
         })
     }
 

@@ -1215,7 +1215,8 @@ fn memory_table(gpu: &Arc<Device>, dir: &Path, residents: &[WeightDType], steps:
             vision_plan = Some((
                 model
                     .vision
-                    .arena_plan(binding, 1, dims)
+                    .tower_shape()
+                    .and_then(|t| t.arena_plan(binding, 1, dims))
                     .expect("arena plan"),
                 model
                     .vision

@@ -524,6 +524,23 @@ impl Recorder {
         Ok((idx, off))
     }
 
+    /// Record one dispatch whose storage bindings are whole tensors: `params` at binding 0, `tensors`
+    /// at bindings 1.. in order.
+    pub fn launch<P: bytemuck::Pod>(
+        &mut self,
+        kernel: &Kernel,
+        params: &P,
+        tensors: &[&Tensor],
+        grid: [u32; 3],
+    ) -> Result<()> {
+        let gpu = self.gpu.clone();
+        let bindings = tensors
+            .iter()
+            .map(|t| t.binding(&gpu))
+            .collect::<Result<Vec<_>>>()?;
+        self.dispatch(kernel, params, &bindings, grid)
+    }
+
     /// Record one dispatch: `params` goes to binding 0 (uniform), `bindings` to bindings 1.. in order.
     pub fn dispatch<P: bytemuck::Pod>(
         &mut self,

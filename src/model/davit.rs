@@ -515,17 +515,6 @@ impl DaVit {
         self.tower_shape()?.stage_grids(h, w)
     }
 
-    /// The activation arena [`DaVit::forward`] allocates for a `bsz` x `ih` x `iw` input on a device
-    /// whose storage bindings hold at most `max_binding` bytes ([`TowerShape::arena_plan`]).
-    pub fn arena_plan(
-        &self,
-        max_binding: u64,
-        bsz: usize,
-        (ih, iw): (usize, usize),
-    ) -> Result<ArenaPlan> {
-        self.tower_shape()?.arena_plan(max_binding, bsz, (ih, iw))
-    }
-
     /// Rows per MLP chunk in each stage for a `bsz` x `ih` x `iw` input (a stage's token count when
     /// its MLP runs whole), as [`DaVit::forward`] runs them.
     pub fn mlp_chunk_rows(
@@ -541,7 +530,7 @@ impl DaVit {
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
     /// last stage's tokens (B, N, C_last), row-major over the (h, w) token grid, and that grid.
     ///
-    /// Memory: one arena ([`DaVit::arena_plan`]: three or four buffers sized for the largest stage)
+    /// Memory: one arena ([`TowerShape::arena_plan`]: three or four buffers sized for the largest stage)
     /// serves every stage and block; the returned tokens are a view of one of its buffers, the others
     /// are released when this returns ([`DaVit::forward_spare`] hands them back instead). `pixels` stays with the caller: [`DaVit::forward_host`] takes them from the
     /// CPU straight into the arena instead, so no pixel tensor is held beside it.

@@ -1,5 +1,5 @@
 //! The DaViT tower's activation arena, planned from its shapes alone ([`TowerShape`]: no weights, no
-//! device): the loaded tower plans its forward with it ([`crate::model::davit::DaVit::arena_plan`]) and
+//! device): the loaded tower plans its forward with it ([`TowerShape::arena_plan`], from [`crate::model::davit::DaVit::tower_shape`]) and
 //! the memory estimate ([`crate::estimate`]) plans a tower that is not loaded yet with the same code.
 
 use crate::config::VisionConfig;

@@ -37,11 +37,10 @@ pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     if host::on_host(rec)? {
         return host::dense::f32_to_f16(x, out);
     }
-    let gpu = rec.gpu().clone();
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "f32_to_f16"),
         &params,
-        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        &[x, out],
         grid_1d(ceil_div(words, WG as usize)),
     )
 }

@@ -147,7 +147,6 @@ impl ChannelLogits {
         if host::on_host(rec)? {
             return self.host_apply(v, (v_stride, v_off), out);
         }
-        let gpu = rec.gpu().clone();
         let (entry, total) = if self.vec4 {
             ("attn_apply4", b * n * c / 4)
         } else {
@@ -157,14 +156,10 @@ impl ChannelLogits {
         params.total = total as u32;
         params.v_stride = v_stride as u32;
         params.v_off = v_off as u32;
-        rec.dispatch(
+        rec.launch(
             &Kernel::new(&SHADER, entry),
             &params,
-            &[
-                v.binding(&gpu)?,
-                self.attn_t.binding(&gpu)?,
-                out.binding(&gpu)?,
-            ],
+            &[v, &self.attn_t, out],
             grid_1d(ceil_div(total, WG as usize)),
         )
     }
@@ -323,7 +318,7 @@ fn record_logits(
         _ => Tensor::zeros(&gpu, &part_shape, DType::F32, "channel_attn.partials")?,
     };
     let attn = Tensor::zeros(&gpu, &[b, groups, d, d], DType::F32, "channel_attn.scratch")?;
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(
             &SHADER,
             if vec4 {
@@ -333,19 +328,15 @@ fn record_logits(
             },
         ),
         &params,
-        &[src.binding(&gpu)?, part.binding(&gpu)?],
+        &[src, &part],
         [(tiles * tiles) as u32, (b * groups) as u32, nsplit as u32],
     )?;
     let rows = b * groups * d;
     params.total = rows as u32;
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "softmax_rows"),
         &params,
-        &[
-            part.binding(&gpu)?,
-            attn.binding(&gpu)?,
-            out.attn_t.binding(&gpu)?,
-        ],
+        &[&part, &attn, &out.attn_t],
         grid_1d(ceil_div(rows, WG as usize)),
     )?;
     Ok(())

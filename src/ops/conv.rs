@@ -178,7 +178,6 @@ pub fn prepare_conv2d_weight(rec: &mut Recorder, w: &Tensor) -> Result<Tensor> {
 fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
     let (cout, cin, kh, kw) = (w.dim(0), w.dim(1), w.dim(2), w.dim(3));
     let kp = wp.dim(1);
-    let gpu = rec.gpu().clone();
     let params = Im2colParams {
         h: 0,
         w: 0,
@@ -195,10 +194,10 @@ fn pad_weight(rec: &mut Recorder, w: &Tensor, wp: &Tensor) -> Result<()> {
     };
     let f16 = if w.dtype() == DType::F16 { 1.0 } else { 0.0 };
     let overrides = [("W_F16", f16)];
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "pad_weight").with(&overrides),
         &params,
-        &[w.binding(&gpu)?, wp.binding(&gpu)?],
+        &[w, wp],
         grid_1d(ceil_div(cout * kp, WG as usize)),
     )
 }
@@ -402,10 +401,10 @@ fn record_conv2d(
             Some(t) => t.view(&[n, cout], DType::F32)?,
         };
         let params = im2col_params(g, args, r0, n, kp);
-        rec.dispatch(
+        rec.launch(
             &kernel,
             &params,
-            &[x.binding(&gpu)?, cols.binding(&gpu)?],
+            &[x, &cols],
             grid_1d(ceil_div(n * kp, WG as usize)),
         )?;
         linear(rec, &cols, w2, LinearArgs::default().bias(Some(bias)), &dst)?;
@@ -534,7 +533,6 @@ pub fn dwconv3x3_residual_taps(
     if host::on_host(rec)? {
         return host::vision::dwconv3x3_residual(x, taps, bias, out);
     }
-    let gpu = rec.gpu().clone();
     let n32 = check::u32_of(OP, "elements", n)?;
     let lanes = if c.is_multiple_of(4) { 4 } else { 1 };
     let params = DwParams {
@@ -544,15 +542,10 @@ pub fn dwconv3x3_residual_taps(
         c: (c / lanes) as u32,
     };
     let defines: &[&str] = if lanes == 4 { &["VEC4"] } else { &[] };
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "dwconv3x3_residual").defines(defines),
         &params,
-        &[
-            x.binding(&gpu)?,
-            taps.binding(&gpu)?,
-            bias.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
+        &[x, taps, bias, out],
         grid_1d(ceil_div(n / lanes, WG as usize)),
     )
 }

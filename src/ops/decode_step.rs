@@ -61,11 +61,10 @@ pub fn pos_add(
         at,
     };
     check::u32_of(OP, "table elements", table.numel())?;
-    let gpu = rec.gpu().clone();
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "pos_add"),
         &params,
-        &[step.binding(&gpu)?, table.binding(&gpu)?, x.binding(&gpu)?],
+        &[step, table, x],
         grid_1d(ceil_div(n, WG as usize)),
     )
 }
@@ -121,22 +120,15 @@ pub fn kv_write(
         rows: check::u32_of(OP, "cache rows", l)?,
         at,
     };
-    let gpu = rec.gpu().clone();
     // f16: one invocation per pair of channels.
     let (defines, threads): (&[&str], usize) = match f16 {
         true => (&["KV_WRITE", "KV_F16"], b * d / 2),
         false => (&["KV_WRITE"], b * d),
     };
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "kv_write").defines(defines),
         &params,
-        &[
-            step.binding(&gpu)?,
-            kn.binding(&gpu)?,
-            vn.binding(&gpu)?,
-            ck.binding(&gpu)?,
-            cv.binding(&gpu)?,
-        ],
+        &[step, kn, vn, ck, cv],
         grid_1d(ceil_div(threads, WG as usize)),
     )
 }

@@ -38,15 +38,10 @@ fn launch(
         (false, true) => &["INPLACE"],
         (false, false) => &[],
     };
-    let gpu = rec.gpu().clone();
-    let bindings = tensors
-        .iter()
-        .map(|t| t.binding(&gpu))
-        .collect::<Result<Vec<_>>>()?;
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, entry).defines(defines),
         &params,
-        &bindings,
+        tensors,
         grid_1d(ceil_div(items, WG as usize)),
     )
 }

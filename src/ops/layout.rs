@@ -36,15 +36,10 @@ fn launch(
     params: Params,
     tensors: &[&Tensor],
 ) -> Result<()> {
-    let gpu = rec.gpu().clone();
-    let bindings = tensors
-        .iter()
-        .map(|t| t.binding(&gpu))
-        .collect::<Result<Vec<_>>>()?;
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
         &params,
-        &bindings,
+        tensors,
         grid_1d(ceil_div(items, WG as usize)),
     )
 }

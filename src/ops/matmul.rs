@@ -432,8 +432,7 @@ fn check_linear(
     args: &LinearArgs,
     out: &Tensor,
 ) -> Result<Option<(usize, usize, usize)>> {
-    check::f32(OP, "x", x)?;
-    check::f32(OP, "out", out)?;
+    let (m, n, k) = linear_shapes(x, w, out)?;
     if !matches!(w.dtype(), DType::F32 | DType::F16) && w.dtype().qformat().is_none() {
         return Err(Error::shape(
             OP,
@@ -449,6 +448,25 @@ fn check_linear(
             ),
         ));
     }
+    check_epilogue(args, n, out)?;
+    if m == 0 || n == 0 {
+        return Ok(None);
+    }
+    if k == 0 {
+        return Err(Error::shape(OP, "K = 0"));
+    }
+    if let Some(q) = w.dtype().qformat() {
+        q.check_k("linear weight", k)?;
+    }
+    check_variant(gpu, variant, k)?;
+    Ok(Some((m, n, k)))
+}
+
+/// The shapes of a linear call on any backend: x (M, K) and out (M, N) f32, w (N, K). Returns
+/// (M, N, K).
+pub(crate) fn linear_shapes(x: &Tensor, w: &Tensor, out: &Tensor) -> Result<(usize, usize, usize)> {
+    check::f32(OP, "x", x)?;
+    check::f32(OP, "out", out)?;
     if x.rank() != 2 || w.rank() != 2 || out.rank() != 2 {
         return Err(Error::shape(
             OP,
@@ -472,18 +490,7 @@ fn check_linear(
             ),
         ));
     }
-    check_epilogue(args, n, out)?;
-    if m == 0 || n == 0 {
-        return Ok(None);
-    }
-    if k == 0 {
-        return Err(Error::shape(OP, "K = 0"));
-    }
-    if let Some(q) = w.dtype().qformat() {
-        q.check_k("linear weight", k)?;
-    }
-    check_variant(gpu, variant, k)?;
-    Ok(Some((m, n, k)))
+    Ok((m, n, k))
 }
 
 /// The bias is f32 (N) and the residual f32 with out's shape, in another buffer.
@@ -735,17 +742,16 @@ pub fn matmul(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Resul
     if k == 0 {
         return Err(Error::shape(OP, "K = 0"));
     }
-    let gpu = rec.gpu().clone();
     let params = BmmParams {
         m: check::u32_of(OP, "M", m)?,
         n: check::u32_of(OP, "N", n)?,
         k: check::u32_of(OP, "K", k)?,
         batch: check::u32_of(OP, "batch", bt)?,
     };
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER_BATCHED, "bmm"),
         &params,
-        &[a.binding(&gpu)?, b.binding(&gpu)?, out.binding(&gpu)?],
+        &[a, b, out],
         [
             ceil_div(n, EDGE * SCALAR_BLOCK.1),
             ceil_div(m, EDGE * SCALAR_BLOCK.0),

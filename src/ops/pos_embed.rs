@@ -40,7 +40,6 @@ pub fn pos2d_temporal_add(
         return host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out);
     }
     let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
-    let gpu = rec.gpu().clone();
     let params = Params {
         n: n32,
         h: h as u32,
@@ -51,16 +50,10 @@ pub fn pos2d_temporal_add(
         _pad1: 0,
         _pad2: 0,
     };
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "pos2d_temporal_add"),
         &params,
-        &[
-            feats.binding(&gpu)?,
-            col.binding(&gpu)?,
-            row.binding(&gpu)?,
-            temporal.binding(&gpu)?,
-            out.binding(&gpu)?,
-        ],
+        &[feats, col, row, temporal, out],
         grid_1d(ceil_div(n, WG as usize)),
     )
 }

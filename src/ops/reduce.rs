@@ -56,11 +56,10 @@ pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         return host::rows::argmax_rows(x, out);
     }
     let wg = check::pow2_wg(v, 32, MAX_WG);
-    let gpu = rec.gpu().clone();
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "argmax_rows").with(&[("WG", wg as f64)]),
         &params,
-        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        &[x, out],
         grid_1d(params.rows),
     )
 }
@@ -98,11 +97,10 @@ pub fn topk_rows(
         return host::rows::topk_rows(x, k, vals, ids);
     }
     let wg = check::pow2_wg(v, 32, MAX_WG);
-    let gpu = rec.gpu().clone();
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "topk_rows").with(&[("WG", wg as f64)]),
         &params,
-        &[x.binding(&gpu)?, vals.binding(&gpu)?, ids.binding(&gpu)?],
+        &[x, vals, ids],
         grid_1d(params.rows),
     )
 }
@@ -129,11 +127,10 @@ pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         k: c as u32,
         _pad: 0,
     };
-    let gpu = rec.gpu().clone();
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "mean_rows").with(&[("WG", MAX_WG as f64)]),
         &params,
-        &[x.binding(&gpu)?, out.binding(&gpu)?],
+        &[x, out],
         grid_1d(ceil_div(b * c, MAX_WG as usize)),
     )
 }

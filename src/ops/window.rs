@@ -48,7 +48,6 @@ fn launch(
     };
     let n32 = check::u32_of(entry, "elements", n)?;
     let (nwh, nww) = window_grid(h, w, ws);
-    let gpu = rec.gpu().clone();
     let params = Params {
         n: n32,
         h: h as u32,
@@ -59,10 +58,10 @@ fn launch(
         nww: nww as u32,
         _pad0: 0,
     };
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
         &params,
-        &[src.binding(&gpu)?, dst.binding(&gpu)?],
+        &[src, dst],
         grid_1d(ceil_div(n, WG as usize)),
     )
 }

@@ -201,7 +201,6 @@ fn record_window_rows(
     let total = nw * heads * nqg;
     check::u32_of(OP, "qkv elements", qkv.numel())?;
     let total32 = check::u32_of(OP, "invocations", total)?;
-    let gpu = rec.gpu().clone();
     let params = Params {
         total: total32,
         t: t as u32,
@@ -213,10 +212,10 @@ fn record_window_rows(
         _pad1: 0,
     };
     let d4 = (c / heads / 4) as f64;
-    rec.dispatch(
+    rec.launch(
         &Kernel::new(&SHADER, "window_attention").with(&[("D4", d4)]),
         &params,
-        &[qkv.binding(&gpu)?, out.binding(&gpu)?],
+        &[qkv, out],
         grid_1d(ceil_div(total, WG as usize)),
     )
 }

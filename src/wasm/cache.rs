@@ -21,7 +21,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{Cache, CacheStorage, Headers, Request, Response, ResponseInit};
 
 use crate::error::{Error, Result};
-use crate::wasm::js::{describe_js, js_error};
+use crate::wasm::js::{describe_js, promise};
 use crate::wasm::source::Source;
 use crate::wasm::JsFlorence2;
 
@@ -376,11 +376,7 @@ impl JsFlorence2 {
         #[wasm_bindgen(unchecked_optional_param_type = "ModelSource")] source: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
     ) -> Promise {
-        wasm_bindgen_futures::future_to_promise(async move {
-            cache_info_impl(source, options)
-                .await
-                .map_err(|e| js_error(&e))
-        })
+        promise(cache_info_impl(source, options))
     }
 
     /// Delete cached files: all of them (the whole bucket), or one model's (`source` and `options` as for
@@ -390,10 +386,6 @@ impl JsFlorence2 {
         #[wasm_bindgen(unchecked_optional_param_type = "ModelSource")] source: JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
     ) -> Promise {
-        wasm_bindgen_futures::future_to_promise(async move {
-            clear_cache_impl(source, options)
-                .await
-                .map_err(|e| js_error(&e))
-        })
+        promise(clear_cache_impl(source, options))
     }
 }

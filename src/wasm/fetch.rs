@@ -517,13 +517,7 @@ impl Fetcher {
                 msg: format!("HTTP {} {} from {url}", status, resp.status_text()),
             });
         }
-        let ctype = resp
-            .headers()
-            .get("content-type")
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
+        if crate::wasm::js::is_html(resp) {
             if let Some(b) = resp.body() {
                 let _ = b.cancel();
             }
@@ -706,6 +700,18 @@ impl Fetcher {
         }
     }
 
+    /// A body that turned out to be an HTML page (a server's fallback page): dropped; an error for a
+    /// required file, else the file is remembered as absent.
+    async fn html_body(&self, file: &str, body: Body, required: bool) -> Result<()> {
+        let url = body.url.clone();
+        self.discard(body).await;
+        if required {
+            return Err(html_error(file, &url, "by its content"));
+        }
+        self.record_absent(&url).await;
+        Ok(())
+    }
+
     /// A small file read whole (`max` bytes at most). `Ok(None)` when optional and absent. A cached copy
     /// that fails its checks is deleted and the file fetched again.
     async fn read_whole(&self, file: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
@@ -728,13 +734,7 @@ impl Fetcher {
             };
             let n = match res {
                 Ok(Pumped::Html) => {
-                    let url = body.url.clone();
-                    self.discard(body).await;
-                    if required {
-                        return Err(html_error(file, &url, "by its content"));
-                    }
-                    self.record_absent(&url).await;
-                    return Ok(None);
+                    return self.html_body(file, body, required).await.map(|()| None)
                 }
                 Ok(Pumped::Done(n)) => self.settle(file, body, Ok(n)).await,
                 Err(e) => self.settle(file, body, Err(e)).await,
@@ -777,15 +777,7 @@ impl Fetcher {
         };
         let cached = body.cached;
         let res = match res {
-            Ok(Pumped::Html) => {
-                let url = body.url.clone();
-                self.discard(body).await;
-                if required {
-                    return Err(html_error(file, &url, "by its content"));
-                }
-                self.record_absent(&url).await;
-                return Ok(None);
-            }
+            Ok(Pumped::Html) => return self.html_body(file, body, required).await.map(|()| None),
             Ok(Pumped::Done(n)) => loader.finish(asm).map(|()| n),
             Err(e) => Err(e),
         };

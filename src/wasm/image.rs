@@ -192,13 +192,7 @@ async fn fetch_blob(url: &str, abort: &dyn Fn() -> Result<()>) -> Result<Blob> {
             resp.status_text()
         )));
     }
-    let ctype = resp
-        .headers()
-        .get("content-type")
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if ctype.trim().to_ascii_lowercase().starts_with("text/html") {
+    if crate::wasm::js::is_html(&resp) {
         return Err(Error::Image(format!(
             "{what}: the server answered with an HTML page, not an image"
         )));

@@ -78,26 +78,30 @@ pub fn opt_get(obj: &JsValue, key: &str) -> Option<JsValue> {
         .filter(|v| !v.is_undefined() && !v.is_null())
 }
 
-/// An optional callback option.
-pub fn opt_fn(obj: &JsValue, key: &str) -> Result<Option<Function>> {
+/// An optional option `key` converted by `conv`; a value it refuses is an error saying the option
+/// must be `what`.
+fn opt_as<T>(
+    obj: &JsValue,
+    key: &str,
+    what: &str,
+    conv: impl FnOnce(JsValue) -> Option<T>,
+) -> Result<Option<T>> {
     match opt_get(obj, key) {
         None => Ok(None),
-        Some(v) => v
-            .dyn_into::<Function>()
+        Some(v) => conv(v)
             .map(Some)
-            .map_err(|_| Error::InvalidInput(format!("option {key} must be a function"))),
+            .ok_or_else(|| Error::InvalidInput(format!("option {key} must be {what}"))),
     }
+}
+
+/// An optional callback option.
+pub fn opt_fn(obj: &JsValue, key: &str) -> Result<Option<Function>> {
+    opt_as(obj, key, "a function", |v| v.dyn_into::<Function>().ok())
 }
 
 /// An optional boolean option.
 pub fn opt_bool(obj: &JsValue, key: &str) -> Result<Option<bool>> {
-    match opt_get(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_bool()
-            .map(Some)
-            .ok_or_else(|| Error::InvalidInput(format!("option {key} must be a boolean"))),
-    }
+    opt_as(obj, key, "a boolean", |v| v.as_bool())
 }
 
 /// An optional non-negative integer option no larger than `max`.
@@ -113,15 +117,16 @@ pub fn opt_uint(obj: &JsValue, key: &str, max: f64) -> Result<Option<u64>> {
     }
 }
 
+/// An optional string option.
+pub fn opt_string(obj: &JsValue, key: &str) -> Result<Option<String>> {
+    opt_as(obj, key, "a string", |v| v.as_string())
+}
+
 /// An optional `AbortSignal` option.
 pub fn opt_signal(obj: &JsValue, key: &str) -> Result<Option<AbortSignal>> {
-    match opt_get(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .dyn_into::<AbortSignal>()
-            .map(Some)
-            .map_err(|_| Error::InvalidInput(format!("option {key} must be an AbortSignal"))),
-    }
+    opt_as(obj, key, "an AbortSignal", |v| {
+        v.dyn_into::<AbortSignal>().ok()
+    })
 }
 
 /// Serialize to plain JS values (objects, not `Map`s; numbers as JS numbers).
@@ -154,4 +159,22 @@ pub fn call2(f: &Function, a: &JsValue, b: &JsValue) {
             "florence2-wasm: a callback threw {name}: {msg}"
         )));
     }
+}
+
+/// Whether a response says it is an HTML page (`Content-Type: text/html`): what a server's fallback
+/// page answers for a missing file.
+pub fn is_html(resp: &web_sys::Response) -> bool {
+    resp.headers()
+        .get("content-type")
+        .ok()
+        .flatten()
+        .is_some_and(|t| t.trim().to_ascii_lowercase().starts_with("text/html"))
+}
+
+/// A Promise of `f`'s value; an error rejects it with its named JS error.
+pub fn promise<F>(f: F) -> js_sys::Promise
+where
+    F: std::future::Future<Output = Result<JsValue>> + 'static,
+{
+    wasm_bindgen_futures::future_to_promise(async move { f.await.map_err(|e| js_error(&e)) })
 }

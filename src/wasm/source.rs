@@ -9,7 +9,7 @@ use wasm_bindgen::JsCast;
 
 use crate::error::{Error, Result};
 use crate::hub::{self, HubOptions};
-use crate::wasm::js::opt_get;
+use crate::wasm::js::opt_string;
 
 /// Where the model files are.
 #[derive(Clone, Debug)]
@@ -18,17 +18,6 @@ pub enum Source {
     Base(String),
     /// File name -> URL.
     Files(BTreeMap<String, String>),
-}
-
-/// An optional string option.
-fn opt_string(obj: &JsValue, key: &str) -> Result<Option<String>> {
-    match opt_get(obj, key) {
-        None => Ok(None),
-        Some(v) => v
-            .as_string()
-            .map(Some)
-            .ok_or_else(|| Error::InvalidInput(format!("option {key} must be a string"))),
-    }
 }
 
 /// `revision`, `remoteHost`, `remotePathTemplate` from load options.

@@ -268,15 +268,27 @@ fn davit_activation_arena_is_planned_and_reused() {
                 "{fixture}: stage 0's MLP in chunks of {chunk0} of {rows0} rows"
             );
             assert_eq!(
-                plan_buffers(&davit.arena_plan(u64::MAX, 1, (ih, iw)).unwrap()),
+                plan_buffers(
+                    &davit
+                        .tower_shape()
+                        .unwrap()
+                        .arena_plan(u64::MAX, 1, (ih, iw))
+                        .unwrap()
+                ),
                 buffers
             );
             // tiny2's grids (16x16, 8x8) are whole windows of 4: no window buffer; tiny4's are not.
             // Both have a 32-channel stage whose channel attention runs from q|k and v apart.
-            let plan = davit.arena_plan(u64::MAX, 1, (ih, iw)).unwrap();
+            let plan = davit
+                .tower_shape()
+                .unwrap()
+                .arena_plan(u64::MAX, 1, (ih, iw))
+                .unwrap();
             assert_eq!(plan.windows > 0, fixture == "tiny4", "{fixture}");
             assert!(plan.partials > 0, "{fixture}");
             let plan = davit
+                .tower_shape()
+                .unwrap()
                 .arena_plan(g.caps.max_storage_binding, 1, (ih, iw))
                 .unwrap();
             assert!(

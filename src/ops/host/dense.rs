@@ -15,20 +15,7 @@ use crate::ops::matmul::LinearArgs;
 /// [`crate::ops::matmul::linear`] on the host.
 pub fn linear(x: &Tensor, w: &Tensor, args: &LinearArgs, out: &Tensor) -> Result<()> {
     const OP: &str = "linear";
-    check::f32(OP, "x", x)?;
-    check::f32(OP, "out", out)?;
-    let (n, k) = (w.dim(0), w.dim(1));
-    if x.rank() != 2 || w.rank() != 2 || x.dim(1) != k || out.shape() != [x.dim(0), n] {
-        return Err(Error::shape(
-            OP,
-            format!(
-                "expected x (M, K), w (N, K), out (M, N); got {:?}, {:?}, {:?}",
-                x.shape(),
-                w.shape(),
-                out.shape()
-            ),
-        ));
-    }
+    let (_, n, k) = crate::ops::matmul::linear_shapes(x, w, out)?;
     if let Some(b) = args.bias {
         check::f32(OP, "bias", b)?;
         check::shape(OP, "bias", b, &[n])?;
