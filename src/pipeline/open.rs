@@ -13,7 +13,8 @@ use crate::error::Result;
 use crate::estimate::{device_limits, resolve_dtype_for, DTypeRequest, DeviceLimits};
 use crate::gpu::tune::{CacheLocation, TuneOptions, TuneReport, Tuning};
 use crate::gpu::{Device, DeviceOptions};
-use crate::weights::source::{ModelFiles, ModelSource};
+use crate::weights::load::ModelSource;
+use crate::weights::source::ModelFiles;
 use crate::weights::DTypePlan;
 
 /// What to open a model with.

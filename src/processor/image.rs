@@ -17,6 +17,8 @@ use std::ops::Range;
 use ::image::metadata::Orientation;
 /// The RGB8 image type used throughout (the `image` crate's).
 pub use ::image::RgbImage;
+
+pub use super::limits::ImageLimits;
 use ::image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use serde_json::Value;
 
@@ -311,25 +313,6 @@ impl ImageProcessorConfig {
             }
         }
         Ok(())
-    }
-}
-
-/// Limits applied to untrusted image bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ImageLimits {
-    /// Largest accepted `width * height` of the encoded image, checked from the header BEFORE decoding.
-    pub max_pixels: u64,
-    /// Upper bound on what the decoder may allocate (image crate `Limits::max_alloc`).
-    pub max_alloc_bytes: u64,
-}
-
-impl Default for ImageLimits {
-    /// 50 megapixels; 512 MiB of decoder allocations (a 50 MP 16-bit RGBA PNG needs 400 MB).
-    fn default() -> Self {
-        ImageLimits {
-            max_pixels: 50_000_000,
-            max_alloc_bytes: 512 * 1024 * 1024,
-        }
     }
 }
 

@@ -5,6 +5,7 @@ pub mod custom_tasks;
 pub mod image;
 pub mod jpeg;
 pub mod jpeg_decoder;
+pub mod limits;
 pub mod prompt;
 pub mod tokenizer;
 #[cfg(all(feature = "libjpeg-turbo", not(target_arch = "wasm32")))]

@@ -21,9 +21,10 @@
 
 use std::ffi::{c_char, c_int, c_uchar, c_ulong, c_void, CStr};
 
-use super::image::{ImageLimits, RgbImage};
 use super::jpeg::{inverted_cmyk_to_rgb, Headers};
+use super::limits::ImageLimits;
 use crate::error::{Error, Result};
+use ::image::RgbImage;
 
 type TjHandle = *mut c_void;
 

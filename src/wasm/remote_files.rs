@@ -12,7 +12,8 @@ use web_sys::{Headers, ReadableStreamDefaultReader, RequestInit, Response};
 use crate::error::{Error, Result};
 use crate::wasm::fetch::Fetcher;
 use crate::wasm::js::read_error;
-use crate::weights::source::{ByteSource, ModelFiles, ModelSource};
+use crate::weights::load::ModelSource;
+use crate::weights::source::{ByteSource, ModelFiles};
 
 /// The files of a [`Fetcher`]'s source, for [`crate::estimate`].
 pub struct RemoteFiles<'a> {

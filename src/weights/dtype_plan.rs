@@ -13,7 +13,7 @@
 //! override earlier ones.
 
 use crate::error::{Error, Result};
-use crate::weights::assemble::WeightDType;
+use crate::weights::dtype::WeightDType;
 
 /// A part of the model with its own weight format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

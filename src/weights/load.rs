@@ -14,8 +14,82 @@ use crate::weights::assemble::{Assembler, LoadOptions};
 use crate::weights::header::{parse_header, Header, HeaderState, MAX_HEADER_LEN};
 use crate::weights::names::detect_layout;
 use crate::weights::sink::{CheckpointSink, TensorSink};
-use crate::weights::source::{check_relative_name, ByteSource, ModelSource};
+use crate::weights::source::{check_relative_name, ByteSource, ModelFiles};
 use crate::weights::store::Weights;
+
+/// Where a model's files come from: what the one loader reads through.
+#[allow(async_fn_in_trait)]
+pub trait ModelSource {
+    /// A small file read whole, at most `max` bytes (more is an error). `Ok(None)` when the file is
+    /// absent and not `required`; an absent required file is an error.
+    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>>;
+    /// Load the weights file `name` (safetensors, or a PyTorch checkpoint when it ends in `.bin`) into
+    /// `asm`; `expect_names`: tensors an index places in it (each must be there). `Ok(false)` when the
+    /// file is absent.
+    async fn load_file(
+        &self,
+        name: &str,
+        asm: &mut Assembler,
+        expect_names: &[&str],
+    ) -> Result<bool>;
+    /// The checkpoint's weights on the GPU: [`crate::weights::load_weights`] (a source may try it
+    /// again, e.g. after it dropped a damaged cached copy of a file).
+    async fn load_weights(
+        &self,
+        gpu: &Arc<Device>,
+        cfg: &Florence2Config,
+        opts: LoadOptions,
+    ) -> Result<Weights> {
+        load_weights(gpu, self, cfg, opts).await
+    }
+}
+
+impl<F: ModelFiles> ModelSource for F {
+    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
+        match ModelFiles::read_small(self, name, max).await? {
+            None if required => Err(Error::FileRead {
+                file: name.to_owned(),
+                msg: "not found".into(),
+            }),
+            r => Ok(r),
+        }
+    }
+
+    async fn load_file(
+        &self,
+        name: &str,
+        asm: &mut Assembler,
+        expect_names: &[&str],
+    ) -> Result<bool> {
+        load_named_file(self, name, asm, expect_names).await
+    }
+}
+
+/// Open the weights file `name` of `files` and read it into `sink` (a PyTorch checkpoint when the name
+/// ends in `.bin`, else safetensors); `expect_names`: tensors an index places in it. `Ok(false)` when the
+/// file is absent.
+pub async fn load_named_file<F: ModelFiles + ?Sized, K: TensorSink>(
+    files: &F,
+    name: &str,
+    sink: &mut K,
+    expect_names: &[&str],
+) -> Result<bool> {
+    let Some(mut src) = files.open(name).await? else {
+        return Ok(false);
+    };
+    if crate::weights::torch_load::is_torch_file(name) {
+        crate::weights::torch_load::load_torch_source(sink, &mut src, expect_names).await?;
+    } else {
+        load_source(sink, &mut src, expect_names).await?;
+    }
+    Ok(true)
+}
+
+impl<S: ModelSource + ?Sized> CheckpointSink<S> for Assembler {
+    async fn load_file(&mut self, src: &S, name: &str, expect_names: &[&str]) -> Result<bool> {
+        src.load_file(name, self, expect_names).await
+    }
+}
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const SINGLE_FILE: &str = "model.safetensors";
@@ -275,7 +349,7 @@ pub fn load_dir(gpu: &Arc<Device>, dir: &std::path::Path) -> Result<(Florence2Co
     load_dir_with(
         gpu,
         dir,
-        LoadOptions::with_dtype(crate::weights::assemble::WeightDType::Fp32),
+        LoadOptions::with_dtype(crate::weights::dtype::WeightDType::Fp32),
     )
 }
 

@@ -41,6 +41,7 @@
 
 pub mod assemble;
 pub mod convert;
+pub mod dtype;
 pub mod dtype_plan;
 pub mod expected;
 #[cfg(not(target_arch = "wasm32"))]
@@ -63,15 +64,17 @@ pub mod torch_reader;
 mod torch_tests;
 pub mod zip;
 
-pub use assemble::{Assembler, LoadOptions, MemStats, WeightDType};
+pub use assemble::{Assembler, LoadOptions, MemStats};
+pub use dtype::WeightDType;
 pub use dtype_plan::{part_of, DTypePlan, Part};
 pub use expected::{is_dense_conv_weight, is_matrix_weight, temporal_cosine_table};
 pub use header::{parse_header, Header, HeaderState, StDtype, TensorInfo};
+pub use load::ModelSource;
 pub use load::{load_config, load_files, load_weights, CheckpointIndex};
 #[cfg(not(target_arch = "wasm32"))]
 pub use load::{load_dir, load_dir_with};
 pub use names::{detect_layout, Layout, FINAL_LOGITS_BIAS};
-pub use source::{ByteSource, MemFiles, MemSource, ModelFiles, ModelSource};
+pub use source::{ByteSource, MemFiles, MemSource, ModelFiles};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::{DirFiles, FileSource};
 pub use store::{Weights, WeightsView};

@@ -10,7 +10,6 @@ use crate::weights::assemble::{Assembler, TensorWriter};
 use crate::weights::header::Header;
 use crate::weights::names::Layout;
 use crate::weights::plan::TensorPlan;
-use crate::weights::source::ModelSource;
 
 /// Receives planned tensors, one writer per tensor (several may be open at once where tensors share a
 /// PyTorch storage).
@@ -68,10 +67,4 @@ pub trait CheckpointSink<S: ?Sized>: TensorSink {
     /// Load the weights file `name` (safetensors, or a PyTorch checkpoint when it ends in `.bin`);
     /// `expect_names`: tensors an index places in it. `Ok(false)` when the file is absent.
     async fn load_file(&mut self, src: &S, name: &str, expect_names: &[&str]) -> Result<bool>;
-}
-
-impl<S: ModelSource + ?Sized> CheckpointSink<S> for Assembler {
-    async fn load_file(&mut self, src: &S, name: &str, expect_names: &[&str]) -> Result<bool> {
-        src.load_file(name, self, expect_names).await
-    }
 }

@@ -13,14 +13,7 @@
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
-use std::sync::Arc;
-
-use crate::config::Florence2Config;
 use crate::error::{Error, Result};
-use crate::gpu::Device;
-use crate::weights::assemble::{Assembler, LoadOptions};
-use crate::weights::sink::TensorSink;
-use crate::weights::store::Weights;
 
 /// A random-access byte source (one file).
 #[allow(clippy::len_without_is_empty)]
@@ -34,33 +27,6 @@ pub trait ByteSource {
     async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>>;
 }
 
-/// Where a model's files come from: what the one loader reads through.
-#[allow(async_fn_in_trait)]
-pub trait ModelSource {
-    /// A small file read whole, at most `max` bytes (more is an error). `Ok(None)` when the file is
-    /// absent and not `required`; an absent required file is an error.
-    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>>;
-    /// Load the weights file `name` (safetensors, or a PyTorch checkpoint when it ends in `.bin`) into
-    /// `asm`; `expect_names`: tensors an index places in it (each must be there). `Ok(false)` when the
-    /// file is absent.
-    async fn load_file(
-        &self,
-        name: &str,
-        asm: &mut Assembler,
-        expect_names: &[&str],
-    ) -> Result<bool>;
-    /// The checkpoint's weights on the GPU: [`crate::weights::load_weights`] (a source may try it
-    /// again, e.g. after it dropped a damaged cached copy of a file).
-    async fn load_weights(
-        &self,
-        gpu: &Arc<Device>,
-        cfg: &Florence2Config,
-        opts: LoadOptions,
-    ) -> Result<Weights> {
-        crate::weights::load::load_weights(gpu, self, cfg, opts).await
-    }
-}
-
 /// A model directory: small files read whole, safetensors files opened as [`ByteSource`]s.
 #[allow(async_fn_in_trait)]
 pub trait ModelFiles {
@@ -69,47 +35,6 @@ pub trait ModelFiles {
     async fn read_small(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>>;
     /// Open a (possibly large) file for ranged reads, or `None` if it does not exist.
     async fn open(&self, name: &str) -> Result<Option<Self::Source>>;
-}
-
-impl<F: ModelFiles> ModelSource for F {
-    async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>> {
-        match ModelFiles::read_small(self, name, max).await? {
-            None if required => Err(Error::FileRead {
-                file: name.to_owned(),
-                msg: "not found".into(),
-            }),
-            r => Ok(r),
-        }
-    }
-
-    async fn load_file(
-        &self,
-        name: &str,
-        asm: &mut Assembler,
-        expect_names: &[&str],
-    ) -> Result<bool> {
-        load_named_file(self, name, asm, expect_names).await
-    }
-}
-
-/// Open the weights file `name` of `files` and read it into `sink` (a PyTorch checkpoint when the name
-/// ends in `.bin`, else safetensors); `expect_names`: tensors an index places in it. `Ok(false)` when the
-/// file is absent.
-pub async fn load_named_file<F: ModelFiles + ?Sized, K: TensorSink>(
-    files: &F,
-    name: &str,
-    sink: &mut K,
-    expect_names: &[&str],
-) -> Result<bool> {
-    let Some(mut src) = files.open(name).await? else {
-        return Ok(false);
-    };
-    if crate::weights::torch_load::is_torch_file(name) {
-        crate::weights::torch_load::load_torch_source(sink, &mut src, expect_names).await?;
-    } else {
-        crate::weights::load::load_source(sink, &mut src, expect_names).await?;
-    }
-    Ok(true)
 }
 
 fn too_large(name: &str, max: u64) -> Error {

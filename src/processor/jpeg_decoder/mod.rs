@@ -23,8 +23,8 @@ use ::image::RgbImage;
 
 use self::entropy::{Band, Bits, Huffman};
 use self::upsample::{Plane, YccTables};
-use super::image::ImageLimits;
 use super::jpeg::inverted_cmyk_to_rgb;
+use super::limits::ImageLimits;
 use crate::error::{Error, Result};
 
 /// One frame component and its coefficients.

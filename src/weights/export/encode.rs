@@ -13,8 +13,8 @@
 
 use crate::error::{Error, Result};
 use crate::quant::{dequantize_rows_into, quantize_rows, QFormat};
-use crate::weights::assemble::WeightDType;
 use crate::weights::convert::ElemConverter;
+use crate::weights::dtype::WeightDType;
 use crate::weights::expected::{is_dense_conv_weight, is_matrix_weight};
 use crate::weights::header::StDtype;
 use crate::weights::plan::{Fixup, TensorPlan};
