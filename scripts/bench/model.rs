@@ -1220,7 +1220,8 @@ fn memory_table(gpu: &Arc<Device>, dir: &Path, residents: &[WeightDType], steps:
                     .expect("arena plan"),
                 model
                     .vision
-                    .mlp_chunk_rows(binding, 1, dims)
+                    .tower_shape()
+                    .and_then(|t| t.mlp_chunk_rows(binding, 1, dims))
                     .expect("mlp chunks"),
                 model
                     .vision

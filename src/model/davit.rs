@@ -515,18 +515,6 @@ impl DaVit {
         self.tower_shape()?.stage_grids(h, w)
     }
 
-    /// Rows per MLP chunk in each stage for a `bsz` x `ih` x `iw` input (a stage's token count when
-    /// its MLP runs whole), as [`DaVit::forward`] runs them.
-    pub fn mlp_chunk_rows(
-        &self,
-        max_binding: u64,
-        bsz: usize,
-        (ih, iw): (usize, usize),
-    ) -> Result<Vec<usize>> {
-        self.tower_shape()?
-            .mlp_chunk_rows(max_binding, bsz, (ih, iw))
-    }
-
     /// Record the whole tower. `pixels` (B, Cin, H, W) NCHW as the processor produces them. Returns the
     /// last stage's tokens (B, N, C_last), row-major over the (h, w) token grid, and that grid.
     ///

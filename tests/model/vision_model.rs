@@ -255,6 +255,8 @@ fn davit_activation_arena_is_planned_and_reused() {
             let (ih, iw) = (pshape[2], pshape[3]);
             let (bound, buffers) = arena_bound(&cfg.vision, (ih, iw), !fused, mlp_budget);
             let chunk0 = davit
+                .tower_shape()
+                .unwrap()
                 .mlp_chunk_rows(g.caps.max_storage_binding, 1, (ih, iw))
                 .unwrap()[0];
             let rows0 = {

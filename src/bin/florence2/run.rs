@@ -264,55 +264,31 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
         .as_deref()
         .map(|out| Annotator::new(out, prompts.len() == 1))
         .transpose()?;
-    let Loaded {
-        gpu,
-        pipeline,
-        load_ms,
-        dtype,
-        dtype_reason,
-    } = load(&a, &prompts)?;
+    let loaded = load(&a, &prompts)?;
+    let (gpu, pipeline) = (&loaded.gpu, &loaded.pipeline);
     if a.profile {
-        gpu.profiler.enable(&gpu, true)?;
+        gpu.profiler.enable(gpu, true)?;
     }
-
-    let max = pipeline.limits().max_alloc_bytes;
-    let bytes = if a.images[0].as_os_str() == "-" {
-        files::read_stream_capped(std::io::stdin().lock(), "stdin", max)?
-    } else {
-        files::read_capped(&a.images[0], max)?
-    };
+    let bytes = read_image_arg(&a, pipeline.limits().max_alloc_bytes)?;
     let mut annotator = match annotator {
         Some(an) => Some((an, decode_image(&bytes, pipeline.limits())?)),
         None => None,
     };
+    let shown = a.images[0].to_string_lossy();
     if a.tiles != Tiles::Off {
-        let loaded = Loaded {
-            gpu,
-            pipeline,
-            load_ms,
-            dtype,
-            dtype_reason,
-        };
-        let shown = a.images[0].to_string_lossy();
         let annotate = annotator.as_mut().map(|(an, rgb)| (an, &*rgb, &*shown));
         let run = (a.tiles, a.json);
         return super::run_tiled::run(&loaded, &prompts, &options, run, &bytes, annotate);
     }
     let image = pipeline.encode_image(Image::Encoded(&bytes))?;
     drop(bytes);
-
-    let mut outputs = Vec::with_capacity(prompts.len());
-    for prompt in &prompts {
-        let out = pipeline.run_task_blocking(
-            (&image).into(),
-            prompt,
-            &options,
-            &NeverCancel,
-            &Callbacks::default(),
-        )?;
-        outputs.push(out);
-    }
-    let shown = a.images[0].to_string_lossy();
+    let outputs = prompts
+        .iter()
+        .map(|prompt| {
+            let input = (&image).into();
+            pipeline.run_task_blocking(input, prompt, &options, &NeverCancel, &Callbacks::default())
+        })
+        .collect::<florence2_wasm::Result<Vec<_>>>()?;
     let mut pictures = Vec::with_capacity(outputs.len());
     if let Some((annotator, rgb)) = annotator.as_mut() {
         for out in &outputs {
@@ -321,70 +297,95 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
             pictures.push(path);
         }
     }
-
     let profile = if a.profile {
-        let entries = pollster::block_on(gpu.profiler.take(&gpu))?;
+        let entries = pollster::block_on(gpu.profiler.take(gpu))?;
         eprint!("{}", profile::table(&entries));
         Some(entries)
     } else {
         None
     };
-
-    let several = outputs.len() > 1;
+    let prior = |i: usize| match i {
+        0 => (image.preprocess_ms(), image.vision_ms()),
+        _ => (0.0, 0.0),
+    };
     if a.json {
-        let objects: Vec<serde_json::Value> = outputs
-            .iter()
-            .enumerate()
-            .map(|(i, out)| {
-                let (pre, vision) = if i == 0 {
-                    (image.preprocess_ms(), image.vision_ms())
-                } else {
-                    (0.0, 0.0)
-                };
-                let mut v = json_of(out, dtype, load_ms, pre, vision);
-                if let Some(r) = &dtype_reason {
-                    v["dtype_reason"] = serde_json::json!(r);
-                }
-                if let Some(p) = pictures.get(i) {
-                    v["annotated"] = serde_json::json!(p);
-                }
-                v["device"] = serde_json::json!(if gpu.is_host() { "cpu" } else { "gpu" });
-                v["adapter"] = serde_json::json!(gpu.describe());
-                v
-            })
-            .collect();
-        let objects = match profile {
-            // The profile covers the whole run: attached to the first object.
-            Some(p) => add_profile(objects, &p)?,
-            None => objects,
-        };
-        match (several, objects.first()) {
-            (false, Some(only)) => print_json(only),
-            _ => print_json(&serde_json::Value::Array(objects)),
-        }
+        print_json_outputs(&outputs, &loaded, &prior, &pictures, profile)
     } else {
-        for (i, out) in outputs.iter().enumerate() {
-            if several {
-                super::out_line(&out.marker)?;
-            }
-            super::out_line(&out.text)?;
-            let t = &out.timings;
-            let (pre, vision) = if i == 0 {
-                (image.preprocess_ms(), image.vision_ms())
-            } else {
-                (0.0, 0.0)
-            };
-            eprintln!(
-                "{} tokens; load {load_ms:.0} ms, preprocess {:.0} ms, vision {vision:.0} ms, \
-                 encoder {:.0} ms, decode {:.0} ms",
-                out.token_ids.len(),
-                t.preprocess_ms + pre,
-                t.encoder_ms,
-                t.decode_ms
-            );
-        }
-        Ok(())
+        print_text_outputs(&outputs, loaded.load_ms, &prior)
     }
+}
+
+/// The image file's bytes (`-`: stdin), at most `max`.
+fn read_image_arg(a: &RunArgs, max: u64) -> Result<Vec<u8>, Failure> {
+    Ok(if a.images[0].as_os_str() == "-" {
+        files::read_stream_capped(std::io::stdin().lock(), "stdin", max)?
+    } else {
+        files::read_capped(&a.images[0], max)?
+    })
+}
+
+/// The answers as JSON: one object, or an array when there are several; `prior(i)`: the image's
+/// preprocess and vision times counted in answer `i` (the first).
+fn print_json_outputs(
+    outputs: &[TaskOutput],
+    info: &Loaded,
+    prior: &dyn Fn(usize) -> (f64, f64),
+    pictures: &[PathBuf],
+    profile: Option<Vec<profile::ProfileEntry>>,
+) -> Result<(), Failure> {
+    let objects: Vec<serde_json::Value> = outputs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            let (pre, vision) = prior(i);
+            let mut v = json_of(out, info.dtype, info.load_ms, pre, vision);
+            if let Some(r) = &info.dtype_reason {
+                v["dtype_reason"] = serde_json::json!(r);
+            }
+            if let Some(p) = pictures.get(i) {
+                v["annotated"] = serde_json::json!(p);
+            }
+            v["device"] = serde_json::json!(if info.gpu.is_host() { "cpu" } else { "gpu" });
+            v["adapter"] = serde_json::json!(info.gpu.describe());
+            v
+        })
+        .collect();
+    let objects = match profile {
+        // The profile covers the whole run: attached to the first object.
+        Some(p) => add_profile(objects, &p)?,
+        None => objects,
+    };
+    match (outputs.len() > 1, objects.first()) {
+        (false, Some(only)) => print_json(only),
+        _ => print_json(&serde_json::Value::Array(objects)),
+    }
+}
+
+/// The answers as text on stdout (each after its task marker when there are several), timings on
+/// stderr.
+fn print_text_outputs(
+    outputs: &[TaskOutput],
+    load_ms: f64,
+    prior: &dyn Fn(usize) -> (f64, f64),
+) -> Result<(), Failure> {
+    let several = outputs.len() > 1;
+    for (i, out) in outputs.iter().enumerate() {
+        if several {
+            super::out_line(&out.marker)?;
+        }
+        super::out_line(&out.text)?;
+        let t = &out.timings;
+        let (pre, vision) = prior(i);
+        eprintln!(
+            "{} tokens; load {load_ms:.0} ms, preprocess {:.0} ms, vision {vision:.0} ms, \
+             encoder {:.0} ms, decode {:.0} ms",
+            out.token_ids.len(),
+            t.preprocess_ms + pre,
+            t.encoder_ms,
+            t.decode_ms
+        );
+    }
+    Ok(())
 }
 
 /// `profile`: {"entries": [{phase, op, variant, shape, ms}], "phases_ms": {phase: total}} on the first

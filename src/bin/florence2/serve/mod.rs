@@ -287,6 +287,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// The GPU worker thread: downloads the model first when it is a hub id, then loads it and runs the
+/// batching loop on `jobs`; `loaded` hears how the load went.
+fn spawn_worker(
+    opts: &ServeOptions,
+    shared: Arc<Shared>,
+    jobs: std::sync::mpsc::Receiver<worker::Job>,
+    loaded: tokio::sync::oneshot::Sender<Result<(), String>>,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let (dir, hub, max_batch) = (opts.model.clone(), opts.hub, opts.max_batch);
+    let model = (opts.dtype, opts.tuning, opts.device);
+    std::thread::Builder::new()
+        .name("florence2-gpu".into())
+        .spawn(move || {
+            let dir = match hub.then(|| download::fetch(&dir, &shared)) {
+                Some(Ok(snapshot)) => snapshot,
+                Some(Err(e)) => return worker::fail(&shared, loaded, e),
+                None => dir,
+            };
+            worker::run(dir, model, max_batch, shared, jobs, loaded)
+        })
+        .map_err(|e| format!("starting the GPU worker: {e}"))
+}
+
 async fn serve(opts: ServeOptions) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(opts.addr)
         .await
@@ -307,22 +330,7 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     });
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
-    let worker = {
-        let (shared, dir, hub, max_batch) =
-            (shared.clone(), opts.model.clone(), opts.hub, opts.max_batch);
-        let model = (opts.dtype, opts.tuning, opts.device);
-        std::thread::Builder::new()
-            .name("florence2-gpu".into())
-            .spawn(move || {
-                let dir = match hub.then(|| download::fetch(&dir, &shared)) {
-                    Some(Ok(snapshot)) => snapshot,
-                    Some(Err(e)) => return worker::fail(&shared, loaded_tx, e),
-                    None => dir,
-                };
-                worker::run(dir, model, max_batch, shared, jobs_rx, loaded_tx)
-            })
-            .map_err(|e| format!("starting the GPU worker: {e}"))?
-    };
+    let worker = spawn_worker(&opts, shared.clone(), jobs_rx, loaded_tx)?;
     let state = Arc::new(app_state(&opts, shared.clone(), jobs_tx));
     announce(addr, &opts, state.capacity);
 

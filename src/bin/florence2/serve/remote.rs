@@ -153,18 +153,7 @@ fn fetch_image_with(
     may_connect: fn(IpAddr) -> bool,
 ) -> Result<Vec<u8>, ApiError> {
     let deadline = Instant::now() + limits.timeout;
-    let config = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .proxy(None)
-        .user_agent("florence2-serve")
-        .max_response_header_size(64 * 1024)
-        .build();
-    let resolver = GuardedResolver {
-        hosts: limits.hosts.clone(),
-        may_connect,
-    };
-    let agent = ureq::Agent::with_parts(config, DefaultConnector::default(), resolver);
+    let agent = agent(limits, may_connect);
     let mut url = url.to_string();
     let mut redirects = 0u32;
     loop {
@@ -208,29 +197,56 @@ fn fetch_image_with(
                 format!("the server answered HTTP {status}"),
             ));
         }
-        let declared = resp
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limits.max_bytes as u64) {
-            return Err(too_large(param, limits));
-        }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(limits.max_bytes as u64)
-            .read_to_vec()
-            .map_err(|e| map_error(param, limits, e))?;
-        if image_kind(&bytes).is_none() {
-            return Err(ApiError::invalid_code(
-                param,
-                "invalid_image",
-                "the body fetched from the image URL is not PNG, JPEG, WebP, GIF or BMP",
-            ));
-        }
-        return Ok(bytes);
+        return read_image_body(param, limits, &mut resp);
     }
+}
+
+/// The HTTP agent of one image fetch: no redirects followed by itself (the caller checks each), no
+/// proxy, names resolved by a [`GuardedResolver`] that only lets `may_connect` addresses through.
+fn agent(limits: &RemoteLimits, may_connect: fn(IpAddr) -> bool) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .user_agent("florence2-serve")
+        .max_response_header_size(64 * 1024)
+        .build();
+    let resolver = GuardedResolver {
+        hosts: limits.hosts.clone(),
+        may_connect,
+    };
+    ureq::Agent::with_parts(config, DefaultConnector::default(), resolver)
+}
+
+/// A successful answer's body, capped at `limits.max_bytes` (a larger Content-Length is refused
+/// before reading), which must be an image file.
+fn read_image_body(
+    param: &str,
+    limits: &RemoteLimits,
+    resp: &mut ureq::http::Response<ureq::Body>,
+) -> Result<Vec<u8>, ApiError> {
+    let declared = resp
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return Err(too_large(param, limits));
+    }
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(limits.max_bytes as u64)
+        .read_to_vec()
+        .map_err(|e| map_error(param, limits, e))?;
+    if image_kind(&bytes).is_none() {
+        return Err(ApiError::invalid_code(
+            param,
+            "invalid_image",
+            "the body fetched from the image URL is not PNG, JPEG, WebP, GIF or BMP",
+        ));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

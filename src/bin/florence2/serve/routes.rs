@@ -28,9 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::StopReason;
-use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
 use florence2_wasm::processor::prompt::Task;
 
@@ -314,15 +312,7 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
     let log = parts.extensions.get::<Arc<LogEntry>>().cloned();
     check_auth(state, &parts.headers)?;
     let shared = &state.shared;
-    if shared.closing.load(Ordering::Relaxed) {
-        return Err(ApiError::shutting_down());
-    }
-    if shared.state.load(Ordering::Acquire) == FAILED {
-        return Err(ApiError::unavailable(&shared.failure()));
-    }
-    let Some(info) = shared.info().filter(|_| shared.ready()) else {
-        return Err(ApiError::loading());
-    };
+    let info = serving_info(shared)?;
     let bytes = read_body(body, &parts.headers, state.max_body_bytes).await?;
     let limits = RequestLimits {
         max_image_bytes: state.max_image_bytes,
@@ -347,26 +337,9 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
         queued: false,
     };
 
-    let ChatRequest {
-        prompt,
-        image,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
-        include_usage,
-        default_task,
-    } = req;
-    let parts = JobParts {
-        prompt,
-        image,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
-        admitted,
-    };
-    let rx = match queue_job(state, parts, permit).await {
+    let (stream, include_usage) = (req.stream, req.include_usage);
+    let default_task = req.default_task.clone();
+    let rx = match queue_job(state, req, admitted, permit).await {
         Ok(rx) => rx,
         // An answer (an error status) reaches the client: not a disconnect.
         Err(e) => {
@@ -388,55 +361,69 @@ async fn chat_inner(state: &Arc<AppState>, req: Request) -> Result<Response, Api
     if stream {
         Ok(sse_response(meta, rx, include_usage, guard))
     } else {
-        let mut rx = rx;
-        loop {
-            let event = rx.recv().await;
-            guard.armed = false;
-            match event {
-                Some(Event::Step | Event::Text(_)) => guard.armed = true,
-                Some(Event::Done(done)) => {
-                    return match *done {
-                        Ok(answer) => {
-                            meta.log_tokens(&answer);
-                            Ok(Json(completion(&meta, &answer)).into_response())
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
-                None => return Err(ApiError::shutting_down()),
-            }
-        }
+        completion_response(meta, rx, guard).await
     }
 }
 
-/// What a parsed chat request gives its job.
-struct JobParts {
-    prompt: AnyTaskPrompt,
-    image: ImageSource,
-    max_tokens: Option<usize>,
-    num_beams: Option<usize>,
-    tiles: Tiles,
-    stream: bool,
-    admitted: Instant,
+/// The model's info when the server takes requests: an error while it shuts down, after a failed
+/// load, or while it loads.
+fn serving_info(shared: &Shared) -> Result<super::engine::ModelInfo, ApiError> {
+    if shared.closing.load(Ordering::Relaxed) {
+        return Err(ApiError::shutting_down());
+    }
+    if shared.state.load(Ordering::Acquire) == FAILED {
+        return Err(ApiError::unavailable(&shared.failure()));
+    }
+    shared
+        .info()
+        .filter(|_| shared.ready())
+        .ok_or_else(ApiError::loading)
+}
+
+/// A non-streamed answer: the job's events awaited to its end (the guard armed while the client
+/// waits, so that a client that leaves is counted).
+async fn completion_response(
+    meta: Meta,
+    mut rx: UnboundedReceiver<Event>,
+    mut guard: DisconnectGuard,
+) -> Result<Response, ApiError> {
+    loop {
+        let event = rx.recv().await;
+        guard.armed = false;
+        match event {
+            Some(Event::Step | Event::Text(_)) => guard.armed = true,
+            Some(Event::Done(done)) => {
+                return match *done {
+                    Ok(answer) => {
+                        meta.log_tokens(&answer);
+                        Ok(Json(completion(&meta, &answer)).into_response())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            None => return Err(ApiError::shutting_down()),
+        }
+    }
 }
 
 /// An admitted request's image fetched (when remote) and decoded, then its job queued for the worker:
 /// the receiver of its events.
 async fn queue_job(
     state: &Arc<AppState>,
-    parts: JobParts,
+    req: ChatRequest,
+    admitted: Instant,
     permit: OwnedSemaphorePermit,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let shared = &state.shared;
-    let JobParts {
+    let ChatRequest {
         prompt,
         image,
         max_tokens,
         num_beams,
         tiles,
         stream,
-        admitted,
-    } = parts;
+        ..
+    } = req;
     let (image, permit) = match image {
         ImageSource::Inline(bytes) => (bytes, permit),
         ImageSource::Remote { param, url } => {
