@@ -945,7 +945,7 @@ fn block_breakdown(gpu: &Arc<Device>, model: &Florence2, s: usize, (h, w): (usiz
             "spatial qkv linear",
             lin(wrows, c, 3 * c),
             Box::new(|r: &mut Recorder| {
-                sp.window_attn
+                sp.attn
                     .qkv
                     .forward(
                         r,
@@ -974,7 +974,7 @@ fn block_breakdown(gpu: &Arc<Device>, model: &Florence2, s: usize, (h, w): (usiz
             "proj linear (x2)",
             lin(rows, c, c),
             Box::new(|r: &mut Recorder| {
-                sp.window_attn
+                sp.attn
                     .proj
                     .forward(r, &r2(&n, &[rows, c]), Act::None, &p)
                     .expect("proj")
@@ -1006,7 +1006,7 @@ fn block_breakdown(gpu: &Arc<Device>, model: &Florence2, s: usize, (h, w): (usiz
             "channel qkv linear",
             lin(rows, c, 3 * c),
             Box::new(|r: &mut Recorder| {
-                ch.channel_attn
+                ch.attn
                     .qkv
                     .forward(
                         r,

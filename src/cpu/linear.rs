@@ -36,21 +36,10 @@ pub struct LinearRef<'a> {
 
 /// out (M, N) = act(x (M, K) @ w^T + bias); M = x.len() / K.
 pub fn linear(l: &LinearRef, x: &[f32], act: Act, out: &mut [f32]) -> Result<()> {
-    linear_residual(l, x, act, None, out)
+    linear_rows(l, x, act, None, out, false)
 }
 
-/// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N).
-pub fn linear_residual(
-    l: &LinearRef,
-    x: &[f32],
-    act: Act,
-    residual: Option<&[f32]>,
-    out: &mut [f32],
-) -> Result<()> {
-    linear_rows(l, x, act, residual, out, false)
-}
-
-/// [`linear_residual`]; with `per_row` every M takes the GEMV path (in groups of [`GEMV_MAX_ROWS`] x
+/// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N); with `per_row` every M takes the GEMV path (in groups of [`GEMV_MAX_ROWS`] x
 /// rows per weight row), so that each row's result equals a one-row call's whatever M is (the batched
 /// decoder's bit-identity).
 pub fn linear_rows(

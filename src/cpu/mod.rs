@@ -31,7 +31,7 @@ pub mod weight;
 pub mod widen;
 pub mod window;
 
-pub use linear::{linear, linear_residual, linear_rows};
+pub use linear::{linear, linear_rows};
 pub use weight::Weight;
 
 use crate::error::{Error, Result};

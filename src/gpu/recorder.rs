@@ -67,13 +67,23 @@ enum PlanOp {
         /// (op, variant, shape) for the profiler.
         label: (String, String, String),
     },
-    Copy {
-        src: wgpu::Buffer,
-        src_off: u64,
-        dst: wgpu::Buffer,
-        dst_off: u64,
-        size: u64,
-    },
+    Copy(BufferCopy),
+}
+
+/// A recorded buffer-to-buffer copy.
+#[derive(Clone)]
+struct BufferCopy {
+    src: wgpu::Buffer,
+    src_off: u64,
+    dst: wgpu::Buffer,
+    dst_off: u64,
+    size: u64,
+}
+
+impl BufferCopy {
+    fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        encoder.copy_buffer_to_buffer(&self.src, self.src_off, &self.dst, self.dst_off, self.size);
+    }
 }
 
 /// Dispatches and copies recorded once by a capturing [`Recorder`] (see the module docs), replayed
@@ -333,15 +343,7 @@ impl Recorder {
                     drop(pass);
                     self.dispatches += 1;
                 }
-                PlanOp::Copy {
-                    src,
-                    src_off,
-                    dst,
-                    dst_off,
-                    size,
-                } => {
-                    encoder.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
-                }
+                PlanOp::Copy(c) => c.encode(encoder),
             }
         }
         Ok(())
@@ -357,15 +359,7 @@ impl Recorder {
         let mut ops = plan.ops.iter().peekable();
         while let Some(op) = ops.next() {
             match op {
-                PlanOp::Copy {
-                    src,
-                    src_off,
-                    dst,
-                    dst_off,
-                    size,
-                } => {
-                    encoder.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *size);
-                }
+                PlanOp::Copy(c) => c.encode(encoder),
                 PlanOp::Dispatch { .. } => {
                     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: Some("plan"),
@@ -667,13 +661,13 @@ impl Recorder {
                 .copy_from(src.host()?, w(src_off), w(dst_off), w(size));
         }
         if let Some(cap) = &mut self.capture {
-            cap.ops.push(PlanOp::Copy {
+            cap.ops.push(PlanOp::Copy(BufferCopy {
                 src: src.buffer()?.clone(),
                 src_off,
                 dst: dst.buffer()?.clone(),
                 dst_off,
                 size,
-            });
+            }));
         } else if let Some(encoder) = self.encoder.as_mut() {
             encoder.copy_buffer_to_buffer(src.buffer()?, src_off, dst.buffer()?, dst_off, size);
         }

@@ -85,8 +85,9 @@ impl ShapeClass {
         }
     }
 
-    /// The class of an attention call with `rows` query rows in all (B * Tq), `tk` allocated key rows,
-    /// head dim `d`, `heads` heads: rows and keys bucketed like linear rows.
+    /// The class of an attention call with `rows` query rows in all (B * Tq), `tk` allocated key rows
+    /// (not the fill, so a decode step keeps one class as its cache fills), head dim `d`, `heads`
+    /// heads, causal, masked: rows and keys bucketed like linear rows.
     pub fn attention(
         rows: usize,
         tk: usize,

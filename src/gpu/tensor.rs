@@ -234,14 +234,7 @@ impl Tensor {
         label: &str,
         kind: MemKind,
     ) -> Result<Tensor> {
-        let size = padded_bytes(shape, dtype)?;
-        if size > gpu.caps.max_buffer {
-            return Err(Error::Limit {
-                what: format!("tensor '{label}' {shape:?}"),
-                requested: size,
-                max: gpu.caps.max_buffer,
-            });
-        }
+        let size = buffer_size(gpu, shape, dtype, label)?;
         if gpu.is_host() {
             return Ok(Self::wrap(
                 gpu,
@@ -329,14 +322,7 @@ impl Tensor {
                 ),
             ));
         }
-        let size = padded_bytes(shape, dtype)?;
-        if size > gpu.caps.max_buffer {
-            return Err(Error::Limit {
-                what: format!("tensor '{label}' {shape:?}"),
-                requested: size,
-                max: gpu.caps.max_buffer,
-            });
-        }
+        let size = buffer_size(gpu, shape, dtype, label)?;
         if gpu.is_host() {
             let buf = HostBuf::zeros(size)?;
             let whole = bytes.len() / 4 * 4;
@@ -675,4 +661,18 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
         b = t;
     }
     a
+}
+
+/// The buffer bytes of a `shape` tensor of `dtype` (padded to whole 4-byte words), within the
+/// device's largest buffer.
+fn buffer_size(gpu: &Device, shape: &[usize], dtype: DType, label: &str) -> Result<u64> {
+    let size = padded_bytes(shape, dtype)?;
+    if size > gpu.caps.max_buffer {
+        return Err(Error::Limit {
+            what: format!("tensor '{label}' {shape:?}"),
+            requested: size,
+            max: gpu.caps.max_buffer,
+        });
+    }
+    Ok(size)
 }

@@ -124,19 +124,6 @@ pub fn variant_supports(variant: AttnVariant, d: usize) -> bool {
     }
 }
 
-/// The registry's shape class of an attention call: all query rows (B * Tq), allocated key rows Tk (not
-/// the fill, so a decode step keeps one class as its cache fills), head dim, heads, causal, masked.
-pub fn attention_class(
-    rows: usize,
-    tk: usize,
-    d: usize,
-    heads: usize,
-    causal: bool,
-    masked: bool,
-) -> ShapeClass {
-    ShapeClass::attention(rows, tk, d, heads, causal, masked)
-}
-
 /// The variant [`attention`] uses for head dim `d`: the register kernel on CPU adapters when it supports
 /// `d`, the tiled kernel otherwise.
 pub fn choose_attention_variant(caps: &Caps, d: usize) -> AttnVariant {
@@ -188,7 +175,7 @@ pub struct AttnOpts<'a> {
     /// step ([`crate::gpu::Plan`]) replays the same bind group at every position and only rewrites it.
     /// The shader clamps kv_len to Tk. Same kernels (their `DYN_LEN` variant), same arithmetic.
     pub dyn_len: Option<&'a Tensor>,
-    /// The kernel; `None`: the registry's choice for the call's [`attention_class`] when the tuner made
+    /// The kernel; `None`: the registry's choice for the call's [`ShapeClass::attention`] when the tuner made
     /// one (and it supports the head dim), else [`choose_attention_variant`]. A forced variant that does
     /// not support the head dim ([`variant_supports`]) is an `Error::Shape`.
     pub variant: Option<AttnVariant>,
@@ -286,7 +273,7 @@ pub fn attention(
     record_launch(rec, &layout, opts, tensors, dyn_len, out, launch)
 }
 
-/// The registry's choice for the call's [`attention_class`] when the tuner made one and it supports the
+/// The registry's choice for the call's [`ShapeClass::attention`] when the tuner made one and it supports the
 /// head dim, else [`choose_attention_variant`]. Shapes are checked later by the launcher. The class is
 /// one image's share of the batch (`images`, [`crate::gpu::Recorder::set_images`]), so that each image or
 /// request of a batch gets the kernel it gets alone.
@@ -304,7 +291,7 @@ fn chosen_variant(
         .and_then(|w| w.checked_div(opts.heads))
         .unwrap_or(0);
     let rows = dim(q, 0).div_ceil(images) * dim(q, 1);
-    let class = attention_class(
+    let class = ShapeClass::attention(
         rows,
         dim(k, 1),
         d,
@@ -589,7 +576,7 @@ impl crate::gpu::tune::TuneCase for AttnShape {
             masked,
             ..
         } = *self;
-        attention_class(b * tq, tk, d, heads, causal, masked)
+        ShapeClass::attention(b * tq, tk, d, heads, causal, masked)
     }
 
     fn candidates(&self, caps: &Caps) -> Vec<&'static str> {

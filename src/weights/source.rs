@@ -87,14 +87,7 @@ impl ByteSource for MemSource {
     }
     async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>> {
         let total = self.data.len() as u64;
-        let end = start.saturating_add(len as u64);
-        if end > total {
-            return Err(Error::Truncated {
-                file: self.name.clone(),
-                expected: end,
-                got: total,
-            });
-        }
+        let end = check_range(&self.name, start, len, total)?;
         Ok(self
             .data
             .get(start as usize..end as usize)
@@ -177,14 +170,7 @@ impl ByteSource for FileSource {
     async fn read_range(&mut self, start: u64, len: usize) -> Result<Vec<u8>> {
         use std::io::{Read, Seek, SeekFrom};
         let total = self.len().await?;
-        let end = start.saturating_add(len as u64);
-        if end > total {
-            return Err(Error::Truncated {
-                file: self.name.clone(),
-                expected: end,
-                got: total,
-            });
-        }
+        let end = check_range(&self.name, start, len, total)?;
         self.file
             .seek(SeekFrom::Start(start))
             .map_err(|e| io_err(&self.name, e))?;
@@ -245,4 +231,18 @@ impl ModelFiles for DirFiles {
         }
         FileSource::open(&p).map(Some)
     }
+}
+
+/// The end of a read of `len` bytes at `start` of a `total`-byte file, which must stay inside it
+/// ([`Error::Truncated`] otherwise).
+fn check_range(name: &str, start: u64, len: usize, total: u64) -> Result<u64> {
+    let end = start.saturating_add(len as u64);
+    if end > total {
+        return Err(Error::Truncated {
+            file: name.to_owned(),
+            expected: end,
+            got: total,
+        });
+    }
+    Ok(end)
 }

@@ -21,8 +21,7 @@ impl TorchReader {
         chunk: &[u8],
         retry_at: usize,
     ) -> Result<usize> {
-        self.buf.extend_from_slice(chunk);
-        if self.buf.len() < retry_at && !chunk.is_empty() {
+        if self.buffer_until(chunk, retry_at) {
             return Ok(chunk.len());
         }
         let data = std::mem::take(&mut self.buf);

@@ -447,6 +447,13 @@ impl TorchReader {
         }
     }
 
+    /// Appends `chunk` to the buffer; true while the buffer stays short of `retry_at` bytes and the
+    /// input goes on (the caller waits for more before parsing again).
+    pub(crate) fn buffer_until(&mut self, chunk: &[u8], retry_at: usize) -> bool {
+        self.buf.extend_from_slice(chunk);
+        self.buf.len() < retry_at && !chunk.is_empty()
+    }
+
     /// `data.pkl` without a size: parse it as it grows; it ends at its STOP opcode.
     fn zip_pickle(
         &mut self,
@@ -454,8 +461,7 @@ impl TorchReader {
         chunk: &[u8],
         retry_at: usize,
     ) -> Result<usize> {
-        self.buf.extend_from_slice(chunk);
-        if self.buf.len() < retry_at && !chunk.is_empty() {
+        if self.buffer_until(chunk, retry_at) {
             return Ok(chunk.len());
         }
         match read_pickle(&self.buf, &self.file)? {

@@ -8,7 +8,7 @@
 //! exact). q8/q4 weights: the reference multiplies by `dequantize_rows` of the same bytes, and the
 //! kernel's per-block `d * q` is exact in f32, so only the summation order differs.
 
-use florence2_wasm::cpu::linear::{linear_residual, LinearRef, PANEL_BYTES};
+use florence2_wasm::cpu::linear::{linear_rows, LinearRef, PANEL_BYTES};
 use florence2_wasm::cpu::Weight;
 use florence2_wasm::ops::matmul::Act;
 use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
@@ -93,7 +93,15 @@ impl Case {
             bias: self.bias.as_deref(),
         };
         let mut out = vec![f32::NAN; m * n];
-        linear_residual(&l, &self.x, self.act, self.residual.as_deref(), &mut out).unwrap();
+        linear_rows(
+            &l,
+            &self.x,
+            self.act,
+            self.residual.as_deref(),
+            &mut out,
+            false,
+        )
+        .unwrap();
         out
     }
 }
@@ -186,7 +194,7 @@ fn bad_shapes_are_refused() {
             "q8 K",
         ),
     ] {
-        let r = linear_residual(&lr, &x, Act::None, res, &mut out);
+        let r = linear_rows(&lr, &x, Act::None, res, &mut out, false);
         if what == "ok" {
             // x (3, 4) @ w (2, 4)^T -> (3, 2)
             r.unwrap();
@@ -250,7 +258,7 @@ fn f16_gemv_equals_f32_gemv_on_the_widened_weights() {
                     bias: None,
                 };
                 let mut out = vec![0f32; m * n];
-                linear_residual(&l, &x, Act::None, None, &mut out).unwrap();
+                linear_rows(&l, &x, Act::None, None, &mut out, false).unwrap();
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
             };
             assert_eq!(run(Weight::F16(&wh)), run(Weight::F32(&wf)), "k={k} m={m}");

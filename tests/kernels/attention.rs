@@ -20,12 +20,12 @@
 use crate::common;
 
 use common::{assert_close, gpu, Rng};
+use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::gpu::tune::{self, CacheLocation, TuneCase, Tuning};
 use florence2_wasm::gpu::{readback, DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::model::workloads;
 use florence2_wasm::ops::attention::{
-    attention, attention_class, choose_attention_variant, variant_supports, AttnOpts, AttnShape,
-    AttnVariant,
+    attention, choose_attention_variant, variant_supports, AttnOpts, AttnShape, AttnVariant,
 };
 
 const VARIANTS: [AttnVariant; 4] = AttnVariant::ALL;
@@ -452,7 +452,7 @@ fn attention_follows_the_registry() {
         scale: c.scale,
         ..Default::default()
     };
-    let class = attention_class(c.b * c.tq, c.tk, c.d, c.heads, false, false);
+    let class = ShapeClass::attention(c.b * c.tq, c.tk, c.d, c.heads, false, false);
     assert_eq!(class.describe(), "attention M<=64 Tk<=32 D=16 H=2");
     // Each choice builds its own kernel the first time it is chosen, and gives the reference result.
     for choice in ["flash", "tiled", "rows", "flash_split"] {
@@ -476,8 +476,10 @@ fn attention_follows_the_registry() {
         let tq_ = t(&[1, c.tq, d], &q);
         let tkv = t(&[1, c.tk, d], &kv);
         let out = Tensor::zeros(&g, &[1, c.tq, d], DType::F32, "out").unwrap();
-        g.choices
-            .set(attention_class(c.tq, c.tk, d, 1, false, false), choice);
+        g.choices.set(
+            ShapeClass::attention(c.tq, c.tk, d, 1, false, false),
+            choice,
+        );
         let opts = AttnOpts {
             heads: 1,
             scale: c.scale,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use florence2_wasm::gpu::registry::ShapeClass;
 use florence2_wasm::gpu::{readback, Device, DeviceOptions, Tensor};
-use florence2_wasm::ops::attention::{attention_class, AttnVariant};
+use florence2_wasm::ops::attention::AttnVariant;
 use florence2_wasm::ops::matmul::LinearVariant;
 use florence2_wasm::pipeline::{
     cpu_device, Callbacks, EncodedImage, Image, NeverCancel, Pipeline, PrepareItem, TaskInput,
@@ -56,7 +56,7 @@ fn set_against_batches(g: &Device, p: &Pipeline, s: usize, b: usize) {
         }
     }
     let heads = t.encoder_attention_heads;
-    let class = attention_class(rows, s, d / heads, heads, false, false);
+    let class = ShapeClass::attention(rows, s, d / heads, heads, false, false);
     g.choices.set(class, AttnVariant::Tiled.name());
 }
 
