@@ -139,10 +139,9 @@ fn row_dots(w: &Weight, k: usize, row: usize, x: &[f32], dst: &mut [f32], scratc
     row_dots_body(w, k, row, x, dst, scratch);
 }
 
-/// [`row_dots`] compiled for AVX2: LLVM vectorizes the same loops 8 wide instead of the default
-/// x86_64 target's 4 (SSE2), chosen at run time. f16 rows are widened by F16C 32 halves at a time into
-/// registers and dotted there with every x row: the same lanes and sums as [`dense_dots`] on the
-/// widened row.
+/// [`row_dots`] compiled for AVX2, chosen at run time. f32 and f16 rows are dotted with every x row
+/// in registers ([`dots_avx2`]; f16 widened by F16C 32 halves at a time): the same lanes and sums as
+/// [`dense_dots`] on the (widened) row. Quantized rows take [`row_dots_body`], compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn row_dots_avx2(
@@ -154,20 +153,53 @@ unsafe fn row_dots_avx2(
     scratch: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let Weight::F16(v) = w else {
-        row_dots_body(w, k, row, x, dst, scratch);
-        return;
-    };
-    let h = &v[row * k..(row + 1) * k];
+    let body = k / DL * DL;
+    match w {
+        Weight::F32(v) => {
+            let r = &v[row * k..(row + 1) * k];
+            // SAFETY: `dots_avx2` asks for groups c .. c + 8 with c + 8 <= body <= k.
+            let load = |c: usize| unsafe { _mm256_loadu_ps(r.as_ptr().add(c)) };
+            // SAFETY: AVX2 is enabled here (this function's target features).
+            unsafe { dots_avx2(k, x, dst, load, &r[body..]) };
+        }
+        Weight::F16(v) => {
+            let h = &v[row * k..(row + 1) * k];
+            let mut tail = [0f32; DL];
+            for (o, hv) in tail.iter_mut().zip(&h[body..]) {
+                *o = hv.to_f32();
+            }
+            // SAFETY: `dots_avx2` asks for groups c .. c + 8 with c + 8 <= body <= k.
+            let load = |c: usize| unsafe {
+                _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(c).cast::<__m128i>()))
+            };
+            // SAFETY: AVX2 and F16C are enabled here (this function's target features).
+            unsafe { dots_avx2(k, x, dst, load, &tail[..k - body]) };
+        }
+        Weight::Quant(..) => row_dots_body(w, k, row, x, dst, scratch),
+    }
+}
+
+/// dst[i] = row . x[i, :] for up to [`GEMV_MAX_ROWS`] rows of x (K = `k` each), the row's 8-weight
+/// group at c (c + 8 <= the whole groups of [`DL`]) given by `load(c)` and its f32 values past them in
+/// `tail`: 4 x 8 lane-wise partial sums per x row in registers, each weight group loaded once for
+/// every x row; products and sums unfused, in [`dense_dots`]' order, folded by [`fold_lanes`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn dots_avx2(
+    k: usize,
+    x: &[f32],
+    dst: &mut [f32],
+    load: impl Fn(usize) -> std::arch::x86_64::__m256,
+    tail: &[f32],
+) {
+    use std::arch::x86_64::*;
     let m = dst.len().min(GEMV_MAX_ROWS);
     assert!(x.len() >= m * k);
     let body = k / DL * DL;
     let mut acc = [[_mm256_setzero_ps(); 4]; GEMV_MAX_ROWS];
     for c in (0..body).step_by(DL) {
-        // SAFETY: halves c .. c + 32 of h exist (c + 32 <= body <= k).
-        let wv: [__m256; 4] = std::array::from_fn(|g| unsafe {
-            _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(c + 8 * g).cast::<__m128i>()))
-        });
+        let wv: [__m256; 4] = std::array::from_fn(|g| load(c + 8 * g));
         for (i, a) in acc.iter_mut().enumerate().take(m) {
             for g in 0..4 {
                 // SAFETY: x holds m rows of k values (asserted above) and c + 8 g + 8 <= k.
@@ -176,11 +208,6 @@ unsafe fn row_dots_avx2(
             }
         }
     }
-    let mut tail = [0f32; DL];
-    for (o, hv) in tail.iter_mut().zip(&h[body..]) {
-        *o = hv.to_f32();
-    }
-    let tail = &tail[..k - body];
     for (i, (d, a)) in dst.iter_mut().zip(&acc).enumerate().take(m) {
         let mut lanes = [0f32; DL];
         for (g, &ag) in a.iter().enumerate() {
@@ -297,4 +324,44 @@ fn epilogue(out: &mut [f32], n: usize, bias: Option<&[f32]>, act: Act, residual:
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The run-time path (AVX2 where the CPU has it) gives the portable loops' bits: f32 and f16 rows,
+    /// 1 to 4 x rows, K with and without a tail past whole groups of 32.
+    #[test]
+    fn row_dots_equal_the_portable_path_bit_for_bit() {
+        for k in [32, 100, 768] {
+            let (n, rows) = (3, 4);
+            let w = values(n * k, k as u64);
+            let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+            let x = values(rows * k, 7 + k as u64);
+            for weight in [Weight::F32(&w), Weight::F16(&wh)] {
+                for m in 1..=rows {
+                    for row in 0..n {
+                        let (mut got, mut want) = (vec![0f32; m], vec![0f32; m]);
+                        let mut scratch = vec![0f32; k];
+                        row_dots(&weight, k, row, &x[..m * k], &mut got, &mut scratch);
+                        row_dots_body(&weight, k, row, &x[..m * k], &mut want, &mut scratch);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "k {k}, m {m}, row {row}");
+                    }
+                }
+            }
+        }
+    }
 }
