@@ -15,7 +15,7 @@ use half::f16;
 
 use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
-use crate::cpu::{activation, check_len, par, qdot, sum8, widen, Weight};
+use crate::cpu::{activation, check_len, par, qdot, widen, Weight};
 use crate::error::{Error, Result};
 use crate::quant::QBLOCK;
 
@@ -292,11 +292,7 @@ const DL: usize = 32;
 /// the tails).
 #[inline(always)]
 fn fold_lanes(acc: &[f32; DL], w: &[f32], x: &[f32]) -> f32 {
-    let mut a8 = [0f32; 8];
-    for (l, a) in a8.iter_mut().enumerate() {
-        *a = (acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]);
-    }
-    let mut s = sum8(&a8);
+    let mut s = crate::cpu::sum32(acc);
     for (wv, xv) in w.iter().zip(x) {
         s += wv * xv;
     }
@@ -335,7 +331,9 @@ mod tests {
         let mut s = seed;
         (0..n)
             .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect()

@@ -42,6 +42,17 @@ pub(crate) fn sum8(a: &[f32; 8]) -> f32 {
     ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
 }
 
+/// 32 lane-wise partial sums (four 8-wide chains) folded: lanes l, l + 8, l + 16, l + 24 pairwise,
+/// then the eight results by [`sum8`]. The fold of the dense and the quantized dots.
+#[inline(always)]
+pub(crate) fn sum32(acc: &[f32; 32]) -> f32 {
+    let mut a8 = [0f32; 8];
+    for (l, a) in a8.iter_mut().enumerate() {
+        *a = (acc[l] + acc[l + 8]) + (acc[l + 16] + acc[l + 24]);
+    }
+    sum8(&a8)
+}
+
 /// `what` must hold exactly `len` elements ([`Error::Shape`] for `op` otherwise).
 pub(crate) fn check_len<T>(op: &'static str, what: &str, s: &[T], len: usize) -> Result<()> {
     if s.len() != len {

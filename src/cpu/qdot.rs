@@ -3,11 +3,14 @@
 //!
 //! Every path computes the same sums in the same order, so they agree bit for bit: a weight is
 //! `d * q` (exact in f32: |q| <= 127 and d is an f16), each product `w * x` is rounded and added into
-//! lane `k mod 8` of eight partial sums, in K order, and the lanes are summed pairwise at the end. The
-//! paths differ only in how they widen the integers:
+//! lane `k mod 32` of 32 partial sums, in K order, and the lanes are folded at the end as the dense
+//! dots fold theirs ([`crate::cpu::sum32`]): a quantized row gives the bits of the f32 GEMV on its
+//! dequantized values. 32 lanes are four independent 8-wide chains per x row, so the adds' latency
+//! overlaps (one chain made a single decode row latency-bound). The paths differ only in how they
+//! widen the integers:
 //! - x86_64 with AVX2: a block's 8-weight groups sign-extended to 8 i32 lanes and converted in one
 //!   instruction each, chosen at run time;
-//! - wasm32 built with `+simd128`: the same with two 4-lane halves;
+//! - wasm32 built with `+simd128`: the same with 4-lane quarters;
 //! - elsewhere ([`portable`]): scalar loops that LLVM vectorizes as it can (NEON on aarch64).
 
 use crate::quant::{QFormat, QBLOCK};
@@ -39,7 +42,7 @@ pub fn quant_row_dots(
 
 /// [`quant_row_dots`] in scalar code (the reference the SIMD paths are tested against).
 pub fn portable(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst: &mut [f32]) {
-    let mut acc = [[0f32; 8]; 4];
+    let mut acc = [[0f32; QBLOCK]; 4];
     let acc = &mut acc[..dst.len()];
     let mut blk = [0f32; QBLOCK];
     for (b, &d) in scales.iter().enumerate().take(k / QBLOCK) {
@@ -59,15 +62,13 @@ pub fn portable(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst
         }
         for (i, a) in acc.iter_mut().enumerate() {
             let xb = &x[i * k + b * QBLOCK..i * k + (b + 1) * QBLOCK];
-            for (wc, xc) in blk.chunks_exact(8).zip(xb.chunks_exact(8)) {
-                for l in 0..8 {
-                    a[l] += wc[l] * xc[l];
-                }
+            for l in 0..QBLOCK {
+                a[l] += blk[l] * xb[l];
             }
         }
     }
     for (d, a) in dst.iter_mut().zip(acc.iter()) {
-        *d = crate::cpu::sum8(a);
+        *d = crate::cpu::sum32(a);
     }
 }
 
@@ -96,7 +97,7 @@ macro_rules! by_shape {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use crate::cpu::sum8;
+    use crate::cpu::sum32;
     use crate::quant::{QFormat, QBLOCK};
 
     /// [`super::quant_row_dots`] with AVX2 (no FMA: each product is rounded before its sum, as in
@@ -125,7 +126,7 @@ mod avx2 {
         let blocks = k / QBLOCK;
         assert!(scales.len() >= blocks && x.len() >= M * k && dst.len() >= M);
         assert!(r.len() >= blocks * QBLOCK * if Q4 { 1 } else { 2 } / 2);
-        let mut acc = [_mm256_setzero_ps(); M];
+        let mut acc = [[_mm256_setzero_ps(); 4]; M];
         for (b, &d) in scales.iter().enumerate().take(blocks) {
             let dv = _mm256_set1_ps(d);
             // The block's 32 quants as signed bytes in K order (two 16-byte halves).
@@ -151,14 +152,16 @@ mod avx2 {
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: x holds M rows of k values (asserted above); 8 b + g < k / 8.
                     let xv = _mm256_loadu_ps(x.as_ptr().add(i * k + b * QBLOCK + g * 8));
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(w, xv));
+                    a[g] = _mm256_add_ps(a[g], _mm256_mul_ps(w, xv));
                 }
             }
         }
         for (d, a) in dst.iter_mut().zip(acc) {
-            let mut l = [0f32; 8];
-            _mm256_storeu_ps(l.as_mut_ptr(), a);
-            *d = sum8(&l);
+            let mut l = [0f32; QBLOCK];
+            for (g, ag) in a.into_iter().enumerate() {
+                _mm256_storeu_ps(l.as_mut_ptr().add(8 * g), ag);
+            }
+            *d = sum32(&l);
         }
     }
 }
@@ -167,11 +170,11 @@ mod avx2 {
 mod simd128 {
     use core::arch::wasm32::*;
 
-    use crate::cpu::sum8;
+    use crate::cpu::sum32;
     use crate::quant::{QFormat, QBLOCK};
 
-    /// [`super::quant_row_dots`] with SIMD128: lanes 0-3 and 4-7 of the eight partial sums are two
-    /// f32x4 registers.
+    /// [`super::quant_row_dots`] with SIMD128: the 32 partial sums are eight f32x4 registers, lanes
+    /// 4 j .. 4 j + 3 in register j.
     pub fn dots(fmt: QFormat, k: usize, r: &[u8], scales: &[f32], x: &[f32], dst: &mut [f32]) {
         by_shape!(rows, fmt, k, r, scales, x, dst)
     }
@@ -199,7 +202,7 @@ mod simd128 {
         let blocks = k / QBLOCK;
         assert!(scales.len() >= blocks && x.len() >= M * k && dst.len() >= M);
         assert!(r.len() >= blocks * QBLOCK * if Q4 { 1 } else { 2 } / 2);
-        let mut acc = [[f32x4_splat(0.0); 2]; M];
+        let mut acc = [[f32x4_splat(0.0); 8]; M];
         for (b, &d) in scales.iter().enumerate().take(blocks) {
             let dv = f32x4_splat(d);
             // SAFETY (both loads): the bytes read lie inside r (asserted above); v128_load reads
@@ -240,19 +243,19 @@ mod simd128 {
                     // SAFETY: x holds M rows of k values (asserted above), and 32 b + 4 j + 3 < k.
                     let xv =
                         unsafe { v128_load(x.as_ptr().add(i * k + b * QBLOCK + j * 4).cast()) };
-                    a[j % 2] = f32x4_add(a[j % 2], f32x4_mul(w, xv));
+                    a[j] = f32x4_add(a[j], f32x4_mul(w, xv));
                 }
             }
         }
         for (d, a) in dst.iter_mut().zip(acc) {
-            let mut l = [0f32; 8];
-            for (j, half) in a.into_iter().enumerate() {
-                l[4 * j] = f32x4_extract_lane::<0>(half);
-                l[4 * j + 1] = f32x4_extract_lane::<1>(half);
-                l[4 * j + 2] = f32x4_extract_lane::<2>(half);
-                l[4 * j + 3] = f32x4_extract_lane::<3>(half);
+            let mut l = [0f32; QBLOCK];
+            for (j, quarter) in a.into_iter().enumerate() {
+                l[4 * j] = f32x4_extract_lane::<0>(quarter);
+                l[4 * j + 1] = f32x4_extract_lane::<1>(quarter);
+                l[4 * j + 2] = f32x4_extract_lane::<2>(quarter);
+                l[4 * j + 3] = f32x4_extract_lane::<3>(quarter);
             }
-            *d = sum8(&l);
+            *d = sum32(&l);
         }
     }
 }
