@@ -415,15 +415,7 @@ async fn queue_job(
     permit: OwnedSemaphorePermit,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
     let shared = &state.shared;
-    let ChatRequest {
-        prompt,
-        image,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
-        ..
-    } = req;
+    let (req, image) = req.with_image(());
     let (image, permit) = match image {
         ImageSource::Inline(bytes) => (bytes, permit),
         ImageSource::Remote { param, url } => {
@@ -462,12 +454,7 @@ async fn queue_job(
 
     let (tx, rx) = unbounded_channel();
     let job = Job {
-        prompt,
-        image: rgb,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
+        req: req.with_image(rgb).0,
         reply: tx,
         admitted,
         permit,

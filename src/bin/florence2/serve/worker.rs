@@ -30,8 +30,8 @@ use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
     BatchEvent, Callbacks, DecodeBatch, DeviceChoice, Image, Prepared, TaskOptions,
 };
-use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
+use super::api::ChatRequest;
 use super::engine::{Answer, Engine, ModelInfo, Request, TextStream};
 use super::error::ApiError;
 use super::metrics::{Metrics, Outcome, Phase};
@@ -50,13 +50,9 @@ pub enum Event {
 
 /// One admitted request.
 pub struct Job {
-    pub prompt: AnyTaskPrompt,
-    pub image: RgbImage,
-    pub max_tokens: Option<usize>,
-    pub num_beams: Option<usize>,
-    /// `florence2.tiles`: a tiled job runs alone ([`Batcher::run_tiled`]).
-    pub tiles: Tiles,
-    pub stream: bool,
+    /// The request with its image decoded; `florence2.tiles`: a tiled job runs alone
+    /// ([`Batcher::run_tiled`]).
+    pub req: ChatRequest<RgbImage>,
     pub reply: UnboundedSender<Event>,
     pub admitted: Instant,
     /// Released when the job is done (its slot in the queue capacity).
@@ -207,15 +203,14 @@ impl Live {
     /// `--max-queued-image-bytes` go back now.
     fn of(job: Job, text: Option<TextStream>, image_s: f64) -> Live {
         let Job {
+            req,
             reply,
-            stream,
             admitted,
             permit,
-            image,
             image_permit,
-            ..
         } = job;
-        drop((image, image_permit));
+        let stream = req.stream;
+        drop((req, image_permit));
         Live {
             reply,
             stream,
@@ -288,7 +283,7 @@ impl<'e> Batcher<'e> {
             // Cancelled while queued: no encoder pass.
             if job.reply.is_closed() || shared.abort.load(Ordering::Relaxed) {
                 m.count(Outcome::Cancelled);
-            } else if job.tiles != Tiles::Off {
+            } else if job.req.tiles != Tiles::Off {
                 self.run_tiled(job);
             } else {
                 ready.push(job);
@@ -306,7 +301,7 @@ impl<'e> Batcher<'e> {
                 let oom = || florence2_wasm::Error::OutOfMemory("injected by the test hook".into());
                 return ready.iter().map(|_| Err(oom())).collect();
             }
-            let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.image).collect();
+            let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.req.image).collect();
             engine.encode_images(&images)
         }));
         let encoded = match encoded {
@@ -335,9 +330,9 @@ impl<'e> Batcher<'e> {
             .zip(&images)
             .map(|(job, image)| Request {
                 image,
-                prompt: &job.prompt,
-                limits: (job.max_tokens, job.num_beams),
-                stream: job.stream,
+                prompt: &job.req.prompt,
+                limits: (job.req.max_tokens, job.req.num_beams),
+                stream: job.req.stream,
             })
             .collect();
         let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -365,16 +360,16 @@ impl<'e> Batcher<'e> {
         let abort = &self.shared.abort;
         let cancel = || job.reply.is_closed() || abort.load(Ordering::Relaxed);
         let options = TaskOptions {
-            max_new_tokens: job.max_tokens,
-            num_beams: job.num_beams,
+            max_new_tokens: job.req.max_tokens,
+            num_beams: job.req.num_beams,
             ..TaskOptions::default()
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             pipeline.run_tiled_blocking_prompt(
-                Image::Rgb(&job.image),
-                job.prompt.clone(),
+                Image::Rgb(&job.req.image),
+                job.req.prompt.clone(),
                 &options,
-                job.tiles,
+                job.req.tiles,
                 &cancel,
                 &Callbacks::default(),
             )
