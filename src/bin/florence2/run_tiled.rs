@@ -50,15 +50,12 @@ pub(super) fn run(
             &Callbacks::default(),
         )?);
     }
-    let mut pictures = Vec::new();
-    if let Some((annotator, rgb, shown)) = annotate {
-        for t in &outputs {
-            let out = &t.output;
-            let path = annotator.write(shown, &out.marker, rgb, &out.result)?;
-            eprintln!("florence2: annotated: {}", path.display());
-            pictures.push(path);
+    let pictures = match annotate {
+        Some((annotator, rgb, shown)) => {
+            annotator.write_each(shown, rgb, outputs.iter().map(|t| &t.output))?
         }
-    }
+        None => Vec::new(),
+    };
     let several = outputs.len() > 1;
     if json {
         let objects: Vec<serde_json::Value> = outputs
