@@ -257,77 +257,73 @@ impl Metrics {
 
     /// The gauges and counters that are one number each, in exposition order.
     fn render_scalars(&self, s: &mut String, ready: bool, capacity: usize, in_flight: usize) {
-        for (name, kind, help, v) in self.scalars(ready, capacity, in_flight) {
+        for (name, help, v) in self.scalars(ready, capacity, in_flight) {
+            // A counter's name ends in `_total` (the Prometheus naming rule); every other is a gauge.
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
     }
 
-    /// Each one-number family: (name, type, help, value).
+    /// Each one-number family: (name, help, value).
     fn scalars(
         &self,
         ready: bool,
         capacity: usize,
         in_flight: usize,
-    ) -> [(&'static str, &'static str, &'static str, u64); 10] {
+    ) -> [(&'static str, &'static str, u64); 10] {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
             (
                 "florence2_queue_depth",
-                "gauge",
                 "Requests admitted and waiting for the GPU worker.",
                 load(&self.queue_depth),
             ),
             (
                 "florence2_queue_capacity",
-                "gauge",
                 "Requests that may be admitted at once (running + waiting).",
                 capacity as u64,
             ),
             (
                 "florence2_in_flight",
-                "gauge",
                 "Admitted requests not yet answered (decoding their image, queued or running).",
                 in_flight as u64,
             ),
             (
                 "florence2_running",
-                "gauge",
                 "Requests in the GPU worker's running batch (at most --max-batch).",
                 load(&self.running),
             ),
             (
                 "florence2_batch_rows",
-                "gauge",
                 "Decoder rows (beams of every request) of the last decode step.",
                 load(&self.batch_rows),
             ),
             (
                 "florence2_worker_idle",
-                "gauge",
                 "1 while the GPU worker waits for work, the memory its requests freed handed back.",
                 self.idle.load(Ordering::SeqCst),
             ),
             (
                 "florence2_ready",
-                "gauge",
                 "1 once the model is loaded.",
                 u64::from(ready),
             ),
             (
                 "florence2_generated_tokens_total",
-                "counter",
                 "Tokens generated (decoder start token excluded).",
                 load(&self.generated_tokens),
             ),
             (
                 "florence2_decode_steps_total",
-                "counter",
                 "Decode steps started (each polls for cancellation first).",
                 load(&self.decode_steps),
             ),
             (
                 "florence2_client_disconnects_total",
-                "counter",
                 "Clients that went away before their answer was complete.",
                 load(&self.disconnects),
             ),
