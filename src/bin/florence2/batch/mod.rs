@@ -95,6 +95,33 @@ struct Stats {
     failed: usize,
 }
 
+impl Stats {
+    /// Counts an image of the `total` done (`error`: its first error) and shows it on `progress`; a
+    /// lost device stops the batch.
+    fn image_done(
+        &mut self,
+        progress: &mut Progress,
+        shown: &str,
+        error: Option<&Error>,
+        total: usize,
+    ) -> Result<(), Failure> {
+        self.images += 1;
+        if let Some(e) = error {
+            self.failed += 1;
+            progress.note(&format!("florence2: {shown}: {}: {e}", e.name()));
+            if matches!(e, Error::DeviceLost(_)) {
+                return Err(Failure::Run(format!(
+                    "{}: {e}; the batch stopped ({} of {total} images done; --resume continues it)",
+                    e.name(),
+                    self.images,
+                )));
+            }
+        }
+        progress.image_done(error.is_some());
+        Ok(())
+    }
+}
+
 pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     if a.json || a.profile {
         return Err(Failure::Usage(
@@ -400,8 +427,6 @@ impl Runner<'_, '_> {
         let Some(img) = self.images.get_mut(i).and_then(Option::take) else {
             return Ok(());
         };
-        let w = &self.work[i];
-        self.stats.images += 1;
         self.finished
             .insert(i, img.lines.iter().flatten().cloned().collect());
         while let Some(lines) = self.finished.remove(&self.flushed) {
@@ -410,21 +435,9 @@ impl Runner<'_, '_> {
             }
             self.flushed += 1;
         }
-        if let Some(e) = &img.error {
-            self.stats.failed += 1;
-            self.progress
-                .note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
-            if matches!(e, Error::DeviceLost(_)) {
-                return Err(Failure::Run(format!(
-                    "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
-                    e.name(),
-                    self.stats.images,
-                    self.work.len()
-                )));
-            }
-        }
-        self.progress.image_done(img.error.is_some());
-        Ok(())
+        let (shown, total) = (&self.work[i].shown, self.work.len());
+        self.stats
+            .image_done(&mut self.progress, shown, img.error.as_ref(), total)
     }
 }
 
