@@ -133,13 +133,7 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         .as_deref()
         .map(|out| Annotator::new(out, false))
         .transpose()?;
-    let (done, resume_from) = match &a.output {
-        Some(p) if a.resume && p.exists() => {
-            let (done, len) = output::read_done(p)?;
-            (done, Some(len))
-        }
-        _ => (output::Done::new(), None),
-    };
+    let (done, resume_from) = resume_point(a)?;
     let work = plan(a, prompts, &done)?;
     let mut sink = Sink::open(a.output.as_deref(), resume_from)?;
     if !done.is_empty() {
@@ -173,7 +167,23 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         let options = (&a.options(), a.tiles);
         tiled::run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
     };
-    let s = t.ms() / 1e3;
+    summarize(&stats, t.ms() / 1e3, load_ms)
+}
+
+/// With `--resume` and an output file: the answers it holds and its length (the batch appends after
+/// them); else none.
+fn resume_point(a: &RunArgs) -> Result<(output::Done, Option<u64>), Failure> {
+    Ok(match &a.output {
+        Some(p) if a.resume && p.exists() => {
+            let (done, len) = output::read_done(p)?;
+            (done, Some(len))
+        }
+        _ => (output::Done::new(), None),
+    })
+}
+
+/// The summary on stderr (the batch took `s` seconds); an error when any image had one.
+fn summarize(stats: &Stats, s: f64, load_ms: f64) -> Result<(), Failure> {
     eprintln!(
         "florence2: {} image(s), {} answer(s), {} failed in {s:.2} s ({:.2} images/s; load {load_ms:.0} ms)",
         stats.images,

@@ -656,28 +656,7 @@ fn sse_response(
                 return Some((vec![ev], Some((rx, meta, guard))));
             }
             Some(Event::Done(done)) => match *done {
-                Ok(a) => {
-                    meta.log_tokens(&a);
-                    let mut v = vec![
-                        data(&chunk(
-                            &meta,
-                            json!({"content": remainder(&a), "florence2_result": florence2_result(&meta, &a)}),
-                            None,
-                        )),
-                        data(&chunk(&meta, json!({}), Some(finish_reason(&a)))),
-                    ];
-                    if include_usage {
-                        v.push(data(&json!({
-                            "id": meta.id,
-                            "object": "chat.completion.chunk",
-                            "created": meta.created,
-                            "model": meta.model,
-                            "choices": [],
-                            "usage": usage(&a),
-                        })));
-                    }
-                    v
-                }
+                Ok(a) => answer_events(&meta, &a, include_usage),
                 Err(e) => vec![data(&e.body())],
             },
             None => vec![data(&ApiError::shutting_down().body())],
@@ -690,6 +669,31 @@ fn sse_response(
         .chain(events.flat_map(stream::iter))
         .map(Ok::<_, std::convert::Infallible>);
     sse(all)
+}
+
+/// A streamed answer's last chunks: the rest of its text with `florence2_result`, the finish reason,
+/// and with `include_usage` the usage chunk.
+fn answer_events(meta: &Meta, a: &Answer, include_usage: bool) -> Vec<SseEvent> {
+    meta.log_tokens(a);
+    let mut v = vec![
+        data(&chunk(
+            meta,
+            json!({"content": remainder(a), "florence2_result": florence2_result(meta, a)}),
+            None,
+        )),
+        data(&chunk(meta, json!({}), Some(finish_reason(a)))),
+    ];
+    if include_usage {
+        v.push(data(&json!({
+            "id": meta.id,
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "choices": [],
+            "usage": usage(a),
+        })));
+    }
+    v
 }
 
 fn sse<S>(s: S) -> Response
