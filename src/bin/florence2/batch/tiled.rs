@@ -3,12 +3,13 @@
 //! already); each answer line is the batch's line plus `tiles`, written in input order.
 
 use florence2_wasm::pipeline::tiles::Tiles;
-use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+use florence2_wasm::pipeline::{Image, Pipeline, TaskOptions};
 use florence2_wasm::processor::image::RgbImage;
 use florence2_wasm::Error;
 use serde_json::json;
 
 use super::super::annotate::Annotator;
+use super::super::run_tiled::run_to_end;
 use super::output::Sink;
 use super::progress::Progress;
 use super::{answer_line, decode, error_line, Failure, Stamp, Stats, Work};
@@ -55,15 +56,7 @@ fn run_tasks(
 ) -> Result<Option<Error>, Failure> {
     let mut error: Option<Error> = None;
     for prompt in &w.prompts {
-        let out = p.run_tiled_blocking(
-            Image::Rgb(image),
-            prompt,
-            options,
-            tiles,
-            &NeverCancel,
-            &Callbacks::default(),
-        );
-        match out {
+        match run_to_end(p, Image::Rgb(image), prompt, options, tiles) {
             Ok(t) => {
                 let mut v = answer_line(&t.output, stamp, (0.0, 0.0), &w.shown, prompt);
                 v["timings_ms"]["vision"] = json!(t.output.timings.vision_ms);
