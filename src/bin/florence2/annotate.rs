@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use florence2_wasm::annotate::{annotate, encode_png};
 use florence2_wasm::files::write_atomic;
+use florence2_wasm::pipeline::TaskOutput;
 use florence2_wasm::postprocess::TaskResult;
 use florence2_wasm::processor::image::RgbImage;
 
@@ -65,6 +66,23 @@ impl Annotator {
             target,
             used: HashSet::new(),
         })
+    }
+
+    /// Draws each of `outputs` on `image` (the input `shown`) and writes it, naming each file on
+    /// stderr; returns the files' paths in the answers' order.
+    pub fn write_each<'o>(
+        &mut self,
+        shown: &str,
+        image: &RgbImage,
+        outputs: impl IntoIterator<Item = &'o TaskOutput>,
+    ) -> Result<Vec<PathBuf>, Failure> {
+        let mut pictures = Vec::new();
+        for out in outputs {
+            let path = self.write(shown, &out.marker, image, &out.result)?;
+            eprintln!("florence2: annotated: {}", path.display());
+            pictures.push(path);
+        }
+        Ok(pictures)
     }
 
     /// Draws `result` on `image` (the input `shown`, answered by the task `marker`) and writes it;

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use clap::Args;
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::files;
+use florence2_wasm::gpu::profile::{self, ProfileEntry};
 use florence2_wasm::gpu::tune::{TuneOptions, Tuning};
-use florence2_wasm::gpu::{profile, Device};
+use florence2_wasm::gpu::Device;
 use florence2_wasm::model::generate::{EarlyStopping, MAX_BEAMS};
 use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
@@ -241,14 +242,30 @@ pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     })
 }
 
-pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
-    let prompts = a.prompts()?;
+/// `--tiles` takes only the tasks that tile, and no `--profile`.
+fn check_tiles_args(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     if a.tiles != Tiles::Off {
-        super::run_tiled::check_prompts(&prompts)?;
+        super::run_tiled::check_prompts(prompts)?;
         if a.profile {
             return Err(Failure::Usage("--tiles and --profile: choose one".into()));
         }
     }
+    Ok(())
+}
+
+/// With `--profile`: the run's GPU profile, its table printed on stderr.
+fn take_profile(a: &RunArgs, gpu: &Arc<Device>) -> Result<Option<Vec<ProfileEntry>>, Failure> {
+    if !a.profile {
+        return Ok(None);
+    }
+    let entries = pollster::block_on(gpu.profiler.take(gpu))?;
+    eprint!("{}", profile::table(&entries));
+    Ok(Some(entries))
+}
+
+pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
+    let prompts = a.prompts()?;
+    check_tiles_args(&a, &prompts)?;
     if batch::is_batch(&a) {
         return batch::run_batch(&a, &prompts);
     }
@@ -289,21 +306,11 @@ pub fn run_cmd(a: RunArgs) -> Result<(), Failure> {
             pipeline.run_task_blocking(input, prompt, &options, &NeverCancel, &Callbacks::default())
         })
         .collect::<florence2_wasm::Result<Vec<_>>>()?;
-    let mut pictures = Vec::with_capacity(outputs.len());
-    if let Some((annotator, rgb)) = annotator.as_mut() {
-        for out in &outputs {
-            let path = annotator.write(&shown, &out.marker, rgb, &out.result)?;
-            eprintln!("florence2: annotated: {}", path.display());
-            pictures.push(path);
-        }
-    }
-    let profile = if a.profile {
-        let entries = pollster::block_on(gpu.profiler.take(gpu))?;
-        eprint!("{}", profile::table(&entries));
-        Some(entries)
-    } else {
-        None
+    let pictures = match annotator.as_mut() {
+        Some((annotator, rgb)) => annotator.write_each(&shown, rgb, &outputs)?,
+        None => Vec::new(),
     };
+    let profile = take_profile(&a, gpu)?;
     let prior = |i: usize| match i {
         0 => (image.preprocess_ms(), image.vision_ms()),
         _ => (0.0, 0.0),
@@ -331,7 +338,7 @@ fn print_json_outputs(
     info: &Loaded,
     prior: &dyn Fn(usize) -> (f64, f64),
     pictures: &[PathBuf],
-    profile: Option<Vec<profile::ProfileEntry>>,
+    profile: Option<Vec<ProfileEntry>>,
 ) -> Result<(), Failure> {
     let objects: Vec<serde_json::Value> = outputs
         .iter()
@@ -392,7 +399,7 @@ fn print_text_outputs(
 /// object.
 fn add_profile(
     mut objects: Vec<serde_json::Value>,
-    entries: &[profile::ProfileEntry],
+    entries: &[ProfileEntry],
 ) -> Result<Vec<serde_json::Value>, Failure> {
     let phases: serde_json::Map<String, serde_json::Value> = profile::phase_totals(entries)
         .into_iter()

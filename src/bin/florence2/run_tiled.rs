@@ -2,7 +2,7 @@
 //! the answer in page coordinates, with what the plan chose (`tiles` in the JSON, a line on stderr).
 
 use florence2_wasm::pipeline::tiles::{check_task, Tiles};
-use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, TaskOptions, TiledOutput};
+use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions, TiledOutput};
 use florence2_wasm::processor::prompt::parse_task_prompt;
 
 use image::RgbImage;
@@ -26,6 +26,24 @@ pub(super) fn check_prompts(prompts: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `prompt` run tiled on `image` to its end: the CLI neither cancels a run nor reports its progress.
+pub(super) fn run_to_end(
+    p: &Pipeline,
+    image: Image<'_>,
+    prompt: &str,
+    options: &TaskOptions,
+    tiles: Tiles,
+) -> florence2_wasm::Result<TiledOutput> {
+    p.run_tiled_blocking(
+        image,
+        prompt,
+        options,
+        tiles,
+        &NeverCancel,
+        &Callbacks::default(),
+    )
+}
+
 /// `--annotate`'s writer, the decoded image and the input's name.
 pub(super) type Annotate<'a> = Option<(&'a mut Annotator, &'a RgbImage, &'a str)>;
 
@@ -41,24 +59,15 @@ pub(super) fn run(
 ) -> Result<(), Failure> {
     let mut outputs: Vec<TiledOutput> = Vec::with_capacity(prompts.len());
     for prompt in prompts {
-        outputs.push(loaded.pipeline.run_tiled_blocking(
-            Image::Encoded(bytes),
-            prompt,
-            options,
-            tiles,
-            &NeverCancel,
-            &Callbacks::default(),
-        )?);
+        let image = Image::Encoded(bytes);
+        outputs.push(run_to_end(&loaded.pipeline, image, prompt, options, tiles)?);
     }
-    let mut pictures = Vec::new();
-    if let Some((annotator, rgb, shown)) = annotate {
-        for t in &outputs {
-            let out = &t.output;
-            let path = annotator.write(shown, &out.marker, rgb, &out.result)?;
-            eprintln!("florence2: annotated: {}", path.display());
-            pictures.push(path);
+    let pictures = match annotate {
+        Some((annotator, rgb, shown)) => {
+            annotator.write_each(shown, rgb, outputs.iter().map(|t| &t.output))?
         }
-    }
+        None => Vec::new(),
+    };
     let several = outputs.len() > 1;
     if json {
         let objects: Vec<serde_json::Value> = outputs

@@ -95,6 +95,33 @@ struct Stats {
     failed: usize,
 }
 
+impl Stats {
+    /// Counts an image of the `total` done (`error`: its first error) and shows it on `progress`; a
+    /// lost device stops the batch.
+    fn image_done(
+        &mut self,
+        progress: &mut Progress,
+        shown: &str,
+        error: Option<&Error>,
+        total: usize,
+    ) -> Result<(), Failure> {
+        self.images += 1;
+        if let Some(e) = error {
+            self.failed += 1;
+            progress.note(&format!("florence2: {shown}: {}: {e}", e.name()));
+            if matches!(e, Error::DeviceLost(_)) {
+                return Err(Failure::Run(format!(
+                    "{}: {e}; the batch stopped ({} of {total} images done; --resume continues it)",
+                    e.name(),
+                    self.images,
+                )));
+            }
+        }
+        progress.image_done(error.is_some());
+        Ok(())
+    }
+}
+
 pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     if a.json || a.profile {
         return Err(Failure::Usage(
@@ -106,13 +133,7 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         .as_deref()
         .map(|out| Annotator::new(out, false))
         .transpose()?;
-    let (done, resume_from) = match &a.output {
-        Some(p) if a.resume && p.exists() => {
-            let (done, len) = output::read_done(p)?;
-            (done, Some(len))
-        }
-        _ => (output::Done::new(), None),
-    };
+    let (done, resume_from) = resume_point(a)?;
     let work = plan(a, prompts, &done)?;
     let mut sink = Sink::open(a.output.as_deref(), resume_from)?;
     if !done.is_empty() {
@@ -146,7 +167,23 @@ pub fn run_batch(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
         let options = (&a.options(), a.tiles);
         tiled::run_all(&pipeline, &work, options, &stamp, (&mut sink, annotator))?
     };
-    let s = t.ms() / 1e3;
+    summarize(&stats, t.ms() / 1e3, load_ms)
+}
+
+/// With `--resume` and an output file: the answers it holds and its length (the batch appends after
+/// them); else none.
+fn resume_point(a: &RunArgs) -> Result<(output::Done, Option<u64>), Failure> {
+    Ok(match &a.output {
+        Some(p) if a.resume && p.exists() => {
+            let (done, len) = output::read_done(p)?;
+            (done, Some(len))
+        }
+        _ => (output::Done::new(), None),
+    })
+}
+
+/// The summary on stderr (the batch took `s` seconds); an error when any image had one.
+fn summarize(stats: &Stats, s: f64, load_ms: f64) -> Result<(), Failure> {
     eprintln!(
         "florence2: {} image(s), {} answer(s), {} failed in {s:.2} s ({:.2} images/s; load {load_ms:.0} ms)",
         stats.images,
@@ -400,8 +437,6 @@ impl Runner<'_, '_> {
         let Some(img) = self.images.get_mut(i).and_then(Option::take) else {
             return Ok(());
         };
-        let w = &self.work[i];
-        self.stats.images += 1;
         self.finished
             .insert(i, img.lines.iter().flatten().cloned().collect());
         while let Some(lines) = self.finished.remove(&self.flushed) {
@@ -410,21 +445,9 @@ impl Runner<'_, '_> {
             }
             self.flushed += 1;
         }
-        if let Some(e) = &img.error {
-            self.stats.failed += 1;
-            self.progress
-                .note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
-            if matches!(e, Error::DeviceLost(_)) {
-                return Err(Failure::Run(format!(
-                    "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
-                    e.name(),
-                    self.stats.images,
-                    self.work.len()
-                )));
-            }
-        }
-        self.progress.image_done(img.error.is_some());
-        Ok(())
+        let (shown, total) = (&self.work[i].shown, self.work.len());
+        self.stats
+            .image_done(&mut self.progress, shown, img.error.as_ref(), total)
     }
 }
 

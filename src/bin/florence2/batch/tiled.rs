@@ -3,11 +3,13 @@
 //! already); each answer line is the batch's line plus `tiles`, written in input order.
 
 use florence2_wasm::pipeline::tiles::Tiles;
-use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
+use florence2_wasm::pipeline::{Image, Pipeline, TaskOptions};
+use florence2_wasm::processor::image::RgbImage;
 use florence2_wasm::Error;
 use serde_json::json;
 
 use super::super::annotate::Annotator;
+use super::super::run_tiled::run_to_end;
 use super::output::Sink;
 use super::progress::Progress;
 use super::{answer_line, decode, error_line, Failure, Stamp, Stats, Work};
@@ -25,61 +27,52 @@ pub(super) fn run_all(
     let mut stats = Stats::default();
     let result = decode::with_decoded(&paths, *p.limits(), decode::default_threads(), |decoded| {
         for w in work {
-            let mut error: Option<Error> = None;
-            match decoded.next_image() {
+            let error = match decoded.next_image() {
                 Err(e) => {
                     sink.line(&error_line(&w.shown, None, &e))?;
-                    error = Some(e);
+                    Some(e)
                 }
                 Ok(image) => {
-                    for prompt in &w.prompts {
-                        let out = p.run_tiled_blocking(
-                            Image::Rgb(&image),
-                            prompt,
-                            options,
-                            tiles,
-                            &NeverCancel,
-                            &Callbacks::default(),
-                        );
-                        match out {
-                            Ok(t) => {
-                                let mut v =
-                                    answer_line(&t.output, stamp, (0.0, 0.0), &w.shown, prompt);
-                                v["timings_ms"]["vision"] = json!(t.output.timings.vision_ms);
-                                v["tiles"] = t.tiles_json();
-                                if let Some(an) = annotator.as_mut() {
-                                    let (marker, result) = (&t.output.marker, &t.output.result);
-                                    v["annotated"] =
-                                        json!(an.write(&w.shown, marker, &image, result)?);
-                                }
-                                sink.line(&v)?;
-                                stats.answers += 1;
-                            }
-                            Err(e) => {
-                                sink.line(&error_line(&w.shown, Some(prompt), &e))?;
-                                error.get_or_insert(e);
-                            }
-                        }
-                    }
+                    let run = (p, (options, tiles), stamp);
+                    let out = (&mut *sink, annotator.as_mut(), &mut stats.answers);
+                    run_tasks(run, w, &image, out)?
                 }
-            }
-            stats.images += 1;
-            if let Some(e) = &error {
-                stats.failed += 1;
-                progress.note(&format!("florence2: {}: {}: {e}", w.shown, e.name()));
-                if matches!(e, Error::DeviceLost(_)) {
-                    return Err(Failure::Run(format!(
-                        "{}: {e}; the batch stopped ({} of {} images done; --resume continues it)",
-                        e.name(),
-                        stats.images,
-                        work.len()
-                    )));
-                }
-            }
-            progress.image_done(error.is_some());
+            };
+            stats.image_done(&mut progress, &w.shown, error.as_ref(), work.len())?;
         }
         Ok(())
     });
     progress.finish();
     result.map(|()| stats)
+}
+
+/// Image `w`'s tasks run tiled on `image`, each answer's line (or error line) written and each answer
+/// counted in `answers`; the image's first error.
+fn run_tasks(
+    (p, (options, tiles), stamp): (&Pipeline, (&TaskOptions, Tiles), &Stamp),
+    w: &Work,
+    image: &RgbImage,
+    (sink, mut annotator, answers): (&mut Sink, Option<&mut Annotator>, &mut usize),
+) -> Result<Option<Error>, Failure> {
+    let mut error: Option<Error> = None;
+    for prompt in &w.prompts {
+        match run_to_end(p, Image::Rgb(image), prompt, options, tiles) {
+            Ok(t) => {
+                let mut v = answer_line(&t.output, stamp, (0.0, 0.0), &w.shown, prompt);
+                v["timings_ms"]["vision"] = json!(t.output.timings.vision_ms);
+                v["tiles"] = t.tiles_json();
+                if let Some(an) = annotator.as_mut() {
+                    let (marker, result) = (&t.output.marker, &t.output.result);
+                    v["annotated"] = json!(an.write(&w.shown, marker, image, result)?);
+                }
+                sink.line(&v)?;
+                *answers += 1;
+            }
+            Err(e) => {
+                sink.line(&error_line(&w.shown, Some(prompt), &e))?;
+                error.get_or_insert(e);
+            }
+        }
+    }
+    Ok(error)
 }

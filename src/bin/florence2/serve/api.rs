@@ -88,13 +88,14 @@ pub struct DefaultTask {
     pub text_used: bool,
 }
 
-/// A validated chat-completions request.
+/// A validated chat-completions request. `I` is its image: as sent ([`ImageSource`]) while it is
+/// parsed and admitted, the decoded pixels once it is queued for the worker.
 #[derive(Debug)]
-pub struct ChatRequest {
+pub struct ChatRequest<I = ImageSource> {
     /// A built-in task or one of the model's own.
     pub prompt: AnyTaskPrompt,
     /// The image (PNG or JPEG bytes, or a URL to fetch); pixel limits are checked when it is decoded.
-    pub image: ImageSource,
+    pub image: I,
     pub max_tokens: Option<usize>,
     pub num_beams: Option<usize>,
     /// The extension `florence2.tiles` (off when absent).
@@ -103,6 +104,23 @@ pub struct ChatRequest {
     pub include_usage: bool,
     /// `Some` when the prompt had no task marker and `--default-task` ran.
     pub default_task: Option<DefaultTask>,
+}
+
+impl<I> ChatRequest<I> {
+    /// The same request with `image` in place of its image, and the image it had.
+    pub fn with_image<J>(self, image: J) -> (ChatRequest<J>, I) {
+        let request = ChatRequest {
+            prompt: self.prompt,
+            image,
+            max_tokens: self.max_tokens,
+            num_beams: self.num_beams,
+            tiles: self.tiles,
+            stream: self.stream,
+            include_usage: self.include_usage,
+            default_task: self.default_task,
+        };
+        (request, self.image)
+    }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -790,13 +808,7 @@ mod tests {
         b["tools"] = serde_json::json!([]);
         b["logprobs"] = serde_json::json!(false);
         b["temperature"] = serde_json::json!(0.7);
-        assert!(parse_chat_request(
-            &serde_json::to_vec(&b).unwrap(),
-            &limits(),
-            &CustomTasks::new(),
-            &served()
-        )
-        .is_ok());
+        assert!(parse_with_defaults(&serde_json::to_vec(&b).unwrap()).is_ok());
     }
 
     #[test]
@@ -811,21 +823,12 @@ mod tests {
             allow_remote_images: true,
             ..limits()
         };
-        let r = parse_chat_request(
-            &body("<OD>", "https://x/a.png"),
-            &allow,
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap();
+        let parse_allowing_remote = |url: &str| {
+            parse_chat_request(&body("<OD>", url), &allow, &CustomTasks::new(), &served())
+        };
+        let r = parse_allowing_remote("https://x/a.png").unwrap();
         assert!(matches!(r.image, ImageSource::Remote { ref url, .. } if url == "https://x/a.png"));
-        let e = parse_chat_request(
-            &body("<OD>", "file:///etc/passwd"),
-            &allow,
-            &CustomTasks::new(),
-            &served(),
-        )
-        .unwrap_err();
+        let e = parse_allowing_remote("file:///etc/passwd").unwrap_err();
         assert_eq!(e.code, "invalid_image_url");
     }
 

@@ -210,8 +210,7 @@ impl Metrics {
     pub fn render(&self, ready: bool, capacity: usize, in_flight: usize) -> String {
         let mut s = String::new();
         self.render_outcomes(&mut s);
-        self.render_gauges(&mut s, ready, capacity, in_flight);
-        self.render_counters(&mut s);
+        self.render_scalars(&mut s, ready, capacity, in_flight);
         self.render_phases(&mut s);
         self.render_batch(&mut s);
         s
@@ -256,12 +255,32 @@ impl Metrics {
         }
     }
 
-    fn render_gauges(&self, s: &mut String, ready: bool, capacity: usize, in_flight: usize) {
-        let gauges = [
+    /// The gauges and counters that are one number each, in exposition order.
+    fn render_scalars(&self, s: &mut String, ready: bool, capacity: usize, in_flight: usize) {
+        for (name, help, v) in self.scalars(ready, capacity, in_flight) {
+            // A counter's name ends in `_total` (the Prometheus naming rule); every other is a gauge.
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
+    }
+
+    /// Each one-number family: (name, help, value).
+    fn scalars(
+        &self,
+        ready: bool,
+        capacity: usize,
+        in_flight: usize,
+    ) -> [(&'static str, &'static str, u64); 10] {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        [
             (
                 "florence2_queue_depth",
                 "Requests admitted and waiting for the GPU worker.",
-                self.queue_depth.load(Ordering::Relaxed),
+                load(&self.queue_depth),
             ),
             (
                 "florence2_queue_capacity",
@@ -276,12 +295,12 @@ impl Metrics {
             (
                 "florence2_running",
                 "Requests in the GPU worker's running batch (at most --max-batch).",
-                self.running.load(Ordering::Relaxed),
+                load(&self.running),
             ),
             (
                 "florence2_batch_rows",
                 "Decoder rows (beams of every request) of the last decode step.",
-                self.batch_rows.load(Ordering::Relaxed),
+                load(&self.batch_rows),
             ),
             (
                 "florence2_worker_idle",
@@ -293,35 +312,22 @@ impl Metrics {
                 "1 once the model is loaded.",
                 u64::from(ready),
             ),
-        ];
-        for (name, help, v) in gauges {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
-    }
-
-    fn render_counters(&self, s: &mut String) {
-        let _ = writeln!(
-            s,
-            "# HELP florence2_generated_tokens_total Tokens generated (decoder start token excluded).\n\
-             # TYPE florence2_generated_tokens_total counter\n\
-             florence2_generated_tokens_total {}",
-            self.generated_tokens.load(Ordering::Relaxed)
-        );
-        let counters = [
+            (
+                "florence2_generated_tokens_total",
+                "Tokens generated (decoder start token excluded).",
+                load(&self.generated_tokens),
+            ),
             (
                 "florence2_decode_steps_total",
                 "Decode steps started (each polls for cancellation first).",
-                self.decode_steps.load(Ordering::Relaxed),
+                load(&self.decode_steps),
             ),
             (
                 "florence2_client_disconnects_total",
                 "Clients that went away before their answer was complete.",
-                self.disconnects.load(Ordering::Relaxed),
+                load(&self.disconnects),
             ),
-        ];
-        for (name, help, v) in counters {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        }
+        ]
     }
 
     fn render_phases(&self, s: &mut String) {

@@ -35,7 +35,7 @@ mod worker;
 use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,9 +47,8 @@ use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::pipeline::DeviceChoice;
 use florence2_wasm::processor::image::ImageLimits;
 
-use metrics::Metrics;
 use routes::AppState;
-use worker::{Shared, DOWNLOADING, LOADING};
+use worker::{Shared, DOWNLOADING};
 
 /// OpenAI-compatible HTTP server: POST /v1/chat/completions, GET /v1/models, /health, /metrics. The
 /// address is printed on stdout as 'listening on http://ADDR' once bound.
@@ -318,16 +317,7 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("reading the bound address: {e}"))?;
 
-    let shared = Arc::new(Shared {
-        state: AtomicU8::new(if opts.hub { DOWNLOADING } else { LOADING }),
-        info: Mutex::new(None),
-        load_error: Mutex::new(None),
-        abort: AtomicBool::new(false),
-        closing: AtomicBool::new(false),
-        metrics: Metrics::new(),
-        download: download::Progress::default(),
-        hold_file: std::env::var_os("FLORENCE2_SERVE_HOLD_FILE").map(PathBuf::from),
-    });
+    let shared = Arc::new(Shared::new(opts.hub));
     let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel();
     let worker = spawn_worker(&opts, shared.clone(), jobs_rx, loaded_tx)?;
@@ -336,16 +326,35 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
 
     // Stop on a signal (exit 0) or a failed load (an error).
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let mut stopper = spawn_stopper(shared.clone(), loaded_rx, stop_tx);
+    let stopper = spawn_stopper(shared.clone(), loaded_rx, stop_tx);
     let app = routes::router(state.clone());
     let graceful = async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     };
-    let mut server = tokio::spawn(
+    let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(graceful)
             .into_future(),
     );
+    let reason = wait_for_stop(&opts, &shared, stopper, server).await?;
+    shut_down(&shared, state, worker).await;
+    match reason {
+        None => {
+            eprintln!("florence2 serve: stopped");
+            Ok(())
+        }
+        Some(msg) => Err(msg),
+    }
+}
+
+/// The stopper's reason to stop (`None`: a signal; `Some`: a failed load), once the server has
+/// stopped taking requests and drained the ones in flight; an error when the server itself failed.
+async fn wait_for_stop(
+    opts: &ServeOptions,
+    shared: &Shared,
+    mut stopper: tokio::task::JoinHandle<Option<String>>,
+    mut server: tokio::task::JoinHandle<std::io::Result<()>>,
+) -> Result<Option<String>, String> {
     let mut server_done = false;
     let reason = tokio::select! {
         biased;
@@ -362,8 +371,14 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
         }
     };
     if !server_done {
-        drain(&opts, &shared, server).await;
+        drain(opts, shared, server).await;
     }
+    Ok(reason)
+}
+
+/// Cancels the running and queued requests, closes the worker's queue and waits (10 s at most) for
+/// the worker to end.
+async fn shut_down(shared: &Shared, state: Arc<AppState>, worker: std::thread::JoinHandle<()>) {
     shared.abort.store(true, Ordering::Relaxed);
     if let Ok(mut jobs) = state.jobs.lock() {
         jobs.take(); // the worker's channel closes: it ends after draining (cancelling) what is left
@@ -374,13 +389,6 @@ async fn serve(opts: ServeOptions) -> Result<(), String> {
     if shared.state.load(Ordering::Acquire) != DOWNLOADING {
         let joined = tokio::task::spawn_blocking(move || worker.join());
         let _ = tokio::time::timeout(Duration::from_secs(10), joined).await;
-    }
-    match reason {
-        None => {
-            eprintln!("florence2 serve: stopped");
-            Ok(())
-        }
-        Some(msg) => Err(msg),
     }
 }
 

@@ -29,7 +29,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use florence2_wasm::pipeline::StopReason;
-use florence2_wasm::processor::image::{decode_image, ImageLimits};
+use florence2_wasm::processor::image::{decode_image, ImageLimits, RgbImage};
 use florence2_wasm::processor::prompt::Task;
 
 use super::access_log::{self, Entry as LogEntry, LogFormat};
@@ -414,38 +414,64 @@ async fn queue_job(
     admitted: Instant,
     permit: OwnedSemaphorePermit,
 ) -> Result<UnboundedReceiver<Event>, ApiError> {
-    let shared = &state.shared;
-    let ChatRequest {
-        prompt,
-        image,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
-        ..
-    } = req;
-    let (image, permit) = match image {
-        ImageSource::Inline(bytes) => (bytes, permit),
-        ImageSource::Remote { param, url } => {
-            let remote = state
-                .remote
-                .clone()
-                .ok_or_else(|| ApiError::internal("remote images are off"))?;
-            let t = Instant::now();
-            // On a blocking thread, never on the GPU worker. The admission permit travels with the
-            // fetch, so a client that leaves mid-fetch frees its slot only when the fetch (bounded by
-            // the time limit) ends: at most `capacity` fetches at once.
-            let (bytes, permit) =
-                tokio::task::spawn_blocking(move || (fetch_image(&param, &url, &remote), permit))
-                    .await
-                    .map_err(|e| ApiError::internal(format!("image fetch task failed: {e}")))?;
-            shared
-                .metrics
-                .observe(Phase::Fetch, t.elapsed().as_secs_f64());
-            (bytes?, permit)
-        }
-    };
+    let (req, image) = req.with_image(());
+    let (image, permit) = image_bytes(state, image, permit).await?;
     let image_permit = reserve_image(state, &image)?;
+    let rgb = decode(state, image).await?;
+    let (tx, rx) = unbounded_channel();
+    let job = Job {
+        req: req.with_image(rgb).0,
+        reply: tx,
+        admitted,
+        permit,
+        image_permit,
+    };
+    let shared = &state.shared;
+    let jobs = state
+        .jobs
+        .lock()
+        .map_err(|_| ApiError::internal("job queue poisoned"))?;
+    let sender = jobs.as_ref().ok_or_else(ApiError::shutting_down)?;
+    shared.metrics.queued(1);
+    if sender.send(job).is_err() {
+        shared.metrics.queued(-1);
+        return Err(ApiError::shutting_down());
+    }
+    Ok(rx)
+}
+
+/// The image's bytes: as sent, or fetched from its URL; with the admission permit, which travels
+/// with the fetch.
+async fn image_bytes(
+    state: &AppState,
+    image: ImageSource,
+    permit: OwnedSemaphorePermit,
+) -> Result<(Vec<u8>, OwnedSemaphorePermit), ApiError> {
+    let (param, url) = match image {
+        ImageSource::Inline(bytes) => return Ok((bytes, permit)),
+        ImageSource::Remote { param, url } => (param, url),
+    };
+    let remote = state
+        .remote
+        .clone()
+        .ok_or_else(|| ApiError::internal("remote images are off"))?;
+    let t = Instant::now();
+    // On a blocking thread, never on the GPU worker. The admission permit travels with the fetch, so a
+    // client that leaves mid-fetch frees its slot only when the fetch (bounded by the time limit)
+    // ends: at most `capacity` fetches at once.
+    let (bytes, permit) =
+        tokio::task::spawn_blocking(move || (fetch_image(&param, &url, &remote), permit))
+            .await
+            .map_err(|e| ApiError::internal(format!("image fetch task failed: {e}")))?;
+    state
+        .shared
+        .metrics
+        .observe(Phase::Fetch, t.elapsed().as_secs_f64());
+    Ok((bytes?, permit))
+}
+
+/// The image decoded on a blocking thread, under the pixel limit.
+async fn decode(state: &AppState, image: Vec<u8>) -> Result<RgbImage, ApiError> {
     let limits = state.image_limits;
     let t = Instant::now();
     let held = state.shared.clone();
@@ -456,36 +482,11 @@ async fn queue_job(
     .await
     .map_err(|e| ApiError::internal(format!("image decoding task failed: {e}")))?
     .map_err(|e| ApiError::from_engine(&e))?;
-    shared
+    state
+        .shared
         .metrics
         .observe(Phase::Decode, t.elapsed().as_secs_f64());
-
-    let (tx, rx) = unbounded_channel();
-    let job = Job {
-        prompt,
-        image: rgb,
-        max_tokens,
-        num_beams,
-        tiles,
-        stream,
-        reply: tx,
-        admitted,
-        permit,
-        image_permit,
-    };
-    {
-        let jobs = state
-            .jobs
-            .lock()
-            .map_err(|_| ApiError::internal("job queue poisoned"))?;
-        let sender = jobs.as_ref().ok_or_else(ApiError::shutting_down)?;
-        shared.metrics.queued(1);
-        if sender.send(job).is_err() {
-            shared.metrics.queued(-1);
-            return Err(ApiError::shutting_down());
-        }
-    }
-    Ok(rx)
+    Ok(rgb)
 }
 
 /// Counts a client that went away: dropped (by hyper, when the connection closes) while still armed.
@@ -655,28 +656,7 @@ fn sse_response(
                 return Some((vec![ev], Some((rx, meta, guard))));
             }
             Some(Event::Done(done)) => match *done {
-                Ok(a) => {
-                    meta.log_tokens(&a);
-                    let mut v = vec![
-                        data(&chunk(
-                            &meta,
-                            json!({"content": remainder(&a), "florence2_result": florence2_result(&meta, &a)}),
-                            None,
-                        )),
-                        data(&chunk(&meta, json!({}), Some(finish_reason(&a)))),
-                    ];
-                    if include_usage {
-                        v.push(data(&json!({
-                            "id": meta.id,
-                            "object": "chat.completion.chunk",
-                            "created": meta.created,
-                            "model": meta.model,
-                            "choices": [],
-                            "usage": usage(&a),
-                        })));
-                    }
-                    v
-                }
+                Ok(a) => answer_events(&meta, &a, include_usage),
                 Err(e) => vec![data(&e.body())],
             },
             None => vec![data(&ApiError::shutting_down().body())],
@@ -689,6 +669,31 @@ fn sse_response(
         .chain(events.flat_map(stream::iter))
         .map(Ok::<_, std::convert::Infallible>);
     sse(all)
+}
+
+/// A streamed answer's last chunks: the rest of its text with `florence2_result`, the finish reason,
+/// and with `include_usage` the usage chunk.
+fn answer_events(meta: &Meta, a: &Answer, include_usage: bool) -> Vec<SseEvent> {
+    meta.log_tokens(a);
+    let mut v = vec![
+        data(&chunk(
+            meta,
+            json!({"content": remainder(a), "florence2_result": florence2_result(meta, a)}),
+            None,
+        )),
+        data(&chunk(meta, json!({}), Some(finish_reason(a)))),
+    ];
+    if include_usage {
+        v.push(data(&json!({
+            "id": meta.id,
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "choices": [],
+            "usage": usage(a),
+        })));
+    }
+    v
 }
 
 fn sse<S>(s: S) -> Response

@@ -28,10 +28,10 @@ use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::gpu::tune::Tuning;
 use florence2_wasm::pipeline::tiles::Tiles;
 use florence2_wasm::pipeline::{
-    BatchEvent, Callbacks, DecodeBatch, DeviceChoice, Image, Prepared, TaskOptions,
+    BatchEvent, Callbacks, DecodeBatch, DeviceChoice, EncodedImage, Image, Prepared, TaskOptions,
 };
-use florence2_wasm::processor::custom_tasks::AnyTaskPrompt;
 
+use super::api::ChatRequest;
 use super::engine::{Answer, Engine, ModelInfo, Request, TextStream};
 use super::error::ApiError;
 use super::metrics::{Metrics, Outcome, Phase};
@@ -50,13 +50,9 @@ pub enum Event {
 
 /// One admitted request.
 pub struct Job {
-    pub prompt: AnyTaskPrompt,
-    pub image: RgbImage,
-    pub max_tokens: Option<usize>,
-    pub num_beams: Option<usize>,
-    /// `florence2.tiles`: a tiled job runs alone ([`Batcher::run_tiled`]).
-    pub tiles: Tiles,
-    pub stream: bool,
+    /// The request with its image decoded; `florence2.tiles`: a tiled job runs alone
+    /// ([`Batcher::run_tiled`]).
+    pub req: ChatRequest<RgbImage>,
     pub reply: UnboundedSender<Event>,
     pub admitted: Instant,
     /// Released when the job is done (its slot in the queue capacity).
@@ -93,6 +89,21 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The state at start: downloading a hub model (`hub`) or loading a local one; the test hook
+    /// `FLORENCE2_SERVE_HOLD_FILE` read from the environment.
+    pub fn new(hub: bool) -> Shared {
+        Shared {
+            state: AtomicU8::new(if hub { DOWNLOADING } else { LOADING }),
+            info: Mutex::new(None),
+            load_error: Mutex::new(None),
+            abort: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            metrics: Metrics::new(),
+            download: super::download::Progress::default(),
+            hold_file: std::env::var_os("FLORENCE2_SERVE_HOLD_FILE").map(PathBuf::from),
+        }
+    }
+
     pub fn ready(&self) -> bool {
         self.state.load(Ordering::Acquire) == READY
     }
@@ -207,15 +218,14 @@ impl Live {
     /// `--max-queued-image-bytes` go back now.
     fn of(job: Job, text: Option<TextStream>, image_s: f64) -> Live {
         let Job {
+            req,
             reply,
-            stream,
             admitted,
             permit,
-            image,
             image_permit,
-            ..
         } = job;
-        drop((image, image_permit));
+        let stream = req.stream;
+        drop((req, image_permit));
         Live {
             reply,
             stream,
@@ -279,65 +289,23 @@ impl<'e> Batcher<'e> {
     /// Take jobs off the queue: their images through the vision tower together, then each prepared
     /// (prompt, encoder) and added to the batch, or answered why not.
     fn admit(&mut self, batch: &mut DecodeBatch<'e, u64>, jobs: Vec<Job>) {
-        let (shared, m) = (self.shared, &self.shared.metrics);
-        let mut ready = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            m.queued(-1);
-            hold(shared, HoldPoint::Request);
-            m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
-            // Cancelled while queued: no encoder pass.
-            if job.reply.is_closed() || shared.abort.load(Ordering::Relaxed) {
-                m.count(Outcome::Cancelled);
-            } else if job.tiles != Tiles::Off {
-                self.run_tiled(job);
-            } else {
-                ready.push(job);
-            }
-        }
+        let ready = self.dequeue(jobs);
         if ready.is_empty() {
             return;
         }
-        // The library does not panic on any input; should a bug make it, these requests fail with a
-        // 500 and the worker goes on serving (a dead worker would leave every later request
-        // unanswered).
-        let engine = self.engine;
-        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if injected_oom(shared) {
-                let oom = || florence2_wasm::Error::OutOfMemory("injected by the test hook".into());
-                return ready.iter().map(|_| Err(oom())).collect();
-            }
-            let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.image).collect();
-            engine.encode_images(&images)
-        }));
-        let encoded = match encoded {
-            Ok(encoded) => encoded,
-            Err(_) => {
-                for job in ready {
-                    self.panicked(Live::of(job, None, 0.0));
-                }
-                return;
-            }
+        let Some((jobs, images)) = self.encode(ready) else {
+            return;
         };
         // The prompts of the jobs whose images were encoded, through the encoder together.
-        let mut jobs = Vec::with_capacity(ready.len());
-        let mut images = Vec::with_capacity(ready.len());
-        for (job, image) in ready.into_iter().zip(encoded) {
-            match image {
-                Ok(image) => {
-                    jobs.push(job);
-                    images.push(image);
-                }
-                Err(e) => self.done(Live::of(job, None, 0.0), Err(e)),
-            }
-        }
+        let engine = self.engine;
         let requests: Vec<Request> = jobs
             .iter()
             .zip(&images)
             .map(|(job, image)| Request {
                 image,
-                prompt: &job.prompt,
-                limits: (job.max_tokens, job.num_beams),
-                stream: job.stream,
+                prompt: &job.req.prompt,
+                limits: (job.req.max_tokens, job.req.num_beams),
+                stream: job.req.stream,
             })
             .collect();
         let prepared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -357,6 +325,63 @@ impl<'e> Batcher<'e> {
         }
     }
 
+    /// Jobs taken off the queue (counted and timed): a cancelled one answered, a tiled one run alone;
+    /// the others, to join the batch.
+    fn dequeue(&mut self, jobs: Vec<Job>) -> Vec<Job> {
+        let (shared, m) = (self.shared, &self.shared.metrics);
+        let mut ready = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            m.queued(-1);
+            hold(shared, HoldPoint::Request);
+            m.observe(Phase::Queue, job.admitted.elapsed().as_secs_f64());
+            // Cancelled while queued: no encoder pass.
+            if job.reply.is_closed() || shared.abort.load(Ordering::Relaxed) {
+                m.count(Outcome::Cancelled);
+            } else if job.req.tiles != Tiles::Off {
+                self.run_tiled(job);
+            } else {
+                ready.push(job);
+            }
+        }
+        ready
+    }
+
+    /// The jobs' images through the vision tower together: the jobs whose images were encoded, with
+    /// them; each other job answered with its error. `None`: the library panicked and every job was
+    /// answered with a 500.
+    fn encode(&mut self, ready: Vec<Job>) -> Option<(Vec<Job>, Vec<EncodedImage>)> {
+        // The library does not panic on any input; should a bug make it, these requests fail with a
+        // 500 and the worker goes on serving (a dead worker would leave every later request
+        // unanswered).
+        let (engine, shared) = (self.engine, self.shared);
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if injected_oom(shared) {
+                let oom = || florence2_wasm::Error::OutOfMemory("injected by the test hook".into());
+                return ready.iter().map(|_| Err(oom())).collect();
+            }
+            let images: Vec<&image::RgbImage> = ready.iter().map(|j| &j.req.image).collect();
+            engine.encode_images(&images)
+        }));
+        let Ok(encoded) = encoded else {
+            for job in ready {
+                self.panicked(Live::of(job, None, 0.0));
+            }
+            return None;
+        };
+        let mut jobs = Vec::with_capacity(ready.len());
+        let mut images = Vec::with_capacity(ready.len());
+        for (job, image) in ready.into_iter().zip(encoded) {
+            match image {
+                Ok(image) => {
+                    jobs.push(job);
+                    images.push(image);
+                }
+                Err(e) => self.done(Live::of(job, None, 0.0), Err(e)),
+            }
+        }
+        Some((jobs, images))
+    }
+
     /// A tiled job, run to its end: its views decode as one batch of their own while the running batch
     /// waits (a tiled run is up to 17 views: joining them to the shared batch view by view would not
     /// make it finish sooner).
@@ -365,16 +390,16 @@ impl<'e> Batcher<'e> {
         let abort = &self.shared.abort;
         let cancel = || job.reply.is_closed() || abort.load(Ordering::Relaxed);
         let options = TaskOptions {
-            max_new_tokens: job.max_tokens,
-            num_beams: job.num_beams,
+            max_new_tokens: job.req.max_tokens,
+            num_beams: job.req.num_beams,
             ..TaskOptions::default()
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             pipeline.run_tiled_blocking_prompt(
-                Image::Rgb(&job.image),
-                job.prompt.clone(),
+                Image::Rgb(&job.req.image),
+                job.req.prompt.clone(),
                 &options,
-                job.tiles,
+                job.req.tiles,
                 &cancel,
                 &Callbacks::default(),
             )
