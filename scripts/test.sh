@@ -18,6 +18,9 @@ phase() {
   if [ -n "$1" ]; then echo "== $1"; fi
 }
 
+phase "module graph: no circles between or inside the library's modules, nothing reached outside src/"
+python3 scripts/ci/module_circles.py src
+
 phase "native tests (stand-alone: nothing outside the repository is read)"
 cargo test --all-targets --no-fail-fast
 
