@@ -19,10 +19,16 @@ pub fn davit_mlp_hidden(c: usize, mlp_ratio: f64) -> usize {
 /// listed; when a checkpoint lacks it the loader synthesizes it from the closed form.
 pub fn expected_tensors(cfg: &Florence2Config) -> Vec<(String, Vec<usize>)> {
     let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    let c_last = davit_tensors(cfg, &mut out);
+    projector_tensors(cfg, c_last, &mut out);
+    bart_tensors(cfg, &mut out);
+    out
+}
+
+/// The DaViT tower's tensors, appended to `out`; returns the last stage's width.
+fn davit_tensors(cfg: &Florence2Config, out: &mut Vec<(String, Vec<usize>)>) -> usize {
     let mut add = |name: String, shape: Vec<usize>| out.push((name, shape));
     let v = &cfg.vision;
-
-    // ---- DaViT ----
     let mut c_in = v.in_channels;
     for s in 0..v.embed_dim.len() {
         let c = v.embed_dim[s];
@@ -40,31 +46,47 @@ pub fn expected_tensors(cfg: &Florence2Config) -> Vec<(String, Vec<usize>)> {
                 ("channel_block", "channel_attn"),
             ] {
                 let p = format!("model.vision_tower.blocks.{s}.{b}.{kind}");
-                for conv in ["conv1", "conv2"] {
-                    add(format!("{p}.{conv}.weight"), vec![c, 1, 3, 3]);
-                    add(format!("{p}.{conv}.bias"), vec![c]);
-                }
-                for norm in ["norm1", "norm2"] {
-                    add(format!("{p}.{norm}.weight"), vec![c]);
-                    add(format!("{p}.{norm}.bias"), vec![c]);
-                }
-                add(format!("{p}.{attn}.qkv.weight"), vec![3 * c, c]);
-                if v.qkv_bias {
-                    add(format!("{p}.{attn}.qkv.bias"), vec![3 * c]);
-                }
-                add(format!("{p}.{attn}.proj.weight"), vec![c, c]);
-                add(format!("{p}.{attn}.proj.bias"), vec![c]);
-                add(format!("{p}.ffn.fc1.weight"), vec![hidden, c]);
-                add(format!("{p}.ffn.fc1.bias"), vec![hidden]);
-                add(format!("{p}.ffn.fc2.weight"), vec![c, hidden]);
-                add(format!("{p}.ffn.fc2.bias"), vec![c]);
+                davit_block_tensors(&p, attn, c, hidden, v.qkv_bias, &mut add);
             }
         }
         c_in = c;
     }
+    c_in
+}
 
-    // ---- projector ----
-    let c_last = c_in;
+/// One DaViT block's tensors under prefix `p`: depthwise convs, norms, attention `attn`, FFN.
+fn davit_block_tensors(
+    p: &str,
+    attn: &str,
+    c: usize,
+    hidden: usize,
+    qkv_bias: bool,
+    add: &mut impl FnMut(String, Vec<usize>),
+) {
+    for conv in ["conv1", "conv2"] {
+        add(format!("{p}.{conv}.weight"), vec![c, 1, 3, 3]);
+        add(format!("{p}.{conv}.bias"), vec![c]);
+    }
+    for norm in ["norm1", "norm2"] {
+        add(format!("{p}.{norm}.weight"), vec![c]);
+        add(format!("{p}.{norm}.bias"), vec![c]);
+    }
+    add(format!("{p}.{attn}.qkv.weight"), vec![3 * c, c]);
+    if qkv_bias {
+        add(format!("{p}.{attn}.qkv.bias"), vec![3 * c]);
+    }
+    add(format!("{p}.{attn}.proj.weight"), vec![c, c]);
+    add(format!("{p}.{attn}.proj.bias"), vec![c]);
+    add(format!("{p}.ffn.fc1.weight"), vec![hidden, c]);
+    add(format!("{p}.ffn.fc1.bias"), vec![hidden]);
+    add(format!("{p}.ffn.fc2.weight"), vec![c, hidden]);
+    add(format!("{p}.ffn.fc2.bias"), vec![c]);
+}
+
+/// The projector's tensors (the tower's last width is `c_last`), appended to `out`.
+fn projector_tensors(cfg: &Florence2Config, c_last: usize, out: &mut Vec<(String, Vec<usize>)>) {
+    let mut add = |name: String, shape: Vec<usize>| out.push((name, shape));
+    let v = &cfg.vision;
     let d = cfg.text.d_model;
     let p = "model.multi_modal_projector";
     for t in ["row_embeddings", "column_embeddings"] {
@@ -80,9 +102,13 @@ pub fn expected_tensors(cfg: &Florence2Config) -> Vec<(String, Vec<usize>)> {
         format!("{p}.visual_temporal_embed.pos_idx_to_embed"),
         vec![v.max_temporal_embeddings, c_last],
     );
+}
 
-    // ---- BART ----
+/// BART's tensors (shared embedding, encoder, decoder), appended to `out`.
+fn bart_tensors(cfg: &Florence2Config, out: &mut Vec<(String, Vec<usize>)>) {
+    let mut add = |name: String, shape: Vec<usize>| out.push((name, shape));
     let t = &cfg.text;
+    let d = t.d_model;
     let lm = "model.language_model";
     add(format!("{lm}.shared.weight"), vec![t.vocab_size, d]);
     for (side, layers, ffn) in [
@@ -99,27 +125,37 @@ pub fn expected_tensors(cfg: &Florence2Config) -> Vec<(String, Vec<usize>)> {
         add(format!("{p}.layernorm_embedding.bias"), vec![d]);
         for l in 0..layers {
             let p = format!("{p}.layers.{l}");
-            let mut attn = vec!["self_attn"];
-            if side == "decoder" {
-                attn.push("encoder_attn");
-            }
-            for a in attn {
-                for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-                    add(format!("{p}.{a}.{proj}.weight"), vec![d, d]);
-                    add(format!("{p}.{a}.{proj}.bias"), vec![d]);
-                }
-                add(format!("{p}.{a}_layer_norm.weight"), vec![d]);
-                add(format!("{p}.{a}_layer_norm.bias"), vec![d]);
-            }
-            add(format!("{p}.fc1.weight"), vec![ffn, d]);
-            add(format!("{p}.fc1.bias"), vec![ffn]);
-            add(format!("{p}.fc2.weight"), vec![d, ffn]);
-            add(format!("{p}.fc2.bias"), vec![d]);
-            add(format!("{p}.final_layer_norm.weight"), vec![d]);
-            add(format!("{p}.final_layer_norm.bias"), vec![d]);
+            bart_layer_tensors(&p, side == "decoder", d, ffn, &mut add);
         }
     }
-    out
+}
+
+/// One BART layer's tensors under prefix `p` (a decoder layer adds cross-attention).
+fn bart_layer_tensors(
+    p: &str,
+    decoder: bool,
+    d: usize,
+    ffn: usize,
+    add: &mut impl FnMut(String, Vec<usize>),
+) {
+    let mut attn = vec!["self_attn"];
+    if decoder {
+        attn.push("encoder_attn");
+    }
+    for a in attn {
+        for proj in ["q_proj", "k_proj", "v_proj", "out_proj"] {
+            add(format!("{p}.{a}.{proj}.weight"), vec![d, d]);
+            add(format!("{p}.{a}.{proj}.bias"), vec![d]);
+        }
+        add(format!("{p}.{a}_layer_norm.weight"), vec![d]);
+        add(format!("{p}.{a}_layer_norm.bias"), vec![d]);
+    }
+    add(format!("{p}.fc1.weight"), vec![ffn, d]);
+    add(format!("{p}.fc1.bias"), vec![ffn]);
+    add(format!("{p}.fc2.weight"), vec![d, ffn]);
+    add(format!("{p}.fc2.bias"), vec![d]);
+    add(format!("{p}.final_layer_norm.weight"), vec![d]);
+    add(format!("{p}.final_layer_norm.bias"), vec![d]);
 }
 
 /// Tensors loaded when present: the untied LM head `(V, D)` (aliased to the shared embedding when

@@ -53,6 +53,16 @@ async fn size_of<F: ModelFiles>(files: &F, name: &str) -> Result<Option<u64>> {
     }
 }
 
+/// The weights files a load fetches, as the loader finds them.
+struct WeightsFiles<S> {
+    /// The files, in the loader's order.
+    names: Vec<String>,
+    /// The tensor names of the index, if there is one.
+    index_names: Vec<String>,
+    /// The single weights file, opened once (its size asked once).
+    single: Option<S>,
+}
+
 /// Read the sizes of a model's files and the headers of its weights files (`cfg` is its config.json).
 pub async fn read_checkpoint<F: ModelFiles>(
     files: &F,
@@ -65,44 +75,12 @@ pub async fn read_checkpoint<F: ModelFiles>(
         }
     }
     let mut planner = Planner::new(cfg);
+    let mut weights = find_weights(files, &mut planner, &mut listed).await?;
     let mut plans = Vec::new();
     let mut stored: Vec<(String, u64)> = Vec::new();
-    // The loader's order: a safetensors index, the single file, a PyTorch index, the single .bin.
-    let mut weights: Vec<String> = Vec::new();
-    let mut index_names: Vec<String> = Vec::new();
-    // The single weights file, opened once (its size asked once).
-    let mut single_file = None;
-    for index in [INDEX_FILE, TORCH_INDEX_FILE] {
-        let single = if index == INDEX_FILE {
-            SINGLE_FILE
-        } else {
-            TORCH_FILE
-        };
-        if let Some(bytes) = files.read_small(index, MAX_JSON_BYTES).await? {
-            let idx = CheckpointIndex::parse_file(&bytes, index)?;
-            planner.set_layout(detect_layout(idx.weight_map.keys().map(String::as_str)));
-            index_names = idx.weight_map.keys().cloned().collect();
-            listed.push((index.to_owned(), bytes.len() as u64));
-            weights = idx.shards;
-            break;
-        }
-        if let Some(src) = files.open(single).await? {
-            single_file = Some(src);
-            weights = vec![single.to_owned()];
-            break;
-        }
-    }
-    if weights.is_empty() {
-        return Err(Error::FileRead {
-            file: SINGLE_FILE.into(),
-            msg: format!(
-                "none of {SINGLE_FILE}, {INDEX_FILE}, {TORCH_FILE}, {TORCH_INDEX_FILE} exists"
-            ),
-        });
-    }
     let mut from_headers = true;
-    for name in &weights {
-        let opened = match single_file.take() {
+    for name in &weights.names {
+        let opened = match weights.single.take() {
             Some(src) => Some(src),
             None => files.open(name).await?,
         };
@@ -120,19 +98,12 @@ pub async fn read_checkpoint<F: ModelFiles>(
         }
         let (header, _) = read_header(&mut src).await?;
         for plan in planner.plan_header(name, &header)?.into_iter().flatten() {
-            let kind = match plan.quant {
-                Some(q) => q.name().to_owned(),
-                None => stored_name(plan.src.dtype),
-            };
-            match stored.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, n)) => *n += plan.src.byte_len(),
-                None => stored.push((kind, plan.src.byte_len())),
-            }
+            count_stored(&mut stored, &plan);
             plans.push(plan);
         }
     }
     if !from_headers {
-        plans = torch_plans(cfg, planner.layout(), &index_names);
+        plans = torch_plans(cfg, planner.layout(), &weights.index_names);
     }
     let stored = match from_headers {
         true => stored
@@ -147,6 +118,61 @@ pub async fn read_checkpoint<F: ModelFiles>(
         from_headers,
         stored,
     })
+}
+
+/// Find the weights files in the loader's order: a safetensors index, the single file, a PyTorch
+/// index, the single .bin. An index found is appended to `listed` and sets `planner`'s layout.
+async fn find_weights<F: ModelFiles>(
+    files: &F,
+    planner: &mut Planner,
+    listed: &mut Vec<(String, u64)>,
+) -> Result<WeightsFiles<F::Source>> {
+    for index in [INDEX_FILE, TORCH_INDEX_FILE] {
+        let single = if index == INDEX_FILE {
+            SINGLE_FILE
+        } else {
+            TORCH_FILE
+        };
+        if let Some(bytes) = files.read_small(index, MAX_JSON_BYTES).await? {
+            let idx = CheckpointIndex::parse_file(&bytes, index)?;
+            planner.set_layout(detect_layout(idx.weight_map.keys().map(String::as_str)));
+            let index_names = idx.weight_map.keys().cloned().collect();
+            listed.push((index.to_owned(), bytes.len() as u64));
+            if idx.shards.is_empty() {
+                break;
+            }
+            return Ok(WeightsFiles {
+                names: idx.shards,
+                index_names,
+                single: None,
+            });
+        }
+        if let Some(src) = files.open(single).await? {
+            return Ok(WeightsFiles {
+                names: vec![single.to_owned()],
+                index_names: Vec::new(),
+                single: Some(src),
+            });
+        }
+    }
+    Err(Error::FileRead {
+        file: SINGLE_FILE.into(),
+        msg: format!(
+            "none of {SINGLE_FILE}, {INDEX_FILE}, {TORCH_FILE}, {TORCH_INDEX_FILE} exists"
+        ),
+    })
+}
+
+/// Add `plan`'s stored bytes to its storage format's count in `stored`.
+fn count_stored(stored: &mut Vec<(String, u64)>, plan: &TensorPlan) {
+    let kind = match plan.quant {
+        Some(q) => q.name().to_owned(),
+        None => stored_name(plan.src.dtype),
+    };
+    match stored.iter_mut().find(|(k, _)| *k == kind) {
+        Some((_, n)) => *n += plan.src.byte_len(),
+        None => stored.push((kind, plan.src.byte_len())),
+    }
 }
 
 /// The tensors of a PyTorch checkpoint, whose pickle is not read here: the config's, in the canonical

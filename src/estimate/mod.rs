@@ -23,12 +23,14 @@ pub mod resident;
 
 use crate::config::Florence2Config;
 use crate::error::Result;
+use crate::gpu::DType;
 use crate::model::bart::default_kv_dtype;
 use crate::model::davit_plan::TowerShape;
 use crate::model::generate::GenerateOptions;
 use crate::model::generate::DEFAULT_MAX_NEW_TOKENS;
 use crate::processor::image::ImageProcessorConfig;
 use crate::weights::load::{load_config, MAX_JSON_BYTES};
+use crate::weights::plan::TensorPlan;
 use crate::weights::source::ModelFiles;
 use crate::weights::{DTypePlan, WeightDType};
 pub use auto::{device_limits, resolve_dtype, resolve_dtype_for, DTypeRequest};
@@ -175,61 +177,9 @@ impl ModelFacts {
         let cfg = &self.config;
         let plans = &self.checkpoint.plans;
         let weights = resident::weight_bytes(cfg, plans, dtype, opts.host)?;
-        let resident = |name: &str, shape: &[usize]| {
-            plans
-                .iter()
-                .find(|p| p.canonical == name)
-                .map(|p| dtype.for_tensor(name).resident_layout(p).1)
-                .unwrap_or_else(|| dtype.for_tensor(name).resident_dtype(name, shape))
-        };
-        let v = &cfg.vision;
-        let tower = TowerShape::from_config(
-            v,
-            |s| {
-                let cin = if s == 0 {
-                    v.in_channels
-                } else {
-                    v.embed_dim[s - 1]
-                };
-                let (c, k) = (v.embed_dim[s], v.patch_size[s]);
-                resident(
-                    &format!("model.vision_tower.convs.{s}.conv.weight"),
-                    &[c, cin, k, k],
-                )
-            },
-            |s| {
-                let c = v.embed_dim[s];
-                resident(
-                    &format!(
-                        "model.vision_tower.blocks.{s}.0.channel_block.channel_attn.qkv.weight"
-                    ),
-                    &[3 * c, c],
-                )
-            },
-            opts.host,
-        )?;
-        let t = &cfg.text;
-        let lm_head = resident(
-            crate::weights::expected::LM_HEAD,
-            &[t.vocab_size, t.d_model],
-        );
-        let mut gen = self.generation.clone();
-        if let Some(n) = opts.max_new_tokens {
-            gen.max_new_tokens = n;
-        }
-        let beams = opts.num_beams.unwrap_or(gen.num_beams).max(1);
-        let req = Request {
-            image: self.image,
-            prompt_tokens: opts.prompt_tokens,
-            beams,
-            cache_len: gen
-                .max_length(t.max_position_embeddings)
-                .saturating_sub(1)
-                .max(1),
-            kv_dtype: default_kv_dtype(lm_head, t.d_model),
-            max_binding: opts.max_binding,
-            host: opts.host,
-        };
+        let resident = |name: &str, shape: &[usize]| resident_dtype(plans, dtype, name, shape);
+        let tower = tower_shape(cfg, &resident, opts.host)?;
+        let req = self.request(opts, &resident);
         let phases = phase_bytes(cfg, &tower, &req)?;
         let has_bias = plans
             .iter()
@@ -249,6 +199,36 @@ impl ModelFacts {
             exact: self.checkpoint.from_headers && !has_bias,
             note: download_note(&self.checkpoint.stored, dtype, download),
         })
+    }
+
+    /// The request `opts` describe on this model; `resident` gives a tensor's resident element type.
+    fn request(
+        &self,
+        opts: &EstimateOptions,
+        resident: &impl Fn(&str, &[usize]) -> DType,
+    ) -> Request {
+        let t = &self.config.text;
+        let lm_head = resident(
+            crate::weights::expected::LM_HEAD,
+            &[t.vocab_size, t.d_model],
+        );
+        let mut gen = self.generation.clone();
+        if let Some(n) = opts.max_new_tokens {
+            gen.max_new_tokens = n;
+        }
+        let beams = opts.num_beams.unwrap_or(gen.num_beams).max(1);
+        Request {
+            image: self.image,
+            prompt_tokens: opts.prompt_tokens,
+            beams,
+            cache_len: gen
+                .max_length(t.max_position_embeddings)
+                .saturating_sub(1)
+                .max(1),
+            kv_dtype: default_kv_dtype(lm_head, t.d_model),
+            max_binding: opts.max_binding,
+            host: opts.host,
+        }
     }
 
     /// Estimates for every uniform format (fp32 first), then for the mixes `auto` considers
@@ -311,6 +291,48 @@ fn download_note(stored: &str, dtype: DTypePlan, bytes: u64) -> String {
         (Some(_), Some(_)) => format!("downloads the {stored} checkpoint ({mb:.1} MB), loaded as stored"),
         _ => format!("downloads {mb:.1} MB"),
     }
+}
+
+/// The resident element type of tensor `name` (shape `shape`) under `dtype`: as planned when the
+/// checkpoint holds it, otherwise as the canonical tensor would be.
+fn resident_dtype(plans: &[TensorPlan], dtype: DTypePlan, name: &str, shape: &[usize]) -> DType {
+    plans
+        .iter()
+        .find(|p| p.canonical == name)
+        .map(|p| dtype.for_tensor(name).resident_layout(p).1)
+        .unwrap_or_else(|| dtype.for_tensor(name).resident_dtype(name, shape))
+}
+
+/// The DaViT tower's shape, its patch convs' and channel attention's element types from `resident`.
+fn tower_shape(
+    cfg: &Florence2Config,
+    resident: &impl Fn(&str, &[usize]) -> DType,
+    host: bool,
+) -> Result<TowerShape> {
+    let v = &cfg.vision;
+    TowerShape::from_config(
+        v,
+        |s| {
+            let cin = if s == 0 {
+                v.in_channels
+            } else {
+                v.embed_dim[s - 1]
+            };
+            let (c, k) = (v.embed_dim[s], v.patch_size[s]);
+            resident(
+                &format!("model.vision_tower.convs.{s}.conv.weight"),
+                &[c, cin, k, k],
+            )
+        },
+        |s| {
+            let c = v.embed_dim[s];
+            resident(
+                &format!("model.vision_tower.blocks.{s}.0.channel_block.channel_attn.qkv.weight"),
+                &[3 * c, c],
+            )
+        },
+        host,
+    )
 }
 
 #[cfg(test)]

@@ -72,7 +72,32 @@ pub fn phase_bytes(cfg: &Florence2Config, tower: &TowerShape, req: &Request) -> 
     let n_img = image_tokens(cfg, grid);
     let features = [1, n_img, d];
 
-    // Vision: the arena's buffers (as `DaVit::forward_spare` allocates them) and the features.
+    let vision = vision_tally(tower, req, &features)?;
+
+    // Cross-attention K/V of every decoder layer, (1, S, D) each.
+    let s = n_img + req.prompt_tokens;
+    let mut cross = Tally::default();
+    for _ in 0..2 * t.decoder_layers {
+        cross.add(req.kv_dtype, &[1, s, d])?;
+    }
+
+    let enc = encoder_tally(cfg, req, &features, s)?;
+    let dec = decode_tally(cfg, req, &features)?;
+
+    Ok(PhaseBytes {
+        vision: vision.total,
+        encoder: enc.total + cross.total,
+        decode: dec.total + cross.total,
+        largest: vision
+            .largest
+            .max(enc.largest)
+            .max(dec.largest)
+            .max(cross.largest),
+    })
+}
+
+/// Vision: the arena's buffers (as `DaVit::forward_spare` allocates them) and the features `(1, N, D)`.
+fn vision_tally(tower: &TowerShape, req: &Request, features: &[usize; 3]) -> Result<Tally> {
     let plan = tower.arena_plan(req.max_binding, 1, req.image)?;
     let mut vision = Tally::default();
     vision.add(DType::F32, &[plan.stream])?;
@@ -96,21 +121,24 @@ pub fn phase_bytes(cfg: &Florence2Config, tower: &TowerShape, req: &Request) -> 
         let d = st.embed_dim / st.groups.max(1);
         channel = channel.max(logits_scratch_bytes(1, st.groups, d, req.host)?);
     }
-    let features_bytes = DType::F32.buffer_bytes(&features)?;
+    let features_bytes = DType::F32.buffer_bytes(features)?;
     vision.total += channel.max(features_bytes);
     vision.largest = vision.largest.max(features_bytes);
+    Ok(vision)
+}
 
-    // Cross-attention K/V of every decoder layer, (1, S, D) each.
-    let s = n_img + req.prompt_tokens;
-    let mut cross = Tally::default();
-    for _ in 0..2 * t.decoder_layers {
-        cross.add(req.kv_dtype, &[1, s, d])?;
-    }
-
-    // Encoder: the features, the prompt's ids and embedding, the encoder input and scratch, the f32
-    // staging of f16 cross K/V, and the cross K/V.
+/// Encoder: the features, the prompt's ids and embedding, the encoder input `(S, D)` and scratch, and
+/// the f32 staging of f16 cross K/V (the cross K/V itself is counted apart).
+fn encoder_tally(
+    cfg: &Florence2Config,
+    req: &Request,
+    features: &[usize; 3],
+    s: usize,
+) -> Result<Tally> {
+    let t = &cfg.text;
+    let d = t.d_model;
     let mut enc = Tally::default();
-    enc.add(DType::F32, &features)?;
+    enc.add(DType::F32, features)?;
     enc.add(DType::U32, &[req.prompt_tokens])?;
     enc.add(DType::F32, &[req.prompt_tokens, d])?;
     enc.add(DType::F32, &[s, d])?;
@@ -121,12 +149,18 @@ pub fn phase_bytes(cfg: &Florence2Config, tower: &TowerShape, req: &Request) -> 
     if req.kv_dtype != DType::F32 {
         enc.add(DType::F32, &[s, d])?;
     }
+    Ok(enc)
+}
 
-    // Decode: an encoded image's features (held when the image is reused), the cross K/V, the
-    // decoder state, and the generation's buffers (beam search: log-probs and top-k; greedy: top-k).
+/// Decode: an encoded image's features (held when the image is reused), the decoder state, and the
+/// generation's buffers (beam search: log-probs and top-k; greedy: top-k). The cross K/V is counted
+/// apart.
+fn decode_tally(cfg: &Florence2Config, req: &Request, features: &[usize; 3]) -> Result<Tally> {
+    let t = &cfg.text;
+    let d = t.d_model;
     let b = req.beams.max(1);
     let mut dec = Tally::default();
-    dec.add(DType::F32, &features)?;
+    dec.add(DType::F32, features)?;
     dec.total += Decoder::state_bytes(t, b, req.cache_len, req.kv_dtype, b > 1)?;
     // The state's largest buffers: one KV cache, the logits.
     dec.largest = dec
@@ -143,15 +177,5 @@ pub fn phase_bytes(cfg: &Florence2Config, tower: &TowerShape, req: &Request) -> 
         dec.add(DType::F32, &[1, TOPK_MAX])?;
         dec.add(DType::U32, &[1, TOPK_MAX])?;
     }
-
-    Ok(PhaseBytes {
-        vision: vision.total,
-        encoder: enc.total + cross.total,
-        decode: dec.total + cross.total,
-        largest: vision
-            .largest
-            .max(enc.largest)
-            .max(dec.largest)
-            .max(cross.largest),
-    })
+    Ok(dec)
 }

@@ -218,30 +218,21 @@ fn fp32_is_never_chosen_and_device_classes_come_from_the_adapter() {
         .collect();
     let limits = device(DeviceClass::Discrete, 4 * GIB, 4 * GIB);
     assert!(choose_dtype(&only_fp32, &limits).is_err());
-    assert_eq!(
-        DeviceClass::of_adapter("DiscreteGpu", false, false),
-        DeviceClass::Discrete
-    );
-    assert_eq!(
-        DeviceClass::of_adapter("IntegratedGpu", false, false),
-        DeviceClass::Integrated
-    );
-    assert_eq!(
-        DeviceClass::of_adapter("", false, true),
-        DeviceClass::Mobile
-    );
-    assert_eq!(
-        DeviceClass::of_adapter("Cpu", false, false),
-        DeviceClass::Cpu
-    );
-    assert_eq!(
-        DeviceClass::of_adapter("DiscreteGpu", true, false),
-        DeviceClass::Cpu
-    );
-    assert_eq!(
-        DeviceClass::of_adapter("", false, false),
-        DeviceClass::Integrated
-    );
+    // (adapter type, software adapter, mobile, class)
+    for (kind, software, mobile, class) in [
+        ("DiscreteGpu", false, false, DeviceClass::Discrete),
+        ("IntegratedGpu", false, false, DeviceClass::Integrated),
+        ("", false, true, DeviceClass::Mobile),
+        ("Cpu", false, false, DeviceClass::Cpu),
+        ("DiscreteGpu", true, false, DeviceClass::Cpu),
+        ("", false, false, DeviceClass::Integrated),
+    ] {
+        assert_eq!(
+            DeviceClass::of_adapter(kind, software, mobile),
+            class,
+            "{kind:?} software={software} mobile={mobile}"
+        );
+    }
 }
 
 #[test]

@@ -114,25 +114,23 @@ impl Frame {
         matches!(self.marker, 0xC2 | 0xC6 | 0xCA | 0xCE)
     }
 
+    /// The largest sampling factor `pick` takes from a component's `(h, v)`, at least 1.
+    fn max_factor(&self, pick: impl Fn(&(u8, u8)) -> u8) -> u64 {
+        self.sampling
+            .iter()
+            .map(|s| u64::from(pick(s)))
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
     /// Bytes of the whole-image coefficient buffer a libjpeg decoder allocates for a file it cannot
     /// decode in one pass (progressive, or whose first scan does not hold every component): for each
     /// component, its blocks (the image size scaled by its sampling factors, rounded up to whole MCUs)
     /// times 64 coefficients of 2 bytes. Saturates rather than overflows.
     pub fn coefficient_bytes(&self) -> u64 {
-        let hmax = self
-            .sampling
-            .iter()
-            .map(|s| u64::from(s.0))
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let vmax = self
-            .sampling
-            .iter()
-            .map(|s| u64::from(s.1))
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let hmax = self.max_factor(|s| s.0);
+        let vmax = self.max_factor(|s| s.1);
         let blocks = |size: u16, f: u64, max: u64| {
             let b = (u64::from(size) * f).div_ceil(8 * max);
             b.div_ceil(f) * f

@@ -124,22 +124,7 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
     let size = c_ulong::try_from(bytes.len())
         .map_err(|_| Error::Image(format!("JPEG of {} bytes is too large", bytes.len())))?;
     let tj = Decompressor::new()?;
-    let (mut w, mut h, mut subsamp, mut colorspace): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
-    // SAFETY: a live handle, `bytes` valid for `size` bytes, four valid out-pointers.
-    let r = unsafe {
-        tjDecompressHeader3(
-            tj.0,
-            bytes.as_ptr(),
-            size,
-            &mut w,
-            &mut h,
-            &mut subsamp,
-            &mut colorspace,
-        )
-    };
-    if tj.failed(r) {
-        return Err(tj.error("header"));
-    }
+    let (w, h, colorspace) = tj.header(bytes, size)?;
     let (width, height) = match (u32::try_from(w), u32::try_from(h)) {
         (Ok(width), Ok(height)) if width > 0 && height > 0 => (width, height),
         _ => return Err(Error::Image(format!("JPEG has size {w}x{h}"))),
@@ -152,34 +137,9 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
             max_pixels: limits.max_pixels,
         });
     }
-    let (format, channels) = match colorspace {
-        TJCS_RGB | TJCS_YCBCR | TJCS_GRAY => (TJPF_RGB, 3u64),
-        TJCS_CMYK | TJCS_YCCK => (TJPF_CMYK, 4u64),
-        other => {
-            return Err(Error::Image(format!(
-                "JPEG colour space {other} is not supported"
-            )))
-        }
-    };
+    let (format, channels) = output_format(colorspace)?;
     let out_bytes = pixels * channels;
-    let coefficients = match &headers.frame {
-        Some(f)
-            if f.progressive()
-                || headers
-                    .first_scan_components
-                    .is_some_and(|n| usize::from(n) < f.sampling.len()) =>
-        {
-            f.coefficient_bytes()
-        }
-        _ => 0,
-    };
-    let need = out_bytes.saturating_add(coefficients);
-    if need > limits.max_alloc_bytes {
-        return Err(Error::Image(format!(
-            "decoding this {width}x{height} JPEG needs {need} bytes, over the limit of {}",
-            limits.max_alloc_bytes
-        )));
-    }
+    check_alloc(headers, (width, height), out_bytes, limits)?;
     let n = usize::try_from(out_bytes)
         .map_err(|_| Error::Image("JPEG output buffer too large".into()))?;
     let mut buf: Vec<u8> = Vec::new();
@@ -205,21 +165,90 @@ pub(crate) fn decode(bytes: &[u8], headers: &Headers, limits: &ImageLimits) -> R
         return Err(tj.error("decode"));
     }
     if format == TJPF_CMYK {
-        // In place, front to back: pixel i's RGB (bytes 3i..3i+3) never overwrites an unread CMYK
-        // sample (bytes 4i.. onwards).
-        let count = n / 4;
-        for i in 0..count {
-            let Some(&[c, m, y, k]) = buf.get(4 * i..4 * i + 4) else {
-                break;
-            };
-            if let Some(dst) = buf.get_mut(3 * i..3 * i + 3) {
-                dst.copy_from_slice(&inverted_cmyk_to_rgb([c, m, y, k]));
-            }
-        }
-        buf.truncate(count * 3);
+        cmyk_to_rgb_in_place(&mut buf);
     }
     RgbImage::from_raw(width, height, buf)
         .ok_or_else(|| Error::Image("JPEG pixel buffer size mismatch".into()))
+}
+
+impl Decompressor {
+    /// The (width, height, colour space) of the JPEG `bytes` (`size` bytes), from its header alone.
+    fn header(&self, bytes: &[u8], size: c_ulong) -> Result<(c_int, c_int, c_int)> {
+        let (mut w, mut h, mut subsamp, mut colorspace): (c_int, c_int, c_int, c_int) =
+            (0, 0, 0, 0);
+        // SAFETY: a live handle, `bytes` valid for `size` bytes, four valid out-pointers.
+        let r = unsafe {
+            tjDecompressHeader3(
+                self.0,
+                bytes.as_ptr(),
+                size,
+                &mut w,
+                &mut h,
+                &mut subsamp,
+                &mut colorspace,
+            )
+        };
+        if self.failed(r) {
+            return Err(self.error("header"));
+        }
+        Ok((w, h, colorspace))
+    }
+}
+
+/// The pixel format libjpeg-turbo decodes colour space `colorspace` to, and its bytes per pixel.
+fn output_format(colorspace: c_int) -> Result<(c_int, u64)> {
+    match colorspace {
+        TJCS_RGB | TJCS_YCBCR | TJCS_GRAY => Ok((TJPF_RGB, 3u64)),
+        TJCS_CMYK | TJCS_YCCK => Ok((TJPF_CMYK, 4u64)),
+        other => Err(Error::Image(format!(
+            "JPEG colour space {other} is not supported"
+        ))),
+    }
+}
+
+/// Checks the memory a decode needs against `limits.max_alloc_bytes`: the output buffer of
+/// `out_bytes`, plus libjpeg's whole-image coefficient buffer for progressive and multi-scan files.
+fn check_alloc(
+    headers: &Headers,
+    (width, height): (u32, u32),
+    out_bytes: u64,
+    limits: &ImageLimits,
+) -> Result<()> {
+    let coefficients = match &headers.frame {
+        Some(f)
+            if f.progressive()
+                || headers
+                    .first_scan_components
+                    .is_some_and(|n| usize::from(n) < f.sampling.len()) =>
+        {
+            f.coefficient_bytes()
+        }
+        _ => 0,
+    };
+    let need = out_bytes.saturating_add(coefficients);
+    if need > limits.max_alloc_bytes {
+        return Err(Error::Image(format!(
+            "decoding this {width}x{height} JPEG needs {need} bytes, over the limit of {}",
+            limits.max_alloc_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// Converts `buf`'s inverted CMYK pixels to RGB, in place, and drops the freed tail.
+fn cmyk_to_rgb_in_place(buf: &mut Vec<u8>) {
+    // Front to back: pixel i's RGB (bytes 3i..3i+3) never overwrites an unread CMYK sample (bytes
+    // 4i.. onwards).
+    let count = buf.len() / 4;
+    for i in 0..count {
+        let Some(&[c, m, y, k]) = buf.get(4 * i..4 * i + 4) else {
+            break;
+        };
+        if let Some(dst) = buf.get_mut(3 * i..3 * i + 3) {
+            dst.copy_from_slice(&inverted_cmyk_to_rgb([c, m, y, k]));
+        }
+    }
+    buf.truncate(count * 3);
 }
 
 #[cfg(test)]

@@ -184,24 +184,42 @@ pub fn parse_header(prefix: &[u8], file: &str) -> Result<HeaderState> {
     let mut metadata = BTreeMap::new();
     for (name, entry) in obj {
         if name == "__metadata__" {
-            let m = entry
-                .as_object()
-                .ok_or_else(|| herr(file, "__metadata__ is not an object"))?;
-            for (k, v) in m {
-                let s = v
-                    .as_str()
-                    .ok_or_else(|| herr(file, format!("__metadata__.{k} is not a string")))?;
-                metadata.insert(k.clone(), s.to_owned());
-            }
+            metadata = parse_metadata(file, entry)?;
             continue;
         }
         tensors.push(parse_entry(file, name, entry)?);
     }
 
-    // Sorted by start, the ranges must tile [0, data_len) exactly.
     tensors.sort_by_key(|t| (t.start, t.end));
+    let data_len = check_tiling(file, &tensors, total)?;
+    Ok(HeaderState::Done(Header {
+        data_start: total,
+        data_len,
+        tensors,
+        metadata,
+    }))
+}
+
+/// The `__metadata__` entry: an object of strings.
+fn parse_metadata(file: &str, entry: &Value) -> Result<BTreeMap<String, String>> {
+    let m = entry
+        .as_object()
+        .ok_or_else(|| herr(file, "__metadata__ is not an object"))?;
+    let mut metadata = BTreeMap::new();
+    for (k, v) in m {
+        let s = v
+            .as_str()
+            .ok_or_else(|| herr(file, format!("__metadata__.{k} is not a string")))?;
+        metadata.insert(k.clone(), s.to_owned());
+    }
+    Ok(metadata)
+}
+
+/// Checks that the ranges of `tensors` (sorted by start) tile [0, data_len) exactly and that the data
+/// section after the `total`-byte prefix ends at a representable offset; returns data_len.
+fn check_tiling(file: &str, tensors: &[TensorInfo], total: u64) -> Result<u64> {
     let mut pos = 0u64;
-    for t in &tensors {
+    for t in tensors {
         if t.start < pos {
             return Err(herr(
                 file,
@@ -232,12 +250,7 @@ pub fn parse_header(prefix: &[u8], file: &str) -> Result<HeaderState> {
             ),
         ));
     }
-    Ok(HeaderState::Done(Header {
-        data_start: total,
-        data_len: pos,
-        tensors,
-        metadata,
-    }))
+    Ok(pos)
 }
 
 fn parse_entry(file: &str, name: &str, entry: &Value) -> Result<TensorInfo> {

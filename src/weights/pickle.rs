@@ -536,6 +536,11 @@ impl Machine<'_> {
 impl Machine<'_> {
     /// Stack, container and object opcodes. False if `code` is not one.
     fn structural(&mut self, code: u8) -> Step<bool> {
+        Ok(self.stack_op(code)? || self.container_op(code)? || self.object_op(code)?)
+    }
+
+    /// Mark, pop and dup opcodes. False if `code` is not one.
+    fn stack_op(&mut self, code: u8) -> Step<bool> {
         match code {
             op::MARK => {
                 if self.marks.len() >= MAX_STACK {
@@ -557,6 +562,14 @@ impl Machine<'_> {
                 let v = self.top()?.clone();
                 self.push(v)?;
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Opcodes that build tuples, lists and dicts or add to them. False if `code` is not one.
+    fn container_op(&mut self, code: u8) -> Step<bool> {
+        match code {
             op::EMPTY_TUPLE => self.push(Value::Tuple(self.items(Vec::new())?))?,
             op::EMPTY_LIST => self.push(Value::List(self.items(Vec::new())?))?,
             op::EMPTY_DICT => self.push(Value::Dict(self.items(Vec::new())?))?,
@@ -599,6 +612,14 @@ impl Machine<'_> {
                 }
                 self.extend(v, true)?;
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Global, reduce, build and persistent-id opcodes. False if `code` is not one.
+    fn object_op(&mut self, code: u8) -> Step<bool> {
+        match code {
             op::GLOBAL => {
                 let module = self.line()?;
                 let name = self.line()?;
@@ -728,35 +749,32 @@ impl Machine<'_> {
 
     /// Memo opcodes. False if `code` is not one.
     fn memo_op(&mut self, code: u8) -> Step<bool> {
-        match code {
-            op::PUT => {
-                let l = self.line()?;
-                let i = l.parse().or_else(|_| self.fail("bad PUT index"))?;
-                self.put(i)?;
-            }
-            op::BINPUT => {
-                let i = u64::from(self.u8()?);
-                self.put(i)?;
-            }
-            op::LONG_BINPUT => {
-                let i = self.le(4)?;
-                self.put(i)?;
-            }
-            op::MEMOIZE => self.put(self.memo.len() as u64)?,
-            op::GET => {
-                let l = self.line()?;
-                let i = l.parse().or_else(|_| self.fail("bad GET index"))?;
-                self.get(i)?;
-            }
-            op::BINGET => {
-                let i = u64::from(self.u8()?);
-                self.get(i)?;
-            }
-            op::LONG_BINGET => {
-                let i = self.le(4)?;
-                self.get(i)?;
+        // (how the index is written, whether the opcode stores into the memo or loads from it)
+        let (arg, store) = match code {
+            op::PUT => (MemoIndex::Line("bad PUT index"), true),
+            op::BINPUT => (MemoIndex::Byte, true),
+            op::LONG_BINPUT => (MemoIndex::U32, true),
+            op::GET => (MemoIndex::Line("bad GET index"), false),
+            op::BINGET => (MemoIndex::Byte, false),
+            op::LONG_BINGET => (MemoIndex::U32, false),
+            op::MEMOIZE => {
+                self.put(self.memo.len() as u64)?;
+                return Ok(true);
             }
             _ => return Ok(false),
+        };
+        let i = match arg {
+            MemoIndex::Line(bad) => {
+                let l = self.line()?;
+                l.parse().or_else(|_| self.fail(bad))?
+            }
+            MemoIndex::Byte => u64::from(self.u8()?),
+            MemoIndex::U32 => self.le(4)?,
+        };
+        if store {
+            self.put(i)?;
+        } else {
+            self.get(i)?;
         }
         Ok(true)
     }
@@ -780,4 +798,12 @@ impl Machine<'_> {
             None => self.fail(format!("memo entry {i} was never stored")),
         }
     }
+}
+
+/// How a memo opcode writes its index: a decimal text line (with the error for a bad one), one byte,
+/// or four little-endian bytes.
+enum MemoIndex {
+    Line(&'static str),
+    Byte,
+    U32,
 }

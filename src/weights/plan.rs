@@ -151,12 +151,7 @@ impl Planner {
             .is_some_and(|q| q.tensors.contains(base));
         if let Some(base) = quantized {
             let fmt = self.check_quantized(layout, t, base, &canonical, &shape)?;
-            if !self.planned.insert(canonical.clone()) {
-                return Err(Error::SafetensorsHeader {
-                    file: file.to_owned(),
-                    msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
-                });
-            }
+            self.mark_planned(file, &canonical)?;
             return Ok(Some(TensorPlan {
                 canonical,
                 src: t.clone(),
@@ -181,43 +176,8 @@ impl Planner {
                 dtype: t.dtype.as_str().to_owned(),
             });
         }
-        if !self.planned.insert(canonical.clone()) {
-            return Err(Error::SafetensorsHeader {
-                file: file.to_owned(),
-                msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
-            });
-        }
-        let mismatch = || Error::TensorShape {
-            name: canonical.clone(),
-            expected: shape.clone(),
-            got: t.shape.clone(),
-        };
-        let fixup = if canonical == crate::weights::expected::IMAGE_PROJECTION
-            && layout == Layout::Original
-        {
-            // Raw (C_last, D) parameter applied as x @ P; HF-native stores its transpose.
-            match shape.as_slice() {
-                [d, c] if t.shape == [*c, *d] => Fixup::Permute(vec![1, 0]),
-                _ => return Err(mismatch()),
-            }
-        } else if let [o, i, kh, kw] = shape.as_slice() {
-            let cl = [*o, *kh, *kw, *i];
-            let is_cf = t.shape == shape;
-            let is_cl = t.shape == cl;
-            match (is_cf, is_cl) {
-                (true, true) if self.channels_last => Fixup::Permute(vec![0, 3, 1, 2]),
-                (true, _) => Fixup::None,
-                (false, true) => {
-                    self.channels_last = true;
-                    Fixup::Permute(vec![0, 3, 1, 2])
-                }
-                (false, false) => return Err(mismatch()),
-            }
-        } else if t.shape == shape {
-            Fixup::None
-        } else {
-            return Err(mismatch());
-        };
+        self.mark_planned(file, &canonical)?;
+        let fixup = self.fixup(layout, &canonical, &shape, t)?;
         Ok(Some(TensorPlan {
             canonical,
             src: t.clone(),
@@ -225,6 +185,61 @@ impl Planner {
             fixup,
             quant: None,
         }))
+    }
+
+    /// Mark `canonical` as planned; a second source tensor for it (in `file`) is an error.
+    fn mark_planned(&mut self, file: &str, canonical: &str) -> Result<()> {
+        if !self.planned.insert(canonical.to_owned()) {
+            return Err(Error::SafetensorsHeader {
+                file: file.to_owned(),
+                msg: format!("tensor '{canonical}' appears twice in the checkpoint"),
+            });
+        }
+        Ok(())
+    }
+
+    /// How source tensor `t` becomes the config's `shape` for `canonical`: as stored, or permuted (the
+    /// original layout's transposed `image_projection`; channels-last convs, which latch the
+    /// planner's channels-last mode). A shape neither way is an error.
+    fn fixup(
+        &mut self,
+        layout: Layout,
+        canonical: &str,
+        shape: &[usize],
+        t: &TensorInfo,
+    ) -> Result<Fixup> {
+        let mismatch = || Error::TensorShape {
+            name: canonical.to_owned(),
+            expected: shape.to_vec(),
+            got: t.shape.clone(),
+        };
+        Ok(
+            if canonical == crate::weights::expected::IMAGE_PROJECTION && layout == Layout::Original
+            {
+                // Raw (C_last, D) parameter applied as x @ P; HF-native stores its transpose.
+                match shape {
+                    [d, c] if t.shape == [*c, *d] => Fixup::Permute(vec![1, 0]),
+                    _ => return Err(mismatch()),
+                }
+            } else if let [o, i, kh, kw] = shape {
+                let cl = [*o, *kh, *kw, *i];
+                let is_cf = t.shape == shape;
+                let is_cl = t.shape == cl;
+                match (is_cf, is_cl) {
+                    (true, true) if self.channels_last => Fixup::Permute(vec![0, 3, 1, 2]),
+                    (true, _) => Fixup::None,
+                    (false, true) => {
+                        self.channels_last = true;
+                        Fixup::Permute(vec![0, 3, 1, 2])
+                    }
+                    (false, false) => return Err(mismatch()),
+                }
+            } else if t.shape == *shape {
+                Fixup::None
+            } else {
+                return Err(mismatch());
+            },
+        )
     }
 
     /// Check a `BASE.qweight` source tensor against the config's `quantization` entry and the expected

@@ -94,53 +94,9 @@ impl StreamLoader {
         }
         while !chunk.is_empty() {
             match &mut self.state {
-                State::Header { buf } => {
-                    // Take only what the header needs; the rest is data.
-                    let need = header_need(buf, &self.file)?;
-                    let want = need.saturating_sub(buf.len() as u64) as usize;
-                    let take = want.min(chunk.len());
-                    buf.extend_from_slice(&chunk[..take]);
-                    chunk = &chunk[take..];
-                    asm.note_held(chunk_len + buf.capacity() as u64);
-                    match parse_header(buf, &self.file)? {
-                        HeaderState::NeedMore(total) => {
-                            if let Some(len) = self.total_len {
-                                if total > len {
-                                    return Err(Error::SafetensorsHeader {
-                                        file: self.file.clone(),
-                                        msg: format!(
-                                            "header length {} runs past the end of the {len}-byte file",
-                                            total - 8
-                                        ),
-                                    });
-                                }
-                            }
-                        }
-                        HeaderState::Done(header) => {
-                            if let Some(len) = self.total_len {
-                                header.check_file_len(&self.file, len)?;
-                            }
-                            for n in &self.expect_names {
-                                if header.get(n).is_none() {
-                                    return Err(Error::CheckpointIndex {
-                                        file: self.file.clone(),
-                                        msg: format!(
-                                            "index places tensor '{n}' in this shard, but it is not there"
-                                        ),
-                                    });
-                                }
-                            }
-                            let plans = asm.plan_header(&self.file, &header)?;
-                            asm.note_held(chunk_len);
-                            self.state = State::Data(Box::new(DataState {
-                                header,
-                                plans,
-                                next: 0,
-                                pos: 0,
-                                cur: None,
-                            }));
-                        }
-                    }
+                State::Header { .. } => {
+                    let used = self.feed_header(asm, chunk, chunk_len)?;
+                    chunk = &chunk[used..];
                 }
                 State::Data(d) => {
                     let used = d.feed(asm, chunk)?;
@@ -158,6 +114,68 @@ impl StreamLoader {
                         msg: "data after the end of the file".into(),
                     })
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the header's bytes from the front of `chunk` (of the caller's `chunk_len` bytes); once the
+    /// header is whole, checks it, plans its tensors and moves on to the data. Returns the bytes taken.
+    fn feed_header(&mut self, asm: &mut Assembler, chunk: &[u8], chunk_len: u64) -> Result<usize> {
+        let State::Header { buf } = &mut self.state else {
+            return Ok(0);
+        };
+        // Take only what the header needs; the rest is data.
+        let need = header_need(buf, &self.file)?;
+        let want = need.saturating_sub(buf.len() as u64) as usize;
+        let take = want.min(chunk.len());
+        buf.extend_from_slice(&chunk[..take]);
+        asm.note_held(chunk_len + buf.capacity() as u64);
+        match parse_header(buf, &self.file)? {
+            HeaderState::NeedMore(total) => self.check_header_fits(total)?,
+            HeaderState::Done(header) => {
+                self.check_header(&header)?;
+                let plans = asm.plan_header(&self.file, &header)?;
+                asm.note_held(chunk_len);
+                self.state = State::Data(Box::new(DataState {
+                    header,
+                    plans,
+                    next: 0,
+                    pos: 0,
+                    cur: None,
+                }));
+            }
+        }
+        Ok(take)
+    }
+
+    /// A header that needs `total` bytes from the file start must fit in the announced length.
+    fn check_header_fits(&self, total: u64) -> Result<()> {
+        if let Some(len) = self.total_len {
+            if total > len {
+                return Err(Error::SafetensorsHeader {
+                    file: self.file.clone(),
+                    msg: format!(
+                        "header length {} runs past the end of the {len}-byte file",
+                        total - 8
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The parsed header must match the announced length and hold every tensor the index places here.
+    fn check_header(&self, header: &Header) -> Result<()> {
+        if let Some(len) = self.total_len {
+            header.check_file_len(&self.file, len)?;
+        }
+        for n in &self.expect_names {
+            if header.get(n).is_none() {
+                return Err(Error::CheckpointIndex {
+                    file: self.file.clone(),
+                    msg: format!("index places tensor '{n}' in this shard, but it is not there"),
+                });
             }
         }
         Ok(())

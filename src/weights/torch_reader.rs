@@ -248,12 +248,9 @@ impl TorchReader {
         loop {
             match parse_local(&self.buf, &self.file)? {
                 Local::NeedMore(n) => {
-                    let want = (n - self.buf.len()).min(chunk.len() - taken);
-                    if want == 0 {
+                    if !self.fill_to(n, chunk, &mut taken) {
                         return Ok(taken);
                     }
-                    self.buf.extend_from_slice(&chunk[taken..taken + want]);
-                    taken += want;
                 }
                 Local::End => {
                     self.buf.clear();
@@ -513,18 +510,27 @@ impl TorchReader {
         }
     }
 
+    /// Moves bytes of `chunk[*taken..]` into the buffer until it holds `n`; false when none can move
+    /// (the chunk is used up and the caller waits for more input).
+    fn fill_to(&mut self, n: usize, chunk: &[u8], taken: &mut usize) -> bool {
+        let want = (n - self.buf.len()).min(chunk.len() - *taken);
+        if want == 0 {
+            return false;
+        }
+        self.buf.extend_from_slice(&chunk[*taken..*taken + want]);
+        *taken += want;
+        true
+    }
+
     /// The data descriptor after an entry of `len` bytes.
     fn zip_descriptor(&mut self, chunk: &[u8], len: u64) -> Result<usize> {
         let mut taken = 0;
         loop {
             match parse_descriptor(&self.buf, len, &self.entry.0, &self.file)? {
                 Descriptor::NeedMore(n) => {
-                    let want = (n - self.buf.len()).min(chunk.len() - taken);
-                    if want == 0 {
+                    if !self.fill_to(n, chunk, &mut taken) {
                         return Ok(taken);
                     }
-                    self.buf.extend_from_slice(&chunk[taken..taken + want]);
-                    taken += want;
                 }
                 Descriptor::Len(_) => {
                     self.buf.clear();

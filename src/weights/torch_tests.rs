@@ -253,28 +253,26 @@ fn check_sample(c: &Collect) {
     assert_eq!(c.storages[t("c").storage], storage1());
 }
 
+/// `file` reads to the sample state dict whole and fed in chunks of every size.
+fn reads_in_every_chunk_size(file: &[u8]) {
+    for chunk in 1..=file.len() {
+        check_sample(&read_chunked(file, chunk).unwrap_or_else(|e| panic!("chunk {chunk}: {e}")));
+    }
+}
+
 #[test]
 fn zip_checkpoint_reads_whole_and_in_every_chunk_size() {
-    let z = sample_zip();
-    for chunk in 1..=z.len() {
-        check_sample(&read_chunked(&z, chunk).unwrap_or_else(|e| panic!("chunk {chunk}: {e}")));
-    }
+    reads_in_every_chunk_size(&sample_zip());
 }
 
 #[test]
 fn zip_with_descriptors_reads_whole_and_in_every_chunk_size() {
-    let z = sample_zip_v2();
-    for chunk in 1..=z.len() {
-        check_sample(&read_chunked(&z, chunk).unwrap_or_else(|e| panic!("chunk {chunk}: {e}")));
-    }
+    reads_in_every_chunk_size(&sample_zip_v2());
 }
 
 #[test]
 fn legacy_checkpoint_reads_whole_and_in_every_chunk_size() {
-    let f = sample_legacy();
-    for chunk in 1..=f.len() {
-        check_sample(&read_chunked(&f, chunk).unwrap_or_else(|e| panic!("chunk {chunk}: {e}")));
-    }
+    reads_in_every_chunk_size(&sample_legacy());
 }
 
 /// Every strict prefix of a valid file is an error with a name, never a panic or a success.

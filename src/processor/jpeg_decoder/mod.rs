@@ -192,41 +192,11 @@ fn read_frame(b: &[u8], progressive: bool, limits: &ImageLimits) -> Result<Optio
             max_pixels: limits.max_pixels,
         });
     }
-    let spec: Vec<(u8, usize, usize, usize)> = rest
-        .chunks_exact(3)
-        .take(n)
-        .map(|c| {
-            (
-                c[0],
-                usize::from(c[1] >> 4),
-                usize::from(c[1] & 15),
-                usize::from(c[2]),
-            )
-        })
-        .collect();
-    if spec
-        .iter()
-        .any(|&(_, h, v, tq)| !(1..=4).contains(&h) || !(1..=4).contains(&v) || tq > 3)
-    {
-        return Err(bad("bad sampling factors or quantisation table"));
-    }
+    let spec = component_specs(rest, n)?;
     let hmax = spec.iter().map(|s| s.1).max().unwrap_or(1);
     let vmax = spec.iter().map(|s| s.2).max().unwrap_or(1);
     let (mcux, mcuy) = (width.div_ceil(8 * hmax), height.div_ceil(8 * vmax));
-    // The memory the decode needs: coefficients (2 bytes each), the planes, the upsampled planes and
-    // the output.
-    let mut need: u64 = 0;
-    for &(_, h, v, _) in &spec {
-        let blocks = (mcux * h) as u64 * (mcuy * v) as u64;
-        need = need.saturating_add(blocks * (128 + 64) + pixels);
-    }
-    need = need.saturating_add(3 * pixels);
-    if need > limits.max_alloc_bytes {
-        return Err(Error::Image(format!(
-            "decoding this {width}x{height} JPEG needs {need} bytes, over the limit of {}",
-            limits.max_alloc_bytes
-        )));
-    }
+    check_memory(&spec, (mcux, mcuy), (width, height), limits)?;
     let mut comps = Vec::with_capacity(n);
     for (id, h, v, tq) in spec {
         let (bw, bh) = (mcux * h, mcuy * v);
@@ -259,6 +229,54 @@ fn read_frame(b: &[u8], progressive: bool, limits: &ImageLimits) -> Result<Optio
         mcux,
         mcuy,
     }))
+}
+
+/// The frame header's `n` component specifications in `rest`: (id, h, v, quantisation table), each
+/// sampling factor in 1..=4 and each table in 0..=3.
+fn component_specs(rest: &[u8], n: usize) -> Result<Vec<(u8, usize, usize, usize)>> {
+    let spec: Vec<(u8, usize, usize, usize)> = rest
+        .chunks_exact(3)
+        .take(n)
+        .map(|c| {
+            (
+                c[0],
+                usize::from(c[1] >> 4),
+                usize::from(c[1] & 15),
+                usize::from(c[2]),
+            )
+        })
+        .collect();
+    if spec
+        .iter()
+        .any(|&(_, h, v, tq)| !(1..=4).contains(&h) || !(1..=4).contains(&v) || tq > 3)
+    {
+        return Err(bad("bad sampling factors or quantisation table"));
+    }
+    Ok(spec)
+}
+
+/// Checks the memory the decode needs against `limits.max_alloc_bytes`: coefficients (2 bytes each),
+/// the planes, the upsampled planes and the output, for `mcus` (columns, rows) of MCUs.
+fn check_memory(
+    spec: &[(u8, usize, usize, usize)],
+    (mcux, mcuy): (usize, usize),
+    (width, height): (usize, usize),
+    limits: &ImageLimits,
+) -> Result<()> {
+    let pixels = width as u64 * height as u64;
+    let mut need: u64 = 0;
+    for &(_, h, v, _) in spec {
+        let blocks = (mcux * h) as u64 * (mcuy * v) as u64;
+        need = need.saturating_add(blocks * (128 + 64) + pixels);
+    }
+    need = need.saturating_add(3 * pixels);
+    if need > limits.max_alloc_bytes {
+        return Err(Error::Image(format!(
+            "decoding this {width}x{height} JPEG needs {need} bytes, over the limit of {}",
+            limits.max_alloc_bytes
+        )));
+    }
+    Ok(())
 }
 
 fn read_huffman(mut b: &[u8], t: &mut Tables) -> Result<()> {
@@ -362,8 +380,6 @@ fn read_scan(b: &[u8], f: &mut Frame, t: &Tables) -> Result<Scan> {
     Ok(scan)
 }
 
-/// Decode one scan's entropy data (from `pos`) into the frame's coefficients; returns where its data
-/// ends (the next marker).
 /// Huffman table `k` of a set, which a scan needs.
 fn table(set: &[Option<Huffman>; 4], k: usize) -> Result<&Huffman> {
     set[k]
@@ -371,9 +387,13 @@ fn table(set: &[Option<Huffman>; 4], k: usize) -> Result<&Huffman> {
         .ok_or_else(|| bad("a missing Huffman table"))
 }
 
-fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) -> Result<usize> {
-    let dc_needed = !f.progressive || (s.ss == 0 && s.ah == 0);
-    let ac_needed = !f.progressive || s.ss > 0;
+/// The DC and AC Huffman tables of each of the scan's components (`None` where the scan does not
+/// use that kind).
+type ScanTables<'t> = (Vec<Option<&'t Huffman>>, Vec<Option<&'t Huffman>>);
+
+fn scan_tables<'t>(progressive: bool, s: &Scan, t: &'t Tables) -> Result<ScanTables<'t>> {
+    let dc_needed = !progressive || (s.ss == 0 && s.ah == 0);
+    let ac_needed = !progressive || s.ss > 0;
     let mut dc = Vec::new();
     let mut ac = Vec::new();
     for &(_, td, ta) in &s.comps {
@@ -388,16 +408,13 @@ fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) ->
             None
         });
     }
-    if f.progressive {
-        for &(ci, _, _) in &s.comps {
-            for k in s.ss..=s.se {
-                f.comps[ci].coef_bits[k] = s.al as i8;
-            }
-        }
-    }
-    // The blocks of each MCU: (component slot in the scan, block column, block row).
-    let (mcus_x, mcus_y, layout): (usize, usize, Vec<(usize, usize, usize)>) = if s.comps.len() == 1
-    {
+    Ok((dc, ac))
+}
+
+/// The scan's MCU columns and rows, and the blocks of each MCU: (component slot in the scan, block
+/// column, block row).
+fn mcu_layout(f: &Frame, s: &Scan) -> (usize, usize, Vec<(usize, usize, usize)>) {
+    if s.comps.len() == 1 {
         let c = &f.comps[s.comps[0].0];
         (c.dw.div_ceil(8), c.dh.div_ceil(8), vec![(0, 0, 0)])
     } else {
@@ -410,7 +427,21 @@ fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) ->
             }
         }
         (f.mcux, f.mcuy, l)
-    };
+    }
+}
+
+/// Decode one scan's entropy data (from `pos`) into the frame's coefficients; returns where its data
+/// ends (the next marker).
+fn decode_scan(bytes: &[u8], pos: usize, f: &mut Frame, s: &Scan, t: &Tables) -> Result<usize> {
+    let (dc, ac) = scan_tables(f.progressive, s, t)?;
+    if f.progressive {
+        for &(ci, _, _) in &s.comps {
+            for k in s.ss..=s.se {
+                f.comps[ci].coef_bits[k] = s.al as i8;
+            }
+        }
+    }
+    let (mcus_x, mcus_y, layout) = mcu_layout(f, s);
     let mut bits = Bits::new(bytes, pos);
     let mut pred = vec![0i32; s.comps.len()];
     let mut eobrun = 0u32;

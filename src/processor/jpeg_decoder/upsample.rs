@@ -91,32 +91,34 @@ pub(super) fn upsample(
 
 /// libjpeg's `h2v1_fancy_upsample` of one row (`inp.len() > 2`).
 fn h2v1(inp: &[u8], out: &mut [u8]) {
-    let n = inp.len();
-    let at = |i: usize| u32::from(inp[i]);
-    out[0] = inp[0];
-    out[1] = ((at(0) * 3 + at(1) + 2) >> 2) as u8;
-    for i in 1..n - 1 {
-        let v = at(i) * 3;
-        out[2 * i] = ((v + at(i - 1) + 1) >> 2) as u8;
-        out[2 * i + 1] = ((v + at(i + 1) + 2) >> 2) as u8;
-    }
-    out[2 * n - 2] = ((at(n - 1) * 3 + at(n - 2) + 1) >> 2) as u8;
-    out[2 * n - 1] = inp[n - 1];
+    fancy_row(inp.len(), |i| u32::from(inp[i]), (1, 2, 2), out);
 }
 
 /// libjpeg's `h2v2_fancy_upsample` of one output row from its nearer and farther input rows.
 fn h2v2(near: &[u8], far: &[u8], out: &mut [u8]) {
-    let n = near.len();
     let sum = |i: usize| u32::from(near[i]) * 3 + u32::from(far[i]);
-    out[0] = ((sum(0) * 4 + 8) >> 4) as u8;
-    out[1] = ((sum(0) * 3 + sum(1) + 7) >> 4) as u8;
+    fancy_row(near.len(), sum, (8, 7, 4), out);
+}
+
+/// The horizontal step of libjpeg's fancy (triangle) 2x upsampling over `n >= 2` samples `x(i)`: output
+/// `2i` is `(3 x(i) + x(i - 1) + even) >> shift`, output `2i + 1` is `(3 x(i) + x(i + 1) + odd) >> shift`,
+/// with the edge sample standing in for its missing neighbour.
+#[inline(always)]
+fn fancy_row(
+    n: usize,
+    x: impl Fn(usize) -> u32,
+    (even, odd, shift): (u32, u32, u32),
+    out: &mut [u8],
+) {
+    out[0] = ((x(0) * 4 + even) >> shift) as u8;
+    out[1] = ((x(0) * 3 + x(1) + odd) >> shift) as u8;
     for i in 1..n - 1 {
-        let this = sum(i) * 3;
-        out[2 * i] = ((this + sum(i - 1) + 8) >> 4) as u8;
-        out[2 * i + 1] = ((this + sum(i + 1) + 7) >> 4) as u8;
+        let this = x(i) * 3;
+        out[2 * i] = ((this + x(i - 1) + even) >> shift) as u8;
+        out[2 * i + 1] = ((this + x(i + 1) + odd) >> shift) as u8;
     }
-    out[2 * n - 2] = ((sum(n - 1) * 3 + sum(n - 2) + 8) >> 4) as u8;
-    out[2 * n - 1] = ((sum(n - 1) * 4 + 7) >> 4) as u8;
+    out[2 * n - 2] = ((x(n - 1) * 3 + x(n - 2) + even) >> shift) as u8;
+    out[2 * n - 1] = ((x(n - 1) * 4 + odd) >> shift) as u8;
 }
 
 /// libjpeg's YCbCr -> RGB tables (`build_ycc_rgb_table`): Cr -> R, Cb -> B, and the two G terms.

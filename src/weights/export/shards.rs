@@ -90,12 +90,7 @@ impl ShardWriter {
     /// `copy_chunk`: bytes copied (or compared) at once.
     pub fn new(dir: &Path, shard_size: Option<u64>, copy_chunk: usize) -> Result<Self> {
         let spill_path = dir.join(".tensors.spill");
-        let spill = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&spill_path)
-            .map_err(|e| write_err(&spill_path, e))?;
+        let spill = create_spill(&spill_path)?;
         Ok(ShardWriter {
             dir: dir.to_path_buf(),
             shard_size,
@@ -148,12 +143,7 @@ impl ShardWriter {
             });
         }
         let path = self.dir.join(".held.spill");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| write_err(&path, e))?;
+        let file = create_spill(&path)?;
         let id = self.next_id;
         self.next_id += 1;
         self.held = Some(Held {
@@ -457,4 +447,15 @@ pub(crate) fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
     let mut s = serde_json::to_string_pretty(v).map_err(|e| write_err(path, e))?;
     s.push('\n');
     std::fs::write(path, s).map_err(|e| write_err(path, e))
+}
+
+/// Creates the spill file `path` for reading and writing; one left there by an earlier run is an
+/// error, never overwritten.
+fn create_spill(path: &Path) -> Result<File> {
+    File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| write_err(path, e))
 }
