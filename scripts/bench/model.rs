@@ -539,7 +539,7 @@ fn encoding_reuse(
         let enc = model
             .encode_prompt(&features, &CAPTION_IDS)
             .expect("encode_prompt");
-        let ids = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+        let ids = pollster::block_on(model.generate(&enc.cross, &greedy, Default::default()))
             .expect("generate");
         (t.elapsed().as_secs_f64(), features, ids)
     };
@@ -553,7 +553,7 @@ fn encoding_reuse(
         let enc = model
             .encode_prompt(&features, &CAPTION_IDS)
             .expect("encode_prompt");
-        let again = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+        let again = pollster::block_on(model.generate(&enc.cross, &greedy, Default::default()))
             .expect("generate");
         later.push(t.elapsed().as_secs_f64());
         assert_eq!(
@@ -665,7 +665,7 @@ fn run_model(
             let pixels =
                 Tensor::from_f32(gpu, &[1, 3, pcfg.height, pcfg.width], &px, "pixels").expect("px");
             let enc = model.encode(&pixels, &CAPTION_IDS).expect("encode");
-            pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+            pollster::block_on(model.generate(&enc.cross, &greedy, Default::default()))
                 .expect("generate");
             t.elapsed().as_secs_f64()
         };
@@ -710,7 +710,7 @@ fn run_model(
             num_beams: 1,
             ..opts.clone()
         };
-        let ids = pollster::block_on(model.generate(&enc, &greedy, Default::default()))
+        let ids = pollster::block_on(model.generate(&enc.cross, &greedy, Default::default()))
             .expect("generate");
         ph.cold_total_s = t.elapsed().as_secs_f64();
         println!(
@@ -1191,7 +1191,7 @@ fn memory_table(gpu: &Arc<Device>, dir: &Path, residents: &[WeightDType], steps:
                 polls.get() > steps
             };
             let obs = florence2_wasm::model::generate::Observer::cancel(&cancel);
-            match pollster::block_on(model.generate_with(&cross, &opts, obs)) {
+            match pollster::block_on(model.generate(&cross, &opts, obs)) {
                 Ok(ids) => println!("  {name}: finished after {} ids", ids.len()),
                 Err(Error::Cancelled) => {}
                 Err(e) => panic!("generate: {e}"),

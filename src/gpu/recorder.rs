@@ -814,21 +814,7 @@ fn resolve_timestamps(
     p: RecProf,
 ) -> (wgpu::Buffer, String, Vec<(String, String, String)>) {
     let n = 2 * p.labels.len() as u32;
-    let bytes = n as u64 * 8;
-    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("profile-resolve"),
-        size: bytes,
-        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("profile-staging"),
-        size: bytes,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    encoder.resolve_query_set(&p.queries, 0..n, &resolve, 0);
-    encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
+    let staging = resolve_queries(gpu, encoder, &p.queries, n, "profile-resolve");
     (staging, p.phase, p.labels)
 }
 
@@ -840,9 +826,25 @@ fn resolve_span(
     passes: u32,
 ) -> Pending {
     let n = 2 * passes;
+    let staging = resolve_queries(gpu, encoder, queries, n, "tuner-resolve");
+    Pending::Device {
+        staging,
+        bytes: n as u64 * 8,
+    }
+}
+
+/// Record the resolve of the first `n` timestamps of `queries` and their copy into a mappable buffer,
+/// which is returned.
+fn resolve_queries(
+    gpu: &Wgpu,
+    encoder: &mut wgpu::CommandEncoder,
+    queries: &wgpu::QuerySet,
+    n: u32,
+    label: &str,
+) -> wgpu::Buffer {
     let bytes = n as u64 * 8;
     let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("tuner-resolve"),
+        label: Some(label),
         size: bytes,
         usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
         mapped_at_creation: false,
@@ -850,7 +852,7 @@ fn resolve_span(
     let staging = device_staging(&gpu.device, bytes);
     encoder.resolve_query_set(queries, 0..n, &resolve, 0);
     encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
-    Pending::Device { staging, bytes }
+    staging
 }
 
 /// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the

@@ -363,21 +363,12 @@ impl Florence2 {
         GenerateOptions::from_config(&self.config, max_new_tokens)
     }
 
-    /// The one generation entry: greedy (`num_beams` 1) or beam search as `opts` says, observed by
-    /// `obs` (cancellation, tokens). Async because every decode step awaits a few bytes of readback;
-    /// natively, `pollster::block_on` it. Returns the ids with the decoder start token first.
+    /// The one generation entry: greedy (`num_beams` 1) or beam search as `opts` says, from the
+    /// encoder's cross-attention K/V alone (all the decoder reads: a caller can release the encoder's
+    /// input and output before decoding), observed by `obs` (cancellation, tokens). Async because every
+    /// decode step awaits a few bytes of readback; natively, `pollster::block_on` it. Returns the ids
+    /// with the decoder start token first.
     pub async fn generate(
-        &self,
-        enc: &EncoderOutput,
-        opts: &GenerateOptions,
-        obs: Observer<'_>,
-    ) -> Result<Vec<u32>> {
-        self.generate_with(&enc.cross, opts, obs).await
-    }
-
-    /// [`Florence2::generate`] from the cross-attention K/V alone (all the decoder reads), so a caller
-    /// can release the encoder's input and output before decoding.
-    pub async fn generate_with(
         &self,
         cross: &CrossKv,
         opts: &GenerateOptions,

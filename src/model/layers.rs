@@ -83,15 +83,7 @@ impl Linear {
 
     /// out (R, out_features) = act(x (R, in_features) @ weight^T + bias).
     pub fn forward(&self, rec: &mut Recorder, x: &Tensor, act: Act, out: &Tensor) -> Result<()> {
-        ops::matmul::linear(
-            rec,
-            x,
-            &self.weight,
-            ops::matmul::LinearArgs::default()
-                .bias(self.bias.as_ref())
-                .act(act),
-            out,
-        )
+        self.linear(rec, x, self.args(act), out)
     }
 
     /// out (R, out_features) = residual + act(x @ weight^T + bias): the Linear and the residual add
@@ -104,16 +96,7 @@ impl Linear {
         residual: &Tensor,
         out: &Tensor,
     ) -> Result<()> {
-        ops::matmul::linear(
-            rec,
-            x,
-            &self.weight,
-            ops::matmul::LinearArgs::default()
-                .bias(self.bias.as_ref())
-                .act(act)
-                .residual(Some(residual)),
-            out,
-        )
+        self.linear(rec, x, self.args(act).residual(Some(residual)), out)
     }
 
     /// out (R, out_features) = act(x @ weight^T + bias) (+ residual), each row computed as a one-row
@@ -127,17 +110,24 @@ impl Linear {
         residual: Option<&Tensor>,
         out: &Tensor,
     ) -> Result<()> {
-        ops::matmul::linear(
-            rec,
-            x,
-            &self.weight,
-            ops::matmul::LinearArgs::default()
-                .bias(self.bias.as_ref())
-                .act(act)
-                .residual(residual)
-                .per_row(),
-            out,
-        )
+        self.linear(rec, x, self.args(act).residual(residual).per_row(), out)
+    }
+
+    /// This layer's bias and `act` as the linear's epilogue.
+    fn args(&self, act: Act) -> ops::matmul::LinearArgs<'_> {
+        ops::matmul::LinearArgs::default()
+            .bias(self.bias.as_ref())
+            .act(act)
+    }
+
+    fn linear(
+        &self,
+        rec: &mut Recorder,
+        x: &Tensor,
+        args: ops::matmul::LinearArgs,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::matmul::linear(rec, x, &self.weight, args, out)
     }
 }
 

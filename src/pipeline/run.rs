@@ -323,7 +323,7 @@ impl Pipeline {
             cancel: &stop,
             on_token: &push,
         };
-        let token_ids = self.model.generate_with(&cross, gen, obs).await?;
+        let token_ids = self.model.generate(&cross, gen, obs).await?;
         drop(cross);
         Ok(token_ids)
     }

@@ -130,7 +130,8 @@ pub fn reference_cases(g: &Arc<Device>, dir: &str, m: &Florence2) -> Vec<RefCase
             let e = m.encode(&pixels, &ids).unwrap();
             let r = &case["results"]["greedy_nrng0"];
             let opts = options_of(r, case["max_new_tokens"].as_u64().unwrap() as usize);
-            let greedy = pollster::block_on(m.generate(&e, &opts, Default::default())).unwrap();
+            let greedy =
+                pollster::block_on(m.generate(&e.cross, &opts, Default::default())).unwrap();
             let logits = forced_logits(g, m, &e.hidden, &greedy);
             RefCase {
                 vis: readback::to_f32_blocking(g, &e.inputs_embeds).unwrap(),

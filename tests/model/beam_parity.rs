@@ -116,8 +116,8 @@ fn beam_search_matches_reference_on_every_case() {
                     continue;
                 }
                 let opts = options_of(&dir, &model, r, max_new);
-                let got =
-                    pollster::block_on(model.generate(&enc, &opts, Default::default())).unwrap();
+                let got = pollster::block_on(model.generate(&enc.cross, &opts, Default::default()))
+                    .unwrap();
                 let what = format!("{dir_name} {image} {prompt} {kind}");
                 assert_eq!(got, ids_of(&r["token_ids"]), "{what}");
                 assert_eq!(

@@ -183,11 +183,15 @@ fn resident_dtypes_against_f32_on_every_fixture() {
                         continue;
                     }
                     let opts = options_of(r, max_new);
-                    let ids32 =
-                        pollster::block_on(base.model.generate(&e32, &opts, Default::default()))
+                    let ids32 = pollster::block_on(base.model.generate(
+                        &e32.cross,
+                        &opts,
+                        Default::default(),
+                    ))
+                    .unwrap();
+                    let idsx =
+                        pollster::block_on(m.model.generate(&ex.cross, &opts, Default::default()))
                             .unwrap();
-                    let idsx = pollster::block_on(m.model.generate(&ex, &opts, Default::default()))
-                        .unwrap();
                     t.runs += 1;
                     if ids32 == idsx {
                         t.identical_runs += 1;

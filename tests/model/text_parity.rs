@@ -335,7 +335,8 @@ fn full_pipeline_greedy_matches_reference_on_every_case() {
                 }
                 let opts = options_of(r, max_new);
                 let got =
-                    pollster::block_on(p.model.generate(&enc, &opts, Default::default())).unwrap();
+                    pollster::block_on(p.model.generate(&enc.cross, &opts, Default::default()))
+                        .unwrap();
                 let text = p.tok.decode(&got, false).unwrap();
                 assert_eq!(
                     got,
