@@ -53,7 +53,9 @@ pub fn run(
             ))
         }
         (tiles, TaskInput::Image(image)) => {
-            let t = pipeline.run_tiled_blocking(image, task, options, tiles, cancel, &callbacks)?;
+            let t = pollster::block_on(
+                pipeline.run_tiled(image, task, options, tiles, cancel, &callbacks),
+            )?;
             let report = t.tiles_json();
             (t.output, Some(report))
         }

@@ -1,5 +1,7 @@
 // Types of src/npm/node_addon.js: the `Florence2` API on the native Node addon.
 
+import type { ProgressEvent } from "./florence2_wasm.js";
+
 // Errors carry the facade's names (`Florence2ErrorName` of the package's types) as `error.name`.
 
 /** The engine to load on: a hardware GPU else the CPU backend, any GPU adapter, or the CPU backend. */
@@ -7,19 +9,10 @@ export type NativeDevice = "auto" | "gpu" | "cpu";
 
 export interface NativeLoadOptions {
   device?: NativeDevice;
-  /** Called with `{status: "dtype", dtype, reason}` then `{status: "ready"}` once the model is loaded (the
-   * addon reads the files itself). */
-  onProgress?: (event: {
-    status: "dtype" | "ready";
-    name: string;
-    file: string;
-    loaded: number;
-    total: number;
-    progress: number;
-    cached: boolean;
-    dtype?: string;
-    reason?: string;
-  }) => void;
+  /** Called for each file read (`done`, `cached: true`) or downloaded into the Hugging Face cache
+   * (`download`, `progress`, `done`), each followed by `progress_total`, then `{status: "dtype", dtype,
+   * reason}` and `{status: "ready"}`: the wasm build's events. */
+  onProgress?: (event: ProgressEvent) => void;
   /** "auto", "fp32", "fp16", "q8" or "q4", or a format per part: `{vision: "fp16", text: "q4"}` or its
    * text form "vision=fp16,text=q4" (parts: vision, projector, encoder, decoder, embed, text). */
   dtype?:

@@ -108,16 +108,15 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
     let p = load();
     let (page, objects) = page();
     let (cb, never) = (Callbacks::default(), NeverCancel);
-    let tiled = p
-        .run_tiled_blocking(
-            Image::Rgb(&page),
-            "<OD>",
-            &greedy(),
-            Tiles::Auto,
-            &never,
-            &cb,
-        )
-        .unwrap();
+    let tiled = pollster::block_on(p.run_tiled(
+        Image::Rgb(&page),
+        "<OD>",
+        &greedy(),
+        Tiles::Auto,
+        &never,
+        &cb,
+    ))
+    .unwrap();
     let Decision::Grid(g) = &tiled.decision else {
         panic!("auto should tile a 2x page: {:?}", tiled.decision)
     };
@@ -152,16 +151,15 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
 
     // <OCR>: the page's words from the tiles' lines (measured: WORLD, PIZZA, HELLO, City, CODE of the
     // scenes' WORLD, Pizza Game, Cafe City, CODE, Hello; one view reads none of them whole).
-    let ocr = p
-        .run_tiled_blocking(
-            Image::Rgb(&page),
-            "<OCR>",
-            &greedy(),
-            Tiles::Auto,
-            &never,
-            &cb,
-        )
-        .unwrap();
+    let ocr = pollster::block_on(p.run_tiled(
+        Image::Rgb(&page),
+        "<OCR>",
+        &greedy(),
+        Tiles::Auto,
+        &never,
+        &cb,
+    ))
+    .unwrap();
     let TaskResult::Text(text) = &ocr.output.result else {
         panic!("text expected: {:?}", ocr.output.result)
     };
@@ -239,16 +237,15 @@ fn auto_on_a_scene_at_the_input_size_is_the_one_view_answer() {
     let p = load();
     let bytes = &fixtures::demo_samples(1)[0];
     let (cb, never) = (Callbacks::default(), NeverCancel);
-    let tiled = p
-        .run_tiled_blocking(
-            Image::Encoded(bytes),
-            "<OD>",
-            &greedy(),
-            Tiles::Auto,
-            &never,
-            &cb,
-        )
-        .unwrap();
+    let tiled = pollster::block_on(p.run_tiled(
+        Image::Encoded(bytes),
+        "<OD>",
+        &greedy(),
+        Tiles::Auto,
+        &never,
+        &cb,
+    ))
+    .unwrap();
     assert!(matches!(&tiled.decision, Decision::Off(why) if why.contains("192x192")));
     assert!(tiled.views.is_empty());
     let one = p
@@ -265,31 +262,29 @@ fn tiles_on_a_task_that_cannot_tile_is_a_prompt_error() {
     let (cb, never) = (Callbacks::default(), NeverCancel);
     let grid = Tiles::Grid { rows: 2, cols: 2 };
     for tiles in [Tiles::Auto, grid] {
-        let e = p
-            .run_tiled_blocking(
-                Image::Encoded(bytes),
-                "<CAPTION>",
-                &greedy(),
-                tiles,
-                &never,
-                &cb,
-            )
-            .unwrap_err();
+        let e = pollster::block_on(p.run_tiled(
+            Image::Encoded(bytes),
+            "<CAPTION>",
+            &greedy(),
+            tiles,
+            &never,
+            &cb,
+        ))
+        .unwrap_err();
         assert!(
             matches!(&e, Error::Prompt(m) if m.contains("cannot be tiled")),
             "{e}"
         );
     }
     // Off runs any task as one view.
-    let out = p
-        .run_tiled_blocking(
-            Image::Encoded(bytes),
-            "<CAPTION>",
-            &greedy(),
-            Tiles::Off,
-            &never,
-            &cb,
-        )
-        .unwrap();
+    let out = pollster::block_on(p.run_tiled(
+        Image::Encoded(bytes),
+        "<CAPTION>",
+        &greedy(),
+        Tiles::Off,
+        &never,
+        &cb,
+    ))
+    .unwrap();
     assert!(matches!(out.output.result, TaskResult::Text(ref t) if !t.is_empty()));
 }

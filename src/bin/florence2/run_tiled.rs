@@ -34,14 +34,14 @@ pub(super) fn run_to_end(
     options: &TaskOptions,
     tiles: Tiles,
 ) -> florence2_wasm::Result<TiledOutput> {
-    p.run_tiled_blocking(
+    pollster::block_on(p.run_tiled(
         image,
         prompt,
         options,
         tiles,
         &NeverCancel,
         &Callbacks::default(),
-    )
+    ))
 }
 
 /// `--annotate`'s writer, the decoded image and the input's name.

@@ -18,7 +18,6 @@ use serde_json::Value;
 use crate::config::Florence2Config;
 use crate::error::{Error, Result};
 
-pub use beam::beam_search;
 pub use job::{greedy, DecodeJob};
 pub use processors::{NextToken, Processors};
 

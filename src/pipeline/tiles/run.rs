@@ -191,34 +191,6 @@ impl Pipeline {
         (output, views)
     }
 
-    /// [`Pipeline::run_tiled`], blocking the calling thread until it is done.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn run_tiled_blocking(
-        &self,
-        image: Image<'_>,
-        prompt: &str,
-        options: &TaskOptions,
-        tiles: Tiles,
-        cancel: &dyn Cancel,
-        callbacks: &Callbacks<'_>,
-    ) -> Result<TiledOutput> {
-        pollster::block_on(self.run_tiled(image, prompt, options, tiles, cancel, callbacks))
-    }
-
-    /// [`Pipeline::run_tiled_prompt`], blocking the calling thread until it is done.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn run_tiled_blocking_prompt(
-        &self,
-        image: Image<'_>,
-        tp: AnyTaskPrompt,
-        options: &TaskOptions,
-        tiles: Tiles,
-        cancel: &dyn Cancel,
-        callbacks: &Callbacks<'_>,
-    ) -> Result<TiledOutput> {
-        pollster::block_on(self.run_tiled_prompt(image, tp, options, tiles, cancel, callbacks))
-    }
-
     /// Every view through the vision tower: natively as one batch ([`Pipeline::encode_images`]), in the
     /// browser one after another (awaiting the GPU between them).
     async fn encode_views(

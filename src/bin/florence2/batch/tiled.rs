@@ -1,4 +1,4 @@
-//! A batch with `--tiles`: each image's tasks run tiled ([`Pipeline::run_tiled_blocking`]), one image
+//! A batch with `--tiles`: each image's tasks run tiled ([`Pipeline::run_tiled`]), one image
 //! after another while the next images decode on other threads (a tiled run is a batch of its views
 //! already); each answer line is the batch's line plus `tiles`, written in input order.
 

@@ -395,14 +395,14 @@ impl<'e> Batcher<'e> {
             ..TaskOptions::default()
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pipeline.run_tiled_blocking_prompt(
+            pollster::block_on(pipeline.run_tiled_prompt(
                 Image::Rgb(&job.req.image),
                 job.req.prompt.clone(),
                 &options,
                 job.req.tiles,
                 &cancel,
                 &Callbacks::default(),
-            )
+            ))
         }));
         let Ok(out) = out else {
             self.panicked(Live::of(job, None, 0.0));

@@ -6,7 +6,6 @@ use super::{BeamConfig, BeamPicked, BeamSearch, GpuSource, StepPlan};
 use crate::error::{Error, Result};
 use crate::gpu::{Device, Recorder};
 use crate::model::bart::{CrossKv, Decoder, DecoderState};
-use crate::model::generate::job::DecodeJob;
 use crate::model::generate::GenerateOptions;
 
 /// One beam search as steps a driver runs ([`crate::model::generate::DecodeJob`]): the bookkeeping
@@ -102,20 +101,4 @@ impl<'a> BeamJob<'a> {
 
 fn out_of_order() -> Error {
     Error::shape("beam search", "a step out of order")
-}
-
-/// Beam search from `opts.decoder_start_token_id` against one image's cross-attention K/V (shared by all
-/// beams). Returns the best hypothesis with the start token first, as the reference's `generate`.
-pub async fn beam_search(
-    decoder: &Decoder,
-    gpu: &Arc<Device>,
-    cross: &CrossKv,
-    opts: &GenerateOptions,
-    cancel: &dyn Fn() -> bool,
-) -> Result<Vec<u32>> {
-    if opts.max_length(decoder.max_positions()) <= 1 {
-        return Ok(vec![opts.decoder_start_token_id]);
-    }
-    let job = DecodeJob::Beam(Box::new(BeamJob::new(decoder, gpu, cross, opts)?));
-    job.run_alone(decoder, gpu, cancel, &|_| {}).await
 }

@@ -36,7 +36,7 @@ mod tests;
 
 use crate::error::{Error, Result};
 
-pub use job::{beam_search, BeamJob};
+pub use job::BeamJob;
 pub use search::{BeamConfig, BeamSearch, StepInputs, StepPlan};
 pub use source::{BeamPicked, GpuSource};
 
