@@ -18,16 +18,19 @@ pub mod profile;
 pub mod readback;
 mod recorder;
 pub mod registry;
+mod staging;
 mod tensor;
+mod timing;
 pub mod tune;
 
 pub use crate::quant::QFormat;
 pub use context::{Caps, Device, DeviceOptions, Wgpu};
 pub(crate) use declare::{shader, uniform};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
+pub use recorder::{Plan, Recorder};
 #[cfg(target_arch = "wasm32")]
-pub use recorder::next_task;
-pub use recorder::{staging_buffer, Pending, Plan, Recorder, Staging};
+pub use staging::next_task;
+pub use staging::{staging_buffer, Pending, Staging};
 pub use tensor::{DType, MemCounter, MemKind, MemReport, RowChunk, Tensor};
 
 /// Largest workgroup count allowed in one grid dimension (WebGPU's guaranteed minimum, 65535).

@@ -15,19 +15,21 @@
 //! between replays must live in buffers the kernels read (the decoder's step uniform, its token ids),
 //! written with `queue.write_buffer` before the submit.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-use futures_channel::oneshot;
 
 use crate::error::{Error, Result};
 use crate::gpu::kernel::Kernel;
-use crate::gpu::profile::{ProfileEntry, MAX_QUERIES};
-use crate::gpu::{Device, Tensor, Wgpu};
-use std::sync::atomic::Ordering;
+use crate::gpu::profile::MAX_QUERIES;
+use crate::gpu::staging::{Pending, Staging};
+use crate::gpu::timing::{
+    kernel_label, pass_timestamps, read_timestamps, resolve_span, resolve_timestamps, timestamps,
+    RecProf, SPAN_QUERIES,
+};
+use crate::gpu::{Device, Tensor};
 
+/// Params slots per uniform page.
 const PAGE_SLOTS: usize = 256;
-/// Timestamp queries of a [`Recorder::new_timed`] recorder (2 per pass; passes past this are untimed).
-const SPAN_QUERIES: u32 = 1024;
 
 pub struct Recorder {
     gpu: Arc<Device>,
@@ -121,42 +123,6 @@ impl Drop for Plan {
         }
     }
 }
-
-/// The profiler's (op, variant) of a kernel.
-fn kernel_label(kernel: &Kernel) -> (String, String) {
-    let variant: Vec<String> = kernel
-        .defines
-        .iter()
-        .map(|d| d.to_string())
-        .chain(kernel.overrides.iter().map(|(n, v)| format!("{n}={v}")))
-        .collect();
-    (
-        format!("{}:{}", kernel.shader.name, kernel.entry),
-        variant.join(" "),
-    )
-}
-
-struct RecProf {
-    queries: wgpu::QuerySet,
-    phase: String,
-    /// The shape the next dispatch is labelled with ([`Recorder::note_shape`]).
-    note: Option<String>,
-    /// (op, variant, shape) of each timed dispatch, in query order.
-    labels: Vec<(String, String, String)>,
-}
-
-/// A readback recorded into a [`Recorder`]; resolve it after [`Recorder::submit`].
-pub enum Pending {
-    /// A copy into a mappable staging buffer.
-    Device { staging: wgpu::Buffer, bytes: u64 },
-    /// The bytes, read at once (CPU backend).
-    Host(Vec<u8>),
-}
-
-/// A caller-owned readback buffer for [`Recorder::read_back_into`] ([`staging_buffer`]); empty on the
-/// CPU backend, whose readbacks copy host memory directly.
-#[derive(Clone, Debug)]
-pub struct Staging(Option<wgpu::Buffer>);
 
 impl Recorder {
     pub fn new(gpu: &Arc<Device>) -> Self {
@@ -389,59 +355,6 @@ impl Recorder {
 /// The error of a GPU-only recorder operation on the CPU backend.
 fn no_encoder() -> Error {
     Error::Gpu("the CPU backend records no GPU commands".into())
-}
-
-/// The timestamp writes of a dispatch's compute pass: the profiler's (labelled with the kernel and its
-/// note), else a slot of the span queries while there are free ones, else none.
-fn pass_timestamps<'a>(
-    prof: &'a mut Option<RecProf>,
-    span: &'a mut Option<(wgpu::QuerySet, u32)>,
-    gpu: &Device,
-    kernel: &Kernel,
-    grid: [u32; 3],
-) -> Option<wgpu::ComputePassTimestampWrites<'a>> {
-    let note = prof.as_mut().and_then(|p| p.note.take());
-    let label = || {
-        let (op, variant) = kernel_label(kernel);
-        let note = note.unwrap_or_else(|| format!("grid={grid:?}"));
-        (op, variant, note)
-    };
-    if let Some(t) = timestamps(prof, gpu, label) {
-        return Some(t);
-    }
-    match span {
-        Some((queries, passes)) if (*passes + 1) * 2 <= SPAN_QUERIES => {
-            let i = *passes;
-            *passes += 1;
-            Some(wgpu::ComputePassTimestampWrites {
-                query_set: queries,
-                beginning_of_pass_write_index: Some(2 * i),
-                end_of_pass_write_index: Some(2 * i + 1),
-            })
-        }
-        _ => None,
-    }
-}
-
-/// The timestamp writes of a recorder's next pass when it profiles (labelled by `label`), else `None`.
-fn timestamps<'a>(
-    prof: &'a mut Option<RecProf>,
-    gpu: &Device,
-    label: impl FnOnce() -> (String, String, String),
-) -> Option<wgpu::ComputePassTimestampWrites<'a>> {
-    let p = prof.as_mut()?;
-    p.note = None;
-    if (p.labels.len() as u32 + 1) * 2 > MAX_QUERIES {
-        gpu.profiler.add_untimed(1);
-        return None;
-    }
-    let i = p.labels.len() as u32;
-    p.labels.push(label());
-    Some(wgpu::ComputePassTimestampWrites {
-        query_set: &p.queries,
-        beginning_of_pass_write_index: Some(2 * i),
-        end_of_pass_write_index: Some(2 * i + 1),
-    })
 }
 
 impl Recorder {
@@ -711,7 +624,7 @@ impl Recorder {
         Ok(())
     }
 
-    /// Like [`Recorder::read_back`] but into a caller-owned staging buffer (see [`staging_buffer`]), so a
+    /// Like [`Recorder::read_back`] but into a caller-owned staging buffer (see [`crate::gpu::staging_buffer`]), so a
     /// loop that reads back every step (decoding) allocates nothing per step. The buffer must not be
     /// in use by an unresolved [`Pending`] and must hold `t`'s bytes.
     pub fn read_back_into(&mut self, t: &Tensor, staging: &Staging) -> Result<Pending> {
@@ -805,171 +718,4 @@ impl Recorder {
         gpu.check()?;
         Ok((gpu, span))
     }
-}
-
-/// Record the resolve of a recorder's timestamps into a mappable buffer.
-fn resolve_timestamps(
-    gpu: &Wgpu,
-    encoder: &mut wgpu::CommandEncoder,
-    p: RecProf,
-) -> (wgpu::Buffer, String, Vec<(String, String, String)>) {
-    let n = 2 * p.labels.len() as u32;
-    let staging = resolve_queries(gpu, encoder, &p.queries, n, "profile-resolve");
-    (staging, p.phase, p.labels)
-}
-
-/// Record the resolve of a timed recorder's `passes` begin/end pairs into a mappable buffer.
-fn resolve_span(
-    gpu: &Wgpu,
-    encoder: &mut wgpu::CommandEncoder,
-    queries: &wgpu::QuerySet,
-    passes: u32,
-) -> Pending {
-    let n = 2 * passes;
-    let staging = resolve_queries(gpu, encoder, queries, n, "tuner-resolve");
-    Pending::Device {
-        staging,
-        bytes: n as u64 * 8,
-    }
-}
-
-/// Record the resolve of the first `n` timestamps of `queries` and their copy into a mappable buffer,
-/// which is returned.
-fn resolve_queries(
-    gpu: &Wgpu,
-    encoder: &mut wgpu::CommandEncoder,
-    queries: &wgpu::QuerySet,
-    n: u32,
-    label: &str,
-) -> wgpu::Buffer {
-    let bytes = n as u64 * 8;
-    let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some(label),
-        size: bytes,
-        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
-    let staging = device_staging(&gpu.device, bytes);
-    encoder.resolve_query_set(queries, 0..n, &resolve, 0);
-    encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, bytes);
-    staging
-}
-
-/// Map the resolved timestamps back asynchronously and hand the entries to the device's profiler (the
-/// callback runs at the next poll natively, on the event loop in the browser).
-fn read_timestamps(
-    gpu: &Arc<Device>,
-    staging: wgpu::Buffer,
-    phase: String,
-    labels: Vec<(String, String, String)>,
-) {
-    use std::sync::atomic::Ordering;
-    gpu.profiler.pending.fetch_add(1, Ordering::AcqRel);
-    let Ok(hw) = gpu.wgpu() else {
-        return;
-    };
-    let period_ns = hw.queue.get_timestamp_period() as f64;
-    let g = gpu.clone();
-    let buf = staging.clone();
-    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-        let mut entries = Vec::new();
-        if r.is_ok() {
-            if let Ok(view) = buf.slice(..).get_mapped_range() {
-                let ticks: Vec<u64> = bytemuck::pod_collect_to_vec(&view[..]);
-                drop(view);
-                for (i, (op, variant, shape)) in labels.into_iter().enumerate() {
-                    let (a, b) = (ticks[2 * i], ticks[2 * i + 1]);
-                    entries.push(ProfileEntry {
-                        phase: phase.clone(),
-                        op,
-                        variant,
-                        shape,
-                        ms: b.saturating_sub(a) as f64 * period_ns * 1e-6,
-                    });
-                }
-            }
-            buf.unmap();
-        }
-        g.profiler.push(entries);
-        g.profiler.pending.fetch_sub(1, Ordering::AcqRel);
-    });
-}
-
-/// A mappable buffer of `bytes` bytes for [`Recorder::read_back_into`] (none on the CPU backend).
-pub fn staging_buffer(gpu: &Device, bytes: u64) -> Staging {
-    Staging(gpu.wgpu().ok().map(|hw| device_staging(&hw.device, bytes)))
-}
-
-fn device_staging(device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
-    device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("readback-staging"),
-        size: bytes.div_ceil(4).max(1) * 4,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    })
-}
-
-impl Pending {
-    /// Map the staging buffer and return its bytes (natively this polls the device until the copy is
-    /// done; in the browser it awaits the map promise).
-    pub async fn bytes(self, gpu: &Device) -> Result<Vec<u8>> {
-        let (staging, bytes) = match self {
-            Pending::Host(b) => {
-                // A readback is where a decode step ends: in the browser and Node the CPU backend
-                // lets the event loop run there (an abort, a UI update), as a GPU readback's await does.
-                #[cfg(target_arch = "wasm32")]
-                next_task().await;
-                return Ok(b);
-            }
-            Pending::Device { staging, bytes } => (staging, bytes),
-        };
-        let (tx, rx) = oneshot::channel();
-        let slice = staging.slice(..);
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        #[cfg(not(target_arch = "wasm32"))]
-        gpu.wgpu()?
-            .device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Readback(e.to_string()))?;
-        rx.await
-            .map_err(|_| Error::Readback("map callback dropped".into()))?
-            .map_err(|e| Error::Readback(e.to_string()))?;
-        gpu.check()?;
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| Error::Readback(e.to_string()))?;
-        let out = view[..bytes as usize].to_vec();
-        drop(view);
-        staging.unmap();
-        Ok(out)
-    }
-
-    pub async fn f32s(self, gpu: &Device) -> Result<Vec<f32>> {
-        let b = self.bytes(gpu).await?;
-        Ok(bytemuck::pod_collect_to_vec(&b))
-    }
-
-    pub async fn u32s(self, gpu: &Device) -> Result<Vec<u32>> {
-        let b = self.bytes(gpu).await?;
-        Ok(bytemuck::pod_collect_to_vec(&b))
-    }
-}
-
-/// Yield to the event loop for one task (`setTimeout(0)`: windows, workers and Node), letting pending
-/// promise callbacks and events (an abort, `device.lost`) run.
-#[cfg(target_arch = "wasm32")]
-pub async fn next_task() {
-    use wasm_bindgen::JsCast;
-    let global = js_sys::global();
-    let Ok(set_timeout) = js_sys::Reflect::get(&global, &"setTimeout".into())
-        .and_then(|f| f.dyn_into::<js_sys::Function>())
-    else {
-        return;
-    };
-    let p = js_sys::Promise::new(&mut |resolve, _reject| {
-        let _ = set_timeout.call2(&global, &resolve, &0.into());
-    });
-    let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
