@@ -238,6 +238,19 @@ fn quant_row_dots_simd_equals_portable() {
     }
 }
 
+/// The bits of x (M, K) @ w (N, K)^T through `linear_rows` (no bias, no activation).
+fn gemv_bits(w: Weight, (n, k): (usize, usize), x: &[f32], per_row: bool) -> Vec<u32> {
+    let l = LinearRef {
+        w,
+        n,
+        k,
+        bias: None,
+    };
+    let mut out = vec![0f32; x.len() / k * n];
+    linear_rows(&l, x, Act::None, None, &mut out, per_row).unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
 /// The decode GEMV on f16 weights (widened in registers by F16C where the CPU has it) equals the GEMV
 /// on the same weights widened to f32 beforehand, bit for bit: both take the same products in the same
 /// lanes and fold them the same way. Every M of the GEMV path, K with and without a tail.
@@ -250,17 +263,7 @@ fn f16_gemv_equals_f32_gemv_on_the_widened_weights() {
         let wf: Vec<f32> = wh.iter().map(|h| h.to_f32()).collect();
         for m in 1..=4 {
             let x = rng.vec(m * k, 1.0);
-            let run = |w: Weight| {
-                let l = LinearRef {
-                    w,
-                    n,
-                    k,
-                    bias: None,
-                };
-                let mut out = vec![0f32; m * n];
-                linear_rows(&l, &x, Act::None, None, &mut out, false).unwrap();
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
+            let run = |w| gemv_bits(w, (n, k), &x, false);
             assert_eq!(run(Weight::F16(&wh)), run(Weight::F32(&wf)), "k={k} m={m}");
         }
     }
@@ -280,17 +283,7 @@ fn quantized_gemv_equals_f32_gemv_on_the_dequantized_weights() {
             let wf = dequantize_rows(fmt, k, &bytes).unwrap();
             for m in 1..=4 {
                 let x = rng.vec(m * k, 1.0);
-                let run = |w: Weight| {
-                    let l = LinearRef {
-                        w,
-                        n,
-                        k,
-                        bias: None,
-                    };
-                    let mut out = vec![0f32; m * n];
-                    linear_rows(&l, &x, Act::None, None, &mut out, true).unwrap();
-                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                };
+                let run = |w| gemv_bits(w, (n, k), &x, true);
                 let quant = run(Weight::Quant(fmt, &bytes));
                 assert_eq!(quant, run(Weight::F32(&wf)), "{fmt:?} k={k} m={m}");
             }
