@@ -274,26 +274,21 @@ unsafe fn block_avx2(job: &Job, at: (usize, usize, usize), out: &mut [f32], dst:
 /// GEMM).
 #[inline(always)]
 fn block_body(job: &Job, (bi, i0, h): (usize, usize, usize), out: &mut [f32], dst: Dst) {
-    let d = job.d;
-    let hd = d.c / job.opts.heads;
-    let rows = out.len().div_ceil(dst.stride);
-    let kv_len = job.opts.kv_len.unwrap_or(d.tk).min(d.tk);
-    let mut b = Block {
-        job,
-        bi,
-        i0,
-        h,
-        hd,
-        rows,
-        kv_len,
-        l: 0,
-        kb: if d.bk == 1 { 0 } else { bi },
-    };
-    b.l = b.vis_end(i0 + rows - 1); // keys any row of the block sees
-    if rows <= DIRECT_ROWS {
+    let b = Block::new(job, (bi, i0, h), out.len().div_ceil(dst.stride));
+    if b.rows <= DIRECT_ROWS {
         b.direct(out, dst);
-    } else if rows * b.l * hd < GEMM_WORK || !b.on_gemm(out, dst) {
+    } else if b.rows * b.l * b.hd < GEMM_WORK || !b.on_gemm(out, dst) {
         b.gathered(out, dst);
+    }
+}
+
+/// Keys query row `i` sees: the first `kv_len`, and under the causal rule none past its position.
+#[inline(always)]
+fn vis_end(o: &AttnOpts, kv_len: usize, i: usize) -> usize {
+    if o.causal {
+        kv_len.min(o.q_offset + i + 1)
+    } else {
+        kv_len
     }
 }
 
@@ -311,16 +306,28 @@ struct Block<'a, 'j> {
     kb: usize,
 }
 
-impl Block<'_, '_> {
+impl<'a, 'j> Block<'a, 'j> {
+    #[inline(always)]
+    fn new(job: &'j Job<'a>, (bi, i0, h): (usize, usize, usize), rows: usize) -> Self {
+        let (d, o) = (job.d, job.opts);
+        let kv_len = o.kv_len.unwrap_or(d.tk).min(d.tk);
+        Block {
+            job,
+            bi,
+            i0,
+            h,
+            hd: d.c / o.heads,
+            rows,
+            kv_len,
+            l: vis_end(o, kv_len, i0 + rows - 1), // keys any row of the block sees
+            kb: if d.bk == 1 { 0 } else { bi },
+        }
+    }
+
     /// Keys query row `i` sees.
     #[inline(always)]
     fn vis_end(&self, i: usize) -> usize {
-        let o = self.job.opts;
-        if o.causal {
-            self.kv_len.min(o.q_offset + i + 1)
-        } else {
-            self.kv_len
-        }
+        vis_end(self.job.opts, self.kv_len, i)
     }
 
     /// Query row r of the block, scaled, into `dst` (D).
