@@ -24,6 +24,7 @@ pub mod model;
 /// The Node.js native addon (napi-rs), only with the `node` feature, natively.
 #[cfg(all(feature = "node", not(target_arch = "wasm32")))]
 pub mod node;
+pub mod opdef;
 pub mod ops;
 pub mod pipeline;
 pub mod postprocess;

@@ -5,15 +5,7 @@
 //! an FMA unit enabled at compile time, wasm32 included).
 
 use crate::cpu::par;
-
-/// Epilogue applied after the bias (both backends' linear and convolution kernels).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Act {
-    #[default]
-    None,
-    /// Exact (erf-based) GELU, as PyTorch's `nn.GELU()` / `F.gelu` default.
-    Gelu,
-}
+pub use crate::opdef::linear::Act;
 
 /// The shader's coefficients, written as there (f64 literals rounded to f32 once, as WGSL rounds its
 /// abstract-float literals): numerator (odd, degree 13) and denominator (even, degree 8) in v^2.

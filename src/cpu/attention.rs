@@ -41,7 +41,8 @@ pub enum KvMut<'a> {
     F16(&'a mut [f16]),
 }
 
-/// Options of one attention call (the CPU twin of [`crate::ops::attention::AttnOpts`]).
+/// One attention call's options as the kernel runs them: [`crate::opdef::attention::AttnOpts`] with its
+/// run-time values resolved (the key count and query position read, the mask as host values).
 #[derive(Clone, Copy, Debug)]
 pub struct AttnOpts<'a> {
     pub heads: usize,
@@ -54,19 +55,6 @@ pub struct AttnOpts<'a> {
     pub q_offset: usize,
     /// Additive mask (Tq, Tk), shared by every batch row and head.
     pub mask: Option<&'a [f32]>,
-}
-
-impl Default for AttnOpts<'_> {
-    fn default() -> Self {
-        AttnOpts {
-            heads: 1,
-            scale: 1.0,
-            causal: false,
-            kv_len: None,
-            q_offset: 0,
-            mask: None,
-        }
-    }
 }
 
 /// Where one operand's rows are: row r of batch row b at `(b * rows + r) * stride + off`.
@@ -141,7 +129,10 @@ pub fn window_attention(
     let opts = AttnOpts {
         heads,
         scale,
-        ..AttnOpts::default()
+        causal: false,
+        kv_len: None,
+        q_offset: 0,
+        mask: None,
     };
     let dims = Dims {
         b: nw,

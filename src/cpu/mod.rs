@@ -1,4 +1,7 @@
-//! CPU kernels: every op the model uses, on host slices, for a backend that runs without a GPU.
+//! The CPU backend, whole: its kernels (every op the model uses, on host slices) and, in [`host`], the
+//! twins the launchers in [`crate::ops`] call on a [`crate::gpu::Backend::Host`] device (operands read
+//! from the tensors' host memory, the kernel run at once). Adding a backend adds a folder like this one
+//! and an arm to each launcher's `match`.
 //!
 //! Each kernel computes exactly what its GPU counterpart in [`crate::ops`] defines (same layouts: tokens
 //! are rows, heads interleaved in columns, PyTorch Linear weights (N, K), channels-last images; same
@@ -20,6 +23,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod host;
 pub mod layout;
 pub mod linear;
 pub mod norm;

@@ -56,6 +56,31 @@ pub struct Caps {
     pub adapter_key: String,
 }
 
+/// Which backend runs a device's ops: the one place the backends are named. Every op launcher
+/// (`crate::ops`) dispatches on it in one `match` ([`crate::gpu::Recorder::backend`]): the `Wgpu` arm
+/// records the op's WGSL kernel, the `Host` arm runs its `crate::cpu::host` twin at once. A third
+/// backend is a third variant here, its arm in each launcher, and its own folder; the model above the
+/// launchers does not change.
+pub enum Backend {
+    /// A wgpu adapter (a GPU, or a software one such as lavapipe): tensors are wgpu buffers.
+    Wgpu(Wgpu),
+    /// The host CPU ([`Device::cpu`]): tensors live in host memory (`crate::gpu::host`).
+    Host,
+}
+
+impl Backend {
+    /// Whether ops recorded here can be kept as a [`crate::gpu::Plan`] and replayed (the decoder's step
+    /// plan); the host runs each op as it is recorded.
+    pub fn records_plans(&self) -> bool {
+        matches!(self, Backend::Wgpu(_))
+    }
+
+    /// Whether ops have several kernels to choose among ([`crate::gpu::tune`]); the host has one each.
+    pub fn has_kernel_choices(&self) -> bool {
+        matches!(self, Backend::Wgpu(_))
+    }
+}
+
 /// A wgpu device and its queue.
 pub struct Wgpu {
     pub device: wgpu::Device,
@@ -67,8 +92,8 @@ pub struct Wgpu {
 /// with the kernel cache, the memory accounting and the error slots that turn wgpu's asynchronous
 /// errors into `Result`s instead of panics.
 pub struct Device {
-    /// The wgpu device, `None` on the CPU backend.
-    wgpu: Option<Wgpu>,
+    /// The backend running this device's ops.
+    backend: Backend,
     pub caps: Caps,
     pub kernels: KernelCache,
     /// First uncaptured wgpu error since the last [`Device::check`].
@@ -186,7 +211,7 @@ impl Device {
             adapter_key: format!("cpu threads={threads}"),
         };
         Arc::new(Device {
-            wgpu: None,
+            backend: Backend::Host,
             caps,
             kernels: KernelCache::default(),
             error: Arc::new(Mutex::new(None)),
@@ -201,14 +226,20 @@ impl Device {
 
     /// Whether this is the CPU backend ([`Device::cpu`]): no wgpu device, host tensors.
     pub fn is_host(&self) -> bool {
-        self.wgpu.is_none()
+        matches!(self.backend, Backend::Host)
+    }
+
+    /// The backend running this device's ops.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// The wgpu device and queue ([`Error::Gpu`] on the CPU backend, which has none).
     pub fn wgpu(&self) -> Result<&Wgpu> {
-        self.wgpu
-            .as_ref()
-            .ok_or_else(|| Error::Gpu("the CPU backend has no GPU device".into()))
+        match &self.backend {
+            Backend::Wgpu(hw) => Ok(hw),
+            Backend::Host => Err(Error::Gpu("the CPU backend has no GPU device".into())),
+        }
     }
 
     /// Open the default adapter (high-performance preference) with its own limits.
@@ -271,7 +302,7 @@ impl Device {
         let caps = caps_of(&adapter, &info, features, &limits, &web);
 
         Ok(Arc::new(Device {
-            wgpu: Some(Wgpu { device, queue }),
+            backend: Backend::Wgpu(Wgpu { device, queue }),
             caps,
             kernels: KernelCache::default(),
             error,
@@ -287,7 +318,7 @@ impl Device {
     /// Destroy the wgpu device (its buffers become invalid, its lost callback runs); nothing on the
     /// CPU backend.
     pub fn destroy(&self) {
-        if let Some(hw) = &self.wgpu {
+        if let Backend::Wgpu(hw) = &self.backend {
             hw.device.destroy();
         }
     }
@@ -307,7 +338,7 @@ impl Device {
     /// Error scopes are a stack per device (and thread): the caller must not run two `scoped` calls on
     /// one device concurrently (the browser facade serialises requests with a queue).
     pub async fn scoped<T>(&self, work: impl Future<Output = Result<T>>) -> Result<T> {
-        let Some(hw) = &self.wgpu else {
+        let Backend::Wgpu(hw) = &self.backend else {
             return work.await;
         };
         let validation = hw.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -353,7 +384,7 @@ impl Device {
     /// drives the queue and readbacks are awaited instead.
     pub fn wait_idle(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        if let Some(hw) = &self.wgpu {
+        if let Backend::Wgpu(hw) = &self.backend {
             hw.device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| Error::Gpu(e.to_string()))?;
@@ -366,7 +397,7 @@ impl Device {
     /// uncaptured GPU error.
     pub async fn finished(&self) -> Result<()> {
         #[cfg(target_arch = "wasm32")]
-        if let Some(hw) = &self.wgpu {
+        if let Backend::Wgpu(hw) = &self.backend {
             let (tx, rx) = futures_channel::oneshot::channel();
             hw.queue.on_submitted_work_done(move || {
                 let _ = tx.send(());

@@ -24,7 +24,7 @@ mod timing;
 pub mod tune;
 
 pub use crate::quant::QFormat;
-pub use context::{Caps, Device, DeviceOptions, Wgpu};
+pub use context::{Backend, Caps, Device, DeviceOptions, Wgpu};
 pub(crate) use declare::{shader, uniform};
 pub use kernel::{include, Kernel, KernelCache, Shader, INCLUDES};
 pub use recorder::{Plan, Recorder};

@@ -26,7 +26,7 @@ use crate::gpu::timing::{
     kernel_label, pass_timestamps, read_timestamps, resolve_span, resolve_timestamps, timestamps,
     RecProf, SPAN_QUERIES,
 };
-use crate::gpu::{Device, Tensor};
+use crate::gpu::{Backend, Device, Tensor};
 
 /// Params slots per uniform page.
 const PAGE_SLOTS: usize = 256;
@@ -566,8 +566,7 @@ impl Recorder {
         if size == 0 {
             return Ok(());
         }
-        if self.gpu.is_host() {
-            self.host_ready()?;
+        if let Backend::Host = self.backend()? {
             let w = |b: u64| (b / 4) as usize;
             return dst
                 .host()?
@@ -611,6 +610,16 @@ impl Recorder {
         };
         encoder.copy_buffer_to_buffer(t.buffer()?, t.offset(), &staging, 0, bytes);
         Ok(Pending::Device { staging, bytes })
+    }
+
+    /// The backend an op recorded here runs on: each launcher's one `match` ([`Backend`]). Fails on the
+    /// CPU backend for a capturing recorder ([`Recorder::host_ready`]).
+    pub fn backend(&self) -> Result<&Backend> {
+        let backend = self.gpu.backend();
+        if let Backend::Host = backend {
+            self.host_ready()?;
+        }
+        Ok(backend)
     }
 
     /// On the CPU backend, fail for a capturing recorder: host ops run as they are recorded, so they

@@ -202,6 +202,11 @@ pub struct RowChunk {
     pub byte_size: u64,
 }
 
+/// How every tensor's wgpu buffer is used: bound as storage, copied from and into.
+const TENSOR_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
 #[derive(Clone, Debug)]
 pub struct Tensor {
     alloc: Arc<Alloc>,
@@ -248,19 +253,11 @@ impl Tensor {
         let buf = gpu.wgpu()?.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
+            usage: TENSOR_USAGE,
             mapped_at_creation: false,
         });
-        Ok(Self::wrap(
-            gpu,
-            Store::Device(buf),
-            size,
-            shape,
-            dtype,
-            kind,
-        ))
+        let store = Store::Device(buf);
+        Ok(Self::wrap(gpu, store, size, shape, dtype, kind))
     }
 
     // wgpu's handles are Send + Sync natively, not on wasm32 (one thread there): Arc serves both.
@@ -342,18 +339,10 @@ impl Tensor {
             .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                 label: Some(label),
                 contents: &data,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
+                usage: TENSOR_USAGE,
             });
-        Ok(Self::wrap(
-            gpu,
-            Store::Device(buf),
-            size,
-            shape,
-            dtype,
-            kind,
-        ))
+        let store = Store::Device(buf);
+        Ok(Self::wrap(gpu, store, size, shape, dtype, kind))
     }
 
     pub fn from_f32(gpu: &Device, shape: &[usize], data: &[f32], label: &str) -> Result<Tensor> {

@@ -52,29 +52,18 @@ impl LinearWork {
 /// The linear shapes (patch-embedding convs included, as im2col GEMMs) Florence-2 runs for `cfg` on a
 /// `height` x `width` image, with decode steps of `beams` rows (timed at one row: every decode row runs the
 /// one-row kernel) and matrix weights resident as
-/// `format`, one per class, each with its estimated cost in one request ([`LinearShape::cost`] times its
-/// calls: layers, blocks, and [`DECODE_STEPS_ESTIMATE`] decode steps). The encoder rows are taken for a
-/// prompt of 16 tokens.
+/// `plan` (one format, a matrix [`DType`] or a [`WeightDType`], or a format per part: each linear in
+/// its part's format), one per class, each with its estimated cost in one request
+/// ([`LinearShape::cost`] times its calls: layers, blocks, and [`DECODE_STEPS_ESTIMATE`] decode steps).
+/// The encoder rows are taken for a prompt of 16 tokens.
 pub fn model_linear_workload(
     cfg: &Florence2Config,
     height: usize,
     width: usize,
     beams: usize,
-    format: DType,
+    plan: impl Into<DTypePlan>,
 ) -> Vec<(LinearShape, f64)> {
-    let plan = DTypePlan::uniform(WeightDType::of_matrix_dtype(format));
-    model_linear_workload_for(cfg, height, width, beams, plan)
-}
-
-/// [`model_linear_workload`] for a model loaded with a format per part: each linear in its part's
-/// format.
-pub fn model_linear_workload_for(
-    cfg: &Florence2Config,
-    height: usize,
-    width: usize,
-    beams: usize,
-    plan: DTypePlan,
-) -> Vec<(LinearShape, f64)> {
+    let plan = plan.into();
     let mut work = LinearWork::default();
     let grids = cfg.vision.stage_grids(height, width);
     vision_linears(cfg, &grids, plan.get(Part::Vision), &mut work);
@@ -254,26 +243,15 @@ pub fn model_attention_workload(
 
 /// Every call the tuner times for one request (see [`model_linear_workload`] and
 /// [`model_attention_workload`]): the linear shapes, then the attention calls, each with its cost.
+/// `plan` as for [`model_linear_workload`].
 pub fn model_workload(
     cfg: &Florence2Config,
     height: usize,
     width: usize,
     beams: usize,
-    format: DType,
+    plan: impl Into<DTypePlan>,
 ) -> Vec<(Box<dyn TuneCase>, f64)> {
-    let plan = DTypePlan::uniform(WeightDType::of_matrix_dtype(format));
-    model_workload_for(cfg, height, width, beams, plan)
-}
-
-/// [`model_workload`] for a model loaded with a format per part.
-pub fn model_workload_for(
-    cfg: &Florence2Config,
-    height: usize,
-    width: usize,
-    beams: usize,
-    plan: DTypePlan,
-) -> Vec<(Box<dyn TuneCase>, f64)> {
-    let linear = model_linear_workload_for(cfg, height, width, beams, plan);
+    let linear = model_linear_workload(cfg, height, width, beams, plan);
     let linear = linear
         .into_iter()
         .map(|(s, c)| (Box::new(s) as Box<dyn TuneCase>, c));
@@ -329,8 +307,8 @@ mod tests {
         ))
         .unwrap();
         let plan = DTypePlan::vision_text(WeightDType::Fp16, WeightDType::Q4);
-        let mix = model_linear_workload_for(&cfg, 64, 64, 3, plan);
-        let of = |d: WeightDType| model_linear_workload_for(&cfg, 64, 64, 3, DTypePlan::uniform(d));
+        let mix = model_linear_workload(&cfg, 64, 64, 3, plan);
+        let of = |d: WeightDType| model_linear_workload(&cfg, 64, 64, 3, DTypePlan::uniform(d));
         let (fp16, q4) = (of(WeightDType::Fp16), of(WeightDType::Q4));
         // Classes merge differently (a class keeps its largest row count): compare (N, K, format).
         let has = |w: &[(LinearShape, f64)], s: &LinearShape| {

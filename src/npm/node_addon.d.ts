@@ -1,6 +1,6 @@
 // Types of src/npm/node_addon.js: the `Florence2` API on the native Node addon.
 
-import type { ProgressEvent } from "./florence2_wasm.js";
+import type { MemoryInfo, ProgressEvent } from "./florence2_wasm.js";
 
 // Errors carry the facade's names (`Florence2ErrorName` of the package's types) as `error.name`.
 
@@ -46,18 +46,12 @@ export type NativeImage =
   | ArrayBufferView
   | { data: ArrayBufferView; width: number; height: number };
 
-export interface NativeMemory {
-  dtype: string;
+/** The memory report of the package's types, as the native addon fills it. */
+export interface NativeMemory extends MemoryInfo {
   /** Which device ran: "gpu" (native wgpu) or "cpu" (the native CPU backend). */
   device: "gpu" | "cpu";
   /** Always "native" (the wasm build's results say "wasm" in Node.js). */
   engine: "native";
-  weightsBytes: number;
-  activationsBytes: number;
-  currentBytes: number;
-  peakBytes: number;
-  peakActivationsBytes: number;
-  allocations: number;
 }
 
 /** The wasm build's result shape. */

@@ -13,10 +13,13 @@
 //! widens them to f32 on load (the decoder's KV caches and cross-attention K/V when the weights are not
 //! fp32; half the bytes held and read). q, the mask and out stay f32, and so does the arithmetic.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
+use crate::gpu::Backend;
 use crate::gpu::{grid_1d, shader, uniform, Caps, DType, Device, Kernel, Recorder, Shader, Tensor};
-use crate::ops::{check, host};
+pub use crate::opdef::attention::{AttnOpts, AttnVariant};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "attention", [
     ("WG", WG),
@@ -52,27 +55,6 @@ const ROWS_WG_SMALL: u32 = 8;
 /// Invocation count under which the register kernel runs small workgroups (decode), so that they still
 /// spread over every CPU thread.
 const ROWS_FEW: usize = 512;
-
-/// Which kernel runs an [`attention`] call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttnVariant {
-    /// `attention.wgsl`: one workgroup per (batch row, head, block of query rows), K/V tiles staged in
-    /// workgroup memory, barriers per tile; Tq = 1 with kv_len <= 2048 takes its `attention_decode`
-    /// entry. Any head dim up to 768. The default for GPUs and the browser.
-    Tiled,
-    /// `attention_rows.wgsl`: one invocation per (batch row, head, 4 query rows), rows and outputs in
-    /// registers, no workgroup memory or barriers. Head dim a multiple of 4 up to 80. Fast on CPU adapters.
-    Rows,
-    /// `attention_flash.wgsl`: one workgroup per (batch row, head, block of up to 64 query rows), K/V
-    /// tiles staged in workgroup memory with vec4 loads and shared by the block's rows, each row's query,
-    /// output and online-softmax state in one invocation's registers (few rows: split over several
-    /// invocations and merged). Head dim a multiple of 4 up to 64. For GPUs.
-    Flash,
-    /// The flash kernel with blocks of up to 16 query rows, each row's keys split over (at least 4)
-    /// invocations and merged: 4x the workgroups of [`AttnVariant::Flash`] on long sequences, for GPUs
-    /// with more cores than the encoder's (heads x row blocks) fill. Same head dims.
-    FlashSplit,
-}
 
 impl AttnVariant {
     /// Every variant: the tuner's candidates (filtered by [`AttnVariant::supports`]).
@@ -155,47 +137,6 @@ pub(crate) const FLASH_MAX_WG: usize = 64;
 const FLASH_SPLIT_ROWS: usize = 16;
 const FLASH_WG_BYTES: u32 = (2 * FLASH_KV4 * 16 + 2 * FLASH_MAX_WG * 4) as u32;
 
-/// Options of one attention call.
-#[derive(Clone, Copy, Debug)]
-pub struct AttnOpts<'a> {
-    /// Number of heads H; the column count H*D must be divisible by it.
-    pub heads: usize,
-    /// Multiplier applied to q before q k^T (usually head_dim^-0.5).
-    pub scale: f32,
-    /// Key j is visible to query row i only if j <= q_offset + i.
-    pub causal: bool,
-    /// Rows of k/v that are valid (KV-cache fill); `None` = all Tk.
-    pub kv_len: Option<u32>,
-    /// Absolute position of query row 0 (for the causal rule).
-    pub q_offset: u32,
-    /// Additive mask (Tq, Tk), shared by every batch row and head.
-    pub mask: Option<&'a Tensor>,
-    /// When set, the kernel reads the key count and the query position at run time from this U32 buffer
-    /// (at least 2 elements: [kv_len, q_offset]) instead of `kv_len` / `q_offset`: a recorded decode
-    /// step ([`crate::gpu::Plan`]) replays the same bind group at every position and only rewrites it.
-    /// The shader clamps kv_len to Tk. Same kernels (their `DYN_LEN` variant), same arithmetic.
-    pub dyn_len: Option<&'a Tensor>,
-    /// The kernel; `None`: the registry's choice for the call's [`ShapeClass::attention`] when the tuner made
-    /// one (and it supports the head dim), else [`choose_attention_variant`]. A forced variant that does
-    /// not support the head dim ([`variant_supports`]) is an `Error::Shape`.
-    pub variant: Option<AttnVariant>,
-}
-
-impl Default for AttnOpts<'_> {
-    fn default() -> Self {
-        AttnOpts {
-            heads: 1,
-            scale: 1.0,
-            causal: false,
-            kv_len: None,
-            q_offset: 0,
-            mask: None,
-            dyn_len: None,
-            variant: None,
-        }
-    }
-}
-
 uniform! {
     /// The uniform of every attention kernel.
     struct AttnParams: ATTN_PARAMS_LAYOUT = "include/attn_params" / Params {
@@ -253,24 +194,28 @@ pub fn attention(
         None => chosen_variant(rec.gpu(), rec.images(), q, k, opts),
     };
     check_operands(q, k, v, opts, out)?;
-    if host::on_host(rec)? {
-        mask_of(q, opts, q.dim(1), k.dim(1))?;
-        return host::dense::attention(q, k, v, opts, out);
+    match rec.backend()? {
+        Backend::Host => {
+            mask_of(q, opts, q.dim(1), k.dim(1))?;
+            host::dense::attention(q, k, v, opts, out)
+        }
+        Backend::Wgpu(_) => {
+            let layout = layout_of(q, k, opts, variant)?;
+            let mask = mask_of(q, opts, layout.tq, layout.tk)?;
+            if layout.batch == 0 || layout.tq == 0 {
+                return Ok(());
+            }
+            let tensors = [q, k, v, mask];
+            let dyn_len = opts.dyn_len;
+            let launch = match variant {
+                AttnVariant::Tiled => tiled_launch(&layout)?,
+                AttnVariant::Rows => rows_launch(&layout)?,
+                AttnVariant::Flash => flash_launch(&layout, FLASH_MAX_WG)?,
+                AttnVariant::FlashSplit => flash_launch(&layout, FLASH_SPLIT_ROWS)?,
+            };
+            record_launch(rec, &layout, opts, tensors, dyn_len, out, launch)
+        }
     }
-    let layout = layout_of(q, k, opts, variant)?;
-    let mask = mask_of(q, opts, layout.tq, layout.tk)?;
-    if layout.batch == 0 || layout.tq == 0 {
-        return Ok(());
-    }
-    let tensors = [q, k, v, mask];
-    let dyn_len = opts.dyn_len;
-    let launch = match variant {
-        AttnVariant::Tiled => tiled_launch(&layout)?,
-        AttnVariant::Rows => rows_launch(&layout)?,
-        AttnVariant::Flash => flash_launch(&layout, FLASH_MAX_WG)?,
-        AttnVariant::FlashSplit => flash_launch(&layout, FLASH_SPLIT_ROWS)?,
-    };
-    record_launch(rec, &layout, opts, tensors, dyn_len, out, launch)
 }
 
 /// The registry's choice for the call's [`ShapeClass::attention`] when the tuner made one and it supports the
@@ -592,12 +537,8 @@ impl crate::gpu::tune::TuneCase for AttnShape {
     }
 
     fn auto_shape(&self) -> Option<Box<dyn crate::gpu::tune::TuneCase>> {
-        (self.tq > AUTO_ATTN_ROWS).then(|| {
-            Box::new(AttnShape {
-                tq: AUTO_ATTN_ROWS,
-                ..*self
-            }) as Box<dyn crate::gpu::tune::TuneCase>
-        })
+        let tq = AUTO_ATTN_ROWS;
+        crate::gpu::tune::shrunk(self.tq > tq, || AttnShape { tq, ..*self })
     }
 
     fn prepare(

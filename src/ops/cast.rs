@@ -2,9 +2,11 @@
 //! (the decoder's cross-attention K/V and the cache rows of a fixed-position step, when the weights are
 //! not fp32).
 
+use crate::cpu::host;
 use crate::error::Result;
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "cast", [("WG", WG)]);
 
@@ -34,13 +36,13 @@ pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    if host::on_host(rec)? {
-        return host::dense::f32_to_f16(x, out);
+    match rec.backend()? {
+        Backend::Host => host::dense::f32_to_f16(x, out),
+        Backend::Wgpu(_) => rec.launch(
+            &Kernel::new(&SHADER, "f32_to_f16"),
+            &params,
+            &[x, out],
+            grid_1d(ceil_div(words, WG as usize)),
+        ),
     }
-    rec.launch(
-        &Kernel::new(&SHADER, "f32_to_f16"),
-        &params,
-        &[x, out],
-        grid_1d(ceil_div(words, WG as usize)),
-    )
 }

@@ -2,12 +2,14 @@
 //! the token count N as the reduction axis of the (d x d) logits and N^-0.5 as the scale.
 
 use crate::cpu::channel_attn::{channel_logits as cpu_logits, ChannelLogits as CpuLogits};
+use crate::cpu::host;
 use crate::error::{Error, Result};
 use crate::gpu::host::with_host;
+use crate::gpu::Backend;
 use crate::gpu::{
     ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor, MAX_GRID_DIM,
 };
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "channel_attn", [("WG", WG), ("TILE", TILE as u32)]);
 
@@ -144,24 +146,26 @@ impl ChannelLogits {
         if b == 0 || n == 0 {
             return Ok(());
         }
-        if host::on_host(rec)? {
-            return self.host_apply(v, (v_stride, v_off), out);
+        match rec.backend()? {
+            Backend::Host => self.host_apply(v, (v_stride, v_off), out),
+            Backend::Wgpu(_) => {
+                let (entry, total) = if self.vec4 {
+                    ("attn_apply4", b * n * c / 4)
+                } else {
+                    ("attn_apply", b * n * c)
+                };
+                let mut params = self.params;
+                params.total = total as u32;
+                params.v_stride = v_stride as u32;
+                params.v_off = v_off as u32;
+                rec.launch(
+                    &Kernel::new(&SHADER, entry),
+                    &params,
+                    &[v, &self.attn_t, out],
+                    grid_1d(ceil_div(total, WG as usize)),
+                )
+            }
         }
-        let (entry, total) = if self.vec4 {
-            ("attn_apply4", b * n * c / 4)
-        } else {
-            ("attn_apply", b * n * c)
-        };
-        let mut params = self.params;
-        params.total = total as u32;
-        params.v_stride = v_stride as u32;
-        params.v_off = v_off as u32;
-        rec.launch(
-            &Kernel::new(&SHADER, entry),
-            &params,
-            &[v, &self.attn_t, out],
-            grid_1d(ceil_div(total, WG as usize)),
-        )
     }
 }
 
@@ -290,12 +294,16 @@ fn logits_impl(
     if b == 0 || n == 0 {
         return Ok(out);
     }
-    if host::on_host(rec)? {
-        out.host_logits(src, groups)?;
-        return Ok(out);
+    match rec.backend()? {
+        Backend::Host => {
+            out.host_logits(src, groups)?;
+            Ok(out)
+        }
+        Backend::Wgpu(_) => {
+            record_logits(rec, src, &out, scratch)?;
+            Ok(out)
+        }
     }
-    record_logits(rec, src, &out, scratch)?;
-    Ok(out)
 }
 
 /// Record the two logits passes into `out.attn_t`: per-split Gram partials of q and k (into `scratch`

@@ -1,10 +1,13 @@
 //! Convolutions over channels-last images (`shaders/conv.wgsl`): the patch-embedding `conv2d`
 //! (im2col + the tuned `linear` GEMM) and DaViT's depthwise positional conv with its residual fused.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, MemKind, Recorder, Tensor};
+use crate::opdef::check;
+pub use crate::opdef::conv::Conv2dWeight;
 use crate::ops::matmul::{linear, LinearArgs};
-use crate::ops::{check, host};
 
 shader!(pub static SHADER = "conv", [("WG", WG)]);
 
@@ -45,21 +48,6 @@ pub fn gemm_k(k: usize, dtype: DType) -> (usize, DType) {
 }
 
 pub use crate::cpu::conv::conv_out_len;
-
-/// A dense convolution's weight: as in the checkpoint, or in the GEMM's layout, prepared once.
-#[derive(Clone, Copy, Debug)]
-pub enum Conv2dWeight<'a> {
-    /// (Cout, Cin, kh, kw): padded on every call when its K needs it (a Cout x K copy).
-    Checkpoint(&'a Tensor),
-    /// (Cout, K padded) from [`prepare_conv2d_weight`], and the kernel's (Cin, kh, kw).
-    Prepared(&'a Tensor, (usize, usize, usize)),
-}
-
-impl<'a> From<&'a Tensor> for Conv2dWeight<'a> {
-    fn from(w: &'a Tensor) -> Self {
-        Conv2dWeight::Checkpoint(w)
-    }
-}
 
 /// The options of one [`conv2d`] call. `Conv2dArgs::new(stride, pad)` allocates its im2col scratch
 /// and runs chunks of up to [`IM2COL_CHUNK_BYTES`].
@@ -122,16 +110,18 @@ pub fn conv2d(
     if g.rows == 0 {
         return Ok(());
     }
-    if host::on_host(rec)? {
-        return host::vision::conv2d(x, w, bias, (args.stride, args.pad), out);
+    match rec.backend()? {
+        Backend::Host => host::vision::conv2d(x, w, bias, (args.stride, args.pad), out),
+        Backend::Wgpu(_) => {
+            check::u32_of(OP, "input elements", x.numel())?;
+            check::u32_of(OP, "output rows", g.rows)?;
+            let (w2, kp) = gemm_weight(rec, w, &g)?;
+            let budget = args
+                .scratch
+                .map_or(args.chunk_bytes, |t| args.chunk_bytes.min(t.capacity()));
+            record_conv2d(rec, x, &w2, kp, bias, &args, &g, budget, out)
+        }
     }
-    check::u32_of(OP, "input elements", x.numel())?;
-    check::u32_of(OP, "output rows", g.rows)?;
-    let (w2, kp) = gemm_weight(rec, w, &g)?;
-    let budget = args
-        .scratch
-        .map_or(args.chunk_bytes, |t| args.chunk_bytes.min(t.capacity()));
-    record_conv2d(rec, x, &w2, kp, bias, &args, &g, budget, out)
 }
 
 /// The buffer [`prepare_conv2d_weight`] allocates for a dense conv weight of `shape` (Cout, Cin, kh, kw)
@@ -530,22 +520,24 @@ pub fn dwconv3x3_residual_taps(
     if n == 0 {
         return Ok(());
     }
-    if host::on_host(rec)? {
-        return host::vision::dwconv3x3_residual(x, taps, bias, out);
+    match rec.backend()? {
+        Backend::Host => host::vision::dwconv3x3_residual(x, taps, bias, out),
+        Backend::Wgpu(_) => {
+            let n32 = check::u32_of(OP, "elements", n)?;
+            let lanes = if c.is_multiple_of(4) { 4 } else { 1 };
+            let params = DwParams {
+                n: n32 / lanes as u32,
+                h: h as u32,
+                w: wd as u32,
+                c: (c / lanes) as u32,
+            };
+            let defines: &[&str] = if lanes == 4 { &["VEC4"] } else { &[] };
+            rec.launch(
+                &Kernel::new(&SHADER, "dwconv3x3_residual").defines(defines),
+                &params,
+                &[x, taps, bias, out],
+                grid_1d(ceil_div(n / lanes, WG as usize)),
+            )
+        }
     }
-    let n32 = check::u32_of(OP, "elements", n)?;
-    let lanes = if c.is_multiple_of(4) { 4 } else { 1 };
-    let params = DwParams {
-        n: n32 / lanes as u32,
-        h: h as u32,
-        w: wd as u32,
-        c: (c / lanes) as u32,
-    };
-    let defines: &[&str] = if lanes == 4 { &["VEC4"] } else { &[] };
-    rec.launch(
-        &Kernel::new(&SHADER, "dwconv3x3_residual").defines(defines),
-        &params,
-        &[x, taps, bias, out],
-        grid_1d(ceil_div(n / lanes, WG as usize)),
-    )
 }

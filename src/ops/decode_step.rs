@@ -2,9 +2,11 @@
 //! position from a step buffer (U32, written per step) instead of a params uniform, so a step recorded
 //! once ([`crate::gpu::Plan`]) serves every position.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "decode_step", [("WG", WG)]);
 
@@ -50,23 +52,25 @@ pub fn pos_add(
     }
     check::distinct(OP, ("table", table), ("x", x))?;
     let at = check_step(OP, step, at)?;
-    if host::on_host(rec)? {
-        return host::dense::pos_add(x, table, step, at as usize);
+    match rec.backend()? {
+        Backend::Host => host::dense::pos_add(x, table, step, at as usize),
+        Backend::Wgpu(_) => {
+            let n = b * d;
+            let params = Params {
+                b: check::u32_of(OP, "B", b)?,
+                d: check::u32_of(OP, "D", d)?,
+                rows: check::u32_of(OP, "table rows", ts[0])?,
+                at,
+            };
+            check::u32_of(OP, "table elements", table.numel())?;
+            rec.launch(
+                &Kernel::new(&SHADER, "pos_add"),
+                &params,
+                &[step, table, x],
+                grid_1d(ceil_div(n, WG as usize)),
+            )
+        }
     }
-    let n = b * d;
-    let params = Params {
-        b: check::u32_of(OP, "B", b)?,
-        d: check::u32_of(OP, "D", d)?,
-        rows: check::u32_of(OP, "table rows", ts[0])?,
-        at,
-    };
-    check::u32_of(OP, "table elements", table.numel())?;
-    rec.launch(
-        &Kernel::new(&SHADER, "pos_add"),
-        &params,
-        &[step, table, x],
-        grid_1d(ceil_div(n, WG as usize)),
-    )
 }
 
 /// ck[r, step[at], :] = kn[r, :] and cv[r, step[at], :] = vn[r, :] for kn/vn (B, D) f32 and the caches
@@ -110,25 +114,27 @@ pub fn kv_write(
         ));
     }
     let at = check_step(OP, step, at)?;
-    if host::on_host(rec)? {
-        return host::dense::kv_write(kn, vn, ck, cv, step, at as usize);
+    match rec.backend()? {
+        Backend::Host => host::dense::kv_write([kn, vn], [ck, cv], (step, at as usize)),
+        Backend::Wgpu(_) => {
+            check::u32_of(OP, "cache elements", ck.numel())?;
+            let params = Params {
+                b: check::u32_of(OP, "B", b)?,
+                d: check::u32_of(OP, "D", d)?,
+                rows: check::u32_of(OP, "cache rows", l)?,
+                at,
+            };
+            // f16: one invocation per pair of channels.
+            let (defines, threads): (&[&str], usize) = match f16 {
+                true => (&["KV_WRITE", "KV_F16"], b * d / 2),
+                false => (&["KV_WRITE"], b * d),
+            };
+            rec.launch(
+                &Kernel::new(&SHADER, "kv_write").defines(defines),
+                &params,
+                &[step, kn, vn, ck, cv],
+                grid_1d(ceil_div(threads, WG as usize)),
+            )
+        }
     }
-    check::u32_of(OP, "cache elements", ck.numel())?;
-    let params = Params {
-        b: check::u32_of(OP, "B", b)?,
-        d: check::u32_of(OP, "D", d)?,
-        rows: check::u32_of(OP, "cache rows", l)?,
-        at,
-    };
-    // f16: one invocation per pair of channels.
-    let (defines, threads): (&[&str], usize) = match f16 {
-        true => (&["KV_WRITE", "KV_F16"], b * d / 2),
-        false => (&["KV_WRITE"], b * d),
-    };
-    rec.launch(
-        &Kernel::new(&SHADER, "kv_write").defines(defines),
-        &params,
-        &[step, kn, vn, ck, cv],
-        grid_1d(ceil_div(threads, WG as usize)),
-    )
 }

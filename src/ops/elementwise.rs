@@ -4,9 +4,11 @@
 //! read-only and writable in one dispatch. When the element count (and C for the row ops) is a multiple
 //! of 4, the VEC4 variant runs instead (5-10x faster on lavapipe).
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "elementwise", [("WG", WG)]);
 
@@ -71,18 +73,22 @@ pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<(
             ),
         ));
     }
-    if host::on_host(rec)? {
-        return host::rows::add(a, b, out);
-    }
-    let p = params("add", a.numel())?;
-    let v4 = p.n % 4 == 0;
-    let (sa, sb) = (check::same_buffer(a, out), check::same_buffer(b, out));
-    match (sa, sb) {
-        (false, false) => launch(rec, "add", (v4, false), p, &[a, b, out]),
-        (true, false) => launch(rec, "add", (v4, true), p, &[out, b]),
-        (false, true) => launch(rec, "add", (v4, true), p, &[out, a]),
-        // out = out + out
-        (true, true) => launch(rec, "scale", (v4, true), Params { scale: 2.0, ..p }, &[out]),
+    match rec.backend()? {
+        Backend::Host => host::rows::add(a, b, out),
+        Backend::Wgpu(_) => {
+            let p = params("add", a.numel())?;
+            let v4 = p.n % 4 == 0;
+            let (sa, sb) = (check::same_buffer(a, out), check::same_buffer(b, out));
+            match (sa, sb) {
+                (false, false) => launch(rec, "add", (v4, false), p, &[a, b, out]),
+                (true, false) => launch(rec, "add", (v4, true), p, &[out, b]),
+                (false, true) => launch(rec, "add", (v4, true), p, &[out, a]),
+                // out = out + out
+                (true, true) => {
+                    launch(rec, "scale", (v4, true), Params { scale: 2.0, ..p }, &[out])
+                }
+            }
+        }
     }
 }
 
@@ -91,18 +97,20 @@ pub fn scale(rec: &mut Recorder, x: &Tensor, s: f32, out: &Tensor) -> Result<()>
     check::f32("scale", "x", x)?;
     check::f32("scale", "out", out)?;
     check::shape("scale", "out", out, x.shape())?;
-    if host::on_host(rec)? {
-        return host::rows::scale(x, s, out);
-    }
-    let p = Params {
-        scale: s,
-        ..params("scale", x.numel())?
-    };
-    let v4 = p.n.is_multiple_of(4);
-    if check::same_buffer(x, out) {
-        launch(rec, "scale", (v4, true), p, &[out])
-    } else {
-        launch(rec, "scale", (v4, false), p, &[x, out])
+    match rec.backend()? {
+        Backend::Host => host::rows::scale(x, s, out),
+        Backend::Wgpu(_) => {
+            let p = Params {
+                scale: s,
+                ..params("scale", x.numel())?
+            };
+            let v4 = p.n.is_multiple_of(4);
+            if check::same_buffer(x, out) {
+                launch(rec, "scale", (v4, true), p, &[out])
+            } else {
+                launch(rec, "scale", (v4, false), p, &[x, out])
+            }
+        }
     }
 }
 
@@ -126,18 +134,20 @@ pub fn add_row(rec: &mut Recorder, x: &Tensor, row: &Tensor, out: &Tensor) -> Re
         ));
     }
     check::distinct(OP, ("row", row), ("out", out))?;
-    if host::on_host(rec)? {
-        return host::rows::add_row(x, row, out);
-    }
-    let p = Params {
-        c: check::u32_of(OP, "C", c)?,
-        ..params(OP, x.numel())?
-    };
-    let v4 = c.is_multiple_of(4);
-    if check::same_buffer(x, out) {
-        launch(rec, "add_row", (v4, true), p, &[out, row])
-    } else {
-        launch(rec, "add_row", (v4, false), p, &[x, row, out])
+    match rec.backend()? {
+        Backend::Host => host::rows::add_row(x, row, out),
+        Backend::Wgpu(_) => {
+            let p = Params {
+                c: check::u32_of(OP, "C", c)?,
+                ..params(OP, x.numel())?
+            };
+            let v4 = c.is_multiple_of(4);
+            if check::same_buffer(x, out) {
+                launch(rec, "add_row", (v4, true), p, &[out, row])
+            } else {
+                launch(rec, "add_row", (v4, false), p, &[x, row, out])
+            }
+        }
     }
 }
 
@@ -168,20 +178,22 @@ pub fn add_rows_at(
         ));
     }
     check::distinct(OP, ("table", table), ("out", out))?;
-    if host::on_host(rec)? {
-        return host::rows::add_rows_at(x, table, start as usize, out);
-    }
-    let p = Params {
-        c: check::u32_of(OP, "C", c)?,
-        start,
-        ..params(OP, x.numel())?
-    };
-    // start * C + T * C <= P * C must be indexable in u32.
-    check::u32_of(OP, "table elements", table.numel())?;
-    let v4 = c % 4 == 0;
-    if check::same_buffer(x, out) {
-        launch(rec, "add_rows_at", (v4, true), p, &[out, table])
-    } else {
-        launch(rec, "add_rows_at", (v4, false), p, &[x, table, out])
+    match rec.backend()? {
+        Backend::Host => host::rows::add_rows_at(x, table, start as usize, out),
+        Backend::Wgpu(_) => {
+            let p = Params {
+                c: check::u32_of(OP, "C", c)?,
+                start,
+                ..params(OP, x.numel())?
+            };
+            // start * C + T * C <= P * C must be indexable in u32.
+            check::u32_of(OP, "table elements", table.numel())?;
+            let v4 = c % 4 == 0;
+            if check::same_buffer(x, out) {
+                launch(rec, "add_rows_at", (v4, true), p, &[out, table])
+            } else {
+                launch(rec, "add_rows_at", (v4, false), p, &[x, table, out])
+            }
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! Data movement (`shaders/layout.wgsl`): `permute` (rank <= 4) and `split_qkv` (DaViT's fused qkv
 //! output into separate q, k, v).
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "layout", [("WG", WG)]);
 
@@ -75,22 +77,24 @@ pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> 
     let want: Vec<usize> = dims.iter().map(|&d| xs[d]).collect();
     check::shape(OP, "out", out, &want)?;
     check::distinct(OP, ("x", x), ("out", out))?;
-    if host::on_host(rec)? {
-        return host::vision::permute(x, dims, out);
+    match rec.backend()? {
+        Backend::Host => host::vision::permute(x, dims, out),
+        Backend::Wgpu(_) => {
+            let n = check::u32_of(OP, "elements", x.numel())?;
+            // Row-major strides of x.
+            let mut stride = vec![1usize; rank];
+            for i in (0..rank.saturating_sub(1)).rev() {
+                stride[i] = stride[i + 1] * xs[i + 1];
+            }
+            let mut p = Params::new(n);
+            let pad = 4 - rank;
+            for (i, &d) in dims.iter().enumerate() {
+                p.out_dims[pad + i] = want[i].max(1) as u32;
+                p.in_strides[pad + i] = check::u32_of(OP, "stride", stride[d])?;
+            }
+            launch(rec, ("permute", false), n as usize, p, &[x, out])
+        }
     }
-    let n = check::u32_of(OP, "elements", x.numel())?;
-    // Row-major strides of x.
-    let mut stride = vec![1usize; rank];
-    for i in (0..rank.saturating_sub(1)).rev() {
-        stride[i] = stride[i + 1] * xs[i + 1];
-    }
-    let mut p = Params::new(n);
-    let pad = 4 - rank;
-    for (i, &d) in dims.iter().enumerate() {
-        p.out_dims[pad + i] = want[i].max(1) as u32;
-        p.in_strides[pad + i] = check::u32_of(OP, "stride", stride[d])?;
-    }
-    launch(rec, ("permute", false), n as usize, p, &[x, out])
 }
 
 /// q, k, v = qkv[:, :C], qkv[:, C:2C], qkv[:, 2C:] for qkv (R, 3C) and q, k, v (R, C) (any leading dims
@@ -124,15 +128,17 @@ pub fn split_qkv(
     check::distinct(OP, ("q", q), ("k", k))?;
     check::distinct(OP, ("q", q), ("v", v))?;
     check::distinct(OP, ("k", k), ("v", v))?;
-    if host::on_host(rec)? {
-        return host::vision::split_qkv(qkv, q, k, v);
-    }
-    check::u32_of(OP, "qkv elements", qkv.numel())?;
-    let mut p = Params::new(q.numel() as u32);
-    p.a = (c3 / 3) as u32;
-    if (c3 / 3).is_multiple_of(4) {
-        launch(rec, ("split_qkv", true), q.numel() / 4, p, &[qkv, q, k, v])
-    } else {
-        launch(rec, ("split_qkv", false), q.numel(), p, &[qkv, q, k, v])
+    match rec.backend()? {
+        Backend::Host => host::vision::split_qkv(qkv, q, k, v),
+        Backend::Wgpu(_) => {
+            check::u32_of(OP, "qkv elements", qkv.numel())?;
+            let mut p = Params::new(q.numel() as u32);
+            p.a = (c3 / 3) as u32;
+            if (c3 / 3).is_multiple_of(4) {
+                launch(rec, ("split_qkv", true), q.numel() / 4, p, &[qkv, q, k, v])
+            } else {
+                launch(rec, ("split_qkv", false), q.numel(), p, &[qkv, q, k, v])
+            }
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! One typed launcher per WGSL kernel. A launcher checks shapes and dtypes (returning
 //! [`crate::Error::Shape`] on a mismatch), fills the kernel's `#[repr(C)]` `Params`, and records the
 //! dispatch into a [`crate::gpu::Recorder`]. Launchers never submit: the caller decides when a stage ends.
-//! On the CPU backend ([`crate::gpu::Device::cpu`]) the same launcher runs its [`host`] twin instead: the
-//! `crate::cpu` kernel on host memory, at once.
+//! Each launcher dispatches on the device's backend in one `match` ([`crate::gpu::Backend`]): the WGSL
+//! kernel on a wgpu device, its [`crate::cpu::host`] twin (the `crate::cpu` kernel on host memory, at
+//! once) on the CPU backend. The ops' options and shape rules live below both, in [`crate::opdef`].
 
 pub mod attention;
 pub mod cast;
@@ -11,7 +12,6 @@ pub mod conv;
 pub mod decode_step;
 pub mod elementwise;
 pub mod embedding;
-pub mod host;
 pub mod layout;
 pub mod linear_tune;
 pub mod matmul;
@@ -21,8 +21,6 @@ pub mod reduce;
 pub mod softmax;
 pub mod window;
 pub mod window_attn;
-
-pub(crate) mod check;
 
 use crate::gpu::Shader;
 

@@ -1,8 +1,10 @@
 //! LayerNorm (`shaders/norm.wgsl`).
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "norm", [("MAX_WG", MAX_WG)]);
 
@@ -73,9 +75,20 @@ pub fn layer_norm_with(
         _pad: 0,
     };
     check::u32_of(OP, "elements", x.numel())?;
-    if host::on_host(rec)? {
-        return host::rows::layer_norm(x, gamma, beta, eps, out);
+    match rec.backend()? {
+        Backend::Host => host::rows::layer_norm(x, gamma, beta, eps, out),
+        Backend::Wgpu(_) => record(rec, [x, gamma, beta, out], &params, strategy),
     }
+}
+
+/// The WGSL kernel's dispatch for [`layer_norm_with`] (operands checked, `params` filled).
+fn record(
+    rec: &mut Recorder,
+    [x, gamma, beta, out]: [&Tensor; 4],
+    params: &Params,
+    strategy: RowStrategy,
+) -> Result<()> {
+    let (rows, c) = (params.rows as usize, params.c as usize);
     let gpu = rec.gpu().clone();
     let rowwise = match strategy {
         RowStrategy::Auto => gpu.caps.is_cpu,
@@ -118,7 +131,7 @@ pub fn layer_norm_with(
         &Kernel::new(&SHADER, entry)
             .defines(defines)
             .with(&[("WG", wg as f64)]),
-        &params,
+        params,
         &bindings,
         grid,
     )

@@ -1,9 +1,10 @@
 //! Florence-2 projector position terms (`shaders/pos_embed.wgsl`): the learned 2-D position embedding
 //! (column half first) plus the cosine temporal row 0, added to the image tokens in one pass.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
-use crate::ops::host;
 
 shader!(pub static SHADER = "pos_embed", [("WG", WG)]);
 
@@ -36,26 +37,28 @@ pub fn pos2d_temporal_add(
     if n == 0 {
         return Ok(());
     }
-    if host::on_host(rec)? {
-        return host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out);
+    match rec.backend()? {
+        Backend::Host => host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out),
+        Backend::Wgpu(_) => {
+            let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
+            let params = Params {
+                n: n32,
+                h: h as u32,
+                w: w as u32,
+                c: c as u32,
+                ccol: ccol as u32,
+                _pad0: 0,
+                _pad1: 0,
+                _pad2: 0,
+            };
+            rec.launch(
+                &Kernel::new(&SHADER, "pos2d_temporal_add"),
+                &params,
+                &[feats, col, row, temporal, out],
+                grid_1d(ceil_div(n, WG as usize)),
+            )
+        }
     }
-    let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
-    let params = Params {
-        n: n32,
-        h: h as u32,
-        w: w as u32,
-        c: c as u32,
-        ccol: ccol as u32,
-        _pad0: 0,
-        _pad1: 0,
-        _pad2: 0,
-    };
-    rec.launch(
-        &Kernel::new(&SHADER, "pos2d_temporal_add"),
-        &params,
-        &[feats, col, row, temporal, out],
-        grid_1d(ceil_div(n, WG as usize)),
-    )
 }
 
 /// F32 operands of matching shapes (see [`pos2d_temporal_add`]), `out` apart from `feats`.

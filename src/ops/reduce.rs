@@ -6,9 +6,11 @@
 //! the first maximal index (torch.argmax's documented rule) and topk's output order is that of a stable
 //! descending sort.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, DType, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "reduce", [("MAX_WG", MAX_WG), ("MAXK", MAX_TOPK as u32)]);
 
@@ -52,16 +54,18 @@ pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         k: 1,
         _pad: 0,
     };
-    if host::on_host(rec)? {
-        return host::rows::argmax_rows(x, out);
+    match rec.backend()? {
+        Backend::Host => host::rows::argmax_rows(x, out),
+        Backend::Wgpu(_) => {
+            let wg = check::pow2_wg(v, 32, MAX_WG);
+            rec.launch(
+                &Kernel::new(&SHADER, "argmax_rows").with(&[("WG", wg as f64)]),
+                &params,
+                &[x, out],
+                grid_1d(params.rows),
+            )
+        }
     }
-    let wg = check::pow2_wg(v, 32, MAX_WG);
-    rec.launch(
-        &Kernel::new(&SHADER, "argmax_rows").with(&[("WG", wg as f64)]),
-        &params,
-        &[x, out],
-        grid_1d(params.rows),
-    )
 }
 
 /// The k largest values of each row of x f32 (R, V), descending, into vals f32 (R, k) and their column
@@ -93,16 +97,18 @@ pub fn topk_rows(
         k: k as u32,
         _pad: 0,
     };
-    if host::on_host(rec)? {
-        return host::rows::topk_rows(x, k, vals, ids);
+    match rec.backend()? {
+        Backend::Host => host::rows::topk_rows(x, k, vals, ids),
+        Backend::Wgpu(_) => {
+            let wg = check::pow2_wg(v, 32, MAX_WG);
+            rec.launch(
+                &Kernel::new(&SHADER, "topk_rows").with(&[("WG", wg as f64)]),
+                &params,
+                &[x, vals, ids],
+                grid_1d(params.rows),
+            )
+        }
     }
-    let wg = check::pow2_wg(v, 32, MAX_WG);
-    rec.launch(
-        &Kernel::new(&SHADER, "topk_rows").with(&[("WG", wg as f64)]),
-        &params,
-        &[x, vals, ids],
-        grid_1d(params.rows),
-    )
 }
 
 /// out[b, c] = mean over n of x[b, n, c], for x (B, N, C) and out (B, C); N >= 1.
@@ -118,19 +124,21 @@ pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     check::shape(OP, "out", out, &[b, c])?;
     check::distinct(OP, ("x", x), ("out", out))?;
     check::u32_of(OP, "elements", x.numel())?;
-    if host::on_host(rec)? {
-        return host::rows::mean_rows(x, out);
+    match rec.backend()? {
+        Backend::Host => host::rows::mean_rows(x, out),
+        Backend::Wgpu(_) => {
+            let params = Params {
+                rows: b as u32,
+                v: n as u32,
+                k: c as u32,
+                _pad: 0,
+            };
+            rec.launch(
+                &Kernel::new(&SHADER, "mean_rows").with(&[("WG", MAX_WG as f64)]),
+                &params,
+                &[x, out],
+                grid_1d(ceil_div(b * c, MAX_WG as usize)),
+            )
+        }
     }
-    let params = Params {
-        rows: b as u32,
-        v: n as u32,
-        k: c as u32,
-        _pad: 0,
-    };
-    rec.launch(
-        &Kernel::new(&SHADER, "mean_rows").with(&[("WG", MAX_WG as f64)]),
-        &params,
-        &[x, out],
-        grid_1d(ceil_div(b * c, MAX_WG as usize)),
-    )
 }

@@ -1,8 +1,10 @@
 //! Row softmax and log-softmax (`shaders/softmax.wgsl`), numerically stable (max-subtracted).
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{grid_1d, shader, uniform, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "softmax", [("MAX_WG", MAX_WG)]);
 
@@ -30,32 +32,34 @@ fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Res
         _pad0: 0,
         _pad1: 0,
     };
-    if host::on_host(rec)? {
-        return host::rows::softmax_rows(x, out, op == "log_softmax_rows");
+    match rec.backend()? {
+        Backend::Host => host::rows::softmax_rows(x, out, op == "log_softmax_rows"),
+        Backend::Wgpu(_) => {
+            let wg = check::pow2_wg(c, 32, MAX_WG);
+            let gpu = rec.gpu().clone();
+            let inplace = check::same_buffer(x, out);
+            let log = op == "log_softmax_rows";
+            let defines: &[&str] = match (log, inplace) {
+                (false, false) => &[],
+                (false, true) => &["INPLACE"],
+                (true, false) => &["LOG"],
+                (true, true) => &["LOG", "INPLACE"],
+            };
+            let bindings = if inplace {
+                vec![out.binding(&gpu)?]
+            } else {
+                vec![x.binding(&gpu)?, out.binding(&gpu)?]
+            };
+            rec.dispatch(
+                &Kernel::new(&SHADER, "softmax")
+                    .defines(defines)
+                    .with(&[("WG", wg as f64)]),
+                &params,
+                &bindings,
+                grid_1d(params.rows),
+            )
+        }
     }
-    let wg = check::pow2_wg(c, 32, MAX_WG);
-    let gpu = rec.gpu().clone();
-    let inplace = check::same_buffer(x, out);
-    let log = op == "log_softmax_rows";
-    let defines: &[&str] = match (log, inplace) {
-        (false, false) => &[],
-        (false, true) => &["INPLACE"],
-        (true, false) => &["LOG"],
-        (true, true) => &["LOG", "INPLACE"],
-    };
-    let bindings = if inplace {
-        vec![out.binding(&gpu)?]
-    } else {
-        vec![x.binding(&gpu)?, out.binding(&gpu)?]
-    };
-    rec.dispatch(
-        &Kernel::new(&SHADER, "softmax")
-            .defines(defines)
-            .with(&[("WG", wg as f64)]),
-        &params,
-        &bindings,
-        grid_1d(params.rows),
-    )
 }
 
 /// out[r, :] = softmax(x[r, :]) over the last dim; x, out (R, C) (leading dims flattened into R).

@@ -1,9 +1,11 @@
 //! DaViT window partition / reverse (`shaders/window.wgsl`): zero-pad to multiples of the window, cut
 //! into ws x ws windows (row-major windows, row-major tokens), and the inverse with the padding cropped.
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, Kernel, Recorder, Tensor};
-use crate::ops::{check, host};
+use crate::opdef::check;
 
 shader!(pub static SHADER = "window", [("WG", WG)]);
 
@@ -32,38 +34,40 @@ fn launch(
     if n == 0 {
         return Ok(());
     }
-    if host::on_host(rec)? {
-        return match entry {
+    match rec.backend()? {
+        Backend::Host => match entry {
             "window_partition" => host::vision::window_partition(src, ws, dst),
             _ => host::vision::window_reverse(src, ws, (h, w), dst),
-        };
+        },
+        Backend::Wgpu(_) => {
+            // The VEC4 variant when whole tokens are whole vec4s.
+            let vec4 = c.is_multiple_of(4);
+            let c = if vec4 {
+                n /= 4;
+                c / 4
+            } else {
+                c
+            };
+            let n32 = check::u32_of(entry, "elements", n)?;
+            let (nwh, nww) = window_grid(h, w, ws);
+            let params = Params {
+                n: n32,
+                h: h as u32,
+                w: w as u32,
+                c: c as u32,
+                ws: ws as u32,
+                nwh: nwh as u32,
+                nww: nww as u32,
+                _pad0: 0,
+            };
+            rec.launch(
+                &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
+                &params,
+                &[src, dst],
+                grid_1d(ceil_div(n, WG as usize)),
+            )
+        }
     }
-    // The VEC4 variant when whole tokens are whole vec4s.
-    let vec4 = c.is_multiple_of(4);
-    let c = if vec4 {
-        n /= 4;
-        c / 4
-    } else {
-        c
-    };
-    let n32 = check::u32_of(entry, "elements", n)?;
-    let (nwh, nww) = window_grid(h, w, ws);
-    let params = Params {
-        n: n32,
-        h: h as u32,
-        w: w as u32,
-        c: c as u32,
-        ws: ws as u32,
-        nwh: nwh as u32,
-        nww: nww as u32,
-        _pad0: 0,
-    };
-    rec.launch(
-        &Kernel::new(&SHADER, entry).defines(if vec4 { &["VEC4"] } else { &[] }),
-        &params,
-        &[src, dst],
-        grid_1d(ceil_div(n, WG as usize)),
-    )
 }
 
 /// x (B, H, W, C) -> out (B*nWh*nWw, ws*ws, C), zero-padding H and W up to multiples of `ws` first

@@ -6,11 +6,13 @@
 //! tensor through its strides. [`window_attention`] asks the kernel registry first. Head sizes the
 //! register kernel cannot run go through the generic `ops::attention::attention` (see `model::davit`).
 
+use crate::cpu::host;
 use crate::error::{Error, Result};
 use crate::gpu::registry::ShapeClass;
+use crate::gpu::Backend;
 use crate::gpu::{ceil_div, grid_1d, shader, uniform, Caps, Kernel, Recorder, Tensor};
+use crate::opdef::check;
 use crate::ops::attention::{record_flash, AttnLayout, AttnOpts, AttnVariant, FLASH_MAX_WG};
-use crate::ops::{check, host};
 
 shader!(pub static SHADER = "window_attn", [
     ("WG", WG),
@@ -128,29 +130,31 @@ pub fn window_attention_variant(
             format!("qkv {:?} and out {:?} disagree", qkv.shape(), out.shape()),
         ));
     }
-    if host::on_host(rec)? {
-        return host::vision::window_attention(qkv, heads, scale, out);
-    }
-    let max_d = match variant {
-        WindowAttnVariant::Rows => MAX_HEAD_DIM,
-        WindowAttnVariant::Flash => crate::ops::attention::FLASH_MAX_HEAD_DIM,
-    };
-    if !variant.supports(&rec.gpu().caps, c, heads) {
-        return Err(Error::shape(
-            OP,
-            format!(
-                "{c} channels in {heads} heads: the {} kernel needs head_dim a multiple of 4 <= {max_d}",
-                variant.name()
-            ),
-        ));
-    }
-    check::distinct(OP, ("qkv", qkv), ("out", out))?;
-    if nw == 0 || t == 0 {
-        return Ok(());
-    }
-    match variant {
-        WindowAttnVariant::Flash => record_window_flash(rec, qkv, heads, scale, out),
-        WindowAttnVariant::Rows => record_window_rows(rec, qkv, heads, scale, out),
+    match rec.backend()? {
+        Backend::Host => host::vision::window_attention(qkv, heads, scale, out),
+        Backend::Wgpu(_) => {
+            let max_d = match variant {
+                WindowAttnVariant::Rows => MAX_HEAD_DIM,
+                WindowAttnVariant::Flash => crate::ops::attention::FLASH_MAX_HEAD_DIM,
+            };
+            if !variant.supports(&rec.gpu().caps, c, heads) {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "{c} channels in {heads} heads: the {} kernel needs head_dim a multiple of 4 <= {max_d}",
+                        variant.name()
+                    ),
+                ));
+            }
+            check::distinct(OP, ("qkv", qkv), ("out", out))?;
+            if nw == 0 || t == 0 {
+                return Ok(());
+            }
+            match variant {
+                WindowAttnVariant::Flash => record_window_flash(rec, qkv, heads, scale, out),
+                WindowAttnVariant::Rows => record_window_rows(rec, qkv, heads, scale, out),
+            }
+        }
     }
 }
 
@@ -251,12 +255,8 @@ impl crate::gpu::tune::TuneCase for WindowShape {
     }
 
     fn auto_shape(&self) -> Option<Box<dyn crate::gpu::tune::TuneCase>> {
-        (self.windows > AUTO_WINDOWS).then(|| {
-            Box::new(WindowShape {
-                windows: AUTO_WINDOWS,
-                ..*self
-            }) as Box<dyn crate::gpu::tune::TuneCase>
-        })
+        let windows = AUTO_WINDOWS;
+        crate::gpu::tune::shrunk(self.windows > windows, || WindowShape { windows, ..*self })
     }
 
     fn prepare(

@@ -5,7 +5,7 @@
 //! what to show; `florence2 tune`, whose whole job is tuning, also exits non-zero.
 
 use crate::gpu::tune::{tune_cases, CacheLocation, TuneCase, TuneOptions, TuneReport, Tuning};
-use crate::model::workloads::model_workload_for;
+use crate::model::workloads::model_workload;
 use crate::weights::{DTypePlan, WeightDType};
 
 use super::Pipeline;
@@ -37,7 +37,7 @@ impl Pipeline {
         opts: &TuneOptions,
         cache: &CacheLocation,
     ) -> TuneReport {
-        if self.gpu().is_host() {
+        if !self.gpu().backend().has_kernel_choices() {
             // The CPU backend has one kernel per op: nothing to choose.
             return TuneReport::default();
         }
@@ -50,7 +50,7 @@ impl Pipeline {
             Some(_) => DTypePlan::uniform(WeightDType::of_matrix_dtype(model.shared.dtype())),
             None => self.weight_dtype(),
         };
-        let work = model_workload_for(&model.config, h, w, beams, plan);
+        let work = model_workload(&model.config, h, w, beams, plan);
         let cases: Vec<(&dyn TuneCase, f64)> = work.iter().map(|(c, w)| (c.as_ref(), *w)).collect();
         match tune_cases(self.gpu(), &cases, opts, cache).await {
             Ok(report) => report,

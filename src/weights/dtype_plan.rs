@@ -13,6 +13,7 @@
 //! override earlier ones.
 
 use crate::error::{Error, Result};
+use crate::gpu::DType;
 use crate::weights::dtype::WeightDType;
 
 /// A part of the model with its own weight format.
@@ -125,6 +126,13 @@ impl Default for DTypePlan {
 impl From<WeightDType> for DTypePlan {
     fn from(d: WeightDType) -> Self {
         DTypePlan::uniform(d)
+    }
+}
+
+impl From<DType> for DTypePlan {
+    /// The uniform plan whose matrices are resident as `d` ([`WeightDType::of_matrix_dtype`]).
+    fn from(d: DType) -> Self {
+        DTypePlan::uniform(WeightDType::of_matrix_dtype(d))
     }
 }
 

@@ -13,17 +13,14 @@ const LEGACY_MAGIC: i128 = 0x1950a86a20f9469cfc6c;
 const LEGACY_PROTOCOL: i128 = 1001;
 
 impl TorchReader {
-    /// Legacy: buffer the input until the five pickles parse (tried again each time the buffer has
-    /// doubled, and at the end of the input); the bytes after them go on to the storages.
+    /// Legacy: the five pickles, parsed from the buffered input (the caller buffers with
+    /// [`TorchReader::buffer_until`] and tries again each time the buffer has doubled, and at the end
+    /// of the input); the bytes after them go on to the storages.
     pub(crate) fn legacy_pickles(
         &mut self,
         sink: &mut impl StorageSink,
         chunk: &[u8],
-        retry_at: usize,
     ) -> Result<usize> {
-        if self.buffer_until(chunk, retry_at) {
-            return Ok(chunk.len());
-        }
         let data = std::mem::take(&mut self.buf);
         let Some(used) = self.legacy_parse(sink, &data)? else {
             if chunk.is_empty() {

@@ -204,7 +204,13 @@ impl TorchReader {
                 Ok(need)
             }
             State::ZipHeader => self.zip_header(chunk),
-            State::ZipPickle { retry_at } => self.zip_pickle(sink, chunk, retry_at),
+            State::ZipPickle { retry_at } => {
+                if self.buffer_until(chunk, retry_at) {
+                    Ok(chunk.len())
+                } else {
+                    self.zip_pickle(sink, chunk)
+                }
+            }
             State::ZipCollect { what, len } => self.zip_collect(sink, chunk, what, len),
             State::ZipScan { what, scan } => self.zip_scan(chunk, what, scan),
             State::ZipDescriptor { len } => self.zip_descriptor(chunk, len),
@@ -219,7 +225,13 @@ impl TorchReader {
                 }
                 Ok(n)
             }
-            State::LegacyPickles { retry_at } => self.legacy_pickles(sink, chunk, retry_at),
+            State::LegacyPickles { retry_at } => {
+                if self.buffer_until(chunk, retry_at) {
+                    Ok(chunk.len())
+                } else {
+                    self.legacy_pickles(sink, chunk)
+                }
+            }
             State::LegacyCount { at } => self.legacy_count(chunk, at),
             State::End => Ok(0),
         }
@@ -451,16 +463,9 @@ impl TorchReader {
         self.buf.len() < retry_at && !chunk.is_empty()
     }
 
-    /// `data.pkl` without a size: parse it as it grows; it ends at its STOP opcode.
-    fn zip_pickle(
-        &mut self,
-        sink: &mut impl StorageSink,
-        chunk: &[u8],
-        retry_at: usize,
-    ) -> Result<usize> {
-        if self.buffer_until(chunk, retry_at) {
-            return Ok(chunk.len());
-        }
+    /// `data.pkl` without a size: parse it as it grows (the buffer holding `chunk` appended by
+    /// [`TorchReader::buffer_until`]); it ends at its STOP opcode.
+    fn zip_pickle(&mut self, sink: &mut impl StorageSink, chunk: &[u8]) -> Result<usize> {
         match read_pickle(&self.buf, &self.file)? {
             Parsed::NeedMore if chunk.is_empty() => Err(Error::Pickle {
                 file: self.file.clone(),

@@ -219,6 +219,15 @@ pub trait TuneCase {
     }
 }
 
+/// The usual [`TuneCase::auto_shape`]: the smaller case when `shrink` holds, else `None` (time the
+/// full shape).
+pub fn shrunk<C: TuneCase + 'static>(
+    shrink: bool,
+    smaller: impl FnOnce() -> C,
+) -> Option<Box<dyn TuneCase>> {
+    shrink.then(|| Box::new(smaller()) as Box<dyn TuneCase>)
+}
+
 /// A case the tuner shrinks in `auto`: screened at a probe size, timed at a larger one, both sized
 /// from the speed measured on earlier cases of the same regime.
 pub trait Resizable {

@@ -28,8 +28,7 @@ use std::sync::Arc;
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Device, Plan, Recorder, Tensor};
-use crate::model::bart::encoder::POS_OFFSET;
-use crate::model::bart::{ffn_act, Attention};
+use crate::model::bart::{ffn_act, layers, position_embeddings, Attention, Ffn, POS_OFFSET};
 use crate::model::layers::{Embedding, LayerNorm, Linear};
 use crate::ops;
 use crate::ops::matmul::Act;
@@ -45,9 +44,7 @@ struct DecoderLayer {
     self_attn_layer_norm: LayerNorm,
     encoder_attn: Attention,
     encoder_attn_layer_norm: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    final_layer_norm: LayerNorm,
+    ffn: Ffn,
 }
 
 /// The BART decoder and the tied LM head.
@@ -181,20 +178,16 @@ impl Decoder {
                 })
             }
         };
-        let layers = (0..cfg.decoder_layers)
-            .map(|i| {
-                let l = w.pp("layers").pp(&i.to_string());
-                Ok(DecoderLayer {
-                    self_attn: Attention::new(&l.pp("self_attn"), d)?,
-                    self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
-                    encoder_attn: Attention::new(&l.pp("encoder_attn"), d)?,
-                    encoder_attn_layer_norm: LayerNorm::new(&l.pp("encoder_attn_layer_norm"), d)?,
-                    fc1: Linear::new(&l.pp("fc1"), d, f, true)?,
-                    fc2: Linear::new(&l.pp("fc2"), f, d, true)?,
-                    final_layer_norm: LayerNorm::new(&l.pp("final_layer_norm"), d)?,
-                })
+        let layers = layers(&w, cfg.decoder_layers, |l| {
+            Ok(DecoderLayer {
+                self_attn: Attention::new(&l.pp("self_attn"), d)?,
+                self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
+                encoder_attn: Attention::new(&l.pp("encoder_attn"), d)?,
+                encoder_attn_layer_norm: LayerNorm::new(&l.pp("encoder_attn_layer_norm"), d)?,
+                ffn: Ffn::new(l, d, f)?,
             })
-            .collect::<Result<Vec<_>>>()?;
+        })?;
+        let (embed_positions, layernorm_embedding) = position_embeddings(&w, cfg)?;
         Ok(Decoder {
             d,
             heads: cfg.decoder_attention_heads,
@@ -207,12 +200,8 @@ impl Decoder {
                 1.0
             },
             embed_tokens,
-            embed_positions: Embedding::new(
-                &w.pp("embed_positions"),
-                cfg.max_position_embeddings + POS_OFFSET,
-                d,
-            )?,
-            layernorm_embedding: LayerNorm::new(&w.pp("layernorm_embedding"), d)?,
+            embed_positions,
+            layernorm_embedding,
             layers,
             lm_head: Linear::from_tensors("lm_head", lm_head, final_logits_bias, d, v)?,
             kv_dtype,
@@ -455,7 +444,7 @@ impl Decoder {
                 format!("position {pos} is past the cache of {} rows", state.max_len),
             ));
         }
-        if rec.gpu().is_host() {
+        if !rec.gpu().backend().records_plans() {
             // The CPU backend runs the step as it is recorded: nothing to keep.
             state.write_step(pos)?;
             self.record_step(rec, state)?;
@@ -516,9 +505,11 @@ impl Decoder {
             l.encoder_attn_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
 
             // Feed-forward.
-            l.fc1.forward_rows(rec, &s.x, self.act, None, &s.f)?; // (B, F)
-            l.fc2.forward_rows(rec, &s.f, Act::None, Some(&s.x), &s.t)?; // (B, D) = x + fc2(f)
-            l.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
+            l.ffn.fc1.forward_rows(rec, &s.x, self.act, None, &s.f)?; // (B, F)
+            l.ffn
+                .fc2
+                .forward_rows(rec, &s.f, Act::None, Some(&s.x), &s.t)?; // (B, D) = x + fc2(f)
+            l.ffn.final_layer_norm.forward(rec, &s.t, &s.x)?; // (B, D)
         }
         self.lm_head
             .forward_rows(rec, &s.x, Act::None, None, &s.logits)?; // (B, V)

@@ -4,23 +4,18 @@
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Recorder, Tensor};
-use crate::model::bart::{ffn_act, Attention};
-use crate::model::layers::{Embedding, LayerNorm, Linear};
+use crate::model::bart::{ffn_act, layers, position_embeddings, Attention, Ffn, POS_OFFSET};
+use crate::model::layers::{Embedding, LayerNorm};
 use crate::ops;
 use crate::ops::attention::AttnOpts;
 use crate::ops::matmul::Act;
 use crate::weights::WeightsView;
 
-/// BART's learned-position offset: position p uses table row p + 2.
-pub(crate) const POS_OFFSET: usize = 2;
-
 #[derive(Clone, Debug)]
 struct EncoderLayer {
     self_attn: Attention,
     self_attn_layer_norm: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    final_layer_norm: LayerNorm,
+    ffn: Ffn,
 }
 
 /// The BART encoder over precomputed `inputs_embeds` (image features ++ embedded prompt).
@@ -41,35 +36,27 @@ impl Encoder {
     pub fn new(cfg: &TextConfig, w: WeightsView) -> Result<Self> {
         let d = cfg.d_model;
         let f = cfg.encoder_ffn_dim;
-        let layers = (0..cfg.encoder_layers)
-            .map(|i| {
-                let l = w.pp("layers").pp(&i.to_string());
-                Ok(EncoderLayer {
-                    self_attn: Attention::new(&l.pp("self_attn"), d)?,
-                    self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
-                    fc1: Linear::new(&l.pp("fc1"), d, f, true)?,
-                    fc2: Linear::new(&l.pp("fc2"), f, d, true)?,
-                    final_layer_norm: LayerNorm::new(&l.pp("final_layer_norm"), d)?,
-                })
+        let layers = layers(&w, cfg.encoder_layers, |l| {
+            Ok(EncoderLayer {
+                self_attn: Attention::new(&l.pp("self_attn"), d)?,
+                self_attn_layer_norm: LayerNorm::new(&l.pp("self_attn_layer_norm"), d)?,
+                ffn: Ffn::new(l, d, f)?,
             })
-            .collect::<Result<Vec<_>>>()?;
+        })?;
         if cfg.encoder_attention_heads == 0 || !d.is_multiple_of(cfg.encoder_attention_heads) {
             return Err(Error::Config(format!(
                 "d_model {d} is not divisible by {} encoder heads",
                 cfg.encoder_attention_heads
             )));
         }
+        let (embed_positions, layernorm_embedding) = position_embeddings(&w, cfg)?;
         Ok(Encoder {
             d,
             heads: cfg.encoder_attention_heads,
             ffn: f,
             act: ffn_act(&cfg.activation_function)?,
-            embed_positions: Embedding::new(
-                &w.pp("embed_positions"),
-                cfg.max_position_embeddings + POS_OFFSET,
-                d,
-            )?,
-            layernorm_embedding: LayerNorm::new(&w.pp("layernorm_embedding"), d)?,
+            embed_positions,
+            layernorm_embedding,
             layers,
         })
     }
@@ -166,9 +153,9 @@ impl Encoder {
             ops::attention::attention(rec, &q3, &k3, &v3, &opts, &a3)?; // (B, S, D)
             at.out_proj.forward_residual(rec, &a, Act::None, &x, &t)?; // (B*S, D) = x + out_proj(a)
             l.self_attn_layer_norm.forward(rec, &t, &x)?; // (B*S, D)
-            l.fc1.forward(rec, &x, self.act, &f)?; // (B*S, F)
-            l.fc2.forward_residual(rec, &f, Act::None, &x, &t)?; // (B*S, D) = x + fc2(f)
-            l.final_layer_norm.forward(rec, &t, &x)?; // (B*S, D)
+            l.ffn.fc1.forward(rec, &x, self.act, &f)?; // (B*S, F)
+            l.ffn.fc2.forward_residual(rec, &f, Act::None, &x, &t)?; // (B*S, D) = x + fc2(f)
+            l.ffn.final_layer_norm.forward(rec, &t, &x)?; // (B*S, D)
         }
         x.reshape(&[b, s, d])
     }

@@ -236,9 +236,11 @@ impl Decoder {
         l.encoder_attn_layer_norm.forward(rec, &b.t, &b.x)?; // (R, D)
 
         // Feed-forward.
-        l.fc1.forward_rows(rec, &b.x, self.act, None, &b.f)?; // (R, F)
-        l.fc2.forward_rows(rec, &b.f, Act::None, Some(&b.x), &b.t)?; // (R, D)
-        l.final_layer_norm.forward(rec, &b.t, &b.x) // (R, D)
+        l.ffn.fc1.forward_rows(rec, &b.x, self.act, None, &b.f)?; // (R, F)
+        l.ffn
+            .fc2
+            .forward_rows(rec, &b.f, Act::None, Some(&b.x), &b.t)?; // (R, D)
+        l.ffn.final_layer_norm.forward(rec, &b.t, &b.x) // (R, D)
     }
 
     /// Self-attention options of a step: kv_len and q_offset from the state's step buffer.

@@ -3,11 +3,11 @@
 
 use crate::cpu;
 use crate::cpu::conv::ConvGeom;
+use crate::cpu::host::{f32_in, f32_out, weight_in};
 use crate::error::{Error, Result};
 use crate::gpu::host::{with_host, HostAccess};
 use crate::gpu::{DType, Tensor};
-use crate::ops::conv::Conv2dWeight;
-use crate::ops::host::{f32_in, f32_out, weight_in};
+use crate::opdef::conv::Conv2dWeight;
 
 /// [`crate::ops::conv::conv2d`] on the host: x (B, H, W, Cin), out (B, Ho, Wo, Cout).
 pub fn conv2d(

@@ -2,10 +2,10 @@
 //! The in-place CPU kernels run on `out` after `x` is copied into it (the launchers allow `out` = `x`).
 
 use crate::cpu;
+use crate::cpu::host::{f32_in, f32_out};
 use crate::error::Result;
 use crate::gpu::host::{with_host, HostAccess};
 use crate::gpu::Tensor;
-use crate::ops::host::{f32_in, f32_out};
 
 /// out = x, then `f` on out in place (with `extra` inputs).
 fn in_place(

@@ -1,6 +1,6 @@
 //! The CPU backend's side of every launcher: when the recorder's device is the host
-//! ([`crate::gpu::Device::cpu`]), a launcher checks its operands as usual and then calls the function of
-//! the same name here, which runs the `crate::cpu` kernel on the tensors' host memory at once (through
+//! ([`crate::gpu::Backend::Host`]), a launcher checks its operands as usual and its `match` calls the
+//! function of the same name here, which runs the `crate::cpu` kernel on the tensors' host memory at once (through
 //! [`crate::gpu::host::HostAccess`]). Same definitions, same layouts, same f32 arithmetic as the WGSL
 //! kernels; the model above the launchers does not know which backend it runs on.
 
@@ -14,17 +14,7 @@ use crate::cpu::attention::KvRef;
 use crate::cpu::Weight;
 use crate::error::{Error, Result};
 use crate::gpu::host::{bytes, f16s, f32s, f32s_mut};
-use crate::gpu::{DType, Recorder, Tensor};
-
-/// Whether `rec` runs on the host: then the launcher calls its `ops::host` twin. Fails for a
-/// capturing recorder on the host (host ops cannot be kept as a plan).
-pub fn on_host(rec: &Recorder) -> Result<bool> {
-    if !rec.gpu().is_host() {
-        return Ok(false);
-    }
-    rec.host_ready()?;
-    Ok(true)
-}
+use crate::gpu::{DType, Tensor};
 
 /// `t`'s f32 values in its words (the padding after them cut off).
 pub(crate) fn f32_in<'a>(t: &Tensor, words: &'a [u32]) -> Result<&'a [f32]> {

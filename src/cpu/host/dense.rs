@@ -3,19 +3,19 @@
 
 use crate::cpu;
 use crate::cpu::attention::{AttnOpts as CpuAttnOpts, KvMut};
+use crate::cpu::host::{f32_in, f32_out, kv_in, step_value, u32_in, weight_in};
 use crate::cpu::linear::LinearRef;
 use crate::error::{Error, Result};
 use crate::gpu::host::{f16s_mut, with_host, HostAccess};
 use crate::gpu::{DType, Tensor};
-use crate::ops::attention::AttnOpts;
-use crate::ops::check;
-use crate::ops::host::{f32_in, f32_out, kv_in, step_value, u32_in, weight_in};
-use crate::ops::matmul::LinearArgs;
+use crate::opdef::attention::AttnOpts;
+use crate::opdef::check;
+use crate::opdef::linear::LinearArgs;
 
 /// [`crate::ops::matmul::linear`] on the host.
 pub fn linear(x: &Tensor, w: &Tensor, args: &LinearArgs, out: &Tensor) -> Result<()> {
     const OP: &str = "linear";
-    let (_, n, k) = crate::ops::matmul::linear_shapes(x, w, out)?;
+    let (_, n, k) = crate::opdef::linear::linear_shapes(x, w, out)?;
     if let Some(b) = args.bias {
         check::f32(OP, "bias", b)?;
         check::shape(OP, "bias", b, &[n])?;
@@ -85,12 +85,9 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: &AttnOpts, out: &Tens
 
 /// [`crate::ops::decode_step::kv_write`] on the host: row `step[at]` of both caches.
 pub fn kv_write(
-    kn: &Tensor,
-    vn: &Tensor,
-    ck: &Tensor,
-    cv: &Tensor,
-    step: &Tensor,
-    at: usize,
+    [kn, vn]: [&Tensor; 2],
+    [ck, cv]: [&Tensor; 2],
+    (step, at): (&Tensor, usize),
 ) -> Result<()> {
     let pos = step_value(step, at)?;
     let dims = (ck.dim(0), ck.dim(1), ck.dim(2));
