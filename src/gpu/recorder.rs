@@ -46,6 +46,17 @@ pub struct Recorder {
     span: Option<(wgpu::QuerySet, u32)>,
     /// Images the recorded work covers at once ([`Recorder::set_images`]).
     images: usize,
+    /// On the CPU backend with the device's profiler on: the phase and shape note its ops are timed
+    /// under ([`Recorder::host_op`]).
+    host_prof: Option<HostProf>,
+}
+
+/// A profiling host recorder's labels: its ops run as they are recorded, each timed on the wall clock.
+#[derive(Default)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+struct HostProf {
+    phase: String,
+    note: Option<String>,
 }
 
 /// What a capturing recorder has kept so far.
@@ -138,6 +149,7 @@ impl Recorder {
             note: None,
             labels: Vec::new(),
         });
+        r.host_prof = (gpu.is_host() && gpu.profiler.is_enabled()).then(HostProf::default);
         r
     }
 
@@ -168,6 +180,7 @@ impl Recorder {
             capture: None,
             span: None,
             images: 1,
+            host_prof: None,
         }
     }
 
@@ -352,6 +365,39 @@ impl Recorder {
     }
 }
 
+/// [`Recorder::host_op`] timed: the run's wall time added to `gpu`'s profile under `p`'s labels.
+#[cfg(not(target_arch = "wasm32"))]
+fn timed_host_op<T>(
+    gpu: &Device,
+    p: &mut HostProf,
+    op: &'static str,
+    operands: &[&Tensor],
+    run: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let t = std::time::Instant::now();
+    let out = run()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let shape = p.note.take().unwrap_or_else(|| operand_shapes(operands));
+    gpu.profiler.push(vec![crate::gpu::profile::ProfileEntry {
+        phase: p.phase.clone(),
+        op: format!("cpu:{op}"),
+        variant: String::new(),
+        shape,
+        ms,
+    }]);
+    Ok(out)
+}
+
+/// `[590, 768] [768, 768] F16`: each operand's shape, its dtype when not f32.
+#[cfg(not(target_arch = "wasm32"))]
+fn operand_shapes(operands: &[&Tensor]) -> String {
+    let one = |t: &&Tensor| match t.dtype() {
+        crate::gpu::DType::F32 => format!("{:?}", t.shape()),
+        d => format!("{:?} {d:?}", t.shape()),
+    };
+    operands.iter().map(one).collect::<Vec<_>>().join(" ")
+}
+
 /// The error of a GPU-only recorder operation on the CPU backend.
 fn no_encoder() -> Error {
     Error::Gpu("the CPU backend records no GPU commands".into())
@@ -361,7 +407,7 @@ impl Recorder {
     /// Whether this recorder times its dispatches (the device's profiler was on when it was created), or
     /// captures a plan (whose dispatches keep their shape labels for a profiled replay).
     pub fn profiling(&self) -> bool {
-        self.prof.is_some() || self.capture.is_some()
+        self.prof.is_some() || self.capture.is_some() || self.host_prof.is_some()
     }
 
     /// Name the phase (vision, encoder, decode, ...) this recorder's dispatches are profiled under.
@@ -369,6 +415,28 @@ impl Recorder {
         if let Some(p) = &mut self.prof {
             p.phase = phase.to_string();
         }
+        if let Some(p) = &mut self.host_prof {
+            p.phase = phase.to_string();
+        }
+    }
+
+    /// Run `op`'s CPU-backend twin (a launcher's [`Backend::Host`] arm). When this recorder profiles,
+    /// the run is timed on the wall clock (the op runs to completion here) and added to the device's
+    /// profile as `cpu:op`, labelled with the shape note or else the shapes of `operands`.
+    pub fn host_op<T>(
+        &mut self,
+        op: &'static str,
+        operands: &[&Tensor],
+        run: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(p) = &mut self.host_prof {
+            return timed_host_op(&self.gpu, p, op, operands, run);
+        }
+        // The browser's CPU backend is never profiled (`Profiler::enable` refuses it: no clock here).
+        #[cfg(target_arch = "wasm32")]
+        let _ = (op, operands);
+        run()
     }
 
     /// Label the next dispatch's shape in the profile (launchers call it only when [`Self::profiling`]).
@@ -376,6 +444,8 @@ impl Recorder {
         if let Some(c) = &mut self.capture {
             c.note = Some(shape);
         } else if let Some(p) = &mut self.prof {
+            p.note = Some(shape);
+        } else if let Some(p) = &mut self.host_prof {
             p.note = Some(shape);
         }
     }

@@ -197,7 +197,9 @@ pub fn attention(
     match rec.backend()? {
         Backend::Host => {
             mask_of(q, opts, q.dim(1), k.dim(1))?;
-            host::dense::attention(q, k, v, opts, out)
+            rec.host_op("attention", &[q, k], || {
+                host::dense::attention(q, k, v, opts, out)
+            })
         }
         Backend::Wgpu(_) => {
             let layout = layout_of(q, k, opts, variant)?;

@@ -37,7 +37,7 @@ pub fn f32_to_f16(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         return Ok(());
     }
     match rec.backend()? {
-        Backend::Host => host::dense::f32_to_f16(x, out),
+        Backend::Host => rec.host_op("f32_to_f16", &[x], || host::dense::f32_to_f16(x, out)),
         Backend::Wgpu(_) => rec.launch(
             &Kernel::new(&SHADER, "f32_to_f16"),
             &params,

@@ -147,7 +147,9 @@ impl ChannelLogits {
             return Ok(());
         }
         match rec.backend()? {
-            Backend::Host => self.host_apply(v, (v_stride, v_off), out),
+            Backend::Host => rec.host_op("channel_attention", &[v], || {
+                self.host_apply(v, (v_stride, v_off), out)
+            }),
             Backend::Wgpu(_) => {
                 let (entry, total) = if self.vec4 {
                     ("attn_apply4", b * n * c / 4)
@@ -296,7 +298,7 @@ fn logits_impl(
     }
     match rec.backend()? {
         Backend::Host => {
-            out.host_logits(src, groups)?;
+            rec.host_op("channel_logits", &[src], || out.host_logits(src, groups))?;
             Ok(out)
         }
         Backend::Wgpu(_) => {

@@ -111,7 +111,9 @@ pub fn conv2d(
         return Ok(());
     }
     match rec.backend()? {
-        Backend::Host => host::vision::conv2d(x, w, bias, (args.stride, args.pad), out),
+        Backend::Host => rec.host_op("conv2d", &[x, out], || {
+            host::vision::conv2d(x, w, bias, (args.stride, args.pad), out)
+        }),
         Backend::Wgpu(_) => {
             check::u32_of(OP, "input elements", x.numel())?;
             check::u32_of(OP, "output rows", g.rows)?;
@@ -521,7 +523,9 @@ pub fn dwconv3x3_residual_taps(
         return Ok(());
     }
     match rec.backend()? {
-        Backend::Host => host::vision::dwconv3x3_residual(x, taps, bias, out),
+        Backend::Host => rec.host_op("dwconv3x3", &[x], || {
+            host::vision::dwconv3x3_residual(x, taps, bias, out)
+        }),
         Backend::Wgpu(_) => {
             let n32 = check::u32_of(OP, "elements", n)?;
             let lanes = if c.is_multiple_of(4) { 4 } else { 1 };

@@ -53,7 +53,9 @@ pub fn pos_add(
     check::distinct(OP, ("table", table), ("x", x))?;
     let at = check_step(OP, step, at)?;
     match rec.backend()? {
-        Backend::Host => host::dense::pos_add(x, table, step, at as usize),
+        Backend::Host => rec.host_op("pos_add", &[x], || {
+            host::dense::pos_add(x, table, step, at as usize)
+        }),
         Backend::Wgpu(_) => {
             let n = b * d;
             let params = Params {
@@ -115,7 +117,9 @@ pub fn kv_write(
     }
     let at = check_step(OP, step, at)?;
     match rec.backend()? {
-        Backend::Host => host::dense::kv_write([kn, vn], [ck, cv], (step, at as usize)),
+        Backend::Host => rec.host_op("kv_write", &[ck], || {
+            host::dense::kv_write([kn, vn], [ck, cv], (step, at as usize))
+        }),
         Backend::Wgpu(_) => {
             check::u32_of(OP, "cache elements", ck.numel())?;
             let params = Params {

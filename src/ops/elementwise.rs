@@ -74,7 +74,7 @@ pub fn add(rec: &mut Recorder, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<(
         ));
     }
     match rec.backend()? {
-        Backend::Host => host::rows::add(a, b, out),
+        Backend::Host => rec.host_op("add", &[a], || host::rows::add(a, b, out)),
         Backend::Wgpu(_) => {
             let p = params("add", a.numel())?;
             let v4 = p.n % 4 == 0;
@@ -98,7 +98,7 @@ pub fn scale(rec: &mut Recorder, x: &Tensor, s: f32, out: &Tensor) -> Result<()>
     check::f32("scale", "out", out)?;
     check::shape("scale", "out", out, x.shape())?;
     match rec.backend()? {
-        Backend::Host => host::rows::scale(x, s, out),
+        Backend::Host => rec.host_op("scale", &[x], || host::rows::scale(x, s, out)),
         Backend::Wgpu(_) => {
             let p = Params {
                 scale: s,
@@ -135,7 +135,7 @@ pub fn add_row(rec: &mut Recorder, x: &Tensor, row: &Tensor, out: &Tensor) -> Re
     }
     check::distinct(OP, ("row", row), ("out", out))?;
     match rec.backend()? {
-        Backend::Host => host::rows::add_row(x, row, out),
+        Backend::Host => rec.host_op("add_row", &[x], || host::rows::add_row(x, row, out)),
         Backend::Wgpu(_) => {
             let p = Params {
                 c: check::u32_of(OP, "C", c)?,
@@ -179,7 +179,9 @@ pub fn add_rows_at(
     }
     check::distinct(OP, ("table", table), ("out", out))?;
     match rec.backend()? {
-        Backend::Host => host::rows::add_rows_at(x, table, start as usize, out),
+        Backend::Host => rec.host_op("add_rows_at", &[x], || {
+            host::rows::add_rows_at(x, table, start as usize, out)
+        }),
         Backend::Wgpu(_) => {
             let p = Params {
                 c: check::u32_of(OP, "C", c)?,

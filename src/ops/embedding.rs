@@ -45,7 +45,9 @@ pub fn embedding(rec: &mut Recorder, ids: &Tensor, table: &Tensor, out: &Tensor)
     check::shape(OP, "out", out, &[t, c])?;
     check::distinct(OP, ("table", table), ("out", out))?;
     match rec.backend()? {
-        Backend::Host => host::dense::embedding(ids, table, out),
+        Backend::Host => rec.host_op("embedding", &[out], || {
+            host::dense::embedding(ids, table, out)
+        }),
         Backend::Wgpu(_) => {
             let n = check::u32_of(OP, "T * C", t * c)?;
             let v32 = check::u32_of(OP, "V", v)?;

@@ -78,7 +78,7 @@ pub fn permute(rec: &mut Recorder, x: &Tensor, dims: &[usize], out: &Tensor) -> 
     check::shape(OP, "out", out, &want)?;
     check::distinct(OP, ("x", x), ("out", out))?;
     match rec.backend()? {
-        Backend::Host => host::vision::permute(x, dims, out),
+        Backend::Host => rec.host_op("permute", &[x], || host::vision::permute(x, dims, out)),
         Backend::Wgpu(_) => {
             let n = check::u32_of(OP, "elements", x.numel())?;
             // Row-major strides of x.
@@ -129,7 +129,9 @@ pub fn split_qkv(
     check::distinct(OP, ("q", q), ("v", v))?;
     check::distinct(OP, ("k", k), ("v", v))?;
     match rec.backend()? {
-        Backend::Host => host::vision::split_qkv(qkv, q, k, v),
+        Backend::Host => rec.host_op("split_qkv", &[qkv], || {
+            host::vision::split_qkv(qkv, q, k, v)
+        }),
         Backend::Wgpu(_) => {
             check::u32_of(OP, "qkv elements", qkv.numel())?;
             let mut p = Params::new(q.numel() as u32);

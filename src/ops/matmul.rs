@@ -292,7 +292,7 @@ pub fn linear(
     out: &Tensor,
 ) -> Result<()> {
     match rec.backend()? {
-        Backend::Host => host::dense::linear(x, w, &args, out),
+        Backend::Host => rec.host_op("linear", &[x, w], || host::dense::linear(x, w, &args, out)),
         Backend::Wgpu(_) => {
             let variant = match args.variant {
                 Some(v) => v,

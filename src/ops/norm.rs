@@ -76,7 +76,9 @@ pub fn layer_norm_with(
     };
     check::u32_of(OP, "elements", x.numel())?;
     match rec.backend()? {
-        Backend::Host => host::rows::layer_norm(x, gamma, beta, eps, out),
+        Backend::Host => rec.host_op("layer_norm", &[x], || {
+            host::rows::layer_norm(x, gamma, beta, eps, out)
+        }),
         Backend::Wgpu(_) => record(rec, [x, gamma, beta, out], &params, strategy),
     }
 }

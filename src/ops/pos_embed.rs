@@ -38,7 +38,9 @@ pub fn pos2d_temporal_add(
         return Ok(());
     }
     match rec.backend()? {
-        Backend::Host => host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out),
+        Backend::Host => rec.host_op("pos2d_temporal_add", &[feats], || {
+            host::vision::pos2d_temporal_add(feats, [col, row, temporal], grid, out)
+        }),
         Backend::Wgpu(_) => {
             let n32 = u32::try_from(n).map_err(|_| Error::shape(OP, "too many elements"))?;
             let params = Params {

@@ -55,7 +55,7 @@ pub fn argmax_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
         _pad: 0,
     };
     match rec.backend()? {
-        Backend::Host => host::rows::argmax_rows(x, out),
+        Backend::Host => rec.host_op("argmax_rows", &[x], || host::rows::argmax_rows(x, out)),
         Backend::Wgpu(_) => {
             let wg = check::pow2_wg(v, 32, MAX_WG);
             rec.launch(
@@ -98,7 +98,7 @@ pub fn topk_rows(
         _pad: 0,
     };
     match rec.backend()? {
-        Backend::Host => host::rows::topk_rows(x, k, vals, ids),
+        Backend::Host => rec.host_op("topk_rows", &[x], || host::rows::topk_rows(x, k, vals, ids)),
         Backend::Wgpu(_) => {
             let wg = check::pow2_wg(v, 32, MAX_WG);
             rec.launch(
@@ -125,7 +125,7 @@ pub fn mean_rows(rec: &mut Recorder, x: &Tensor, out: &Tensor) -> Result<()> {
     check::distinct(OP, ("x", x), ("out", out))?;
     check::u32_of(OP, "elements", x.numel())?;
     match rec.backend()? {
-        Backend::Host => host::rows::mean_rows(x, out),
+        Backend::Host => rec.host_op("mean_rows", &[x], || host::rows::mean_rows(x, out)),
         Backend::Wgpu(_) => {
             let params = Params {
                 rows: b as u32,

@@ -33,7 +33,9 @@ fn launch(rec: &mut Recorder, op: &'static str, x: &Tensor, out: &Tensor) -> Res
         _pad1: 0,
     };
     match rec.backend()? {
-        Backend::Host => host::rows::softmax_rows(x, out, op == "log_softmax_rows"),
+        Backend::Host => rec.host_op(op, &[x], || {
+            host::rows::softmax_rows(x, out, op == "log_softmax_rows")
+        }),
         Backend::Wgpu(_) => {
             let wg = check::pow2_wg(c, 32, MAX_WG);
             let gpu = rec.gpu().clone();

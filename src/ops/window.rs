@@ -35,10 +35,10 @@ fn launch(
         return Ok(());
     }
     match rec.backend()? {
-        Backend::Host => match entry {
+        Backend::Host => rec.host_op(entry, &[src], || match entry {
             "window_partition" => host::vision::window_partition(src, ws, dst),
             _ => host::vision::window_reverse(src, ws, (h, w), dst),
-        },
+        }),
         Backend::Wgpu(_) => {
             // The VEC4 variant when whole tokens are whole vec4s.
             let vec4 = c.is_multiple_of(4);

@@ -131,7 +131,9 @@ pub fn window_attention_variant(
         ));
     }
     match rec.backend()? {
-        Backend::Host => host::vision::window_attention(qkv, heads, scale, out),
+        Backend::Host => rec.host_op("window_attention", &[qkv], || {
+            host::vision::window_attention(qkv, heads, scale, out)
+        }),
         Backend::Wgpu(_) => {
             let max_d = match variant {
                 WindowAttnVariant::Rows => MAX_HEAD_DIM,

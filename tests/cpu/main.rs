@@ -17,6 +17,7 @@ mod gpu_parity;
 mod linear;
 mod norm;
 mod pipeline;
+mod profile;
 
 /// Unit roundoff of f32 (2^-24).
 pub const U: f64 = f32::EPSILON as f64 / 2.0;

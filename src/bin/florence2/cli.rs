@@ -30,8 +30,9 @@
 //! Several images (or a directory, `--images-from`, `--shard`, `--jsonl`) make a batch: JSON Lines, one
 //! object per (image, task), see `batch/mod.rs`.
 //! `--tuning` (default auto) runs the kernel tuner after loading (cached per adapter in the user's cache
-//! directory, so only the first run times anything); `--profile` prints per-op GPU times from timestamp
-//! queries (op, variant, shape, ms, summed per phase) to stderr, and adds `profile` to the JSON.
+//! directory, so only the first run times anything); `--profile` prints per-op times (op, variant, shape,
+//! ms, summed per phase) to stderr, and adds `profile` to the JSON: GPU times from timestamp queries, or
+//! on the CPU backend (`--device cpu`) each op's wall time, named `cpu:OP`.
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
 //! error (clap's message naming the flag, then the subcommand's usage; also an input set without images,
 //! saying where and for which extensions it looked), 141 when stdout's reader went away (`| head`: the

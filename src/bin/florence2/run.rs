@@ -107,7 +107,7 @@ pub struct RunArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
     pub(super) device: DeviceChoice,
-    /// Per-op GPU times (timestamp queries): a table on stderr, `profile` in the JSON
+    /// Per-op times (GPU timestamp queries, or each op's wall time on the CPU backend): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
     /// Tile the image (OCR, OCR_WITH_REGION, OD, DENSE_REGION_CAPTION, REGION_PROPOSAL): overlapping
@@ -253,7 +253,7 @@ fn check_tiles_args(a: &RunArgs, prompts: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// With `--profile`: the run's GPU profile, its table printed on stderr.
+/// With `--profile`: the run's per-op profile (GPU or CPU), its table printed on stderr.
 fn take_profile(a: &RunArgs, gpu: &Arc<Device>) -> Result<Option<Vec<ProfileEntry>>, Failure> {
     if !a.profile {
         return Ok(None);
