@@ -461,8 +461,10 @@ impl<'a, 'j> Block<'a, 'j> {
 const DIRECT_ROWS: usize = 2;
 
 /// Multiply-adds of q k^T (rows x keys x D) from which a block runs its two products on the GEMM
-/// ([`sgemm_nt`]); smaller blocks (DaViT's 49-token windows) on the register-blocked loops here.
-const GEMM_WORK: usize = 1 << 20;
+/// ([`sgemm_nt`]); smaller blocks on the register-blocked loops here. DaViT's 144-token windows
+/// (144 x 144 x 32 = 663K per head) run on the GEMM: on the base tower at 768 px the window attention
+/// took 40% less time there than on the loops (docs/performance.md).
+const GEMM_WORK: usize = 1 << 18;
 
 /// S (R, L) = Qh (R, D) Kh (L, D)^T; `probs(r, S[r])` turns row r into probabilities in place (0 past
 /// the visible keys); O (R, D) = P (R, L) (V^T (D, L))^T. False if a shape does not hold (never, for

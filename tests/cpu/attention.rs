@@ -186,7 +186,7 @@ pub fn cases() -> Vec<(&'static str, Case)> {
     let mut masked = Case::new(2, 6, 17, 2, 8);
     masked.mask = true;
     v.push(("additive mask", masked));
-    // Blocks of at least 2^20 multiply-adds in q k^T run their products on the GEMM.
+    // Blocks of at least 2^18 multiply-adds in q k^T run their products on the GEMM.
     v.push(("long, on the GEMM", Case::new(1, 260, 270, 3, 64)));
     let mut long_causal = Case::new(2, 130, 140, 2, 64);
     long_causal.causal = true;
