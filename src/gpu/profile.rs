@@ -15,6 +15,8 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::gpu::Device;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::gpu::Tensor;
 
 /// Timestamp queries per recorder (2 per dispatch). Dispatches past this are not timed (counted in
 /// [`Profiler::untimed`]).
@@ -148,4 +150,45 @@ pub fn table(entries: &[ProfileEntry]) -> String {
         }
     }
     s
+}
+
+/// A profiling host recorder's labels: its ops run as they are recorded, each timed on the wall clock.
+#[derive(Default)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+pub(crate) struct HostProf {
+    pub(crate) phase: String,
+    pub(crate) note: Option<String>,
+}
+
+/// [`Recorder::host_op`] timed: the run's wall time added to `gpu`'s profile under `p`'s labels.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn timed_host_op<T>(
+    gpu: &Device,
+    p: &mut HostProf,
+    op: &'static str,
+    operands: &[&Tensor],
+    run: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let t = std::time::Instant::now();
+    let out = run()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let shape = p.note.take().unwrap_or_else(|| operand_shapes(operands));
+    gpu.profiler.push(vec![ProfileEntry {
+        phase: p.phase.clone(),
+        op: format!("cpu:{op}"),
+        variant: String::new(),
+        shape,
+        ms,
+    }]);
+    Ok(out)
+}
+
+/// `[590, 768] [768, 768] F16`: each operand's shape, its dtype when not f32.
+#[cfg(not(target_arch = "wasm32"))]
+fn operand_shapes(operands: &[&Tensor]) -> String {
+    let one = |t: &&Tensor| match t.dtype() {
+        crate::gpu::DType::F32 => format!("{:?}", t.shape()),
+        d => format!("{:?} {d:?}", t.shape()),
+    };
+    operands.iter().map(one).collect::<Vec<_>>().join(" ")
 }

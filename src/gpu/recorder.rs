@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gpu::kernel::Kernel;
-use crate::gpu::profile::MAX_QUERIES;
+use crate::gpu::profile::{HostProf, MAX_QUERIES};
 use crate::gpu::staging::{Pending, Staging};
 use crate::gpu::timing::{
     kernel_label, pass_timestamps, read_timestamps, resolve_span, resolve_timestamps, timestamps,
@@ -49,14 +49,6 @@ pub struct Recorder {
     /// On the CPU backend with the device's profiler on: the phase and shape note its ops are timed
     /// under ([`Recorder::host_op`]).
     host_prof: Option<HostProf>,
-}
-
-/// A profiling host recorder's labels: its ops run as they are recorded, each timed on the wall clock.
-#[derive(Default)]
-#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
-struct HostProf {
-    phase: String,
-    note: Option<String>,
 }
 
 /// What a capturing recorder has kept so far.
@@ -365,39 +357,6 @@ impl Recorder {
     }
 }
 
-/// [`Recorder::host_op`] timed: the run's wall time added to `gpu`'s profile under `p`'s labels.
-#[cfg(not(target_arch = "wasm32"))]
-fn timed_host_op<T>(
-    gpu: &Device,
-    p: &mut HostProf,
-    op: &'static str,
-    operands: &[&Tensor],
-    run: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    let t = std::time::Instant::now();
-    let out = run()?;
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    let shape = p.note.take().unwrap_or_else(|| operand_shapes(operands));
-    gpu.profiler.push(vec![crate::gpu::profile::ProfileEntry {
-        phase: p.phase.clone(),
-        op: format!("cpu:{op}"),
-        variant: String::new(),
-        shape,
-        ms,
-    }]);
-    Ok(out)
-}
-
-/// `[590, 768] [768, 768] F16`: each operand's shape, its dtype when not f32.
-#[cfg(not(target_arch = "wasm32"))]
-fn operand_shapes(operands: &[&Tensor]) -> String {
-    let one = |t: &&Tensor| match t.dtype() {
-        crate::gpu::DType::F32 => format!("{:?}", t.shape()),
-        d => format!("{:?} {d:?}", t.shape()),
-    };
-    operands.iter().map(one).collect::<Vec<_>>().join(" ")
-}
-
 /// The error of a GPU-only recorder operation on the CPU backend.
 fn no_encoder() -> Error {
     Error::Gpu("the CPU backend records no GPU commands".into())
@@ -431,7 +390,7 @@ impl Recorder {
     ) -> Result<T> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = &mut self.host_prof {
-            return timed_host_op(&self.gpu, p, op, operands, run);
+            return crate::gpu::profile::timed_host_op(&self.gpu, p, op, operands, run);
         }
         // The browser's CPU backend is never profiled (`Profiler::enable` refuses it: no clock here).
         #[cfg(target_arch = "wasm32")]
