@@ -20,7 +20,7 @@ use util::Rng;
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
 use florence2_wasm::cpu::linear::{linear, linear_rows_dot, LinearRef};
-use florence2_wasm::cpu::qdot_int8::QuantDot;
+use florence2_wasm::cpu::qdot_int8::{int8_row_dots_with, Int8Kernel, QuantDot, QuantX};
 use florence2_wasm::cpu::{par, Weight};
 use florence2_wasm::ops::matmul::Act;
 use florence2_wasm::quant::{quantize_rows, QFormat};
@@ -184,6 +184,40 @@ fn gemv_row(label: &str, (k, n): (usize, usize), m: usize) {
     println!("{label:<9} M{m} {k:>4}x{n:>5}  {}", cells.join(" | "));
 }
 
+/// The int8 row-dot kernels one by one on one thread (every weight row of the shape with one x row):
+/// time per call and weight bytes per second.
+fn int8_kernels_row(label: &str, (k, n): (usize, usize)) {
+    let mut rng = Rng(0x52 ^ (k * n) as u64);
+    let x = rng.fill(k, 1.0);
+    let w = rng.fill(n * k, 0.5);
+    let qx = QuantX::new(&x, k);
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        let q = quant(fmt, k, &w);
+        let rb = fmt.row_bytes(k);
+        let kernels = Int8Kernel::available();
+        let mut outs = vec![vec![0f32; n]; kernels.len()];
+        let mut fs: Vec<Box<dyn FnMut() + '_>> = Vec::new();
+        for (&kern, o) in kernels.iter().zip(outs.iter_mut()) {
+            let (q, qx) = (&q, &qx);
+            fs.push(Box::new(move || {
+                for (r, d) in q.chunks_exact(rb).zip(o.chunks_exact_mut(1)) {
+                    int8_row_dots_with(kern, fmt, k, r, (&qx.q, &qx.d), d);
+                }
+            }));
+        }
+        let secs = time_all(&mut fs);
+        let cells: Vec<String> = kernels
+            .iter()
+            .zip(secs)
+            .map(|(kern, s)| {
+                let gb = q.len() as f64 / s * 1e-9;
+                format!("{kern:?} {:.3} ms {gb:.1} GB/s", s * 1e3)
+            })
+            .collect();
+        println!("{label:<9} {fmt:?} {k:>4}x{n:>5}  {}", cells.join(" | "));
+    }
+}
+
 /// Arithmetic peak: independent FMA chains on every rayon thread, GFLOP/s.
 fn fma_peak() -> (f64, &'static str) {
     #[cfg(target_arch = "x86_64")]
@@ -309,5 +343,9 @@ fn main() {
         for m in [1, 3] {
             gemv_row(label, (k, n), m);
         }
+    }
+    println!("\nint8 row-dot kernels, one thread, M = 1 (every weight row once)");
+    for &(label, k, n) in GEMVS.iter().filter(|s| s.0.contains(&only)) {
+        int8_kernels_row(label, (k, n));
     }
 }

@@ -317,10 +317,7 @@ pub fn portable(fmt: QFormat, k: usize, r: &[u8], (qx, dx): (&[i8], &[f32]), dst
 }
 
 /// `$rows::<M, Q4>(k, r, qx, dx, dst)` for M = dst.len() (1..=4) and the format.
-#[cfg(any(
-    target_arch = "x86_64",
-    all(target_arch = "wasm32", target_feature = "simd128")
-))]
+#[cfg(target_arch = "x86_64")]
 macro_rules! by_shape_int8 {
     ($rows:ident, $fmt:expr, $k:expr, $r:expr, $qx:expr, $dx:expr, $dst:expr) => {
         match ($fmt, $dst.len()) {
@@ -385,24 +382,46 @@ mod x86 {
                         // SAFETY: writes the 8 floats of d.
                         unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) };
                     }
-                    // Block b0 + j into chain j mod 4 (= b mod 4: b0 is a multiple of 8).
-                    for j in 0..nb {
-                        let b = b0 + j;
-                        // SAFETY: the block's quant bytes lie in r (checked by the caller).
-                        let w = unsafe { weights::<Q4>(r, b) };
-                        // |w| as unsigned bytes (|-128| = 128 as u8); the signs go onto x.
-                        let $u = _mm256_sign_epi8(w, w);
-                        for (i, a) in acc.iter_mut().enumerate() {
-                            // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
-                            let xv = unsafe {
-                                _mm256_loadu_si256(qx.as_ptr().add(i * k + b * QBLOCK).cast())
-                            };
-                            let $s = _mm256_sign_epi8(xv, w);
-                            let isum = $dot;
-                            let ddv = _mm256_broadcast_ss(&dd[i][j]);
-                            let c = j % 4;
-                            a[c] =
-                                _mm256_add_ps(a[c], _mm256_mul_ps(ddv, _mm256_cvtepi32_ps(isum)));
+                    // Block b0 + j into chain j mod 4 (= b mod 4: b0 is a multiple of 8). Every
+                    // index into acc is a constant in each match arm, so acc stays in registers.
+                    macro_rules! block {
+                        ($j:expr) => {{
+                            let j = $j;
+                            let b = b0 + j;
+                            // SAFETY: the block's quant bytes lie in r (checked by the caller).
+                            let w = unsafe { weights::<Q4>(r, b) };
+                            // |w| as unsigned bytes (|-128| = 128 as u8); the signs go onto x.
+                            let $u = _mm256_sign_epi8(w, w);
+                            for (i, a) in acc.iter_mut().enumerate() {
+                                // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
+                                let xv = unsafe {
+                                    _mm256_loadu_si256(qx.as_ptr().add(i * k + b * QBLOCK).cast())
+                                };
+                                let $s = _mm256_sign_epi8(xv, w);
+                                let isum = $dot;
+                                let ddv = _mm256_broadcast_ss(&dd[i][j]);
+                                let p = _mm256_mul_ps(ddv, _mm256_cvtepi32_ps(isum));
+                                match j % 4 {
+                                    0 => a[0] = _mm256_add_ps(a[0], p),
+                                    1 => a[1] = _mm256_add_ps(a[1], p),
+                                    2 => a[2] = _mm256_add_ps(a[2], p),
+                                    _ => a[3] = _mm256_add_ps(a[3], p),
+                                }
+                            }
+                        }};
+                    }
+                    if nb == 8 {
+                        block!(0);
+                        block!(1);
+                        block!(2);
+                        block!(3);
+                        block!(4);
+                        block!(5);
+                        block!(6);
+                        block!(7);
+                    } else {
+                        for j in 0..nb {
+                            block!(j);
                         }
                     }
                 }
@@ -452,12 +471,132 @@ mod x86 {
     x86_kernel!(dots_avxvnni, rows_avxvnni, "avx2,f16c,avxvnni", |u, s| {
         _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
     });
-    x86_kernel!(
-        dots_512vnni,
-        rows_512vnni,
-        "avx2,f16c,avx512f,avx512vl,avx512vnni",
-        |u, s| _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-    );
+
+    /// [`super::int8_row_dots`] with AVX-512 VNNI: two blocks per 512-bit `vpdpbusd` (block b0 + j in
+    /// lanes 0..8, b0 + j + 1 in lanes 8..16), so chains j mod 4 = 0, 1 share one register and 2, 3
+    /// the other; the same sums as the 256-bit kernels, lane for lane.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn dots_512vnni(
+        fmt: QFormat,
+        k: usize,
+        r: &[u8],
+        qx: &[i8],
+        dx: &[f32],
+        dst: &mut [f32],
+    ) {
+        by_shape_int8!(rows_512vnni, fmt, k, r, qx, dx, dst)
+    }
+
+    /// Blocks b and b + 1's 64 weights as signed bytes in K order (`PAIR` false: block b only, the
+    /// upper 32 bytes zero).
+    #[target_feature(enable = "avx2,avx512f,avx512bw")]
+    #[inline]
+    unsafe fn weights2<const Q4: bool, const PAIR: bool>(r: &[u8], b: usize) -> __m512i {
+        if !PAIR {
+            // SAFETY: block b's bytes exist (the caller's check).
+            return _mm512_zextsi256_si512(unsafe { weights::<Q4>(r, b) });
+        }
+        if Q4 {
+            // SAFETY: bytes 16 b .. 16 b + 32 of r exist (blocks b and b + 1, the caller's check).
+            let v = unsafe { _mm256_loadu_si256(r.as_ptr().add(b * 16).cast()) };
+            let m = _mm256_set1_epi8(0x0F);
+            let l = _mm256_and_si256(v, m);
+            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m);
+            // 128-bit lanes: [b 0..16, b + 1 0..16] and [b 16..32, b + 1 16..32].
+            let (lo, hi) = (_mm256_unpacklo_epi8(l, h), _mm256_unpackhi_epi8(l, h));
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            let w = _mm512_shuffle_i64x2::<0b11_01_10_00>(z, z);
+            _mm512_sub_epi8(w, _mm512_set1_epi8(8))
+        } else {
+            // SAFETY: bytes 32 b .. 32 b + 64 of r exist (blocks b and b + 1, the caller's check).
+            unsafe { _mm512_loadu_si512(r.as_ptr().add(b * QBLOCK).cast()) }
+        }
+    }
+
+    /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn rows_512vnni<const M: usize, const Q4: bool>(
+        k: usize,
+        r: &[u8],
+        qx: &[i8],
+        dx: &[f32],
+        dst: &mut [f32],
+    ) {
+        let blocks = k / QBLOCK;
+        // SAFETY: the scales follow the quants in the row.
+        let sp = unsafe { r.as_ptr().add(if Q4 { k / 2 } else { k }) };
+        // Chains (0, 1) and (2, 3) per x row.
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        for b0 in (0..blocks).step_by(8) {
+            // SAFETY: the row's scales are padded to whole 16 bytes, so the 8 halves from b0 lie in r.
+            let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sp.add(2 * b0).cast()) });
+            let nb = (blocks - b0).min(8);
+            let mask = ((1u16 << nb) - 1) as u8;
+            let mut dd = [_mm512_setzero_ps(); M];
+            for (i, d) in dd.iter_mut().enumerate() {
+                // SAFETY: the masked load reads dx[i * blocks + b0 ..][..nb] only.
+                let x = unsafe { _mm256_maskz_loadu_ps(mask, dx.as_ptr().add(i * blocks + b0)) };
+                *d = _mm512_zextps256_ps512(_mm256_mul_ps(dw, x));
+            }
+            // Lanes 0..8 from lane 0 of the group's d_w * d_x, 8..16 from lane 1 (plus j below).
+            let base = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            // Blocks j and j + 1 (`pair`; else j alone) into chains j mod 4 and j mod 4 + 1. Every
+            // index into acc is a constant in each branch, so acc stays in registers.
+            macro_rules! pair {
+                ($j:expr, $pair:expr) => {{
+                    let (j, pair) = ($j, $pair);
+                    let b = b0 + j;
+                    // SAFETY: blocks b (and b + 1 with `pair`) lie in r.
+                    let w = unsafe {
+                        if pair {
+                            weights2::<Q4, true>(r, b)
+                        } else {
+                            weights2::<Q4, false>(r, b)
+                        }
+                    };
+                    let u = _mm512_abs_epi8(w);
+                    let neg = _mm512_movepi8_mask(w);
+                    let idx = _mm512_add_epi32(base, _mm512_set1_epi32(j as i32));
+                    let lanes: u16 = if pair { 0xFFFF } else { 0x00FF };
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: qx holds M rows of k values and 32 b + 32 (+ 32 with `pair`) <= k.
+                        let xv = unsafe {
+                            _mm512_maskz_loadu_epi8(
+                                if pair { u64::MAX } else { u32::MAX as u64 },
+                                qx.as_ptr().add(i * k + b * QBLOCK),
+                            )
+                        };
+                        let s = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                        let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+                        let ddv = _mm512_permutexvar_ps(idx, dd[i]);
+                        let p = _mm512_mul_ps(ddv, _mm512_cvtepi32_ps(isum));
+                        if j % 4 == 0 {
+                            a[0] = _mm512_mask_add_ps(a[0], lanes, a[0], p);
+                        } else {
+                            a[1] = _mm512_mask_add_ps(a[1], lanes, a[1], p);
+                        }
+                    }
+                }};
+            }
+            if nb == 8 {
+                pair!(0, true);
+                pair!(2, true);
+                pair!(4, true);
+                pair!(6, true);
+            } else {
+                for j in (0..nb).step_by(2) {
+                    pair!(j, j + 1 < nb);
+                }
+            }
+        }
+        for (d, a) in dst.iter_mut().zip(acc) {
+            let (lo, hi) = (
+                |z: __m512| _mm512_castps512_ps256(z),
+                |z: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(z))),
+            );
+            *d = fold([lo(a[0]), hi(a[0]), lo(a[1]), hi(a[1])]);
+        }
+    }
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
