@@ -5,7 +5,9 @@
 //! Two shapes of work:
 //! - M <= [`GEMV_MAX_ROWS`] (a decode step, up to 4 beams): a fused GEMV, threads over N. Each weight
 //!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
-//!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32.
+//!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32. q8/q4 rows
+//!   can instead be dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
+//!   opt-in: [`linear_rows_dot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
 //! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
 //!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
 //!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per
