@@ -453,10 +453,11 @@ mod x86 {
         if Q4 {
             // SAFETY: bytes 16 b .. 16 b + 16 of r exist (the caller's check).
             let v = unsafe { _mm_loadu_si128(r.as_ptr().add(b * 16).cast()) };
-            let m = _mm_set1_epi8(0x0F);
-            let l = _mm_and_si128(v, m);
-            let h = _mm_and_si128(_mm_srli_epi16::<4>(v), m);
-            let w = _mm256_set_m128i(_mm_unpackhi_epi8(l, h), _mm_unpacklo_epi8(l, h));
+            // Byte j widened to 16 bits is 0x00hl (nibbles h, l); OR-ing it shifted left by 4 gives
+            // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two weights of byte j in K order.
+            let v16 = _mm256_cvtepu8_epi16(v);
+            let hl = _mm256_or_si256(v16, _mm256_slli_epi16::<4>(v16));
+            let w = _mm256_and_si256(hl, _mm256_set1_epi16(0x0F0F));
             _mm256_sub_epi8(w, _mm256_set1_epi8(8))
         } else {
             // SAFETY: bytes 32 b .. 32 b + 32 of r exist (the caller's check).
@@ -499,13 +500,12 @@ mod x86 {
         if Q4 {
             // SAFETY: bytes 16 b .. 16 b + 32 of r exist (blocks b and b + 1, the caller's check).
             let v = unsafe { _mm256_loadu_si256(r.as_ptr().add(b * 16).cast()) };
-            let m = _mm256_set1_epi8(0x0F);
-            let l = _mm256_and_si256(v, m);
-            let h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m);
-            // 128-bit lanes: [b 0..16, b + 1 0..16] and [b 16..32, b + 1 16..32].
-            let (lo, hi) = (_mm256_unpacklo_epi8(l, h), _mm256_unpackhi_epi8(l, h));
-            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            let w = _mm512_shuffle_i64x2::<0b11_01_10_00>(z, z);
+            // Byte j widened to 16 bits is 0x00hl (nibbles h, l); OR-ing it shifted left by 4 gives
+            // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two weights of byte j in K order.
+            let v16 = _mm512_cvtepu8_epi16(v);
+            let s = _mm512_slli_epi16::<4>(v16);
+            // (A | B) & C.
+            let w = _mm512_ternarylogic_epi32::<0xA8>(v16, s, _mm512_set1_epi16(0x0F0F));
             _mm512_sub_epi8(w, _mm512_set1_epi8(8))
         } else {
             // SAFETY: bytes 32 b .. 32 b + 64 of r exist (blocks b and b + 1, the caller's check).
