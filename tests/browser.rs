@@ -976,6 +976,32 @@ fn wasm_simd128_quant_row_dots_equal_portable() {
     }
 }
 
+/// The int8 decode dots in wasm (`QuantDot::Int8`): the SIMD128 kernel (`i32x4.dot_i16x8_s`) is the one
+/// chosen, and equals the portable kernel bit for bit (exact integer lane sums, same f32 order), for
+/// both formats, every M and K of 1 to 96 blocks.
+#[wasm_bindgen_test]
+fn wasm_simd128_int8_row_dots_equal_portable() {
+    use florence2_wasm::cpu::qdot_int8::{int8_row_dots, int8_row_dots_with, Int8Kernel, QuantX};
+    use florence2_wasm::quant::{quantize_rows, QFormat};
+    assert_eq!(Int8Kernel::best(), Int8Kernel::Simd128);
+    for (s, fmt) in [(3u64, QFormat::Q8), (4, QFormat::Q4)] {
+        for k in [32, 96, 160, 768, 3072] {
+            let mut bytes = Vec::new();
+            quantize_rows(fmt, k, &rand_vec(s * 7 + k as u64, k), &mut bytes).unwrap();
+            for m in 1..=4 {
+                let qx = QuantX::new(&rand_vec(s * 13 + m as u64, m * k), k);
+                let xr = (&qx.q[..], &qx.d[..]);
+                let (mut got, mut want) = (vec![0f32; m], vec![0f32; m]);
+                int8_row_dots(fmt, k, &bytes, xr, &mut got);
+                int8_row_dots_with(Int8Kernel::Portable, fmt, k, &bytes, xr, &mut want);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{fmt:?} k={k} m={m}");
+                assert!(want.iter().all(|v| v.is_finite() && *v != 0.0));
+            }
+        }
+    }
+}
+
 /// The CPU backend's f16 widening in wasm (SIMD128 integer operations) equals `half`'s `to_f32` on every
 /// one of the 65536 halves, bit for bit (NaNs included), at every alignment of a slice's tail.
 #[wasm_bindgen_test]

@@ -2,7 +2,8 @@
 //! Florence-2-base's linear shapes, the chosen path (`cpu::linear`, on the `gemm` crate) against the
 //! alternatives measured to choose it: the `gemm` crate called directly, `matrixmultiply` (threaded) and
 //! the portable blocked loop of `cpu::gemm` (the wasm fallback); `cpu::linear` with f16/q8/q4 weights
-//! (dequantized per panel); the decode GEMV per weight format (M = 1 and 3) with its weight bandwidth;
+//! (dequantized per panel); the decode GEMV per weight format (M = 1 and 3) with its weight bandwidth,
+//! q8/q4 with both dots (`QuantDot::Exact` and `QuantDot::Int8`);
 //! and the machine's ceilings measured in the same run: an AVX-512 (else AVX2) FMA loop on every
 //! thread (the arithmetic peak) and numpy/OpenBLAS GEMM (`python3 -c`, when numpy is installed).
 //!
@@ -18,7 +19,8 @@ mod util;
 use util::Rng;
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
-use florence2_wasm::cpu::linear::{linear, LinearRef};
+use florence2_wasm::cpu::linear::{linear, linear_rows_dot, LinearRef};
+use florence2_wasm::cpu::qdot_int8::{int8_row_dots_with, Int8Kernel, QuantDot, QuantX};
 use florence2_wasm::cpu::{par, Weight};
 use florence2_wasm::ops::matmul::Act;
 use florence2_wasm::quant::{quantize_rows, QFormat};
@@ -142,9 +144,9 @@ fn gemv_row(label: &str, (k, n): (usize, usize), m: usize) {
     let w = rng.fill(n * k, 0.5);
     let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
     let (q8, q4) = (quant(QFormat::Q8, k, &w), quant(QFormat::Q4, k, &w));
-    let bytes = [n * k * 4, n * k * 2, q8.len(), q4.len()];
-    let mut outs = vec![vec![0f32; m * n]; 4];
-    let [o0, o1, o2, o3] = &mut outs[..] else {
+    let bytes = [n * k * 4, n * k * 2, q8.len(), q4.len(), q8.len(), q4.len()];
+    let mut outs = vec![vec![0f32; m * n]; 6];
+    let [o0, o1, o2, o3, o4, o5] = &mut outs[..] else {
         return;
     };
     let lin = |wt| LinearRef {
@@ -153,11 +155,25 @@ fn gemv_row(label: &str, (k, n): (usize, usize), m: usize) {
         k,
         bias: None,
     };
+    let quant = |fmt, b, o: &mut [f32], dot| {
+        linear_rows_dot(
+            &lin(Weight::Quant(fmt, b)),
+            &x,
+            Act::None,
+            None,
+            o,
+            false,
+            dot,
+        )
+        .expect("quantized")
+    };
     let mut fs: Vec<Box<dyn FnMut() + '_>> = vec![
         Box::new(|| linear(&lin(Weight::F32(&w)), &x, Act::None, o0).expect("f32")),
         Box::new(|| linear(&lin(Weight::F16(&wh)), &x, Act::None, o1).expect("f16")),
-        Box::new(|| linear(&lin(Weight::Quant(QFormat::Q8, &q8)), &x, Act::None, o2).expect("q8")),
-        Box::new(|| linear(&lin(Weight::Quant(QFormat::Q4, &q4)), &x, Act::None, o3).expect("q4")),
+        Box::new(|| quant(QFormat::Q8, &q8, o2, QuantDot::Exact)),
+        Box::new(|| quant(QFormat::Q4, &q4, o3, QuantDot::Exact)),
+        Box::new(|| quant(QFormat::Q8, &q8, o4, QuantDot::Int8)),
+        Box::new(|| quant(QFormat::Q4, &q4, o5, QuantDot::Int8)),
     ];
     let secs = time_all(&mut fs);
     let cells: Vec<String> = secs
@@ -166,6 +182,40 @@ fn gemv_row(label: &str, (k, n): (usize, usize), m: usize) {
         .map(|(&s, b)| format!("{:>7.3} ms {:>5.1} GB/s", s * 1e3, b as f64 / s * 1e-9))
         .collect();
     println!("{label:<9} M{m} {k:>4}x{n:>5}  {}", cells.join(" | "));
+}
+
+/// The int8 row-dot kernels one by one on one thread (every weight row of the shape with one x row):
+/// time per call and weight bytes per second.
+fn int8_kernels_row(label: &str, (k, n): (usize, usize)) {
+    let mut rng = Rng(0x52 ^ (k * n) as u64);
+    let x = rng.fill(k, 1.0);
+    let w = rng.fill(n * k, 0.5);
+    let qx = QuantX::new(&x, k);
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        let q = quant(fmt, k, &w);
+        let rb = fmt.row_bytes(k);
+        let kernels = Int8Kernel::available();
+        let mut outs = vec![vec![0f32; n]; kernels.len()];
+        let mut fs: Vec<Box<dyn FnMut() + '_>> = Vec::new();
+        for (&kern, o) in kernels.iter().zip(outs.iter_mut()) {
+            let (q, qx) = (&q, &qx);
+            fs.push(Box::new(move || {
+                for (r, d) in q.chunks_exact(rb).zip(o.chunks_exact_mut(1)) {
+                    int8_row_dots_with(kern, fmt, k, r, (&qx.q, &qx.d), d);
+                }
+            }));
+        }
+        let secs = time_all(&mut fs);
+        let cells: Vec<String> = kernels
+            .iter()
+            .zip(secs)
+            .map(|(kern, s)| {
+                let gb = q.len() as f64 / s * 1e-9;
+                format!("{kern:?} {:.3} ms {gb:.1} GB/s", s * 1e3)
+            })
+            .collect();
+        println!("{label:<9} {fmt:?} {k:>4}x{n:>5}  {}", cells.join(" | "));
+    }
 }
 
 /// Arithmetic peak: independent FMA chains on every rayon thread, GFLOP/s.
@@ -280,14 +330,22 @@ fn main() {
     for &(label, m, k, n) in GEMMS.iter().filter(|s| s.0.contains(&only)) {
         gemm_row(label, (m, k, n));
     }
-    println!("\nDecode GEMV (cpu::linear, M <= 4): time per call and weight bytes per second");
     println!(
-        "{:<22} {:^22} | {:^22} | {:^22} | {:^22}",
-        "", "f32", "f16", "q8", "q4"
+        "\nDecode GEMV (cpu::linear, M <= 4): time per call and weight bytes per second; q8/q4 with \
+         the exact dot (weights widened to f32) and the int8 dot (x quantized per call, {:?})",
+        florence2_wasm::cpu::qdot_int8::Int8Kernel::best()
+    );
+    println!(
+        "{:<22} {:^22} | {:^22} | {:^22} | {:^22} | {:^22} | {:^22}",
+        "", "f32", "f16", "q8 exact", "q4 exact", "q8 int8", "q4 int8"
     );
     for &(label, k, n) in GEMVS.iter().filter(|s| s.0.contains(&only)) {
         for m in [1, 3] {
             gemv_row(label, (k, n), m);
         }
+    }
+    println!("\nint8 row-dot kernels, one thread, M = 1 (every weight row once)");
+    for &(label, k, n) in GEMVS.iter().filter(|s| s.0.contains(&only)) {
+        int8_kernels_row(label, (k, n));
     }
 }

@@ -5,7 +5,9 @@
 //! Two shapes of work:
 //! - M <= [`GEMV_MAX_ROWS`] (a decode step, up to 4 beams): a fused GEMV, threads over N. Each weight
 //!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
-//!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32.
+//!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32. q8/q4 rows
+//!   can instead be dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
+//!   opt-in: [`linear_rows_dot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
 //! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
 //!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
 //!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per
@@ -15,9 +17,10 @@ use half::f16;
 
 use crate::cpu::activation::Act;
 use crate::cpu::gemm::{sgemm_nt, MatRef};
+use crate::cpu::qdot_int8::{self, QuantDot, QuantX};
 use crate::cpu::{activation, check_len, par, qdot, widen, Weight};
 use crate::error::{Error, Result};
-use crate::quant::QBLOCK;
+use crate::quant::{QFormat, QBLOCK};
 
 /// Largest M the GEMV path takes (as the GPU's decode GEMV).
 pub const GEMV_MAX_ROWS: usize = 4;
@@ -41,7 +44,8 @@ pub fn linear(l: &LinearRef, x: &[f32], act: Act, out: &mut [f32]) -> Result<()>
 
 /// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N); with `per_row` every M takes the GEMV path (in groups of [`GEMV_MAX_ROWS`] x
 /// rows per weight row), so that each row's result equals a one-row call's whatever M is (the batched
-/// decoder's bit-identity).
+/// decoder's bit-identity). Quantized weights on the GEMV path are dotted as [`qdot_int8::quant_dot`]
+/// says (the process's choice; [`QuantDot::Exact`] unless set).
 pub fn linear_rows(
     l: &LinearRef,
     x: &[f32],
@@ -49,6 +53,21 @@ pub fn linear_rows(
     residual: Option<&[f32]>,
     out: &mut [f32],
     per_row: bool,
+) -> Result<()> {
+    linear_rows_dot(l, x, act, residual, out, per_row, qdot_int8::quant_dot())
+}
+
+/// [`linear_rows`] with the GEMV's dot for quantized weights given: [`QuantDot::Int8`] quantizes the
+/// x rows to int8 once per call and dots them in integers ([`qdot_int8`]); f32/f16 weights and the
+/// GEMM path ignore it.
+pub fn linear_rows_dot(
+    l: &LinearRef,
+    x: &[f32],
+    act: Act,
+    residual: Option<&[f32]>,
+    out: &mut [f32],
+    per_row: bool,
+    dot: QuantDot,
 ) -> Result<()> {
     const OP: &str = "cpu linear";
     let (n, k) = (l.n, l.k);
@@ -71,7 +90,7 @@ pub fn linear_rows(
         return Ok(());
     }
     if m <= GEMV_MAX_ROWS || per_row {
-        gemv(l, x, m, out);
+        gemv(l, x, m, out, dot);
     } else {
         gemm_panels(l, x, m, out)?;
     }
@@ -104,17 +123,31 @@ fn gemm_panels(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) -> Result<()
 
 /// The GEMV path (M <= 4, or any M row by row): dots of every weight row with the M x rows (in groups
 /// of [`GEMV_MAX_ROWS`], the weight row still in cache for the next group), threads over N; the (N, M)
-/// results then transposed into out (M, N).
-fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) {
+/// results then transposed into out (M, N). With [`QuantDot::Int8`] and quantized weights, x is
+/// quantized once here and every row dotted with it by [`qdot_int8::int8_row_dots`].
+fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32], dot: QuantDot) {
     let (n, k) = (l.n, l.k);
     let mut t = vec![0f32; n * m]; // (N, M)
     let task = par::task_len(n, 16);
     let group = GEMV_MAX_ROWS * k;
+    let int8 = match l.w {
+        Weight::Quant(fmt, v) if dot == QuantDot::Int8 => Some((fmt, v, QuantX::new(x, k))),
+        _ => None,
+    };
     par::chunks_mut(&mut t, task * m, |ti, tc| {
         let mut scratch = vec![0f32; k];
         for (r, dst) in tc.chunks_exact_mut(m).enumerate() {
+            let row = ti * task + r;
+            if let Some((fmt, v, qx)) = &int8 {
+                let rb = fmt.row_bytes(k);
+                for (g, dg) in dst.chunks_mut(GEMV_MAX_ROWS).enumerate() {
+                    let xg = qx.rows(g * GEMV_MAX_ROWS, dg.len());
+                    qdot_int8::int8_row_dots(*fmt, k, &v[row * rb..(row + 1) * rb], xg, dg);
+                }
+                continue;
+            }
             for (xg, dg) in x.chunks(group).zip(dst.chunks_mut(GEMV_MAX_ROWS)) {
-                row_dots(&l.w, k, ti * task + r, xg, dg, &mut scratch);
+                row_dots(&l.w, k, row, xg, dg, &mut scratch);
             }
         }
     });
@@ -237,17 +270,31 @@ fn row_dots_body(
             dense_dots(r, x, k, dst);
         }
         Weight::Quant(fmt, v) => {
-            let blocks = k / QBLOCK;
-            let rb = fmt.row_bytes(k);
-            let r = &v[row * rb..(row + 1) * rb];
-            let scales = &mut scratch[..blocks];
-            let sb = &r[fmt.quant_bytes(k)..fmt.quant_bytes(k) + 2 * blocks];
-            for (d, h) in scales.iter_mut().zip(sb.chunks_exact(2)) {
-                *d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
-            }
+            let (r, scales) = quant_row(*fmt, v, k, row, scratch);
             qdot::quant_row_dots(*fmt, k, r, scales, x, dst);
         }
     }
+}
+
+/// Row `row` of quantized weights `v` (rows of K): its bytes, and its K / 32 block scales widened to f32
+/// into `scratch`.
+#[inline(always)]
+fn quant_row<'a, 's>(
+    fmt: QFormat,
+    v: &'a [u8],
+    k: usize,
+    row: usize,
+    scratch: &'s mut [f32],
+) -> (&'a [u8], &'s [f32]) {
+    let blocks = k / QBLOCK;
+    let rb = fmt.row_bytes(k);
+    let r = &v[row * rb..(row + 1) * rb];
+    let scales = &mut scratch[..blocks];
+    let sb = &r[fmt.quant_bytes(k)..fmt.quant_bytes(k) + 2 * blocks];
+    for (d, h) in scales.iter_mut().zip(sb.chunks_exact(2)) {
+        *d = f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
+    }
+    (r, scales)
 }
 
 /// dst[i] = w . x[i, :] for an f32 row w (K) and the dst.len() rows of x, each in 32 lane-wise partial

@@ -29,6 +29,7 @@ pub mod linear;
 pub mod norm;
 pub mod par;
 pub mod qdot;
+pub mod qdot_int8;
 pub mod reduce;
 pub mod softmax;
 pub mod weight;

@@ -12,6 +12,9 @@
 //!   instruction each, chosen at run time;
 //! - wasm32 built with `+simd128`: the same with 4-lane quarters;
 //! - elsewhere ([`portable`]): scalar loops that LLVM vectorizes as it can (NEON on aarch64).
+//!
+//! The faster, inexact alternative (x quantized to int8, integer block sums) is
+//! [`crate::cpu::qdot_int8`].
 
 use crate::quant::{QFormat, QBLOCK};
 

@@ -337,3 +337,231 @@ fn per_row_results_do_not_depend_on_m() {
         }
     }
 }
+
+// ---- The int8 path of the quantized GEMV (`QuantDot::Int8`, src/cpu/qdot_int8.rs) ----
+
+/// Weight rows of `fmt` (N, K) as raw bytes: random quants over the whole byte range (q8 -128 included,
+/// which the quantizer never writes but a file may hold) and f16 scales spanning 2^-6 .. 2^3.
+fn random_quant_rows(rng: &mut Rng, fmt: QFormat, n: usize, k: usize) -> Vec<u8> {
+    let rb = fmt.row_bytes(k);
+    let mut bytes = vec![0u8; n * rb];
+    for row in bytes.chunks_exact_mut(rb) {
+        for q in &mut row[..fmt.quant_bytes(k)] {
+            *q = rng.next_u64() as u8;
+        }
+        for b in 0..k / 32 {
+            let d = (rng.uniform().abs() + 0.01) * 2f32.powi((b % 10) as i32 - 6);
+            let s = fmt.quant_bytes(k) + 2 * b;
+            row[s..s + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// x (M, K) with the blocks an int8 GEMV meets: uniform ones, one large outlier in a block of small
+/// values, an all-zero block, and tiny values.
+fn int8_test_x(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
+    let mut x = rng.vec(m * k, 1.0);
+    for (i, blk) in x.chunks_exact_mut(32).enumerate() {
+        match i % 5 {
+            1 => {
+                blk.iter_mut().for_each(|v| *v *= 0.01);
+                blk[i % 32] = 9.0;
+            }
+            2 => blk.fill(0.0),
+            3 => blk.iter_mut().for_each(|v| *v *= 1e-20),
+            _ => {}
+        }
+    }
+    x
+}
+
+/// x quantized per 32-block: the largest |x| maps to ±127, every value to within half a step (plus
+/// the division's rounding, < 127 u of a step: 0.501 covers it), an all-zero block to d = 0, and a block
+/// holding a non-finite value to d = NaN.
+#[test]
+fn int8_x_quantization_is_within_half_a_step() {
+    use florence2_wasm::cpu::qdot_int8::QuantX;
+    let mut rng = Rng::new(300);
+    let k = 256;
+    let x = int8_test_x(&mut rng, 3, k);
+    let qx = QuantX::new(&x, k);
+    for (b, (xb, qb)) in x.chunks_exact(32).zip(qx.q.chunks_exact(32)).enumerate() {
+        let d = qx.d[b];
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(d, amax / 127.0, "block {b}");
+        if amax == 0.0 {
+            assert!(qb.iter().all(|&q| q == 0), "block {b}");
+            continue;
+        }
+        assert_eq!(
+            qb.iter().map(|q| q.unsigned_abs()).max(),
+            Some(127),
+            "block {b}"
+        );
+        for (&v, &q) in xb.iter().zip(qb) {
+            let err = (v as f64 - d as f64 * q as f64).abs();
+            assert!(err <= 0.501 * d as f64, "block {b}: {v} -> {q} * {d}");
+        }
+    }
+    let mut bad = x.clone();
+    bad[40] = f32::INFINITY;
+    assert!(QuantX::new(&bad, k).d[1].is_nan());
+}
+
+/// Every int8 kernel this CPU runs (AVX-512 VNNI, AVX-VNNI, AVX2 `maddubs` on x86_64) gives the
+/// portable kernel's bits: the integer lane sums are exact and the f32 combination has the same order.
+/// Both formats, every M, K of 1 to 96 blocks (chains partly filled), random bytes (q8's -128
+/// included) and scales over 2^-6 .. 2^3.
+#[test]
+fn int8_kernels_equal_the_portable_kernel_bit_for_bit() {
+    use florence2_wasm::cpu::qdot_int8::{int8_row_dots_with, Int8Kernel, QuantX};
+    let kernels = Int8Kernel::available();
+    println!("int8 kernels on this CPU: {kernels:?}");
+    let mut rng = Rng::new(301);
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        for k in [32, 96, 160, 768, 3072] {
+            let n = 5;
+            let bytes = random_quant_rows(&mut rng, fmt, n, k);
+            for m in 1..=4 {
+                let x = int8_test_x(&mut rng, m, k);
+                let qx = QuantX::new(&x, k);
+                for row in 0..n {
+                    let r = &bytes[row * fmt.row_bytes(k)..(row + 1) * fmt.row_bytes(k)];
+                    let mut want = vec![0f32; m];
+                    let xr = (&qx.q[..], &qx.d[..]);
+                    int8_row_dots_with(Int8Kernel::Portable, fmt, k, r, xr, &mut want);
+                    assert!(want.iter().all(|v| v.is_finite()));
+                    for &kern in &kernels {
+                        let mut got = vec![f32::NAN; m];
+                        int8_row_dots_with(kern, fmt, k, r, xr, &mut got);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{kern:?} {fmt:?} k={k} m={m}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// out (M, N) = x @ w^T through `linear_rows_dot` with `QuantDot::Int8` (no bias, no activation).
+fn int8_gemv(
+    fmt: QFormat,
+    bytes: &[u8],
+    (n, k): (usize, usize),
+    x: &[f32],
+    per_row: bool,
+) -> Vec<f32> {
+    use florence2_wasm::cpu::linear::linear_rows_dot;
+    use florence2_wasm::cpu::qdot_int8::QuantDot;
+    let l = LinearRef {
+        w: Weight::Quant(fmt, bytes),
+        n,
+        k,
+        bias: None,
+    };
+    let mut out = vec![f32::NAN; x.len() / k * n];
+    linear_rows_dot(&l, x, Act::None, None, &mut out, per_row, QuantDot::Int8).unwrap();
+    out
+}
+
+/// The int8 GEMV against the exact f64 dot of x with the dequantized weights, within its derived bound
+/// (src/cpu/qdot_int8.rs): with s_b = d_x,b * 0.501 (half an x step plus the division's rounding),
+///     |got - ref| <= sum_b s_b sum_{k in b} |w_k|  +  gamma_K sum_k |w_k| (|x_k| + s_b)  +  u |ref|:
+/// rounding x moves each product by at most |w_k| s_b; the integer block sums are exact; the f32
+/// combination (d_w * d_x, its product with the sum, K / 4 adds and the fold) rounds each of at most K
+/// terms of magnitude <= |w_k| (|x_k| + s_b) fewer than K times; the output is rounded once. The bound is
+/// checked to be tight enough to mean something: at most 1.5% of sum |w x| on these inputs (x's
+/// quantization alone is ~0.4% of it on uniform blocks), and the worst element uses > 1% of its bound
+/// (the bound adds the blocks' worst cases, the errors add like a random walk: 3% at K = 768 here; a
+/// path that did not quantize x would use < 0.01%).
+#[test]
+fn int8_gemv_is_within_its_bound_of_the_f64_dot() {
+    let mut rng = Rng::new(302);
+    let gamma = |k: usize| k as f64 * U / (1.0 - k as f64 * U);
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        for (k, m, per_row) in [
+            (32, 1, false),
+            (768, 1, false),
+            (768, 4, false),
+            (3072, 3, false),
+            (768, 6, true),
+        ] {
+            let n = 23;
+            let mut bytes = Vec::new();
+            quantize_rows(fmt, k, &rng.vec(n * k, 1.0), &mut bytes).unwrap();
+            let wf = dequantize_rows(fmt, k, &bytes).unwrap();
+            let x = rng.vec(m * k, 1.0);
+            let got = int8_gemv(fmt, &bytes, (n, k), &x, per_row);
+            let (mut want, mut bound) = (vec![0f32; m * n], vec![0f64; m * n]);
+            let mut used = 0f64;
+            for i in 0..m {
+                let xr = &x[i * k..(i + 1) * k];
+                for j in 0..n {
+                    let wr = &wf[j * k..(j + 1) * k];
+                    let (mut s, mut quant, mut mag, mut wx) = (0f64, 0f64, 0f64, 0f64);
+                    for (xb, wb) in xr.chunks_exact(32).zip(wr.chunks_exact(32)) {
+                        let amax = xb.iter().fold(0f64, |a, v| a.max(v.abs() as f64));
+                        let step = 0.501 * amax / 127.0;
+                        for (&xv, &wv) in xb.iter().zip(wb) {
+                            let (xv, wv) = (xv as f64, wv as f64);
+                            s += xv * wv;
+                            quant += wv.abs() * step;
+                            mag += wv.abs() * (xv.abs() + step);
+                            wx += (wv * xv).abs();
+                        }
+                    }
+                    let b = quant + gamma(k) * mag + U * s.abs() + 1e-30;
+                    assert!(
+                        b <= 0.015 * wx,
+                        "{fmt:?} k={k}: bound {b:e} of sum|wx| {wx:e}"
+                    );
+                    want[i * n + j] = s as f32;
+                    bound[i * n + j] = b;
+                    used = used.max((got[i * n + j] as f64 - s).abs() / b);
+                }
+            }
+            let name = format!("int8 {fmt:?} M{m} K{k} per_row {per_row}");
+            check_bounds(&name, &got, &want, &bound);
+            assert!(
+                used > 0.01,
+                "{name}: worst error uses only {used} of the bound"
+            );
+        }
+    }
+}
+
+/// The int8 GEMV per row: each row of an M-row call equals, bit for bit, the row run alone (x is
+/// quantized per row and block, the dots do not depend on M: the batched decoder's bit-identity),
+/// at M within one group of 4 and across groups; a non-finite x makes its row's results NaN only.
+#[test]
+fn int8_gemv_rows_do_not_depend_on_m() {
+    let mut rng = Rng::new(303);
+    let (n, k) = (29, 96);
+    for fmt in [QFormat::Q8, QFormat::Q4] {
+        let mut bytes = Vec::new();
+        quantize_rows(fmt, k, &rng.vec(n * k, 1.0), &mut bytes).unwrap();
+        for (m, per_row) in [(3, false), (4, false), (9, true)] {
+            let mut x = int8_test_x(&mut rng, m, k);
+            x[k + 5] = f32::NAN;
+            let all = int8_gemv(fmt, &bytes, (n, k), &x, per_row);
+            for r in 0..m {
+                let one = int8_gemv(fmt, &bytes, (n, k), &x[r * k..(r + 1) * k], per_row);
+                let row = &all[r * n..(r + 1) * n];
+                if r == 1 {
+                    assert!(row.iter().chain(&one).all(|v| v.is_nan()), "{fmt:?} M{m}");
+                    continue;
+                }
+                assert!(row.iter().all(|v| v.is_finite()), "{fmt:?} M{m} row {r}");
+                let same = row
+                    .iter()
+                    .zip(&one)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{fmt:?}: row {r} of M = {m} differs from the row alone"
+                );
+            }
+        }
+    }
+}

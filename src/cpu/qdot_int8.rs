@@ -1,0 +1,341 @@
+//! Integer dot products for the quantized decode GEMV (opt-in: [`QuantDot::Int8`]).
+//!
+//! The x rows are quantized once per GEMV call ([`QuantX`]): per 32-value block a scale
+//! `d_x = max|x| / 127` and int8 values `q_x = round(x / d_x)`. Each block of a q8/q4 weight row is then
+//! dotted with them in integers, and only the block's sum is scaled, in f32:
+//! `acc += (d_w * d_x) * isum`. The integer sums are exact (|isum| <= 32 * 128 * 127 < 2^24, so the
+//! conversion to f32 is exact too), so every path below agrees bit for bit when it combines them in f32
+//! in the same order:
+//! - a block's 32 products go into 8 integer lanes, lane `l` the sum of products `4 l .. 4 l + 3`
+//!   (what AVX2's `maddubs` + `madd` and VNNI's `vpdpbusd` produce);
+//! - lane `l` of block `b` is scaled (`(d_w * d_x) * isum`, multiply then add, never fused) and added
+//!   to lane `8 (b mod 4) + l` of 32 f32 partial sums (four independent chains per x row, so the adds'
+//!   latency overlaps), which [`sum32`] folds at the end.
+//!
+//! Paths: x86_64 with AVX-512 VNNI (512-bit `vpdpbusd`, two blocks at once), AVX-VNNI, or AVX2 (`vpsignb` makes the weights
+//! unsigned and moves their signs onto x, `vpmaddubsw` + `vpmaddwd` sum them), chosen at run time;
+//! wasm32 with `+simd128` (`i32x4.dot_i16x8_s` on sign-extended bytes); elsewhere [`portable`].
+//!
+//! Accuracy: the result is no longer the f32 GEMV on the dequantized weights. Rounding x to its grid
+//! moves each x by at most `d_x / 2` (plus the division's rounding, < 127 u of a step), so against the
+//! exact dot of the dequantized weights a block's error is at most `0.501 d_x sum_block |w|`, plus the
+//! f32 combination's `gamma_K sum |w| (|x| + d_x / 2)` (tests/cpu/linear.rs asserts this bound).
+//! Relative to the block's `sum |w x|` that is about 1/254 of the block's largest |x| over its typical
+//! |x|: the same order as q8's weight quantization, far below q4's.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::cpu::sum32;
+use crate::quant::{QFormat, QBLOCK};
+
+/// How the decode GEMV dots quantized (q8/q4) weight rows with x.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantDot {
+    /// Weights widened to f32 (`d * q`, exact) and dotted with x in f32: the f32 GEMV's bits on the
+    /// dequantized weights ([`crate::cpu::qdot`]).
+    Exact,
+    /// x quantized to int8 per 32-block, integer block sums ([`int8_row_dots`]).
+    Int8,
+}
+
+const UNSET: u8 = 0;
+const EXACT: u8 = 1;
+const INT8: u8 = 2;
+static MODE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The process's choice for [`crate::cpu::linear::linear_rows`]: what [`set_quant_dot`] set, else the
+/// environment variable `FLORENCE2_CPU_QUANT_DOT` (`int8` or `exact`) read at the first call, else
+/// [`QuantDot::Exact`].
+pub fn quant_dot() -> QuantDot {
+    let mode = match MODE.load(Ordering::Relaxed) {
+        UNSET => {
+            let int8 = std::env::var("FLORENCE2_CPU_QUANT_DOT")
+                .map(|v| v.trim().eq_ignore_ascii_case("int8"))
+                .unwrap_or(false);
+            let m = if int8 { INT8 } else { EXACT };
+            // A concurrent set_quant_dot wins over the environment.
+            let _ = MODE.compare_exchange(UNSET, m, Ordering::Relaxed, Ordering::Relaxed);
+            MODE.load(Ordering::Relaxed)
+        }
+        m => m,
+    };
+    if mode == INT8 {
+        QuantDot::Int8
+    } else {
+        QuantDot::Exact
+    }
+}
+
+/// Set the process's [`quant_dot`] (for every later GEMV call of [`crate::cpu::linear::linear_rows`]).
+pub fn set_quant_dot(d: QuantDot) {
+    let m = match d {
+        QuantDot::Exact => EXACT,
+        QuantDot::Int8 => INT8,
+    };
+    MODE.store(m, Ordering::Relaxed);
+}
+
+/// Rows of x quantized to int8 in 32-blocks: `q` (M, K) and the block scales `d` (M, K / 32).
+#[derive(Clone, Debug)]
+pub struct QuantX {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub k: usize,
+}
+
+impl QuantX {
+    /// x (M, K), K a multiple of 32: per block d = max|x| / 127 and q = round(x / d) (ties away from
+    /// zero; an all-zero block has d = 0, q = 0). A block holding a non-finite value gets d = NaN, so
+    /// the dots it enters are NaN, as the f32 GEMV's would be NaN or infinite.
+    pub fn new(x: &[f32], k: usize) -> Self {
+        debug_assert!(k.is_multiple_of(QBLOCK) && x.len().is_multiple_of(k));
+        let mut q = vec![0i8; x.len()];
+        let mut d = vec![0f32; x.len() / QBLOCK];
+        for ((xb, qb), db) in x
+            .chunks_exact(QBLOCK)
+            .zip(q.chunks_exact_mut(QBLOCK))
+            .zip(&mut d)
+        {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            if xb.iter().any(|v| !v.is_finite()) {
+                *db = f32::NAN;
+                continue;
+            }
+            *db = amax / 127.0;
+            if amax > 0.0 {
+                for (o, &v) in qb.iter_mut().zip(xb) {
+                    *o = (v / *db).round().clamp(-127.0, 127.0) as i8;
+                }
+            }
+        }
+        QuantX { q, d, k }
+    }
+
+    /// Rows `i0 .. i0 + m` as (quants, scales).
+    pub fn rows(&self, i0: usize, m: usize) -> (&[i8], &[f32]) {
+        let blocks = self.k / QBLOCK;
+        (
+            &self.q[i0 * self.k..(i0 + m) * self.k],
+            &self.d[i0 * blocks..(i0 + m) * blocks],
+        )
+    }
+}
+
+/// The kernels of [`int8_row_dots`], for tests and benchmarks to address each one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Kernel {
+    Portable,
+    /// x86_64 AVX2: `vpsignb` + `vpmaddubsw` + `vpmaddwd`.
+    Avx2,
+    /// x86_64 AVX-VNNI: 256-bit `vpdpbusd` (VEX).
+    AvxVnni,
+    /// x86_64 AVX-512 VNNI + VL: 256-bit `vpdpbusd` (EVEX).
+    Avx512Vnni,
+    /// wasm32 SIMD128: `i32x4.dot_i16x8_s`.
+    Simd128,
+}
+
+impl Int8Kernel {
+    /// Whether this build and CPU can run the kernel.
+    pub fn is_available(self) -> bool {
+        match self {
+            Int8Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Avx512Vnni => {
+                is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::AvxVnni => {
+                is_x86_feature_detected!("avxvnni")
+                    && is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Int8Kernel::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Int8Kernel::Simd128 => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every kernel this build and CPU can run, fastest first.
+    pub fn available() -> Vec<Int8Kernel> {
+        [
+            Int8Kernel::Avx512Vnni,
+            Int8Kernel::AvxVnni,
+            Int8Kernel::Avx2,
+            Int8Kernel::Simd128,
+            Int8Kernel::Portable,
+        ]
+        .into_iter()
+        .filter(|k| k.is_available())
+        .collect()
+    }
+
+    /// The kernel [`int8_row_dots`] runs: the fastest available.
+    pub fn best() -> Int8Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::sync::OnceLock;
+            static BEST: OnceLock<Int8Kernel> = OnceLock::new();
+            *BEST.get_or_init(|| Int8Kernel::available()[0])
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            Int8Kernel::Simd128
+        }
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
+        {
+            Int8Kernel::Portable
+        }
+    }
+}
+
+/// dst[i] = Σ_b (d_w[b] * d_x[i, b]) * Σ_{k in b} q_w[k] * q_x[i, k] for the dst.len() (1..=4) rows of
+/// `qx` (K = `k` each, scales `dx`, K / 32 per row) and the weight row `r`: one row of
+/// [`crate::quant`]'s layout, `fmt.row_bytes(k)` bytes (quants, then the f16 block scales padded to
+/// whole 16 bytes, which the x86 kernels read 8 at a time).
+pub fn int8_row_dots(fmt: QFormat, k: usize, r: &[u8], qx: (&[i8], &[f32]), dst: &mut [f32]) {
+    check_lengths(fmt, k, r, qx, dst);
+    let (q, d) = qx;
+    match Int8Kernel::best() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `best` detected the features each kernel is compiled for; the slices' lengths were
+        // checked above.
+        Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, q, d, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Int8Kernel::AvxVnni => unsafe { x86::dots_avxvnni(fmt, k, r, q, d, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, q, d, dst) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Int8Kernel::Simd128 => simd128::dots(fmt, k, r, q, d, dst),
+        _ => portable(fmt, k, r, qx, dst),
+    }
+}
+
+/// [`int8_row_dots`] with a chosen kernel; one this build or CPU cannot run falls back to [`portable`].
+pub fn int8_row_dots_with(
+    kernel: Int8Kernel,
+    fmt: QFormat,
+    k: usize,
+    r: &[u8],
+    qx: (&[i8], &[f32]),
+    dst: &mut [f32],
+) {
+    check_lengths(fmt, k, r, qx, dst);
+    let (q, d) = qx;
+    if !kernel.is_available() {
+        return portable(fmt, k, r, qx, dst);
+    }
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `is_available` detected the features each kernel is compiled for; the slices'
+        // lengths were checked above.
+        Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, q, d, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Int8Kernel::AvxVnni => unsafe { x86::dots_avxvnni(fmt, k, r, q, d, dst) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, q, d, dst) },
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Int8Kernel::Simd128 => simd128::dots(fmt, k, r, q, d, dst),
+        _ => portable(fmt, k, r, qx, dst),
+    }
+}
+
+/// The lengths every kernel relies on (a panic, as a slice index would: callers pass whole rows).
+#[inline(always)]
+fn check_lengths(fmt: QFormat, k: usize, r: &[u8], (qx, dx): (&[i8], &[f32]), dst: &[f32]) {
+    let (m, blocks) = (dst.len(), k / QBLOCK);
+    assert!(
+        m <= 4 && k.is_multiple_of(QBLOCK),
+        "int8 row dots: M {m}, K {k}"
+    );
+    assert!(qx.len() >= m * k && dx.len() >= m * blocks && r.len() >= fmt.row_bytes(k));
+}
+
+/// Block `b`'s weight scale d_w from row `r`'s f16 scales.
+#[inline(always)]
+fn block_scale(fmt: QFormat, k: usize, r: &[u8], b: usize) -> f32 {
+    let s = fmt.quant_bytes(k) + 2 * b;
+    half::f16::from_le_bytes([r[s], r[s + 1]]).to_f32()
+}
+
+/// Block `b`'s 32 weights as signed integers in K order.
+#[inline(always)]
+fn block_quants(fmt: QFormat, r: &[u8], b: usize) -> [i8; QBLOCK] {
+    let mut w = [0i8; QBLOCK];
+    match fmt {
+        QFormat::Q8 => {
+            for (o, &v) in w.iter_mut().zip(&r[b * QBLOCK..(b + 1) * QBLOCK]) {
+                *o = v as i8;
+            }
+        }
+        QFormat::Q4 => {
+            for (o, &v) in w.chunks_exact_mut(2).zip(&r[b * 16..(b + 1) * 16]) {
+                o[0] = (v & 0xF) as i8 - 8;
+                o[1] = (v >> 4) as i8 - 8;
+            }
+        }
+    }
+    w
+}
+
+/// [`int8_row_dots`] in scalar code (the reference the SIMD kernels are tested against).
+pub fn portable(fmt: QFormat, k: usize, r: &[u8], (qx, dx): (&[i8], &[f32]), dst: &mut [f32]) {
+    let blocks = k / QBLOCK;
+    let mut acc = [[0f32; QBLOCK]; 4];
+    for b in 0..blocks {
+        let (w, dw) = (block_quants(fmt, r, b), block_scale(fmt, k, r, b));
+        let chain = 8 * (b % 4);
+        for (i, a) in acc.iter_mut().enumerate().take(dst.len()) {
+            let xq = &qx[i * k + b * QBLOCK..i * k + (b + 1) * QBLOCK];
+            let dd = dw * dx[i * blocks + b];
+            for l in 0..8 {
+                let s: i32 = (4 * l..4 * l + 4)
+                    .map(|j| i32::from(w[j]) * i32::from(xq[j]))
+                    .sum();
+                a[chain + l] += dd * s as f32;
+            }
+        }
+    }
+    for (d, a) in dst.iter_mut().zip(&acc) {
+        *d = sum32(a);
+    }
+}
+
+/// `$rows::<M, Q4>(k, r, qx, dx, dst)` for M = dst.len() (1..=4) and the format.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_shape_int8 {
+    ($rows:ident, $fmt:expr, $k:expr, $r:expr, $qx:expr, $dx:expr, $dst:expr) => {
+        match ($fmt, $dst.len()) {
+            (_, 0) => {}
+            (QFormat::Q8, 1) => $rows::<1, false>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q8, 2) => $rows::<2, false>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q8, 3) => $rows::<3, false>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q8, _) => $rows::<4, false>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q4, 1) => $rows::<1, true>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q4, 2) => $rows::<2, true>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q4, 3) => $rows::<3, true>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q4, _) => $rows::<4, true>($k, $r, $qx, $dx, $dst),
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod simd128;

@@ -1,0 +1,114 @@
+//! The int8 row dots in wasm32 built with `+simd128` ([`super::int8_row_dots`]): `i32x4.dot_i16x8_s` on
+//! sign-extended bytes.
+
+use core::arch::wasm32::*;
+
+use super::block_scale;
+use crate::cpu::sum32;
+use crate::quant::{QFormat, QBLOCK};
+
+pub fn dots(fmt: QFormat, k: usize, r: &[u8], qx: &[i8], dx: &[f32], dst: &mut [f32]) {
+    match (fmt, dst.len()) {
+        (_, 0) => {}
+        (QFormat::Q8, 1) => rows::<1, false>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q8, 2) => rows::<2, false>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q8, 3) => rows::<3, false>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q8, _) => rows::<4, false>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q4, 1) => rows::<1, true>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q4, 2) => rows::<2, true>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q4, 3) => rows::<3, true>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q4, _) => rows::<4, true>(fmt, k, r, qx, dx, dst),
+    }
+}
+
+/// The 4 lane sums (products 4 l .. 4 l + 3) of 16 signed bytes w times 16 signed bytes x.
+#[inline(always)]
+fn dot16(w: v128, x: v128) -> v128 {
+    let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(x));
+    let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(x));
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(lo, hi),
+        i32x4_shuffle::<1, 3, 5, 7>(lo, hi),
+    )
+}
+
+/// Block `b`'s 32 weights as two v128 of signed bytes in K order.
+#[inline(always)]
+fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128) {
+    // SAFETY (all loads): the bytes read lie inside r (checked by the caller); v128_load reads
+    // unaligned memory.
+    if Q4 {
+        let v = unsafe { v128_load(r.as_ptr().add(b * 16).cast()) };
+        let l = v128_and(v, u8x16_splat(0x0F));
+        let h = u8x16_shr(v, 4);
+        let eight = i8x16_splat(8);
+        (
+            i8x16_sub(
+                i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(l, h),
+                eight,
+            ),
+            i8x16_sub(
+                i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(l, h),
+                eight,
+            ),
+        )
+    } else {
+        let p = r.as_ptr();
+        unsafe {
+            (
+                v128_load(p.add(b * QBLOCK).cast()),
+                v128_load(p.add(b * QBLOCK + 16).cast()),
+            )
+        }
+    }
+}
+
+/// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths. Chain c's
+/// lanes 0..4 and 4..8 are registers 2 c and 2 c + 1.
+fn rows<const M: usize, const Q4: bool>(
+    fmt: QFormat,
+    k: usize,
+    r: &[u8],
+    qx: &[i8],
+    dx: &[f32],
+    dst: &mut [f32],
+) {
+    let blocks = k / QBLOCK;
+    let mut acc = [[f32x4_splat(0.0); 8]; M];
+    // Blocks in fours, block b0 + cb into chain cb (a constant once unrolled).
+    for b0 in (0..blocks).step_by(4) {
+        for cb in 0..4 {
+            let b = b0 + cb;
+            if b >= blocks {
+                break;
+            }
+            let dw = block_scale(fmt, k, r, b);
+            let (lo, hi) = weights::<Q4>(r, b);
+            for (i, a) in acc.iter_mut().enumerate() {
+                let p = qx.as_ptr();
+                // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
+                let (x0, x1) = unsafe {
+                    (
+                        v128_load(p.add(i * k + b * QBLOCK).cast()),
+                        v128_load(p.add(i * k + b * QBLOCK + 16).cast()),
+                    )
+                };
+                let dd = f32x4_splat(dw * dx[i * blocks + b]);
+                let s0 = f32x4_mul(dd, f32x4_convert_i32x4(dot16(lo, x0)));
+                let s1 = f32x4_mul(dd, f32x4_convert_i32x4(dot16(hi, x1)));
+                a[2 * cb] = f32x4_add(a[2 * cb], s0);
+                a[2 * cb + 1] = f32x4_add(a[2 * cb + 1], s1);
+            }
+        }
+    }
+    for (d, a) in dst.iter_mut().zip(acc) {
+        let mut l = [0f32; QBLOCK];
+        for (j, quarter) in a.into_iter().enumerate() {
+            l[4 * j] = f32x4_extract_lane::<0>(quarter);
+            l[4 * j + 1] = f32x4_extract_lane::<1>(quarter);
+            l[4 * j + 2] = f32x4_extract_lane::<2>(quarter);
+            l[4 * j + 3] = f32x4_extract_lane::<3>(quarter);
+        }
+        *d = sum32(&l);
+    }
+}
