@@ -19,7 +19,7 @@ mod util;
 use util::Rng;
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
-use florence2_wasm::cpu::linear::{linear, linear_rows_dot, LinearRef};
+use florence2_wasm::cpu::linear::{linear, linear_rows, LinearRef};
 use florence2_wasm::cpu::qdot_int8::{int8_row_dots_with, Int8Kernel, QuantDot, QuantX};
 use florence2_wasm::cpu::{par, Weight};
 use florence2_wasm::ops::matmul::Act;
@@ -156,14 +156,13 @@ fn gemv_row(label: &str, (k, n): (usize, usize), m: usize) {
         bias: None,
     };
     let quant = |fmt, b, o: &mut [f32], dot| {
-        linear_rows_dot(
+        linear_rows(
             &lin(Weight::Quant(fmt, b)),
             &x,
             Act::None,
             None,
             o,
-            false,
-            dot,
+            (false, dot),
         )
         .expect("quantized")
     };

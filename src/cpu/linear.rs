@@ -7,7 +7,7 @@
 //!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
 //!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32. q8/q4 rows
 //!   can instead be dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
-//!   opt-in: [`linear_rows_dot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
+//!   opt-in: [`linear_rows`] with a [`QuantDot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
 //! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
 //!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
 //!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per
@@ -39,35 +39,22 @@ pub struct LinearRef<'a> {
 
 /// out (M, N) = act(x (M, K) @ w^T + bias); M = x.len() / K.
 pub fn linear(l: &LinearRef, x: &[f32], act: Act, out: &mut [f32]) -> Result<()> {
-    linear_rows(l, x, act, None, out, false)
+    linear_rows(l, x, act, None, out, (false, qdot_int8::quant_dot()))
 }
 
-/// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N); with `per_row` every M takes the GEMV path (in groups of [`GEMV_MAX_ROWS`] x
-/// rows per weight row), so that each row's result equals a one-row call's whatever M is (the batched
-/// decoder's bit-identity). Quantized weights on the GEMV path are dotted as [`qdot_int8::quant_dot`]
-/// says (the process's choice; [`QuantDot::Exact`] unless set).
+/// out (M, N) = act(x (M, K) @ w^T + bias) + residual (M, N). With `per_row` every M takes the GEMV
+/// path (in groups of [`GEMV_MAX_ROWS`] x rows per weight row), so that each row's result equals a
+/// one-row call's whatever M is (the batched decoder's bit-identity). `dot` is the GEMV's dot for
+/// quantized weights: [`QuantDot::Int8`] quantizes the x rows to int8 once per call and dots them in
+/// integers ([`qdot_int8`]), [`QuantDot::Exact`] widens the weights to f32; f32/f16 weights and the GEMM
+/// path ignore it. The CPU backend passes the process's choice ([`qdot_int8::quant_dot`]).
 pub fn linear_rows(
     l: &LinearRef,
     x: &[f32],
     act: Act,
     residual: Option<&[f32]>,
     out: &mut [f32],
-    per_row: bool,
-) -> Result<()> {
-    linear_rows_dot(l, x, act, residual, out, per_row, qdot_int8::quant_dot())
-}
-
-/// [`linear_rows`] with the GEMV's dot for quantized weights given: [`QuantDot::Int8`] quantizes the
-/// x rows to int8 once per call and dots them in integers ([`qdot_int8`]); f32/f16 weights and the
-/// GEMM path ignore it.
-pub fn linear_rows_dot(
-    l: &LinearRef,
-    x: &[f32],
-    act: Act,
-    residual: Option<&[f32]>,
-    out: &mut [f32],
-    per_row: bool,
-    dot: QuantDot,
+    (per_row, dot): (bool, QuantDot),
 ) -> Result<()> {
     const OP: &str = "cpu linear";
     let (n, k) = (l.n, l.k);

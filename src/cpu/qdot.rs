@@ -208,36 +208,8 @@ mod simd128 {
         let mut acc = [[f32x4_splat(0.0); 8]; M];
         for (b, &d) in scales.iter().enumerate().take(blocks) {
             let dv = f32x4_splat(d);
-            // SAFETY (both loads): the bytes read lie inside r (asserted above); v128_load reads
-            // unaligned memory.
-            let (lo, hi) = if Q4 {
-                let v = unsafe { v128_load(r.as_ptr().add(b * 16).cast()) };
-                let l = v128_and(v, u8x16_splat(0x0F));
-                let h = u8x16_shr(v, 4);
-                let eight = i8x16_splat(8);
-                (
-                    i8x16_sub(
-                        i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(
-                            l, h,
-                        ),
-                        eight,
-                    ),
-                    i8x16_sub(
-                        i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(
-                            l, h,
-                        ),
-                        eight,
-                    ),
-                )
-            } else {
-                let p = r.as_ptr();
-                unsafe {
-                    (
-                        v128_load(p.add(b * QBLOCK).cast()),
-                        v128_load(p.add(b * QBLOCK + 16).cast()),
-                    )
-                }
-            };
+            // SAFETY: block b's bytes lie inside r (asserted above).
+            let (lo, hi) = unsafe { crate::cpu::qdot_int8::simd128::weights::<Q4>(r, b) };
             let [w0, w1, w2, w3] = widen(lo);
             let [w4, w5, w6, w7] = widen(hi);
             for (j, w) in [w0, w1, w2, w3, w4, w5, w6, w7].into_iter().enumerate() {

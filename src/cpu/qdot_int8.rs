@@ -164,6 +164,17 @@ impl Int8Kernel {
         }
     }
 
+    /// [`Int8Kernel::is_available`], detected once per process (one load per call: the GEMV asks for
+    /// every weight row).
+    fn usable(self) -> bool {
+        static MASK: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+        let mask = *MASK.get_or_init(|| {
+            let avail = Int8Kernel::available();
+            avail.iter().fold(0, |m, &k| m | 1 << k as u8)
+        });
+        mask & (1 << self as u8) != 0
+    }
+
     /// Every kernel this build and CPU can run, fastest first.
     pub fn available() -> Vec<Int8Kernel> {
         [
@@ -205,23 +216,7 @@ impl Int8Kernel {
 /// [`crate::quant`]'s layout, `fmt.row_bytes(k)` bytes (quants, then the f16 block scales padded to
 /// whole 16 bytes, which the x86 kernels read 8 at a time).
 pub fn int8_row_dots(fmt: QFormat, k: usize, r: &[u8], qx: (&[i8], &[f32]), dst: &mut [f32]) {
-    check_lengths(fmt, k, r, qx, dst);
-    let (q, d) = qx;
-    match Int8Kernel::best() {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `best` detected the features each kernel is compiled for; the slices' lengths were
-        // checked above.
-        Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, q, d, dst) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Int8Kernel::AvxVnni => unsafe { x86::dots_avxvnni(fmt, k, r, q, d, dst) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, q, d, dst) },
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Int8Kernel::Simd128 => simd128::dots(fmt, k, r, q, d, dst),
-        _ => portable(fmt, k, r, qx, dst),
-    }
+    int8_row_dots_with(Int8Kernel::best(), fmt, k, r, qx, dst)
 }
 
 /// [`int8_row_dots`] with a chosen kernel; one this build or CPU cannot run falls back to [`portable`].
@@ -234,14 +229,16 @@ pub fn int8_row_dots_with(
     dst: &mut [f32],
 ) {
     check_lengths(fmt, k, r, qx, dst);
+    let kernel = if kernel.usable() {
+        kernel
+    } else {
+        Int8Kernel::Portable
+    };
     let (q, d) = qx;
-    if !kernel.is_available() {
-        return portable(fmt, k, r, qx, dst);
-    }
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `is_available` detected the features each kernel is compiled for; the slices'
-        // lengths were checked above.
+        // SAFETY: `usable` (`is_available`) detected the features each kernel is compiled for; the
+        // slices' lengths were checked above.
         Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, q, d, dst) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
@@ -338,4 +335,4 @@ macro_rules! by_shape_int8 {
 mod x86;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd128;
+pub(crate) mod simd128;

@@ -41,15 +41,15 @@ pub fn layer_norm(
     eps: f32,
     out: &Tensor,
 ) -> Result<()> {
-    layer_norm_with(rec, x, gamma, beta, eps, out, RowStrategy::Auto)
+    layer_norm_with(rec, x, (gamma, beta), eps, out, RowStrategy::Auto)
 }
 
-/// [`layer_norm`] with an explicit [`RowStrategy`] (tests and benchmarks cover both variants).
+/// [`layer_norm`] with an explicit [`RowStrategy`] (tests and benchmarks cover both variants); the affine
+/// parameters as one pair.
 pub fn layer_norm_with(
     rec: &mut Recorder,
     x: &Tensor,
-    gamma: &Tensor,
-    beta: &Tensor,
+    (gamma, beta): (&Tensor, &Tensor),
     eps: f32,
     out: &Tensor,
     strategy: RowStrategy,

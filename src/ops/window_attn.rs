@@ -153,8 +153,8 @@ pub fn window_attention_variant(
                 return Ok(());
             }
             match variant {
-                WindowAttnVariant::Flash => record_window_flash(rec, qkv, heads, scale, out),
-                WindowAttnVariant::Rows => record_window_rows(rec, qkv, heads, scale, out),
+                WindowAttnVariant::Flash => record_window_flash(rec, qkv, (heads, scale), out),
+                WindowAttnVariant::Rows => record_window_rows(rec, qkv, (heads, scale), out),
             }
         }
     }
@@ -165,8 +165,7 @@ pub fn window_attention_variant(
 fn record_window_flash(
     rec: &mut Recorder,
     qkv: &Tensor,
-    heads: usize,
-    scale: f32,
+    (heads, scale): (usize, f32),
     out: &Tensor,
 ) -> Result<()> {
     let (nw, t, c3) = (qkv.dim(0), qkv.dim(1), qkv.dim(2));
@@ -197,8 +196,7 @@ fn record_window_flash(
 fn record_window_rows(
     rec: &mut Recorder,
     qkv: &Tensor,
-    heads: usize,
-    scale: f32,
+    (heads, scale): (usize, f32),
     out: &Tensor,
 ) -> Result<()> {
     const OP: &str = "window_attention";

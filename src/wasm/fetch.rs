@@ -822,15 +822,10 @@ impl ModelSource for Fetcher {
         self.read_whole(name, required, max).await
     }
 
-    async fn load_file(
-        &self,
-        name: &str,
-        asm: &mut Assembler,
-        expect_names: &[&str],
-    ) -> Result<bool> {
+    async fn load_file(&self, name: &str, asm: &mut Assembler, expect: &[&str]) -> Result<bool> {
         // A file an index names must exist; the single-file names are probes.
-        let required = !expect_names.is_empty();
-        let names = expect_names.iter().map(|n| (*n).to_owned()).collect();
+        let required = !expect.is_empty();
+        let names = expect.iter().map(|n| (*n).to_owned()).collect();
         Ok(self
             .stream_weights(name, asm, names, required)
             .await?

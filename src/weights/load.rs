@@ -24,14 +24,9 @@ pub trait ModelSource {
     /// absent and not `required`; an absent required file is an error.
     async fn read_small(&self, name: &str, required: bool, max: u64) -> Result<Option<Vec<u8>>>;
     /// Load the weights file `name` (safetensors, or a PyTorch checkpoint when it ends in `.bin`) into
-    /// `asm`; `expect_names`: tensors an index places in it (each must be there). `Ok(false)` when the
+    /// `asm`; `expect`: tensors an index places in it (each must be there). `Ok(false)` when the
     /// file is absent.
-    async fn load_file(
-        &self,
-        name: &str,
-        asm: &mut Assembler,
-        expect_names: &[&str],
-    ) -> Result<bool>;
+    async fn load_file(&self, name: &str, asm: &mut Assembler, expect: &[&str]) -> Result<bool>;
     /// The checkpoint's weights on the GPU: [`crate::weights::load_weights`] (a source may try it
     /// again, e.g. after it dropped a damaged cached copy of a file).
     async fn load_weights(
@@ -55,13 +50,8 @@ impl<F: ModelFiles> ModelSource for F {
         }
     }
 
-    async fn load_file(
-        &self,
-        name: &str,
-        asm: &mut Assembler,
-        expect_names: &[&str],
-    ) -> Result<bool> {
-        load_named_file(self, name, asm, expect_names).await
+    async fn load_file(&self, name: &str, asm: &mut Assembler, expect: &[&str]) -> Result<bool> {
+        load_named_file(self, name, asm, expect).await
     }
 }
 

@@ -9,6 +9,7 @@
 //! kernel's per-block `d * q` is exact in f32, so only the summation order differs.
 
 use florence2_wasm::cpu::linear::{linear_rows, LinearRef, PANEL_BYTES};
+use florence2_wasm::cpu::qdot_int8::QuantDot;
 use florence2_wasm::cpu::Weight;
 use florence2_wasm::ops::matmul::Act;
 use florence2_wasm::quant::{dequantize_rows, quantize_rows, QFormat};
@@ -99,7 +100,7 @@ impl Case {
             self.act,
             self.residual.as_deref(),
             &mut out,
-            false,
+            (false, QuantDot::Exact),
         )
         .unwrap();
         out
@@ -194,7 +195,7 @@ fn bad_shapes_are_refused() {
             "q8 K",
         ),
     ] {
-        let r = linear_rows(&lr, &x, Act::None, res, &mut out, false);
+        let r = linear_rows(&lr, &x, Act::None, res, &mut out, (false, QuantDot::Exact));
         if what == "ok" {
             // x (3, 4) @ w (2, 4)^T -> (3, 2)
             r.unwrap();
@@ -247,7 +248,7 @@ fn gemv_bits(w: Weight, (n, k): (usize, usize), x: &[f32], per_row: bool) -> Vec
         bias: None,
     };
     let mut out = vec![0f32; x.len() / k * n];
-    linear_rows(&l, x, Act::None, None, &mut out, per_row).unwrap();
+    linear_rows(&l, x, Act::None, None, &mut out, (per_row, QuantDot::Exact)).unwrap();
     out.iter().map(|v| v.to_bits()).collect()
 }
 
@@ -291,7 +292,7 @@ fn quantized_gemv_equals_f32_gemv_on_the_dequantized_weights() {
     }
 }
 
-/// `linear_rows(.., per_row = true)`: every M takes the GEMV path, so each row equals, bit for bit, the
+/// `linear_rows(.., (per_row = true, Exact))`: every M takes the GEMV path, so each row equals, bit for bit, the
 /// row run alone (what the batched decoder relies on), in every weight format; and it stays within the
 /// reference bound.
 #[test]
@@ -319,11 +320,19 @@ fn per_row_results_do_not_depend_on_m() {
             };
             let res = c.residual.as_deref().unwrap();
             let mut all = vec![f32::NAN; m * n];
-            linear_rows(&l, &c.x, c.act, Some(res), &mut all, true).unwrap();
+            linear_rows(
+                &l,
+                &c.x,
+                c.act,
+                Some(res),
+                &mut all,
+                (true, QuantDot::Exact),
+            )
+            .unwrap();
             for r in 0..m {
                 let mut one = vec![f32::NAN; n];
                 let (x, rr) = (&c.x[r * k..(r + 1) * k], &res[r * n..(r + 1) * n]);
-                linear_rows(&l, x, c.act, Some(rr), &mut one, true).unwrap();
+                linear_rows(&l, x, c.act, Some(rr), &mut one, (true, QuantDot::Exact)).unwrap();
                 let same = all[r * n..(r + 1) * n]
                     .iter()
                     .zip(&one)
@@ -444,7 +453,7 @@ fn int8_kernels_equal_the_portable_kernel_bit_for_bit() {
     }
 }
 
-/// out (M, N) = x @ w^T through `linear_rows_dot` with `QuantDot::Int8` (no bias, no activation).
+/// out (M, N) = x @ w^T through `linear_rows` with `QuantDot::Int8` (no bias, no activation).
 fn int8_gemv(
     fmt: QFormat,
     bytes: &[u8],
@@ -452,8 +461,6 @@ fn int8_gemv(
     x: &[f32],
     per_row: bool,
 ) -> Vec<f32> {
-    use florence2_wasm::cpu::linear::linear_rows_dot;
-    use florence2_wasm::cpu::qdot_int8::QuantDot;
     let l = LinearRef {
         w: Weight::Quant(fmt, bytes),
         n,
@@ -461,7 +468,7 @@ fn int8_gemv(
         bias: None,
     };
     let mut out = vec![f32::NAN; x.len() / k * n];
-    linear_rows_dot(&l, x, Act::None, None, &mut out, per_row, QuantDot::Int8).unwrap();
+    linear_rows(&l, x, Act::None, None, &mut out, (per_row, QuantDot::Int8)).unwrap();
     out
 }
 

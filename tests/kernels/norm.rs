@@ -43,12 +43,12 @@ fn case_with(rows: usize, c: usize, seed: u64, in_place: bool, strategy: RowStra
     let name = format!("layer_norm ({rows}, {c}) in_place={in_place} {strategy:?}");
     let got = if in_place {
         run_f32(&g, &tx, |r| {
-            ops::norm::layer_norm_with(r, &tx, &tg, &tb, eps, &tx, strategy).unwrap()
+            ops::norm::layer_norm_with(r, &tx, (&tg, &tb), eps, &tx, strategy).unwrap()
         })
     } else {
         let to = zf32(&g, &[rows, c]);
         run_f32(&g, &to, |r| {
-            ops::norm::layer_norm_with(r, &tx, &tg, &tb, eps, &to, strategy).unwrap()
+            ops::norm::layer_norm_with(r, &tx, (&tg, &tb), eps, &to, strategy).unwrap()
         })
     };
     assert_close(&name, &got, &want, 1e-5);

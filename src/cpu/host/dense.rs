@@ -43,7 +43,8 @@ pub fn linear(x: &Tensor, w: &Tensor, args: &LinearArgs, out: &Tensor) -> Result
             bias,
         };
         let (x, out) = (f32_in(x, i[0])?, f32_out(out, o)?);
-        cpu::linear_rows(&l, x, args.act, residual, out, args.per_row)
+        let dot = cpu::qdot_int8::quant_dot();
+        cpu::linear_rows(&l, x, args.act, residual, out, (args.per_row, dot))
     })
 }
 

@@ -32,9 +32,13 @@ fn dot16(w: v128, x: v128) -> v128 {
     )
 }
 
-/// Block `b`'s 32 weights as two v128 of signed bytes in K order.
+/// Block `b`'s 32 weights as two v128 of signed bytes in K order (also the exact GEMV's,
+/// [`crate::cpu::qdot`]).
+///
+/// # Safety
+/// Block `b`'s quants (bytes 16 b .. 16 b + 16 for q4, 32 b .. 32 b + 32 for q8) lie inside `r`.
 #[inline(always)]
-fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128) {
+pub(crate) unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128) {
     // SAFETY (all loads): the bytes read lie inside r (checked by the caller); v128_load reads
     // unaligned memory.
     if Q4 {
@@ -83,7 +87,8 @@ fn rows<const M: usize, const Q4: bool>(
                 break;
             }
             let dw = block_scale(fmt, k, r, b);
-            let (lo, hi) = weights::<Q4>(r, b);
+            // SAFETY: b < blocks and the caller checked that r holds `blocks` blocks.
+            let (lo, hi) = unsafe { weights::<Q4>(r, b) };
             for (i, a) in acc.iter_mut().enumerate() {
                 let p = qx.as_ptr();
                 // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
