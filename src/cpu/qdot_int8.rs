@@ -211,6 +211,9 @@ impl Int8Kernel {
     }
 }
 
+/// M rows of x quantized to int8 (K each) and their K / 32 block scales each ([`QuantizedX::rows`]).
+pub(crate) type Qx<'a> = (&'a [i8], &'a [f32]);
+
 /// dst[i] = Σ_b (d_w[b] * d_x[i, b]) * Σ_{k in b} q_w[k] * q_x[i, k] for the dst.len() (1..=4) rows of
 /// `qx` (K = `k` each, scales `dx`, K / 32 per row) and the weight row `r`: one row of
 /// [`crate::quant`]'s layout, `fmt.row_bytes(k)` bytes (quants, then the f16 block scales padded to
@@ -234,20 +237,19 @@ pub fn int8_row_dots_with(
     } else {
         Int8Kernel::Portable
     };
-    let (q, d) = qx;
     match kernel {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `usable` (`is_available`) detected the features each kernel is compiled for; the
         // slices' lengths were checked above.
-        Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, q, d, dst) },
+        Int8Kernel::Avx512Vnni => unsafe { x86::dots_512vnni(fmt, k, r, qx, dst) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Int8Kernel::AvxVnni => unsafe { x86::dots_avxvnni(fmt, k, r, q, d, dst) },
+        Int8Kernel::AvxVnni => unsafe { x86::dots_avxvnni(fmt, k, r, qx, dst) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, q, d, dst) },
+        Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, qx, dst) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Int8Kernel::Simd128 => simd128::dots(fmt, k, r, q, d, dst),
+        Int8Kernel::Simd128 => simd128::dots(fmt, k, r, qx, dst),
         _ => portable(fmt, k, r, qx, dst),
     }
 }
@@ -316,17 +318,17 @@ pub fn portable(fmt: QFormat, k: usize, r: &[u8], (qx, dx): (&[i8], &[f32]), dst
 /// `$rows::<M, Q4>(k, r, qx, dx, dst)` for M = dst.len() (1..=4) and the format.
 #[cfg(target_arch = "x86_64")]
 macro_rules! by_shape_int8 {
-    ($rows:ident, $fmt:expr, $k:expr, $r:expr, $qx:expr, $dx:expr, $dst:expr) => {
+    ($rows:ident, $fmt:expr, $k:expr, $r:expr, $x:expr, $dst:expr) => {
         match ($fmt, $dst.len()) {
             (_, 0) => {}
-            (QFormat::Q8, 1) => $rows::<1, false>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q8, 2) => $rows::<2, false>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q8, 3) => $rows::<3, false>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q8, _) => $rows::<4, false>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q4, 1) => $rows::<1, true>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q4, 2) => $rows::<2, true>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q4, 3) => $rows::<3, true>($k, $r, $qx, $dx, $dst),
-            (QFormat::Q4, _) => $rows::<4, true>($k, $r, $qx, $dx, $dst),
+            (QFormat::Q8, 1) => $rows::<1, false>($k, $r, $x, $dst),
+            (QFormat::Q8, 2) => $rows::<2, false>($k, $r, $x, $dst),
+            (QFormat::Q8, 3) => $rows::<3, false>($k, $r, $x, $dst),
+            (QFormat::Q8, _) => $rows::<4, false>($k, $r, $x, $dst),
+            (QFormat::Q4, 1) => $rows::<1, true>($k, $r, $x, $dst),
+            (QFormat::Q4, 2) => $rows::<2, true>($k, $r, $x, $dst),
+            (QFormat::Q4, 3) => $rows::<3, true>($k, $r, $x, $dst),
+            (QFormat::Q4, _) => $rows::<4, true>($k, $r, $x, $dst),
         }
     };
 }

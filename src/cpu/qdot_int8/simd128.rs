@@ -3,21 +3,21 @@
 
 use core::arch::wasm32::*;
 
-use super::block_scale;
+use super::{block_scale, Qx};
 use crate::cpu::sum32;
 use crate::quant::{QFormat, QBLOCK};
 
-pub fn dots(fmt: QFormat, k: usize, r: &[u8], qx: &[i8], dx: &[f32], dst: &mut [f32]) {
+pub fn dots(fmt: QFormat, k: usize, r: &[u8], x: Qx, dst: &mut [f32]) {
     match (fmt, dst.len()) {
         (_, 0) => {}
-        (QFormat::Q8, 1) => rows::<1, false>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q8, 2) => rows::<2, false>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q8, 3) => rows::<3, false>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q8, _) => rows::<4, false>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q4, 1) => rows::<1, true>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q4, 2) => rows::<2, true>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q4, 3) => rows::<3, true>(fmt, k, r, qx, dx, dst),
-        (QFormat::Q4, _) => rows::<4, true>(fmt, k, r, qx, dx, dst),
+        (QFormat::Q8, 1) => rows::<1, false>(fmt, k, r, x, dst),
+        (QFormat::Q8, 2) => rows::<2, false>(fmt, k, r, x, dst),
+        (QFormat::Q8, 3) => rows::<3, false>(fmt, k, r, x, dst),
+        (QFormat::Q8, _) => rows::<4, false>(fmt, k, r, x, dst),
+        (QFormat::Q4, 1) => rows::<1, true>(fmt, k, r, x, dst),
+        (QFormat::Q4, 2) => rows::<2, true>(fmt, k, r, x, dst),
+        (QFormat::Q4, 3) => rows::<3, true>(fmt, k, r, x, dst),
+        (QFormat::Q4, _) => rows::<4, true>(fmt, k, r, x, dst),
     }
 }
 
@@ -69,14 +69,8 @@ pub(crate) unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128)
 
 /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths. Chain c's
 /// lanes 0..4 and 4..8 are registers 2 c and 2 c + 1.
-fn rows<const M: usize, const Q4: bool>(
-    fmt: QFormat,
-    k: usize,
-    r: &[u8],
-    qx: &[i8],
-    dx: &[f32],
-    dst: &mut [f32],
-) {
+fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
+    let ((qx, dx), dst) = (x, o);
     let blocks = k / QBLOCK;
     let mut acc = [[f32x4_splat(0.0); 8]; M];
     // Blocks in fours, block b0 + cb into chain cb (a constant once unrolled).

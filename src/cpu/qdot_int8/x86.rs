@@ -4,6 +4,7 @@
 
 use std::arch::x86_64::*;
 
+use super::Qx;
 use crate::quant::{QFormat, QBLOCK};
 
 /// One x86 kernel: `$name` compiled for `$features`, the 8 lane sums of 32 unsigned weight bytes
@@ -12,26 +13,14 @@ use crate::quant::{QFormat, QBLOCK};
 macro_rules! x86_kernel {
     ($name:ident, $rows:ident, $features:literal, |$u:ident, $s:ident| $dot:expr) => {
         #[target_feature(enable = $features)]
-        pub unsafe fn $name(
-            fmt: QFormat,
-            k: usize,
-            r: &[u8],
-            qx: &[i8],
-            dx: &[f32],
-            dst: &mut [f32],
-        ) {
-            by_shape_int8!($rows, fmt, k, r, qx, dx, dst)
+        pub unsafe fn $name(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
+            by_shape_int8!($rows, fmt, k, r, x, o)
         }
 
         /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths.
         #[target_feature(enable = $features)]
-        unsafe fn $rows<const M: usize, const Q4: bool>(
-            k: usize,
-            r: &[u8],
-            qx: &[i8],
-            dx: &[f32],
-            dst: &mut [f32],
-        ) {
+        unsafe fn $rows<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
+            let ((qx, dx), dst) = (x, o);
             let blocks = k / QBLOCK;
             let sp = r.as_ptr().add(if Q4 { k / 2 } else { k });
             let mut acc = [[_mm256_setzero_ps(); 4]; M];
@@ -143,15 +132,8 @@ x86_kernel!(dots_avxvnni, rows_avxvnni, "avx2,f16c,avxvnni", |u, s| {
 /// lanes 0..8, b0 + j + 1 in lanes 8..16), so chains j mod 4 = 0, 1 share one register and 2, 3
 /// the other; the same sums as the 256-bit kernels, lane for lane.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn dots_512vnni(
-    fmt: QFormat,
-    k: usize,
-    r: &[u8],
-    qx: &[i8],
-    dx: &[f32],
-    dst: &mut [f32],
-) {
-    by_shape_int8!(rows_512vnni, fmt, k, r, qx, dx, dst)
+pub unsafe fn dots_512vnni(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
+    by_shape_int8!(rows_512vnni, fmt, k, r, x, o)
 }
 
 /// Blocks b and b + 1's 64 weights as signed bytes in K order (`PAIR` false: block b only, the
@@ -207,13 +189,8 @@ unsafe fn group_scales<const M: usize, const Q4: bool>(
 
 /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_512vnni<const M: usize, const Q4: bool>(
-    k: usize,
-    r: &[u8],
-    qx: &[i8],
-    dx: &[f32],
-    dst: &mut [f32],
-) {
+unsafe fn rows_512vnni<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
+    let ((qx, dx), dst) = (x, o);
     let blocks = k / QBLOCK;
     // Chains (0, 1) and (2, 3) per x row.
     let mut acc = [[_mm512_setzero_ps(); 2]; M];
