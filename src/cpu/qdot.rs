@@ -173,7 +173,6 @@ mod avx2 {
 mod simd128 {
     use core::arch::wasm32::*;
 
-    use crate::cpu::sum32;
     use crate::quant::{QFormat, QBLOCK};
 
     /// [`super::quant_row_dots`] with SIMD128: the 32 partial sums are eight f32x4 registers, lanes
@@ -223,14 +222,7 @@ mod simd128 {
             }
         }
         for (d, a) in dst.iter_mut().zip(acc) {
-            let mut l = [0f32; QBLOCK];
-            for (j, quarter) in a.into_iter().enumerate() {
-                l[4 * j] = f32x4_extract_lane::<0>(quarter);
-                l[4 * j + 1] = f32x4_extract_lane::<1>(quarter);
-                l[4 * j + 2] = f32x4_extract_lane::<2>(quarter);
-                l[4 * j + 3] = f32x4_extract_lane::<3>(quarter);
-            }
-            *d = sum32(&l);
+            *d = crate::cpu::qdot_int8::simd128::fold32(a);
         }
     }
 }

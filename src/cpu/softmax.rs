@@ -46,15 +46,13 @@ fn rows(x: &mut [f32], c: usize, log: bool) -> Result<()> {
 pub fn softmax_row(row: &mut [f32]) {
     let m = row_max(row);
     row.iter_mut().for_each(|v| *v = exp(*v - m));
-    let inv = (1.0 / sum_f64(row)) as f32;
+    let inv = (1.0 / sum_f64(row, |v| v)) as f32;
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
 fn log_softmax_row(row: &mut [f32]) {
     let m = row_max(row);
-    let mut e = row.to_vec();
-    e.iter_mut().for_each(|v| *v = exp(*v - m));
-    let ls = sum_f64(&e).ln() as f32;
+    let ls = sum_f64(row, |v| exp(v - m)).ln() as f32;
     row.iter_mut().for_each(|v| *v = (*v - m) - ls);
 }
 
@@ -72,17 +70,18 @@ fn row_max(row: &[f32]) -> f32 {
     lanes.iter().fold(tail, |a, &v| a.max(v))
 }
 
-/// Σ row in f64: four interleaved partial sums, then ((s0 + s1) + (s2 + s3)) + the tail.
+/// Σ f(v) over the row in f64: four interleaved partial sums, then ((s0 + s1) + (s2 + s3)) + the
+/// tail. `f` maps each value as it is read (log-softmax's exponentials, kept nowhere).
 #[inline(always)]
-fn sum_f64(row: &[f32]) -> f64 {
+fn sum_f64(row: &[f32], f: impl Fn(f32) -> f32) -> f64 {
     let mut lanes = [0f64; 4];
     let body = row.len() / 4 * 4;
     for c in row[..body].chunks_exact(4) {
         for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += f64::from(v);
+            *l += f64::from(f(v));
         }
     }
-    let tail: f64 = row[body..].iter().map(|&v| f64::from(v)).sum();
+    let tail: f64 = row[body..].iter().map(|&v| f64::from(f(v))).sum();
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
 

@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::{fixtures, gpu};
-use florence2_wasm::pipeline::tiles::{Decision, Tiles};
+use florence2_wasm::pipeline::tiles::{Decision, TiledOutput, Tiles};
 use florence2_wasm::pipeline::{Callbacks, Image, NeverCancel, Pipeline, TaskOptions};
 use florence2_wasm::postprocess::TaskResult;
 use florence2_wasm::processor::image::{decode_image, ImageLimits};
@@ -99,6 +99,12 @@ fn greedy() -> TaskOptions {
     }
 }
 
+/// `p.run_tiled` with [`greedy`] options, nothing to cancel and no callbacks.
+fn run_tiled(p: &Pipeline, image: Image, prompt: &str, tiles: Tiles) -> Result<TiledOutput, Error> {
+    let (cb, never) = (Callbacks::default(), NeverCancel);
+    pollster::block_on(p.run_tiled(image, prompt, &greedy(), tiles, &never, &cb))
+}
+
 fn load() -> Pipeline {
     Pipeline::load_dir(&gpu(), &fixtures::demo_model()).unwrap()
 }
@@ -108,15 +114,7 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
     let p = load();
     let (page, objects) = page();
     let (cb, never) = (Callbacks::default(), NeverCancel);
-    let tiled = pollster::block_on(p.run_tiled(
-        Image::Rgb(&page),
-        "<OD>",
-        &greedy(),
-        Tiles::Auto,
-        &never,
-        &cb,
-    ))
-    .unwrap();
+    let tiled = run_tiled(&p, Image::Rgb(&page), "<OD>", Tiles::Auto).unwrap();
     let Decision::Grid(g) = &tiled.decision else {
         panic!("auto should tile a 2x page: {:?}", tiled.decision)
     };
@@ -151,15 +149,7 @@ fn a_tiled_page_finds_its_scenes_objects_in_page_coordinates() {
 
     // <OCR>: the page's words from the tiles' lines (measured: WORLD, PIZZA, HELLO, City, CODE of the
     // scenes' WORLD, Pizza Game, Cafe City, CODE, Hello; one view reads none of them whole).
-    let ocr = pollster::block_on(p.run_tiled(
-        Image::Rgb(&page),
-        "<OCR>",
-        &greedy(),
-        Tiles::Auto,
-        &never,
-        &cb,
-    ))
-    .unwrap();
+    let ocr = run_tiled(&p, Image::Rgb(&page), "<OCR>", Tiles::Auto).unwrap();
     let TaskResult::Text(text) = &ocr.output.result else {
         panic!("text expected: {:?}", ocr.output.result)
     };
@@ -237,15 +227,7 @@ fn auto_on_a_scene_at_the_input_size_is_the_one_view_answer() {
     let p = load();
     let bytes = &fixtures::demo_samples(1)[0];
     let (cb, never) = (Callbacks::default(), NeverCancel);
-    let tiled = pollster::block_on(p.run_tiled(
-        Image::Encoded(bytes),
-        "<OD>",
-        &greedy(),
-        Tiles::Auto,
-        &never,
-        &cb,
-    ))
-    .unwrap();
+    let tiled = run_tiled(&p, Image::Encoded(bytes), "<OD>", Tiles::Auto).unwrap();
     assert!(matches!(&tiled.decision, Decision::Off(why) if why.contains("192x192")));
     assert!(tiled.views.is_empty());
     let one = p
@@ -259,32 +241,15 @@ fn auto_on_a_scene_at_the_input_size_is_the_one_view_answer() {
 fn tiles_on_a_task_that_cannot_tile_is_a_prompt_error() {
     let p = load();
     let bytes = &fixtures::demo_samples(1)[0];
-    let (cb, never) = (Callbacks::default(), NeverCancel);
     let grid = Tiles::Grid { rows: 2, cols: 2 };
     for tiles in [Tiles::Auto, grid] {
-        let e = pollster::block_on(p.run_tiled(
-            Image::Encoded(bytes),
-            "<CAPTION>",
-            &greedy(),
-            tiles,
-            &never,
-            &cb,
-        ))
-        .unwrap_err();
+        let e = run_tiled(&p, Image::Encoded(bytes), "<CAPTION>", tiles).unwrap_err();
         assert!(
             matches!(&e, Error::Prompt(m) if m.contains("cannot be tiled")),
             "{e}"
         );
     }
     // Off runs any task as one view.
-    let out = pollster::block_on(p.run_tiled(
-        Image::Encoded(bytes),
-        "<CAPTION>",
-        &greedy(),
-        Tiles::Off,
-        &never,
-        &cb,
-    ))
-    .unwrap();
+    let out = run_tiled(&p, Image::Encoded(bytes), "<CAPTION>", Tiles::Off).unwrap();
     assert!(matches!(out.output.result, TaskResult::Text(ref t) if !t.is_empty()));
 }

@@ -101,13 +101,20 @@ fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx,
         }
     }
     for (d, a) in dst.iter_mut().zip(acc) {
-        let mut l = [0f32; QBLOCK];
-        for (j, quarter) in a.into_iter().enumerate() {
-            l[4 * j] = f32x4_extract_lane::<0>(quarter);
-            l[4 * j + 1] = f32x4_extract_lane::<1>(quarter);
-            l[4 * j + 2] = f32x4_extract_lane::<2>(quarter);
-            l[4 * j + 3] = f32x4_extract_lane::<3>(quarter);
-        }
-        *d = sum32(&l);
+        *d = fold32(a);
     }
+}
+
+/// 32 lane sums held as eight f32x4 (lanes 4 j .. 4 j + 3 in register j), folded as [`sum32`] folds
+/// them (also the exact GEMV's, [`crate::cpu::qdot`]).
+#[inline(always)]
+pub(crate) fn fold32(a: [v128; 8]) -> f32 {
+    let mut l = [0f32; QBLOCK];
+    for (j, quarter) in a.into_iter().enumerate() {
+        l[4 * j] = f32x4_extract_lane::<0>(quarter);
+        l[4 * j + 1] = f32x4_extract_lane::<1>(quarter);
+        l[4 * j + 2] = f32x4_extract_lane::<2>(quarter);
+        l[4 * j + 3] = f32x4_extract_lane::<3>(quarter);
+    }
+    sum32(&l)
 }
