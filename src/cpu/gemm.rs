@@ -2,11 +2,11 @@
 //! `c[i, c0 + j] = sum_k a[i, k] * b[j, k]`, i.e. x (M, K) @ w (N, K)^T, both operands with K contiguous
 //! (PyTorch Linear layout), written into columns c0 .. c0 + N of a row-major c with row stride `ldc`.
 //!
-//! Two implementations ([`Backend`]): the `gemm` crate (packed, cache-blocked, runtime-detected
-//! AVX2/FMA/AVX-512 microkernels natively, rayon threads; SIMD128 in wasm), the default, chosen by
-//! measurement (`cargo bench --bench cpu`, figures in its output and the module docs of
-//! [`crate::cpu`]); and [`Backend::Blocked`], a portable register-blocked loop (4x4 output tiles of
-//! 4-lane dot products, K in 512-wide slices, rows split over threads) that LLVM vectorizes for
+//! Three implementations ([`Backend`]): the `gemm` crate (packed, cache-blocked, runtime-detected
+//! AVX2/FMA/AVX-512 microkernels natively, rayon threads), the native default (`cargo bench --bench
+//! cpu`); [`Backend::Packed`] ([`crate::cpu::packed`]), the wasm default (`scripts/bench/
+//! browser_cpu_gemm.sh`); and [`Backend::Blocked`], a portable register-blocked loop (4x4 output tiles
+//! of 4-lane dot products, K in 512-wide slices, rows split over threads) that LLVM vectorizes for
 //! whatever SIMD the target has: SSE2 natively, SIMD128 in wasm built with `+simd128`.
 
 use std::array;
@@ -21,10 +21,18 @@ pub enum Backend {
     Gemm,
     /// The portable register-blocked loop of this module.
     Blocked,
+    /// The packed GEMM on four-lane vectors ([`crate::cpu::packed`]): wasm's, fused where the module is
+    /// built with relaxed SIMD.
+    Packed,
 }
 
-/// The backend [`sgemm_nt`] uses.
-pub const DEFAULT: Backend = Backend::Gemm;
+/// The backend [`sgemm_nt`] uses: the packed GEMM in wasm (2.3x the `gemm` crate's SIMD128 kernels in
+/// Chromium on Florence-2's shapes, `scripts/bench/browser_cpu_gemm.sh`), the `gemm` crate natively.
+pub const DEFAULT: Backend = if cfg!(target_arch = "wasm32") {
+    Backend::Packed
+} else {
+    Backend::Gemm
+};
 
 /// A borrowed row-major matrix: `rows` rows of `cols` values, row r starting at `r * stride`.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +75,7 @@ impl<'a> MatRef<'a> {
     }
 
     #[inline]
-    fn row(&self, r: usize) -> &'a [f32] {
+    pub(crate) fn row(&self, r: usize) -> &'a [f32] {
         &self.data[r * self.stride..r * self.stride + self.cols]
     }
 }
@@ -111,6 +119,7 @@ pub fn sgemm_nt_with(
     match backend {
         Backend::Gemm => crate_gemm(a, b, c, ldc, c0),
         Backend::Blocked => blocked(a, b, c, ldc, c0),
+        Backend::Packed => crate::cpu::packed::sgemm(a, b, c, ldc, c0),
     }
     Ok(())
 }

@@ -11,10 +11,11 @@
 //!
 //! Threads: natively the kernels split their work over rayon's global pool ([`par`]); on wasm32 they run
 //! on the calling thread (browser threads need cross-origin isolation and a standard library built with
-//! atomics, which the stable toolchain does not ship). The GEMM is the `gemm` crate's (runtime-detected
-//! AVX2/AVX-512 natively, SIMD128 in wasm when the module is built with `+simd128`), chosen by
-//! measurement (`cargo bench --bench cpu`); [`gemm::Backend::Blocked`] is the portable register-blocked
-//! fallback it is compared with.
+//! atomics, which the stable toolchain does not ship). The GEMM is chosen by measurement: natively the
+//! `gemm` crate's (runtime-detected AVX2/AVX-512; `cargo bench --bench cpu`), in wasm the engine's own
+//! [`packed`] GEMM on four-lane vectors, fused multiply-adds in the relaxed-SIMD build
+//! (`scripts/bench/browser_cpu_gemm.sh`); [`gemm::Backend::Blocked`] is the portable register-blocked
+//! loop they are compared with.
 
 pub mod activation;
 pub mod attention;
@@ -24,9 +25,11 @@ pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
 pub mod host;
+pub mod lanes;
 pub mod layout;
 pub mod linear;
 pub mod norm;
+pub mod packed;
 pub mod par;
 pub mod qdot;
 pub mod qdot_int8;

@@ -1,4 +1,4 @@
-//! The GEMM core (`cpu::gemm`), both backends, against an f64 product.
+//! The GEMM core (`cpu::gemm`), every backend, against an f64 product.
 //!
 //! Tolerance: any f32 summation order of K products satisfies |fl(s) - s| <= gamma_K sum_k |a_k b_k|
 //! (gamma_K = K u / (1 - K u)), plus one rounding of the result; checked per element. Columns outside
@@ -44,12 +44,14 @@ fn backends_match_the_f64_product() {
         (64, 40, 520),
         (3, 130, 1030),
         (9, 4, 8),
+        (150, 17, 300), // rows past the packed GEMM's A block (72), K past its depth (256)
+        (7, 1100, 9),   // columns past its B block (1024)
     ] {
         let lda = k + 3; // a strided a
         let a = rng.vec(m * lda, 1.0);
         let b = rng.vec(n * k, 1.0);
         let (want, bound) = gemm_ref(&a, lda, &b, (m, n, k));
-        for backend in [Backend::Gemm, Backend::Blocked] {
+        for backend in [Backend::Gemm, Backend::Blocked, Backend::Packed] {
             let (ldc, c0) = (n + 5, 2);
             let mut c = vec![7.5f32; m * ldc];
             let am = MatRef {
