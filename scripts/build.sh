@@ -14,6 +14,21 @@ if [ "${1:-}" = "--dev" ]; then profile=--dev; fi
 rm -f pkg/.build-profile
 wasm-pack build --target web "$profile" --mode no-install --out-dir pkg --out-name florence2_wasm
 
+# The relaxed-SIMD build, pkg/florence2_wasm_relaxed_bg.wasm (src/npm/wasm_build.js picks it where the
+# engine validates relaxed SIMD; the CPU backend's GEMM then fuses its multiply-adds): the same crate built
+# with +relaxed-simd, in its own target dir so neither build invalidates the other's artifacts. The package
+# ships one glue for both, so the build fails if this build's code differs (its comments name closure
+# shims by their index in the wasm's function table, which differs between the builds; the code does not).
+relaxed=target/wasm-relaxed
+CARGO_TARGET_DIR="$relaxed" RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" \
+  wasm-pack build --target web "$profile" --mode no-install --out-dir "$PWD/$relaxed/pkg" --out-name florence2_wasm
+glue_code() { grep -v '^[[:space:]]*//' "$1"; }
+if ! cmp -s <(glue_code "$relaxed/pkg/florence2_wasm.js") <(glue_code pkg/florence2_wasm.js); then
+  echo "build: the relaxed-SIMD build's glue ($relaxed/pkg/florence2_wasm.js) differs from the SIMD128 build's" >&2
+  exit 1
+fi
+cp "$relaxed/pkg/florence2_wasm_bg.wasm" pkg/florence2_wasm_relaxed_bg.wasm
+
 # wasm-bindgen's declarations name what only some libs declare: init()'s input and output use web-only
 # names (RequestInfo, BufferSource, WebAssembly.*) that a Node.js project without the DOM lib lacks, and
 # each class has a `[Symbol.dispose]` member, which needs lib esnext.disposable (or @types/node). They
@@ -63,7 +78,7 @@ fs.writeFileSync(f, out + merged);
 # "node" export condition: wasm and models from files), the worker module and its client, their types,
 # the WebGPU probe (support.js: also a wasm-bindgen snippet of the wasm), README and LICENSE.
 for f in README.md LICENSE index.js node.js node_addon.js index.d.ts client.js client.d.ts worker.js \
-  worker.d.ts support.js draw.js draw.d.ts; do
+  worker.d.ts support.js wasm_build.js draw.js draw.d.ts; do
   cp "src/npm/$f" "pkg/$f"
 done
 license=$(awk -F'"' '/^license *=/ { print $2; exit }' Cargo.toml)
@@ -98,14 +113,16 @@ const out = {
     "./worker": { types: "./worker.d.ts", default: "./worker.js" },
     "./raw": { types: "./florence2_wasm.d.ts", default: "./florence2_wasm.js" },
     "./florence2_wasm_bg.wasm": "./florence2_wasm_bg.wasm",
+    "./florence2_wasm_relaxed_bg.wasm": "./florence2_wasm_relaxed_bg.wasm",
     "./package.json": "./package.json",
   },
   engines: { node: ">=20" },
   optionalDependencies: Object.fromEntries(targets.map((t) => [p.name + "-" + t.triple, p.version])),
   files: [
     "index.js", "node.js", "node_addon.js", "index.d.ts", "client.js", "client.d.ts", "worker.js", "worker.d.ts",
-    "support.js", "draw.js", "draw.d.ts",
+    "support.js", "wasm_build.js", "draw.js", "draw.d.ts",
     "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm", "florence2_wasm_bg.wasm.d.ts",
+    "florence2_wasm_relaxed_bg.wasm",
     "README.md", "LICENSE",
   ],
   sideEffects: ["./index.js", "./node.js", "./worker.js", "./snippets/*"],
@@ -117,4 +134,5 @@ if (fs.existsSync("pkg/snippets")) out.files.push("snippets/");
 fs.writeFileSync("pkg/package.json", JSON.stringify(out, null, 2) + "\n");
 '
 echo "${profile#--}" > pkg/.build-profile
-echo "built pkg/ (${profile#--}, $(du -h pkg/florence2_wasm_bg.wasm | cut -f1) of wasm)"
+echo "built pkg/ (${profile#--}; wasm: $(du -h pkg/florence2_wasm_bg.wasm | cut -f1) SIMD128," \
+  "$(du -h pkg/florence2_wasm_relaxed_bg.wasm | cut -f1) relaxed SIMD)"

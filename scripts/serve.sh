@@ -19,6 +19,10 @@ build_reason() {
     echo "$pkg holds no build"
     return
   fi
+  if [ ! -f "$pkg/florence2_wasm_relaxed_bg.wasm" ]; then
+    echo "$pkg holds no relaxed-SIMD build (built by an older scripts/build.sh)"
+    return
+  fi
   if [ ! -f "$pkg/.build-profile" ]; then
     echo "$pkg records no build profile (built before scripts/build.sh recorded it, or a build failed)"
     return

@@ -76,8 +76,10 @@ wasm-pack test --headless --chrome --mode no-install -- --test browser --test br
 phase "contention check: browser tests that wait on GPU events beside 2 busy processes"
 scripts/ci/contention.sh 2 browser
 
+# The release build (both wasm builds, SIMD128 and relaxed SIMD): the package as it ships; the end-to-end
+# demo tests after it reuse it.
 phase "npm package (npm pack, offline install, ES-module page in headless Chromium, Node.js)"
-scripts/ci/npm_package_test.sh
+PKG_PROFILE=release scripts/ci/npm_package_test.sh
 
 if [ -x scripts/ci/e2e.sh ]; then
   phase "end-to-end demo tests"

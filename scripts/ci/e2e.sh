@@ -10,7 +10,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 export NODEVICE_SELECT=1
 
-if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
+if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ ! -f pkg/florence2_wasm_relaxed_bg.wasm ] || [ -n "$(find src shaders scripts/build.sh Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
   scripts/build.sh
 fi
 cargo build --bin florence2

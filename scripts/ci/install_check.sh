@@ -22,7 +22,7 @@ fail() { echo "install_check: $*" >&2; exit 1; }
 # 1. serve.sh's build decision on fake pkg/ directories (nothing is built or served).
 fake_pkg() { # DIR PROFILE|- : a build of PROFILE (- records none), newer than every source
   mkdir -p "$1"
-  touch -d '+1 hour' "$1/florence2_wasm_bg.wasm"
+  touch -d '+1 hour' "$1/florence2_wasm_bg.wasm" "$1/florence2_wasm_relaxed_bg.wasm"
   if [ "$2" != - ]; then echo "$2" > "$1/.build-profile"; fi
 }
 expect_check() { # DIR WANT(rebuild|fresh) WORDS
@@ -37,6 +37,9 @@ fake_pkg "$tmp/dev" dev
 expect_check "$tmp/dev" rebuild "a dev build"
 fake_pkg "$tmp/unrecorded" -
 expect_check "$tmp/unrecorded" rebuild "records no build profile"
+fake_pkg "$tmp/no-relaxed" release
+rm "$tmp/no-relaxed/florence2_wasm_relaxed_bg.wasm"
+expect_check "$tmp/no-relaxed" rebuild "no relaxed-SIMD build"
 mkdir -p "$tmp/empty"
 expect_check "$tmp/empty" rebuild "no build"
 fake_pkg "$tmp/release" release

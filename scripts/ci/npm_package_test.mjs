@@ -31,8 +31,8 @@ assert.deepEqual(pkg.sideEffects.filter((f) => !f.startsWith("./snippets")),
   ["./index.js", "./node.js", "./worker.js"]);
 const entry = pkg.exports["."].default.replace(/^\.\//, "");
 for (const f of [entry, pkg.exports["."].node, pkg.types, "florence2_wasm.js", "florence2_wasm.d.ts", "florence2_wasm_bg.wasm",
-                 "worker.js", "worker.d.ts", "client.js", "client.d.ts", "support.js", "draw.js", "draw.d.ts", "README.md",
-                 "LICENSE"]) {
+                 "florence2_wasm_relaxed_bg.wasm", "wasm_build.js", "worker.js", "worker.d.ts", "client.js", "client.d.ts",
+                 "support.js", "draw.js", "draw.d.ts", "README.md", "LICENSE"]) {
   assert.ok(f && existsSync(join(pkgDir, f)), `package lacks ${f}`);
 }
 assert.match(readFileSync(join(pkgDir, "LICENSE"), "utf8"), /^MIT License/);
@@ -66,7 +66,7 @@ console.log(`package ok: ${tarball} (${(statSync(tarball).size / 1e6).toFixed(2)
 const page = `<!doctype html><meta charset="utf-8"><title>florence2-wasm package test</title>
 <script type="importmap">{"imports": {"florence2-wasm": "/node_modules/florence2-wasm/${entry}"}}</script>
 <script type="module">
-import init, { Florence2 } from "florence2-wasm";
+import init, { Florence2, wasmBuild } from "florence2-wasm";
 window.__result = (async () => {
   // isSupported() before anything else: it must not fetch (or instantiate) the wasm.
   const support = await Florence2.isSupported();
@@ -84,7 +84,10 @@ window.__result = (async () => {
   let promptError = null;
   try { await model.runTask(blob, "<NOPE>"); } catch (e) { promptError = e.name; }
   model.dispose();
-  return { out, events, pp, promptError, est, memory, support, wasmSupport, wasmBeforeInit };
+  const wasmFetched = performance.getEntriesByType("resource").filter((e) => e.name.endsWith(".wasm"))
+    .map((e) => new URL(e.name).pathname.split("/").pop());
+  return { out, events, pp, promptError, est, memory, support, wasmSupport, wasmBeforeInit, build: wasmBuild(),
+    wasmFetched };
 })().catch((e) => ({ error: String((e && e.stack) || e), name: e && e.name }));
 </script>`;
 const types = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
@@ -158,6 +161,10 @@ try {
   assert.equal(r.promptError, "Florence2PromptError");
   // isSupported(): answered by support.js without the wasm, equal to the wasm's own answer.
   assert.equal(r.wasmBeforeInit, 0, "isSupported() fetched the wasm");
+  // Chromium has relaxed SIMD (since 114): the page fetches that build only, and the CPU backend (auto
+  // passes over SwiftShader, below) answered the CLI's ids above with its fused GEMM.
+  assert.equal(r.build, "relaxed-simd");
+  assert.deepEqual(r.wasmFetched, ["florence2_wasm_relaxed_bg.wasm"]);
   assert.deepEqual(r.support, r.wasmSupport);
   assert.equal(r.support.webgpu, true, JSON.stringify(r.support));
   assert.equal(r.support.adapter.isFallbackAdapter, true, "SwiftShader is a fallback adapter");

@@ -2,15 +2,19 @@
 //
 // Re-exports the wasm-bindgen module (florence2_wasm.js) and makes its `init()` optional: the async static
 // methods (`Florence2.load`, `estimate`, `cacheInfo`, `clearCache`, ...) initialise the module on first
-// use, fetching `florence2_wasm_bg.wasm` next to this file (`new URL(..., import.meta.url)`, which webpack 5, Vite's
-// production build, Rollup and Parcel follow by themselves). `init(input)` still exists for pages that want
-// to start the download early or serve the wasm from elsewhere (`init("/assets/florence2_wasm_bg.wasm")`).
+// use, fetching the build this engine runs from next to this file (`new URL(..., import.meta.url)`, which
+// webpack 5, Vite's production build, Rollup and Parcel follow by themselves): `florence2_wasm_relaxed_bg.wasm`
+// where the engine has relaxed SIMD, `florence2_wasm_bg.wasm` elsewhere (wasm_build.js). `init(input)` still
+// exists for pages that want to start the download early or serve the wasm from elsewhere
+// (`init("/assets/florence2_wasm_bg.wasm")`; `wasmBuild()` names the file this engine should get).
 import wbgInit, * as wasm from "./florence2_wasm.js";
 import { isSupported as probeSupport } from "./support.js";
+import { wasmUrl } from "./wasm_build.js";
 
 export * from "./florence2_wasm.js";
 export { Florence2Worker, WorkerEncodedImage } from "./client.js";
 export { drawResult, regionTokens, DRAW_COLORS } from "./draw.js";
+export { wasmBuild } from "./wasm_build.js";
 
 let ready = null;
 let initialised = false;
@@ -18,7 +22,7 @@ let initialised = false;
 /** Load and instantiate the wasm module once; later calls return the same promise. */
 export function init(input) {
   if (!ready) {
-    ready = wbgInit(input === undefined ? undefined : input)
+    ready = wbgInit(input === undefined ? { module_or_path: wasmUrl() } : input)
       .then((out) => {
         initialised = true;
         return out;

@@ -24,17 +24,18 @@ import { isAbsolute, resolve as resolvePath, sep } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { init as baseInit, Florence2 } from "./index.js";
 import { loadAddon, nativeReads, NativeFlorence2 } from "./node_addon.js";
+import { wasmUrl } from "./wasm_build.js";
 
 export * from "./index.js";
 
 /** Bytes read from a file per stream chunk. */
 const CHUNK = 1 << 20;
 
-/** Load and instantiate the wasm module once (from `florence2_wasm_bg.wasm` next to this file unless
- * `input` says otherwise); later calls return the same promise. */
+/** Load and instantiate the wasm module once (from the build this Node.js runs, next to this file:
+ * wasm_build.js, unless `input` says otherwise); later calls return the same promise. */
 export function init(input) {
   if (input === undefined) {
-    input = { module_or_path: readFile(new URL("./florence2_wasm_bg.wasm", import.meta.url)) };
+    input = { module_or_path: readFile(wasmUrl()) };
   }
   return baseInit(input);
 }
