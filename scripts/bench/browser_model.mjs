@@ -52,9 +52,10 @@ try {
     process.exitCode = 1;
   } else {
     console.log(`tokens: ${out.json.tokenIds?.length ?? "?"}  text: ${JSON.stringify(out.json.text).slice(0, 80)}`);
-    for (const [k, v] of Object.entries(out.json.timings ?? {})) {
-      console.log(`  ${k}: ${typeof v === "number" ? `${v.toFixed(1)} ms` : v}`);
-    }
+    // The page's timings table: the task's phases and the image encoding (the vision tower, run by
+    // `encodeImage` before the task).
+    const rows = await page.$$eval("#timings tbody tr", (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+    for (const [k, v] of rows) console.log(`  ${k}: ${v}`);
     console.log(`wall (navigation to answer, load + tuning + task): ${wall.toFixed(1)} s`);
   }
 } finally {

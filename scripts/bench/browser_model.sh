@@ -12,7 +12,8 @@
 # new tokens), BENCH_BEAMS (1), BENCH_DTYPE (fp16), BENCH_IMAGE (tests/fixtures/images/scene.png; the
 # processor resizes it to the config's image size, 768 for base). BENCH_WEBGPU=0: Chromium without WebGPU
 # (the page's CPU backend). BENCH_NODE=1: then the same task in Node.js (scripts/bench/node_model.mjs,
-# the package's CPU backend), for the Node / Chromium ratio in one run.
+# the package's CPU backend), for the Node / Chromium ratio in one run. BENCH_PKG: serve another release
+# build of the package (a directory like pkg/, e.g. an earlier commit's) instead of pkg/, unbuilt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -23,13 +24,16 @@ if [ ! -f "$MODEL_DIR/tokenizer.json" ]; then
   [ -n "${TOKENIZER:-}" ] || { echo "$MODEL_DIR has no tokenizer.json: set TOKENIZER" >&2; exit 2; }
   ln -sf "$(realpath "$TOKENIZER")" "$MODEL_DIR/tokenizer.json"
 fi
-if [ ! -f pkg/florence2_wasm_bg.wasm ] || [ -n "$(find src shaders Cargo.toml -newer pkg/florence2_wasm_bg.wasm -print -quit)" ]; then
+mount=()
+if [ -n "${BENCH_PKG:-}" ]; then
+  mount=(--mount "/pkg/=$(realpath "$BENCH_PKG")")
+elif [ -n "$(scripts/serve.sh --check pkg | grep '^rebuild')" ]; then
   scripts/build.sh
 fi
 [ -d www/node_modules/playwright-core ] || (cd www && npm ci --no-audit --no-fund)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -p target/bench-browser
-python3 scripts/serve.py --port "$port" --model-dir "$MODEL_DIR" --mount /fixtures/=tests/fixtures \
+python3 scripts/serve.py --port "$port" --model-dir "$MODEL_DIR" --mount /fixtures/=tests/fixtures "${mount[@]}" \
   >target/bench-browser/serve.log 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT

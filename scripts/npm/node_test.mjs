@@ -6,6 +6,9 @@
 //   - loaded from a directory path, a `file:` URL and an http URL (a loopback server in this script);
 //   - `<OD>` and `<OCR>` on scene.png given as a Buffer, a Uint8Array, an ArrayBuffer, decoded
 //     `{data, width, height}` RGBA (decoded here), an `EncodedImage`, and scene.jpg as a file path;
+//   - `wasmBuild()` names the build this Node runs (SIMD128 or relaxed SIMD), and a child Node with the
+//     V8 flag that switches relaxed SIMD the other way runs the other build, which answers as the CLI too;
+//   - `profile: true` times every CPU op (`cpu:NAME`, performance.now()) per phase;
 //   - isSupported() reports the CPU backend and no native addon (this app has only the main tarball:
 //     `device: "auto"` runs the wasm, `device: "wasm"` asks for it); cacheInfo()/clearCache() work
 //     without a Cache API;
@@ -229,6 +232,38 @@ await step("{data, width, height} RGBA, an EncodedImage, a JPEG by file path", a
   enc.dispose();
   for (const t of TASKS) check(await byPath.runTask(jpgPath, t, runOpts), "jpg", t, "JPEG path");
   check(await byPath.runTask(pathToFileURL(jpgPath), "<OD>", runOpts), "jpg", "<OD>", "JPEG file: URL");
+});
+
+await step("wasm builds: this Node's and the other one (relaxed SIMD or not, in a child Node) answer as the CLI", async () => {
+  // Node 20 validates relaxed SIMD behind a V8 flag only; later versions by default.
+  const here = pkg.wasmBuild();
+  assert.ok(here === "simd128" || here === "relaxed-simd", here);
+  const [other, flag] = here === "simd128"
+    ? ["relaxed-simd", "--experimental-wasm-relaxed-simd"]
+    : ["simd128", "--no-experimental-wasm-relaxed-simd"];
+  const child = `
+    const pkg = await import(${JSON.stringify(pathToFileURL(entryFile).href)});
+    const m = await pkg.Florence2.load(${JSON.stringify(modelDir)});
+    const png = (await import("node:fs")).readFileSync(${JSON.stringify(join(images, "scene.png"))});
+    const out = { build: pkg.wasmBuild(), tasks: [] };
+    for (const t of ${JSON.stringify(TASKS)}) out.tasks.push(await m.runTask(png, t, ${JSON.stringify(runOpts)}));
+    console.log(JSON.stringify(out));`;
+  const got = JSON.parse(execFileSync(process.execPath, [flag, "--input-type=module", "-e", child],
+    { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+  assert.equal(got.build, other, `a child Node with ${flag}`);
+  for (const out of got.tasks) check(out, "png", out.task, `the ${other} build`);
+});
+
+await step("profile: true on the CPU backend: every op's wall time, by phase", async () => {
+  const out = await byPath.runTask(pngBytes, "<OD>", { ...runOpts, profile: true });
+  check(out, "png", "<OD>", "profiled");
+  const p = out.profile;
+  assert.equal(p.available, true, p.reason);
+  assert.ok(p.entries.length > 0 && p.entries.every((e) => e.op.startsWith("cpu:") && e.ms >= 0),
+    JSON.stringify(p.entries.slice(0, 3)));
+  assert.deepEqual(p.phases.map((q) => q.phase), ["vision", "encoder", "decode"]);
+  const sum = p.entries.reduce((a, e) => a + e.ms, 0);
+  assert.ok(Math.abs(sum - p.totalMs) <= 1e-6 * Math.max(1, sum), `${sum} vs ${p.totalMs}`);
 });
 
 await step("load a file:// URL (device wasm)", async () => {

@@ -388,13 +388,9 @@ impl Recorder {
         operands: &[&Tensor],
         run: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        #[cfg(not(target_arch = "wasm32"))]
         if let Some(p) = &mut self.host_prof {
             return crate::gpu::profile::timed_host_op(&self.gpu, p, op, operands, run);
         }
-        // The browser's CPU backend is never profiled (`Profiler::enable` refuses it: no clock here).
-        #[cfg(target_arch = "wasm32")]
-        let _ = (op, operands);
         run()
     }
 

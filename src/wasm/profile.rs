@@ -1,6 +1,7 @@
 //! `runTask(image, prompt, {profile: true})`: the GPU time of every dispatch of that one call, from
-//! timestamp queries ([`crate::gpu::profile`]), with totals per phase. Where the adapter has no
-//! timestamp queries the answer says so (`{available: false, reason}`) instead of failing the call.
+//! timestamp queries ([`crate::gpu::profile`]), or on the CPU backend the wall time of every op
+//! (`performance.now()`), with totals per phase. Where the adapter has no timestamp queries the answer
+//! says so (`{available: false, reason}`) instead of failing the call.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ const TS_PROFILE: &'static str = r#"
 export interface ProfileEntry {
   /** "vision", "encoder" or "decode". */
   phase: string;
-  /** The kernel: shader and entry point, e.g. "matmul:linear_tiled". */
+  /** The kernel: shader and entry point, e.g. "matmul:linear_tiled"; on the CPU backend "cpu:NAME". */
   op: string;
   /** Its specialisation (override constants, defines), e.g. "RM=4 W_F16=1". */
   variant: string;
@@ -34,7 +35,8 @@ export interface PhaseTime {
 
 /** What `profile: true` adds to a `runTask` result. GPU times need the adapter's "timestamp-query"
  * feature: without it `available` is false, `reason` says why and the lists are empty. Browsers may round
- * timestamps (Chromium: to 0.1 ms unless its WebGPU developer features are on). */
+ * timestamps (Chromium: to 0.1 ms unless its WebGPU developer features are on). On the CPU backend each
+ * entry is one op's wall time from `performance.now()` (op "cpu:NAME"). */
 export interface RunProfile {
   available: boolean;
   /** Why there are no times (only when `available` is false). */
