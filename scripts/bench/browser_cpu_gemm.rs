@@ -4,8 +4,9 @@
 //! `scripts/bench/browser_cpu_gemm.sh` runs it from a release build, once built with `+simd128` and once
 //! with `+simd128,+relaxed-simd` (where the packed GEMM's multiply-add is `f32x4.relaxed_madd`).
 //!
-//! Timing: backends interleave sample by sample (a noisy neighbour hits all alike), one warm-up each;
-//! the median of `REPS` is reported.
+//! Timing: backends interleave sample by sample (a noisy neighbour hits all alike), after `WARM` calls
+//! each (V8 runs a function in its baseline tier until it has run enough to be optimized); the median
+//! of `REPS` is reported.
 #![cfg(target_arch = "wasm32")]
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
@@ -15,6 +16,7 @@ use wasm_bindgen_test::*;
 wasm_bindgen_test_configure!(run_in_browser);
 
 const REPS: usize = 5;
+const WARM: usize = 4;
 
 /// (label, M, K, N): Florence-2-base GEMM shapes at 768 px, rows capped at 576.
 const SHAPES: &[(&str, usize, usize, usize)] = &[
@@ -73,7 +75,9 @@ fn browser_cpu_gemm_bench() {
             )
             .unwrap();
         };
-        BACKENDS.iter().for_each(|&be| run(be));
+        for _ in 0..WARM {
+            BACKENDS.iter().for_each(|&be| run(be));
+        }
         let mut samples = vec![Vec::new(); BACKENDS.len()];
         for _ in 0..REPS {
             for (i, &be) in BACKENDS.iter().enumerate() {
