@@ -23,19 +23,37 @@
 //! Relative to the block's `sum |w x|` that is about 1/254 of the block's largest |x| over its typical
 //! |x|: the same order as q8's weight quantization, far below q4's.
 
+use std::cell::Cell;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::cpu::sum32;
+use crate::error::{Error, Result};
 use crate::quant::{QFormat, QBLOCK};
 
 /// How the decode GEMV dots quantized (q8/q4) weight rows with x.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantDot {
     /// Weights widened to f32 (`d * q`, exact) and dotted with x in f32: the f32 GEMV's bits on the
-    /// dequantized weights ([`crate::cpu::qdot`]).
+    /// dequantized weights ([`crate::cpu::qdot`]), the GPU's results up to summation order.
     Exact,
     /// x quantized to int8 per 32-block, integer block sums ([`int8_row_dots`]).
     Int8,
+}
+
+impl FromStr for QuantDot {
+    type Err = Error;
+
+    /// `int8` or `exact` (any case).
+    fn from_str(s: &str) -> Result<QuantDot> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "int8" => Ok(QuantDot::Int8),
+            "exact" => Ok(QuantDot::Exact),
+            other => Err(Error::InvalidInput(format!(
+                "unknown quantized dot '{other}' (expected int8 or exact)"
+            ))),
+        }
+    }
 }
 
 const UNSET: u8 = 0;
@@ -43,16 +61,24 @@ const EXACT: u8 = 1;
 const INT8: u8 = 2;
 static MODE: AtomicU8 = AtomicU8::new(UNSET);
 
-/// The process's choice for [`crate::cpu::linear::linear_rows`]: what [`set_quant_dot`] set, else the
-/// environment variable `FLORENCE2_CPU_QUANT_DOT` (`int8` or `exact`) read at the first call, else
-/// [`QuantDot::Exact`].
+thread_local! {
+    /// [`with_quant_dot`]'s choice for this thread, over the process's.
+    static SCOPED: Cell<Option<QuantDot>> = const { Cell::new(None) };
+}
+
+/// The choice for [`crate::cpu::linear::linear_rows`] on this thread: [`with_quant_dot`]'s while it
+/// runs, else the process's: what [`set_quant_dot`] set, else the environment variable
+/// `FLORENCE2_CPU_QUANT_DOT` (`int8` or `exact`) read at the first call, else [`QuantDot::Exact`].
 pub fn quant_dot() -> QuantDot {
+    if let Some(d) = SCOPED.with(Cell::get) {
+        return d;
+    }
     let mode = match MODE.load(Ordering::Relaxed) {
         UNSET => {
-            let int8 = std::env::var("FLORENCE2_CPU_QUANT_DOT")
-                .map(|v| v.trim().eq_ignore_ascii_case("int8"))
-                .unwrap_or(false);
-            let m = if int8 { INT8 } else { EXACT };
+            let m = match env_quant_dot() {
+                QuantDot::Exact => EXACT,
+                QuantDot::Int8 => INT8,
+            };
             // A concurrent set_quant_dot wins over the environment.
             let _ = MODE.compare_exchange(UNSET, m, Ordering::Relaxed, Ordering::Relaxed);
             MODE.load(Ordering::Relaxed)
@@ -66,6 +92,14 @@ pub fn quant_dot() -> QuantDot {
     }
 }
 
+/// `FLORENCE2_CPU_QUANT_DOT` when it names a [`QuantDot`], else [`QuantDot::Exact`].
+fn env_quant_dot() -> QuantDot {
+    std::env::var("FLORENCE2_CPU_QUANT_DOT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(QuantDot::Exact)
+}
+
 /// Set the process's [`quant_dot`] (for every later GEMV call of [`crate::cpu::linear::linear_rows`]).
 pub fn set_quant_dot(d: QuantDot) {
     let m = match d {
@@ -73,6 +107,21 @@ pub fn set_quant_dot(d: QuantDot) {
         QuantDot::Int8 => INT8,
     };
     MODE.store(m, Ordering::Relaxed);
+}
+
+/// Run `f` with [`quant_dot`] answering `d` on this thread, whatever the process's choice: the CPU
+/// backend runs each op on the thread that records it, so a model used inside `f` (on this thread)
+/// dots its quantized rows with `d`, while other threads keep theirs (tests comparing both paths in
+/// one process). The previous choice of this thread comes back when `f` returns or panics.
+pub fn with_quant_dot<R>(d: QuantDot, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<QuantDot>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SCOPED.with(|s| s.replace(Some(d))));
+    f()
 }
 
 /// Rows of x quantized to int8 in 32-blocks: `q` (M, K) and the block scales `d` (M, K / 32).

@@ -572,3 +572,34 @@ fn int8_gemv_rows_do_not_depend_on_m() {
         }
     }
 }
+
+/// `with_quant_dot` sets the choice for its own thread only, nests, and gives the previous one back
+/// when it returns or panics; `QuantDot` parses `int8` and `exact` in any case and names what else it
+/// got.
+#[test]
+fn quant_dot_is_scoped_to_its_thread_and_parses_its_names() {
+    use florence2_wasm::cpu::qdot_int8::{quant_dot, with_quant_dot, QuantDot};
+    let outside = quant_dot();
+    for d in [QuantDot::Exact, QuantDot::Int8] {
+        let other = if d == QuantDot::Exact {
+            QuantDot::Int8
+        } else {
+            QuantDot::Exact
+        };
+        with_quant_dot(d, || {
+            assert_eq!(quant_dot(), d);
+            // Another thread sees the process's choice.
+            assert_eq!(std::thread::spawn(quant_dot).join().unwrap(), outside);
+            with_quant_dot(other, || assert_eq!(quant_dot(), other));
+            assert_eq!(quant_dot(), d);
+            let unwound = std::panic::catch_unwind(|| with_quant_dot(other, || panic!("inside")));
+            assert!(unwound.is_err());
+            assert_eq!(quant_dot(), d);
+        });
+        assert_eq!(quant_dot(), outside);
+    }
+    assert_eq!(" INT8 ".parse::<QuantDot>().unwrap(), QuantDot::Int8);
+    assert_eq!("Exact".parse::<QuantDot>().unwrap(), QuantDot::Exact);
+    let e = "fast".parse::<QuantDot>().unwrap_err().to_string();
+    assert!(e.contains("'fast'") && e.contains("int8 or exact"), "{e}");
+}
