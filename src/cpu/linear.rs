@@ -6,8 +6,10 @@
 //! - M <= [`GEMV_MAX_ROWS`] (a decode step, up to 4 beams): a fused GEMV, threads over N. Each weight
 //!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
 //!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32. q8/q4 rows
-//!   can instead be dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
-//!   opt-in: [`linear_rows`] with a [`QuantDot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
+//!   are by default dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
+//!   about twice as fast); [`QuantDot::Exact`] dots the dequantized weights in f32, the GPU's results
+//!   ([`linear_rows`] with a [`QuantDot`], [`qdot_int8::set_quant_dot`], `FLORENCE2_CPU_QUANT_DOT=exact`
+//!   or the CLI's `--cpu-dot exact`).
 //! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
 //!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
 //!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per

@@ -1,4 +1,5 @@
-//! Integer dot products for the quantized decode GEMV (opt-in: [`QuantDot::Int8`]).
+//! Integer dot products for the quantized decode GEMV ([`QuantDot::Int8`], the default; [`QuantDot::Exact`]
+//! opts out).
 //!
 //! The x rows are quantized once per GEMV call ([`QuantX`]): per 32-value block a scale
 //! `d_x = max|x| / 127` and int8 values `q_x = round(x / d_x)`. Each block of a q8/q4 weight row is then
@@ -21,7 +22,9 @@
 //! exact dot of the dequantized weights a block's error is at most `0.501 d_x sum_block |w|`, plus the
 //! f32 combination's `gamma_K sum |w| (|x| + d_x / 2)` (tests/cpu/linear.rs asserts this bound).
 //! Relative to the block's `sum |w x|` that is about 1/254 of the block's largest |x| over its typical
-//! |x|: the same order as q8's weight quantization, far below q4's.
+//! |x|: the same order as q8's weight quantization, far below q4's. End to end, q8/q4 with int8 dots
+//! meet the thresholds the exact dots meet against f32 (tests/model/dtype_fidelity.rs, which also bounds
+//! the logits' change from the exact dots by q8's own change from f32); hence the default.
 
 use std::cell::Cell;
 use std::str::FromStr;
@@ -37,7 +40,8 @@ pub enum QuantDot {
     /// Weights widened to f32 (`d * q`, exact) and dotted with x in f32: the f32 GEMV's bits on the
     /// dequantized weights ([`crate::cpu::qdot`]), the GPU's results up to summation order.
     Exact,
-    /// x quantized to int8 per 32-block, integer block sums ([`int8_row_dots`]).
+    /// x quantized to int8 per 32-block, integer block sums ([`int8_row_dots`]): the default, about
+    /// twice as fast, within the tolerance tests/model/dtype_fidelity.rs asserts for q8/q4.
     Int8,
 }
 
@@ -68,7 +72,7 @@ thread_local! {
 
 /// The choice for [`crate::cpu::linear::linear_rows`] on this thread: [`with_quant_dot`]'s while it
 /// runs, else the process's: what [`set_quant_dot`] set, else the environment variable
-/// `FLORENCE2_CPU_QUANT_DOT` (`int8` or `exact`) read at the first call, else [`QuantDot::Exact`].
+/// `FLORENCE2_CPU_QUANT_DOT` (`exact` or `int8`) read at the first call, else [`QuantDot::Int8`].
 pub fn quant_dot() -> QuantDot {
     if let Some(d) = SCOPED.with(Cell::get) {
         return d;
@@ -85,19 +89,20 @@ pub fn quant_dot() -> QuantDot {
         }
         m => m,
     };
-    if mode == INT8 {
-        QuantDot::Int8
-    } else {
+    if mode == EXACT {
         QuantDot::Exact
+    } else {
+        QuantDot::Int8
     }
 }
 
-/// `FLORENCE2_CPU_QUANT_DOT` when it names a [`QuantDot`], else [`QuantDot::Exact`].
+/// `FLORENCE2_CPU_QUANT_DOT` when it names a [`QuantDot`], else [`QuantDot::Int8`] (in wasm, where a
+/// page has no environment, always [`QuantDot::Int8`]).
 fn env_quant_dot() -> QuantDot {
     std::env::var("FLORENCE2_CPU_QUANT_DOT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(QuantDot::Exact)
+        .unwrap_or(QuantDot::Int8)
 }
 
 /// Set the process's [`quant_dot`] (for every later GEMV call of [`crate::cpu::linear::linear_rows`]).
