@@ -574,13 +574,13 @@ fn int8_gemv_rows_do_not_depend_on_m() {
 }
 
 /// `with_quant_dot` sets the choice for its own thread only, nests, and gives the previous one back
-/// when it returns or panics; `QuantDot` parses `int8` and `exact` in any case and names what else it
-/// got.
+/// when it returns or panics; `QuantDot` parses `auto`, `int8` and `exact` in any case and names what
+/// else it got; `auto` is int8 for q4 rows and exact for q8 rows.
 #[test]
 fn quant_dot_is_scoped_to_its_thread_and_parses_its_names() {
     use florence2_wasm::cpu::qdot_int8::{quant_dot, with_quant_dot, QuantDot};
     let outside = quant_dot();
-    for d in [QuantDot::Exact, QuantDot::Int8] {
+    for d in [QuantDot::Exact, QuantDot::Int8, QuantDot::Auto] {
         let other = if d == QuantDot::Exact {
             QuantDot::Int8
         } else {
@@ -599,7 +599,12 @@ fn quant_dot_is_scoped_to_its_thread_and_parses_its_names() {
         assert_eq!(quant_dot(), outside);
     }
     assert_eq!(" INT8 ".parse::<QuantDot>().unwrap(), QuantDot::Int8);
+    assert_eq!("auto".parse::<QuantDot>().unwrap(), QuantDot::Auto);
     assert_eq!("Exact".parse::<QuantDot>().unwrap(), QuantDot::Exact);
+    assert_eq!(QuantDot::Auto.for_format(QFormat::Q4), QuantDot::Int8);
+    assert_eq!(QuantDot::Auto.for_format(QFormat::Q8), QuantDot::Exact);
+    assert_eq!(QuantDot::Int8.for_format(QFormat::Q8), QuantDot::Int8);
+    assert_eq!(QuantDot::Exact.for_format(QFormat::Q4), QuantDot::Exact);
     let e = "fast".parse::<QuantDot>().unwrap_err().to_string();
     assert!(e.contains("'fast'") && e.contains("int8 or exact"), "{e}");
 }

@@ -70,7 +70,9 @@
 //! dir's steps; measured 0.51-0.78 of it, for q8 and q4 runs), which the test asserts, and moves them
 //! at all where the decoder's rows are whole blocks (tiny2: every step; tiny4's decoder is f16).
 //! Measured: int8 gives the exact dots' teacher-forced arg-max at every step (0 moved of 97 per
-//! run) and the same agreement with f32.
+//! run) and the same agreement with f32. (The CPU's default, `QuantDot::Auto`, takes int8 for q4 only:
+//! on the trained demo model int8 moves q8's beam answers below that model's q8 margin; see
+//! src/cpu/qdot_int8.rs.)
 #![cfg(not(target_arch = "wasm32"))]
 use crate::common;
 
@@ -421,7 +423,7 @@ fn check_int8(base: &Base, dtype: WeightDType, t: &Tally, q8_change: Option<f64>
         t.exact_rel_diff,
         t.int8_argmax_moved
     );
-    if base.m.cfg.text.d_model % QBLOCK != 0 {
+    if !base.m.cfg.text.d_model.is_multiple_of(QBLOCK) {
         return;
     }
     assert!(

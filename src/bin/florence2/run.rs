@@ -109,9 +109,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
     pub(super) device: DeviceChoice,
     /// How the CPU backend's decode steps dot q8/q4 weights: int8 (x rounded to int8 per 32 values,
-    /// integer dots; about twice as fast, within the tested tolerance of the format) or exact (f32 dots
-    /// of the dequantized weights, the GPU's results) [default: FLORENCE2_CPU_QUANT_DOT, else int8]
-    #[arg(long, value_name = "int8|exact", value_parser = super::parse_cpu_dot)]
+    /// integer dots: about twice as fast), exact (f32 dots of the dequantized weights, the GPU's
+    /// results), or auto (int8 for q4, exact for q8: int8 stays within q4's tested tolerance, not
+    /// within q8's) [default: FLORENCE2_CPU_QUANT_DOT, else auto]
+    #[arg(long, value_name = "auto|int8|exact", value_parser = super::parse_cpu_dot)]
     pub(super) cpu_dot: Option<QuantDot>,
     /// Per-op times (GPU timestamp queries, or each op's wall time on the CPU backend): a table on stderr, `profile` in the JSON
     #[arg(long)]
