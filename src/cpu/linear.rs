@@ -114,7 +114,7 @@ fn gemm_panels(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) -> Result<()
 /// The GEMV path (M <= 4, or any M row by row): dots of every weight row with the M x rows (in groups
 /// of [`GEMV_MAX_ROWS`], the weight row still in cache for the next group), threads over N; the (N, M)
 /// results then transposed into out (M, N). With int8 dots for quantized weights, x is
-/// quantized once here and every row dotted with it by [`qdot_int8::int8_row_dots`].
+/// quantized once here and every row dotted with it by [`QuantX::row_dots`].
 fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32], dot: QuantDot) {
     let (n, k) = (l.n, l.k);
     let mut t = vec![0f32; n * m]; // (N, M)
@@ -133,8 +133,7 @@ fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32], dot: QuantDot) {
             if let Some((fmt, v, qx)) = &int8 {
                 let rb = fmt.row_bytes(k);
                 for (g, dg) in dst.chunks_mut(GEMV_MAX_ROWS).enumerate() {
-                    let xg = qx.rows(g * GEMV_MAX_ROWS, dg.len());
-                    qdot_int8::int8_row_dots(*fmt, k, &v[row * rb..(row + 1) * rb], xg, dg);
+                    qx.row_dots(*fmt, &v[row * rb..(row + 1) * rb], g * GEMV_MAX_ROWS, dg);
                 }
                 continue;
             }

@@ -13,8 +13,10 @@
 //!   to lane `8 (b mod 4) + l` of 32 f32 partial sums (four independent chains per x row, so the adds'
 //!   latency overlaps), which [`sum32`] folds at the end.
 //!
-//! Paths: x86_64 with AVX-512 VNNI (512-bit `vpdpbusd`, two blocks at once), AVX-VNNI, or AVX2 (`vpsignb` makes the weights
-//! unsigned and moves their signs onto x, `vpmaddubsw` + `vpmaddwd` sum them), chosen at run time;
+//! Paths: x86_64 with AVX-512 VNNI (512-bit `vpdpbusd`, two blocks at once), AVX-VNNI, or AVX2
+//! (`vpmaddubsw` + `vpmaddwd`), chosen at run time; these take unsigned weight bytes: q8's |w|, the
+//! signs moved onto x, and q4's nibbles `n = w + 8` as they are, each lane's sum starting from x's
+//! offset sum `-8 Σ x` ([`QuantX::s`], made once per GEMV call), which gives `Σ (n - 8) x` exactly;
 //! wasm32 with `+simd128` (`i32x4.dot_i16x8_s` on sign-extended bytes); elsewhere [`portable`].
 //!
 //! Accuracy: the result is no longer the f32 GEMV on the dequantized weights. Rounding x to its grid
@@ -141,6 +143,8 @@ pub fn with_quant_dot<R>(d: QuantDot, f: impl FnOnce() -> R) -> R {
 pub struct QuantX {
     pub q: Vec<i8>,
     pub d: Vec<f32>,
+    /// q4's offset sums (M, K / 4): -8 times the sum of each 4 consecutive quants ([`offset_sums`]).
+    pub s: Vec<i32>,
     pub k: usize,
 }
 
@@ -169,17 +173,46 @@ impl QuantX {
                 }
             }
         }
-        QuantX { q, d, k }
+        let s = offset_sums(&q);
+        QuantX { q, d, s, k }
     }
 
-    /// Rows `i0 .. i0 + m` as (quants, scales).
-    pub fn rows(&self, i0: usize, m: usize) -> (&[i8], &[f32]) {
-        let blocks = self.k / QBLOCK;
+    /// Rows `i0 .. i0 + m` as (quants, scales, offset sums).
+    pub fn rows(&self, i0: usize, m: usize) -> Qx<'_> {
+        let (k, blocks) = (self.k, self.k / QBLOCK);
         (
-            &self.q[i0 * self.k..(i0 + m) * self.k],
+            &self.q[i0 * k..(i0 + m) * k],
             &self.d[i0 * blocks..(i0 + m) * blocks],
+            &self.s[i0 * k / 4..(i0 + m) * k / 4],
         )
     }
+
+    /// [`int8_row_dots_with`] of the weight row `r` with x rows `i0 .. i0 + dst.len()`, from the
+    /// offset sums made once here (the GEMV's path: no allocation per row).
+    pub fn row_dots_with(
+        &self,
+        kernel: Int8Kernel,
+        fmt: QFormat,
+        r: &[u8],
+        i0: usize,
+        dst: &mut [f32],
+    ) {
+        dots_x(kernel, fmt, self.k, r, self.rows(i0, dst.len()), dst)
+    }
+
+    /// [`QuantX::row_dots_with`] by the fastest kernel ([`Int8Kernel::best`]).
+    pub fn row_dots(&self, fmt: QFormat, r: &[u8], i0: usize, dst: &mut [f32]) {
+        self.row_dots_with(Int8Kernel::best(), fmt, r, i0, dst)
+    }
+}
+
+/// -8 times the sum of each 4 consecutive quants of `q`: a q4 weight is `n - 8` with `n` its nibble,
+/// so a lane's integer sum `Σ (n - 8) q_x` is `Σ n q_x` (unsigned bytes times signed ones, what
+/// `maddubs` and `vpdpbusd` take as they are) plus this offset, exactly.
+fn offset_sums(q: &[i8]) -> Vec<i32> {
+    q.chunks_exact(4)
+        .map(|g| -8 * g.iter().map(|&v| i32::from(v)).sum::<i32>())
+        .collect()
 }
 
 /// The kernels of [`int8_row_dots`], for tests and benchmarks to address each one.
@@ -272,8 +305,9 @@ impl Int8Kernel {
     }
 }
 
-/// M rows of x quantized to int8 (K each) and their K / 32 block scales each ([`QuantizedX::rows`]).
-pub(crate) type Qx<'a> = (&'a [i8], &'a [f32]);
+/// M rows of x quantized to int8 (K each), their K / 32 block scales and K / 4 offset sums each
+/// ([`QuantX::rows`]).
+pub type Qx<'a> = (&'a [i8], &'a [f32], &'a [i32]);
 
 /// dst[i] = Σ_b (d_w[b] * d_x[i, b]) * Σ_{k in b} q_w[k] * q_x[i, k] for the dst.len() (1..=4) rows of
 /// `qx` (K = `k` each, scales `dx`, K / 32 per row) and the weight row `r`: one row of
@@ -284,14 +318,21 @@ pub fn int8_row_dots(fmt: QFormat, k: usize, r: &[u8], qx: (&[i8], &[f32]), dst:
 }
 
 /// [`int8_row_dots`] with a chosen kernel; one this build or CPU cannot run falls back to [`portable`].
+/// Each call makes the x rows' offset sums ([`QuantX::row_dots_with`] keeps them across calls).
 pub fn int8_row_dots_with(
     kernel: Int8Kernel,
     fmt: QFormat,
     k: usize,
     r: &[u8],
-    qx: (&[i8], &[f32]),
+    (q, d): (&[i8], &[f32]),
     dst: &mut [f32],
 ) {
+    let q = &q[..(dst.len() * k).min(q.len())];
+    dots_x(kernel, fmt, k, r, (q, d, &offset_sums(q)), dst)
+}
+
+/// [`int8_row_dots_with`] on x rows with their offset sums.
+fn dots_x(kernel: Int8Kernel, fmt: QFormat, k: usize, r: &[u8], qx: Qx, dst: &mut [f32]) {
     check_lengths(fmt, k, r, qx, dst);
     let kernel = if kernel.usable() {
         kernel
@@ -311,19 +352,20 @@ pub fn int8_row_dots_with(
         Int8Kernel::Avx2 => unsafe { x86::dots_avx2(fmt, k, r, qx, dst) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Int8Kernel::Simd128 => simd128::dots(fmt, k, r, qx, dst),
-        _ => portable(fmt, k, r, qx, dst),
+        _ => portable(fmt, k, r, (qx.0, qx.1), dst),
     }
 }
 
 /// The lengths every kernel relies on (a panic, as a slice index would: callers pass whole rows).
 #[inline(always)]
-fn check_lengths(fmt: QFormat, k: usize, r: &[u8], (qx, dx): (&[i8], &[f32]), dst: &[f32]) {
+fn check_lengths(fmt: QFormat, k: usize, r: &[u8], (qx, dx, sx): Qx, dst: &[f32]) {
     let (m, blocks) = (dst.len(), k / QBLOCK);
     assert!(
         m <= 4 && k.is_multiple_of(QBLOCK),
         "int8 row dots: M {m}, K {k}"
     );
     assert!(qx.len() >= m * k && dx.len() >= m * blocks && r.len() >= fmt.row_bytes(k));
+    assert!(sx.len() >= m * k / 4);
 }
 
 /// Block `b`'s weight scale d_w from row `r`'s f16 scales.

@@ -387,7 +387,7 @@ fn int8_test_x(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
 
 /// x quantized per 32-block: the largest |x| maps to ±127, every value to within half a step (plus
 /// the division's rounding, < 127 u of a step: 0.501 covers it), an all-zero block to d = 0, and a block
-/// holding a non-finite value to d = NaN.
+/// holding a non-finite value to d = NaN; q4's offset sums are -8 times each 4 quants' sum.
 #[test]
 fn int8_x_quantization_is_within_half_a_step() {
     use florence2_wasm::cpu::qdot_int8::QuantX;
@@ -413,13 +413,20 @@ fn int8_x_quantization_is_within_half_a_step() {
             assert!(err <= 0.501 * d as f64, "block {b}: {v} -> {q} * {d}");
         }
     }
+    // q4's offset sums: -8 times each 4 consecutive quants' sum.
+    for (g, (&o, qg)) in qx.s.iter().zip(qx.q.chunks_exact(4)).enumerate() {
+        let sum: i32 = qg.iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(o, -8 * sum, "group {g}");
+    }
+    assert_eq!(qx.s.len(), 3 * k / 4);
     let mut bad = x.clone();
     bad[40] = f32::INFINITY;
     assert!(QuantX::new(&bad, k).d[1].is_nan());
 }
 
 /// Every int8 kernel this CPU runs (AVX-512 VNNI, AVX-VNNI, AVX2 `maddubs` on x86_64) gives the
-/// portable kernel's bits: the integer lane sums are exact and the f32 combination has the same order.
+/// portable kernel's bits: the integer lane sums are exact (q4's as nibble dots plus x's offset sums)
+/// and the f32 combination has the same order; with x's offset sums made per call or kept in QuantX.
 /// Both formats, every M, K of 1 to 96 blocks (chains partly filled), random bytes (q8's -128
 /// included) and scales over 2^-6 .. 2^3.
 #[test]
@@ -441,11 +448,15 @@ fn int8_kernels_equal_the_portable_kernel_bit_for_bit() {
                     let xr = (&qx.q[..], &qx.d[..]);
                     int8_row_dots_with(Int8Kernel::Portable, fmt, k, r, xr, &mut want);
                     assert!(want.iter().all(|v| v.is_finite()));
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     for &kern in &kernels {
                         let mut got = vec![f32::NAN; m];
                         int8_row_dots_with(kern, fmt, k, r, xr, &mut got);
-                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{kern:?} {fmt:?} k={k} m={m}");
+                        // The GEMV's path: the offset sums QuantX made once.
+                        let mut kept = vec![f32::NAN; m];
+                        qx.row_dots_with(kern, fmt, r, 0, &mut kept);
+                        assert_eq!(bits(&kept), bits(&want), "{kern:?} {fmt:?} k={k} m={m}");
                     }
                 }
             }
