@@ -354,18 +354,7 @@ fn check_decoding(
         let l32 = forced_logits(g, &base.m.model, &e32.hidden, &ids32);
         let lx = forced_logits(g, &m.model, &ex.hidden, &ids32);
         if int8_dots(g, dtype) {
-            let exact = with_quant_dot(QuantDot::Exact, || {
-                forced_logits(g, &m.model, &ex.hidden, &ids32)
-            });
-            for ((a, b), f) in exact.iter().zip(&lx).zip(&l32) {
-                let (d, p) = diff_peak(b, a);
-                let (dw, pw) = diff_peak(a, f);
-                t.exact_rel_diff = t.exact_rel_diff.max(dw / pw);
-                t.int8_steps += 1;
-                t.int8_moved += usize::from(d > 0.0);
-                t.int8_argmax_moved += usize::from(top2(a).0 != top2(b).0);
-                t.int8_rel_diff = t.int8_rel_diff.max(d / p);
-            }
+            tally_int8(g, m, ex, &ids32, (&l32, &lx), t);
         }
         for (step, (a, b)) in l32.iter().zip(&lx).enumerate() {
             let (arg32, top1, top2v) = top2(a);
@@ -392,6 +381,30 @@ fn check_decoding(
                 );
             }
         }
+    }
+}
+
+/// The int8 dots' teacher-forced logits `lx` (along `ids`) against the exact dots' on the same weights
+/// (computed here), and the exact dots' against f32's `l32`, into `t`.
+fn tally_int8(
+    g: &Arc<Device>,
+    m: &Model,
+    ex: &Encoded,
+    ids: &[u32],
+    (l32, lx): (&[Vec<f32>], &[Vec<f32>]),
+    t: &mut Tally,
+) {
+    let exact = with_quant_dot(QuantDot::Exact, || {
+        forced_logits(g, &m.model, &ex.hidden, ids)
+    });
+    for ((a, b), f) in exact.iter().zip(lx).zip(l32) {
+        let (d, p) = diff_peak(b, a);
+        let (dw, pw) = diff_peak(a, f);
+        t.exact_rel_diff = t.exact_rel_diff.max(dw / pw);
+        t.int8_steps += 1;
+        t.int8_moved += usize::from(d > 0.0);
+        t.int8_argmax_moved += usize::from(top2(a).0 != top2(b).0);
+        t.int8_rel_diff = t.int8_rel_diff.max(d / p);
     }
 }
 
