@@ -20,7 +20,7 @@ use util::Rng;
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
 use florence2_wasm::cpu::linear::{linear, linear_rows, LinearRef};
-use florence2_wasm::cpu::qdot_int8::{int8_row_dots_with, Int8Kernel, QuantDot, QuantX};
+use florence2_wasm::cpu::qdot_int8::{Int8Kernel, QuantDot, QuantX};
 use florence2_wasm::cpu::{par, Weight};
 use florence2_wasm::ops::matmul::Act;
 use florence2_wasm::quant::{quantize_rows, QFormat};
@@ -200,7 +200,7 @@ fn int8_kernels_row(label: &str, (k, n): (usize, usize)) {
             let (q, qx) = (&q, &qx);
             fs.push(Box::new(move || {
                 for (r, d) in q.chunks_exact(rb).zip(o.chunks_exact_mut(1)) {
-                    int8_row_dots_with(kern, fmt, k, r, (&qx.q, &qx.d), d);
+                    qx.row_dots_with(kern, fmt, r, 0, d);
                 }
             }));
         }

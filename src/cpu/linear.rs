@@ -7,7 +7,9 @@
 //!   row is read once, a 32-weight block at a time, dequantized into registers (`d * q`) and dotted with
 //!   every x row: the time follows the weight bytes, so q4 reads 7x fewer bytes than f32. q8/q4 rows
 //!   can instead be dotted in integers with x quantized to int8 once per call ([`QuantDot::Int8`],
-//!   opt-in: [`linear_rows`] with a [`QuantDot`], [`qdot_int8::set_quant_dot`] or `FLORENCE2_CPU_QUANT_DOT=int8`).
+//!   about twice as fast; by default for q4 rows, [`QuantDot::Auto`]); [`QuantDot::Exact`] dots the
+//!   dequantized weights in f32, the GPU's results ([`linear_rows`] with a [`QuantDot`],
+//!   [`qdot_int8::set_quant_dot`], `FLORENCE2_CPU_QUANT_DOT` or the CLI's `--cpu-dot`).
 //! - Otherwise the GEMM ([`crate::cpu::gemm`]): f32 weights are its operand as they are; f16/q8/q4
 //!   weights are dequantized one panel of rows at a time (about [`PANEL_BYTES`] of f32, in parallel) and
 //!   multiplied before the next panel is made, so the dequantization costs one pass over the weight per
@@ -46,7 +48,8 @@ pub fn linear(l: &LinearRef, x: &[f32], act: Act, out: &mut [f32]) -> Result<()>
 /// path (in groups of [`GEMV_MAX_ROWS`] x rows per weight row), so that each row's result equals a
 /// one-row call's whatever M is (the batched decoder's bit-identity). `dot` is the GEMV's dot for
 /// quantized weights: [`QuantDot::Int8`] quantizes the x rows to int8 once per call and dots them in
-/// integers ([`qdot_int8`]), [`QuantDot::Exact`] widens the weights to f32; f32/f16 weights and the GEMM
+/// integers ([`qdot_int8`]), [`QuantDot::Exact`] widens the weights to f32, [`QuantDot::Auto`] takes
+/// int8 for q4 weights and exact for q8; f32/f16 weights and the GEMM
 /// path ignore it. The CPU backend passes the process's choice ([`qdot_int8::quant_dot`]).
 pub fn linear_rows(
     l: &LinearRef,
@@ -110,15 +113,17 @@ fn gemm_panels(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32]) -> Result<()
 
 /// The GEMV path (M <= 4, or any M row by row): dots of every weight row with the M x rows (in groups
 /// of [`GEMV_MAX_ROWS`], the weight row still in cache for the next group), threads over N; the (N, M)
-/// results then transposed into out (M, N). With [`QuantDot::Int8`] and quantized weights, x is
-/// quantized once here and every row dotted with it by [`qdot_int8::int8_row_dots`].
+/// results then transposed into out (M, N). With int8 dots for quantized weights, x is
+/// quantized once here and every row dotted with it by [`QuantX::row_dots`].
 fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32], dot: QuantDot) {
     let (n, k) = (l.n, l.k);
     let mut t = vec![0f32; n * m]; // (N, M)
     let task = par::task_len(n, 16);
     let group = GEMV_MAX_ROWS * k;
     let int8 = match l.w {
-        Weight::Quant(fmt, v) if dot == QuantDot::Int8 => Some((fmt, v, QuantX::new(x, k))),
+        Weight::Quant(fmt, v) if dot.for_format(fmt) == QuantDot::Int8 => {
+            Some((fmt, v, QuantX::new(x, k)))
+        }
         _ => None,
     };
     par::chunks_mut(&mut t, task * m, |ti, tc| {
@@ -128,8 +133,7 @@ fn gemv(l: &LinearRef, x: &[f32], m: usize, out: &mut [f32], dot: QuantDot) {
             if let Some((fmt, v, qx)) = &int8 {
                 let rb = fmt.row_bytes(k);
                 for (g, dg) in dst.chunks_mut(GEMV_MAX_ROWS).enumerate() {
-                    let xg = qx.rows(g * GEMV_MAX_ROWS, dg.len());
-                    qdot_int8::int8_row_dots(*fmt, k, &v[row * rb..(row + 1) * rb], xg, dg);
+                    qx.row_dots(*fmt, &v[row * rb..(row + 1) * rb], g * GEMV_MAX_ROWS, dg);
                 }
                 continue;
             }

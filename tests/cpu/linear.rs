@@ -387,7 +387,7 @@ fn int8_test_x(rng: &mut Rng, m: usize, k: usize) -> Vec<f32> {
 
 /// x quantized per 32-block: the largest |x| maps to ±127, every value to within half a step (plus
 /// the division's rounding, < 127 u of a step: 0.501 covers it), an all-zero block to d = 0, and a block
-/// holding a non-finite value to d = NaN.
+/// holding a non-finite value to d = NaN; q4's offset sums are -8 times each 4 quants' sum.
 #[test]
 fn int8_x_quantization_is_within_half_a_step() {
     use florence2_wasm::cpu::qdot_int8::QuantX;
@@ -413,13 +413,20 @@ fn int8_x_quantization_is_within_half_a_step() {
             assert!(err <= 0.501 * d as f64, "block {b}: {v} -> {q} * {d}");
         }
     }
+    // q4's offset sums: -8 times each 4 consecutive quants' sum.
+    for (g, (&o, qg)) in qx.s.iter().zip(qx.q.chunks_exact(4)).enumerate() {
+        let sum: i32 = qg.iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(o, -8 * sum, "group {g}");
+    }
+    assert_eq!(qx.s.len(), 3 * k / 4);
     let mut bad = x.clone();
     bad[40] = f32::INFINITY;
     assert!(QuantX::new(&bad, k).d[1].is_nan());
 }
 
 /// Every int8 kernel this CPU runs (AVX-512 VNNI, AVX-VNNI, AVX2 `maddubs` on x86_64) gives the
-/// portable kernel's bits: the integer lane sums are exact and the f32 combination has the same order.
+/// portable kernel's bits: the integer lane sums are exact (q4's as nibble dots plus x's offset sums)
+/// and the f32 combination has the same order; with x's offset sums made per call or kept in QuantX.
 /// Both formats, every M, K of 1 to 96 blocks (chains partly filled), random bytes (q8's -128
 /// included) and scales over 2^-6 .. 2^3.
 #[test]
@@ -441,11 +448,15 @@ fn int8_kernels_equal_the_portable_kernel_bit_for_bit() {
                     let xr = (&qx.q[..], &qx.d[..]);
                     int8_row_dots_with(Int8Kernel::Portable, fmt, k, r, xr, &mut want);
                     assert!(want.iter().all(|v| v.is_finite()));
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     for &kern in &kernels {
                         let mut got = vec![f32::NAN; m];
                         int8_row_dots_with(kern, fmt, k, r, xr, &mut got);
-                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{kern:?} {fmt:?} k={k} m={m}");
+                        // The GEMV's path: the offset sums QuantX made once.
+                        let mut kept = vec![f32::NAN; m];
+                        qx.row_dots_with(kern, fmt, r, 0, &mut kept);
+                        assert_eq!(bits(&kept), bits(&want), "{kern:?} {fmt:?} k={k} m={m}");
                     }
                 }
             }
@@ -571,4 +582,40 @@ fn int8_gemv_rows_do_not_depend_on_m() {
             }
         }
     }
+}
+
+/// `with_quant_dot` sets the choice for its own thread only, nests, and gives the previous one back
+/// when it returns or panics; `QuantDot` parses `auto`, `int8` and `exact` in any case and names what
+/// else it got; `auto` is int8 for q4 rows and exact for q8 rows.
+#[test]
+fn quant_dot_is_scoped_to_its_thread_and_parses_its_names() {
+    use florence2_wasm::cpu::qdot_int8::{quant_dot, with_quant_dot, QuantDot};
+    let outside = quant_dot();
+    for d in [QuantDot::Exact, QuantDot::Int8, QuantDot::Auto] {
+        let other = if d == QuantDot::Exact {
+            QuantDot::Int8
+        } else {
+            QuantDot::Exact
+        };
+        with_quant_dot(d, || {
+            assert_eq!(quant_dot(), d);
+            // Another thread sees the process's choice.
+            assert_eq!(std::thread::spawn(quant_dot).join().unwrap(), outside);
+            with_quant_dot(other, || assert_eq!(quant_dot(), other));
+            assert_eq!(quant_dot(), d);
+            let unwound = std::panic::catch_unwind(|| with_quant_dot(other, || panic!("inside")));
+            assert!(unwound.is_err());
+            assert_eq!(quant_dot(), d);
+        });
+        assert_eq!(quant_dot(), outside);
+    }
+    assert_eq!(" INT8 ".parse::<QuantDot>().unwrap(), QuantDot::Int8);
+    assert_eq!("auto".parse::<QuantDot>().unwrap(), QuantDot::Auto);
+    assert_eq!("Exact".parse::<QuantDot>().unwrap(), QuantDot::Exact);
+    assert_eq!(QuantDot::Auto.for_format(QFormat::Q4), QuantDot::Int8);
+    assert_eq!(QuantDot::Auto.for_format(QFormat::Q8), QuantDot::Exact);
+    assert_eq!(QuantDot::Int8.for_format(QFormat::Q8), QuantDot::Int8);
+    assert_eq!(QuantDot::Exact.for_format(QFormat::Q4), QuantDot::Exact);
+    let e = "fast".parse::<QuantDot>().unwrap_err().to_string();
+    assert!(e.contains("'fast'") && e.contains("int8 or exact"), "{e}");
 }

@@ -185,3 +185,96 @@ fn hundred_mixed_calls_return_memory_to_its_baseline() {
     );
     eprintln!("CPU soak: 100 calls, {baseline} bytes before and after");
 }
+
+/// `florence2 run --cpu-dot auto|int8|exact` chooses the CPU backend's quantized decode dots: with
+/// each, the CLI gives the ids of this process's pipeline on the same weights with that dot
+/// (`with_quant_dot`); `FLORENCE2_CPU_QUANT_DOT` chooses when the flag is absent, and the default is
+/// `auto`: int8 for q4, exact for q8 (`serve` takes the same flag). The case (tiny2, `<OD>`, 60 greedy
+/// tokens) is one whose int8 and exact answers differ in both formats, so a choice that did not reach
+/// the engine fails.
+#[test]
+fn cli_cpu_dot_chooses_the_quantized_dots() {
+    use florence2_wasm::cpu::qdot_int8::{with_quant_dot, QuantDot};
+    use florence2_wasm::weights::{LoadOptions, WeightDType};
+    let dir = fixtures().join("models").join("tiny2");
+    let image = fixtures().join("images").join("scene.png");
+    let bytes = std::fs::read(&image).unwrap();
+    let o = TaskOptions {
+        max_new_tokens: Some(60),
+        num_beams: Some(1),
+        ..Default::default()
+    };
+    let in_process = |dtype: WeightDType| {
+        let p = Pipeline::load_dir_with(&cpu(), &dir, LoadOptions::with_dtype(dtype)).unwrap();
+        let ids = |d: QuantDot| {
+            with_quant_dot(d, || {
+                let input = Image::Encoded(&bytes).into();
+                let cb = Callbacks::default();
+                p.run_task_blocking(input, "<OD>", &o, &NeverCancel, &cb)
+                    .unwrap()
+                    .token_ids
+            })
+        };
+        let (exact, int8) = (ids(QuantDot::Exact), ids(QuantDot::Int8));
+        assert_ne!(exact, int8, "{dtype}: the case's two answers differ");
+        (exact, int8)
+    };
+    let cli = |dtype: &str, flag: Option<&str>, env: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"));
+        cmd.env_remove("FLORENCE2_CPU_QUANT_DOT");
+        if let Some(v) = env {
+            cmd.env("FLORENCE2_CPU_QUANT_DOT", v);
+        }
+        cmd.args(["run", "--device", "cpu", "--dtype", dtype, "--task", "<OD>"])
+            .args(["--num-beams", "1", "--max-new-tokens", "60", "--json"])
+            .arg("--model")
+            .arg(&dir)
+            .arg("--image")
+            .arg(&image);
+        if let Some(f) = flag {
+            cmd.args(["--cpu-dot", f]);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{dtype} {flag:?} {env:?}: {err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        ids_of(&v["token_ids"])
+    };
+    let (exact, int8) = in_process(WeightDType::Q4);
+    assert_eq!(
+        cli("q4", Some("exact"), Some("int8")),
+        exact,
+        "--cpu-dot exact"
+    );
+    assert_eq!(
+        cli("q4", Some("int8"), Some("exact")),
+        int8,
+        "--cpu-dot int8"
+    );
+    assert_eq!(
+        cli("q4", Some("auto"), Some("exact")),
+        int8,
+        "q4 --cpu-dot auto"
+    );
+    assert_eq!(
+        cli("q4", None, Some("exact")),
+        exact,
+        "FLORENCE2_CPU_QUANT_DOT=exact"
+    );
+    assert_eq!(cli("q4", None, None), int8, "q4's default");
+    let (exact, int8) = in_process(WeightDType::Q8);
+    assert_eq!(cli("q8", None, None), exact, "q8's default");
+    assert_eq!(
+        cli("q8", None, Some("int8")),
+        int8,
+        "FLORENCE2_CPU_QUANT_DOT=int8"
+    );
+    // `serve` takes the same flag, and names a bad value before it loads anything.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_florence2"))
+        .args(["serve", "--model", "x", "--cpu-dot", "fast"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown quantized dot 'fast'"), "{err}");
+}

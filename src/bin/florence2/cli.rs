@@ -8,7 +8,7 @@
 //!               [--resume] [--shard INDEX/COUNT] [--max-batch N]
 //!               [--max-new-tokens N] [--num-beams N] [--no-repeat-ngram-size N]
 //!               [--early-stopping true|false|never] [--length-penalty X] [--json]
-//!               [--tuning auto|off|exhaustive] [--profile]
+//!               [--tuning auto|off|exhaustive] [--device auto|gpu|cpu] [--cpu-dot auto|int8|exact] [--profile]
 //! florence2 tune --model DIR|ORG/NAME[@REV] [--image-size N] [--num-beams N] [--tuning auto|off|exhaustive]
 //!                [--dtype auto|fp32|fp16|q8|q4|PART=FORMAT,..]
 //! florence2 serve --model DIR|ORG/NAME[@REV] [--host 127.0.0.1] [--port 8000] ...   (see serve/mod.rs)
@@ -32,7 +32,10 @@
 //! `--tuning` (default auto) runs the kernel tuner after loading (cached per adapter in the user's cache
 //! directory, so only the first run times anything); `--profile` prints per-op times (op, variant, shape,
 //! ms, summed per phase) to stderr, and adds `profile` to the JSON: GPU times from timestamp queries, or
-//! on the CPU backend (`--device cpu`) each op's wall time, named `cpu:OP`.
+//! on the CPU backend (`--device cpu`) each op's wall time, named `cpu:OP`. `--cpu-dot` (`run`, `serve`)
+//! chooses how the CPU backend's decode steps dot q8/q4 weights: `int8` (integer dots), `exact` (f32 dots
+//! of the dequantized weights, the GPU's results) or `auto` (int8 for q4, exact for q8; the default
+//! unless `FLORENCE2_CPU_QUANT_DOT` names another).
 //! Without `--json` they print the rendering. Exit status: 0 success, 1 a failure while running, 2 a usage
 //! error (clap's message naming the flag, then the subcommand's usage; also an input set without images,
 //! saying where and for which extensions it looked), 141 when stdout's reader went away (`| head`: the
@@ -272,6 +275,11 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 
 /// `--device`: auto, gpu (or webgpu) or cpu.
 pub fn parse_device(s: &str) -> Result<florence2_wasm::pipeline::DeviceChoice, String> {
+    s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
+}
+
+/// `--cpu-dot` of `run` and `serve`: auto, int8 or exact.
+pub fn parse_cpu_dot(s: &str) -> Result<florence2_wasm::cpu::qdot_int8::QuantDot, String> {
     s.parse().map_err(|e: florence2_wasm::Error| e.to_string())
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
+use florence2_wasm::cpu::qdot_int8::{set_quant_dot, QuantDot};
 use florence2_wasm::estimate::DTypeRequest;
 use florence2_wasm::files;
 use florence2_wasm::gpu::profile::{self, ProfileEntry};
@@ -107,6 +108,12 @@ pub struct RunArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = super::parse_device)]
     pub(super) device: DeviceChoice,
+    /// How the CPU backend's decode steps dot q8/q4 weights: int8 (x rounded to int8 per 32 values,
+    /// integer dots: about twice as fast), exact (f32 dots of the dequantized weights, the GPU's
+    /// results), or auto (int8 for q4, exact for q8: int8 stays within q4's tested tolerance, not
+    /// within q8's) [default: FLORENCE2_CPU_QUANT_DOT, else auto]
+    #[arg(long, value_name = "auto|int8|exact", value_parser = super::parse_cpu_dot)]
+    pub(super) cpu_dot: Option<QuantDot>,
     /// Per-op times (GPU timestamp queries, or each op's wall time on the CPU backend): a table on stderr, `profile` in the JSON
     #[arg(long)]
     pub(super) profile: bool,
@@ -199,6 +206,9 @@ pub(super) struct Loaded {
 /// against the model's tasks (its own markers included).
 pub(super) fn load(a: &RunArgs, prompts: &[String]) -> Result<Loaded, Failure> {
     let t = Stopwatch::start();
+    if let Some(d) = a.cpu_dot {
+        set_quant_dot(d);
+    }
     // A hub id is fetched here, after every usage check (a usage error never downloads a model).
     let dir = super::model_dir(&a.model)?;
     let opts = OpenOptions {

@@ -70,7 +70,7 @@ pub(crate) unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128)
 /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths. Chain c's
 /// lanes 0..4 and 4..8 are registers 2 c and 2 c + 1.
 fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
-    let ((qx, dx), dst) = (x, o);
+    let ((qx, dx, _), dst) = (x, o);
     let blocks = k / QBLOCK;
     let mut acc = [[f32x4_splat(0.0); 8]; M];
     // Blocks in fours, block b0 + cb into chain cb (a constant once unrolled).

@@ -8,10 +8,13 @@ use super::Qx;
 use crate::quant::{QFormat, QBLOCK};
 
 /// One x86 kernel: `$name` compiled for `$features`, the 8 lane sums of 32 unsigned weight bytes
-/// `$u` times 32 signed x bytes `$s` given by `$dot`. Blocks go in groups of 8: the group's d_w
-/// (F16C, 8 scales at once) times each x row's d_x is stored once per group and broadcast per block.
+/// `$u` times 32 signed x bytes `$s`, plus the 8 lanes `$c`, given by `$dot`. q8 weights give their
+/// |w| as `$u` and their signs to x; q4 weights their nibbles `n` (0..15) as they are, with x's offset
+/// sums as `$c` (`Σ (n - 8) x = Σ n x - 8 Σ x`, exact: [`super::QuantX::s`]). Blocks go in groups of
+/// 8: the group's d_w (F16C, 8 scales at once) times each x row's d_x is stored once per group and
+/// broadcast per block.
 macro_rules! x86_kernel {
-    ($name:ident, $rows:ident, $features:literal, |$u:ident, $s:ident| $dot:expr) => {
+    ($name:ident, $rows:ident, $features:literal, |$u:ident, $s:ident, $c:ident| $dot:expr) => {
         #[target_feature(enable = $features)]
         pub unsafe fn $name(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
             by_shape_int8!($rows, fmt, k, r, x, o)
@@ -20,7 +23,7 @@ macro_rules! x86_kernel {
         /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths.
         #[target_feature(enable = $features)]
         unsafe fn $rows<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
-            let ((qx, dx), dst) = (x, o);
+            let ((qx, dx, sx), dst) = (x, o);
             let blocks = k / QBLOCK;
             let sp = r.as_ptr().add(if Q4 { k / 2 } else { k });
             let mut acc = [[_mm256_setzero_ps(); 4]; M];
@@ -45,14 +48,22 @@ macro_rules! x86_kernel {
                         let b = b0 + j;
                         // SAFETY: the block's quant bytes lie in r (checked by the caller).
                         let w = unsafe { weights::<Q4>(r, b) };
-                        // |w| as unsigned bytes (|-128| = 128 as u8); the signs go onto x.
-                        let $u = _mm256_sign_epi8(w, w);
+                        // q8: |w| as unsigned bytes (|-128| = 128 as u8), the signs go onto x.
+                        let $u = if Q4 { w } else { _mm256_sign_epi8(w, w) };
                         for (i, a) in acc.iter_mut().enumerate() {
                             // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
                             let xv = unsafe {
                                 _mm256_loadu_si256(qx.as_ptr().add(i * k + b * QBLOCK).cast())
                             };
-                            let $s = _mm256_sign_epi8(xv, w);
+                            let $s = if Q4 { xv } else { _mm256_sign_epi8(xv, w) };
+                            let $c = if Q4 {
+                                // SAFETY: sx holds M rows of k / 4 sums and 8 b + 8 <= k / 4.
+                                unsafe {
+                                    _mm256_loadu_si256(sx.as_ptr().add(i * k / 4 + 8 * b).cast())
+                                }
+                            } else {
+                                _mm256_setzero_si256()
+                            };
                             let isum = $dot;
                             let ddv = _mm256_broadcast_ss(&dd[i][j]);
                             let p = _mm256_mul_ps(ddv, _mm256_cvtepi32_ps(isum));
@@ -101,7 +112,8 @@ fn fold(a: [__m256; 4]) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(lo, hi))
 }
 
-/// Block `b`'s 32 weights as signed bytes in K order.
+/// Block `b`'s 32 weights in K order: q8's as signed bytes, q4's as their nibbles (0..15, the
+/// weight plus 8).
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> __m256i {
@@ -109,24 +121,30 @@ unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> __m256i {
         // SAFETY: bytes 16 b .. 16 b + 16 of r exist (the caller's check).
         let v = unsafe { _mm_loadu_si128(r.as_ptr().add(b * 16).cast()) };
         // Byte j widened to 16 bits is 0x00hl (nibbles h, l); OR-ing it shifted left by 4 gives
-        // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two weights of byte j in K order.
+        // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two nibbles of byte j in K order.
         let v16 = _mm256_cvtepu8_epi16(v);
         let hl = _mm256_or_si256(v16, _mm256_slli_epi16::<4>(v16));
-        let w = _mm256_and_si256(hl, _mm256_set1_epi16(0x0F0F));
-        _mm256_sub_epi8(w, _mm256_set1_epi8(8))
+        _mm256_and_si256(hl, _mm256_set1_epi16(0x0F0F))
     } else {
         // SAFETY: bytes 32 b .. 32 b + 32 of r exist (the caller's check).
         unsafe { _mm256_loadu_si256(r.as_ptr().add(b * QBLOCK).cast()) }
     }
 }
 
-x86_kernel!(dots_avx2, rows_avx2, "avx2,f16c", |u, s| _mm256_madd_epi16(
-    _mm256_maddubs_epi16(u, s),
-    _mm256_set1_epi16(1)
-));
-x86_kernel!(dots_avxvnni, rows_avxvnni, "avx2,f16c,avxvnni", |u, s| {
-    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+// maddubs adds pairs of products in 16 bits: q8's |w| <= 128 times |x| <= 127, q4's n <= 15 times
+// |x| <= 127, twice, stay below 2^15.
+x86_kernel!(dots_avx2, rows_avx2, "avx2,f16c", |u, s, c| {
+    _mm256_add_epi32(
+        c,
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)),
+    )
 });
+x86_kernel!(
+    dots_avxvnni,
+    rows_avxvnni,
+    "avx2,f16c,avxvnni",
+    |u, s, c| { _mm256_dpbusd_avx_epi32(c, u, s) }
+);
 
 /// [`super::int8_row_dots`] with AVX-512 VNNI: two blocks per 512-bit `vpdpbusd` (block b0 + j in
 /// lanes 0..8, b0 + j + 1 in lanes 8..16), so chains j mod 4 = 0, 1 share one register and 2, 3
@@ -136,8 +154,8 @@ pub unsafe fn dots_512vnni(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32
     by_shape_int8!(rows_512vnni, fmt, k, r, x, o)
 }
 
-/// Blocks b and b + 1's 64 weights as signed bytes in K order (`PAIR` false: block b only, the
-/// upper 32 bytes zero).
+/// Blocks b and b + 1's 64 weights in K order, as [`weights`] gives them (`PAIR` false: block b only,
+/// the upper 32 bytes zero).
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 #[inline]
 unsafe fn weights2<const Q4: bool, const PAIR: bool>(r: &[u8], b: usize) -> __m512i {
@@ -149,12 +167,11 @@ unsafe fn weights2<const Q4: bool, const PAIR: bool>(r: &[u8], b: usize) -> __m5
         // SAFETY: bytes 16 b .. 16 b + 32 of r exist (blocks b and b + 1, the caller's check).
         let v = unsafe { _mm256_loadu_si256(r.as_ptr().add(b * 16).cast()) };
         // Byte j widened to 16 bits is 0x00hl (nibbles h, l); OR-ing it shifted left by 4 gives
-        // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two weights of byte j in K order.
+        // 0x0hXl, and the mask 0x0F0F keeps bytes l, h: the two nibbles of byte j in K order.
         let v16 = _mm512_cvtepu8_epi16(v);
         let s = _mm512_slli_epi16::<4>(v16);
         // (A | B) & C.
-        let w = _mm512_ternarylogic_epi32::<0xA8>(v16, s, _mm512_set1_epi16(0x0F0F));
-        _mm512_sub_epi8(w, _mm512_set1_epi8(8))
+        _mm512_ternarylogic_epi32::<0xA8>(v16, s, _mm512_set1_epi16(0x0F0F))
     } else {
         // SAFETY: bytes 32 b .. 32 b + 64 of r exist (blocks b and b + 1, the caller's check).
         unsafe { _mm512_loadu_si512(r.as_ptr().add(b * QBLOCK).cast()) }
@@ -190,7 +207,7 @@ unsafe fn group_scales<const M: usize, const Q4: bool>(
 /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn rows_512vnni<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
-    let ((qx, dx), dst) = (x, o);
+    let ((qx, dx, sx), dst) = (x, o);
     let blocks = k / QBLOCK;
     // Chains (0, 1) and (2, 3) per x row.
     let mut acc = [[_mm512_setzero_ps(); 2]; M];
@@ -214,8 +231,9 @@ unsafe fn rows_512vnni<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx
                         weights2::<Q4, false>(r, b)
                     }
                 };
-                let u = _mm512_abs_epi8(w);
-                let neg = _mm512_movepi8_mask(w);
+                // q8: |w| and the signs onto x; q4: the nibbles and x's offset sums (as x86_kernel!).
+                let u = if Q4 { w } else { _mm512_abs_epi8(w) };
+                let neg = if Q4 { 0 } else { _mm512_movepi8_mask(w) };
                 let idx = _mm512_add_epi32(base, _mm512_set1_epi32(j as i32));
                 let lanes: u16 = if pair { 0xFFFF } else { 0x00FF };
                 for (i, a) in acc.iter_mut().enumerate() {
@@ -226,8 +244,17 @@ unsafe fn rows_512vnni<const M: usize, const Q4: bool>(k: usize, r: &[u8], x: Qx
                             qx.as_ptr().add(i * k + b * QBLOCK),
                         )
                     };
-                    let s = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-                    let isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+                    let isum = if Q4 {
+                        // SAFETY: sx holds M rows of k / 4 sums and 8 b + 8 (+ 8 with `pair`)
+                        // <= k / 4.
+                        let c = unsafe {
+                            _mm512_maskz_loadu_epi32(lanes, sx.as_ptr().add(i * k / 4 + 8 * b))
+                        };
+                        _mm512_dpbusd_epi32(c, u, xv)
+                    } else {
+                        let s = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s)
+                    };
                     let ddv = _mm512_permutexvar_ps(idx, dd[i]);
                     let p = _mm512_mul_ps(ddv, _mm512_cvtepi32_ps(isum));
                     if j % 4 == 0 {

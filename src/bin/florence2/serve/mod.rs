@@ -1,7 +1,7 @@
 //! `florence2 serve`: an OpenAI-compatible HTTP server (chat completions) over the native engine.
 //!
 //! ```text
-//! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16] [--max-batch 8]
+//! florence2 serve --model DIR [--dtype fp16|auto|...] [--tuning auto] [--cpu-dot auto|int8|exact] [--host 127.0.0.1] [--port 8000] [--model-id NAME] [--max-queue 16] [--max-batch 8]
 //!                 [--default-task <MORE_DETAILED_CAPTION>] [--log-format text|json]
 //!                 [--api-key KEY | env FLORENCE2_API_KEY] [--max-body-bytes N] [--max-image-bytes N]
 //!                 [--max-image-pixels N] [--shutdown-timeout SECS]
@@ -72,6 +72,11 @@ pub struct ServeArgs {
     /// one), gpu (any wgpu adapter), or cpu (the CPU backend, on all cores)
     #[arg(long, value_name = "auto|gpu|cpu", default_value = "auto", value_parser = crate::cli::parse_device)]
     device: DeviceChoice,
+    /// How the CPU backend's decode steps dot q8/q4 weights, as for `florence2 run`: int8 (integer
+    /// dots, about twice as fast), exact (the GPU's results), or auto (int8 for q4, exact for q8)
+    /// [default: FLORENCE2_CPU_QUANT_DOT, else auto]
+    #[arg(long, value_name = "auto|int8|exact", value_parser = crate::cli::parse_cpu_dot)]
+    cpu_dot: Option<florence2_wasm::cpu::qdot_int8::QuantDot>,
     /// Address to bind; keep the loopback default behind a reverse proxy (see docs/server.md)
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -243,6 +248,9 @@ pub fn main(mut args: ServeArgs) -> Result<(), String> {
             let repo = id.split('@').next().unwrap_or(&id).to_owned();
             args.model_id.get_or_insert(repo);
         }
+    }
+    if let Some(d) = args.cpu_dot {
+        florence2_wasm::cpu::qdot_int8::set_quant_dot(d);
     }
     let opts = ServeOptions::from(args);
     // One image of the largest size must fit in the queued-image budget.
