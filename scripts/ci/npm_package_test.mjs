@@ -7,6 +7,7 @@
 import { createRequire } from "node:module";
 import { readFileSync, existsSync, statSync } from "node:fs";
 import { createServer } from "node:http";
+import { execFileSync } from "node:child_process";
 import { join, normalize, extname, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import assert from "node:assert/strict";
@@ -63,6 +64,7 @@ for (const t of ['export * from "./florence2_wasm.js"', "export default init", "
 console.log(`package ok: ${tarball} (${(statSync(tarball).size / 1e6).toFixed(2)} MB packed)`);
 
 // ---- a plain ES-module page ------------------------------------------------------------------------
+const Q4_TEXT = "vision=fp16,text=q4";
 const page = `<!doctype html><meta charset="utf-8"><title>florence2-wasm package test</title>
 <script type="importmap">{"imports": {"florence2-wasm": "/node_modules/florence2-wasm/${entry}"}}</script>
 <script type="module">
@@ -84,10 +86,14 @@ window.__result = (async () => {
   let promptError = null;
   try { await model.runTask(blob, "<NOPE>"); } catch (e) { promptError = e.name; }
   model.dispose();
+  // q4 text weights: the decode GEMV's int8 dots (in the relaxed build, its relaxed integer dot).
+  const q4 = await Florence2.load("/model/tiny2/", { cache: false, dtype: "${Q4_TEXT}" });
+  const outQ4 = await q4.runTask(blob, "<CAPTION>", { maxNewTokens: 24 });
+  q4.dispose();
   const wasmFetched = performance.getEntriesByType("resource").filter((e) => e.name.endsWith(".wasm"))
     .map((e) => new URL(e.name).pathname.split("/").pop());
-  return { out, events, pp, promptError, est, memory, support, wasmSupport, wasmBeforeInit, build: wasmBuild(),
-    wasmFetched };
+  return { out, outQ4, events, pp, promptError, est, memory, support, wasmSupport, wasmBeforeInit,
+    build: wasmBuild(), wasmFetched };
 })().catch((e) => ({ error: String((e && e.stack) || e), name: e && e.name }));
 </script>`;
 const types = { ".js": "text/javascript", ".wasm": "application/wasm", ".json": "application/json",
@@ -165,6 +171,13 @@ try {
   // passes over SwiftShader, below) answered the CLI's ids above with its fused GEMM.
   assert.equal(r.build, "relaxed-simd");
   assert.deepEqual(r.wasmFetched, ["florence2_wasm_relaxed_bg.wasm"]);
+  // With q4 text weights the page's ids equal the native CLI's (its int8 dots give the same integers).
+  const cli = join(root, "target/debug/florence2");
+  assert.ok(existsSync(cli), `${cli} missing: cargo build --bin florence2`);
+  const cliQ4 = JSON.parse(execFileSync(cli, ["run", "--model", join(root, "tests/fixtures/models/tiny2"), "--image",
+    join(root, "tests/fixtures/images/scene.png"), "--task", "<CAPTION>", "--max-new-tokens", "24", "--device", "cpu",
+    "--dtype", Q4_TEXT, "--json"], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+  assert.deepEqual(r.outQ4.tokenIds, cliQ4.token_ids, `${Q4_TEXT}: the page's ids differ from the CLI's`);
   assert.deepEqual(r.support, r.wasmSupport);
   assert.equal(r.support.webgpu, true, JSON.stringify(r.support));
   assert.equal(r.support.adapter.isFallbackAdapter, true, "SwiftShader is a fallback adapter");
@@ -175,7 +188,7 @@ try {
   assert.ok(r.events.indexOf("dtype") > 0 && r.events.indexOf("dtype") < r.events.lastIndexOf("done"), r.events.join(" "));
   // Florence2.estimate in the browser: every format fits tiny2, so auto says fp16, and the resident bytes
   // it estimates are what the fp16 load then holds, on the same device; only the safetensors header was
-  // sent for it (the load's GET is the one request of the whole weights file).
+  // sent for it (each load GETs the whole weights file once).
   assert.equal(r.est.dtype, "fp16", JSON.stringify(r.est));
   assert.equal(r.est.fits, true);
   // The four uniform formats and the two mixes `auto` considers (vision=q4,text=q8 and q4,embed=q8).
@@ -185,7 +198,8 @@ try {
   const whole = weights.filter((q) => q.method === "GET" && !q.range);
   const ranged = weights.filter((q) => q.range).reduce((s, q) => s + q.bytes, 0);
   const header = 8 + Number(readFileSync(join(root, "tests/fixtures/models/tiny2/model.safetensors")).readBigUInt64LE(0));
-  assert.equal(whole.length, 1, JSON.stringify(weights));
+  // One whole GET per load (the fp16 one and the q4 one); the estimate reads ranges of the header only.
+  assert.equal(whole.length, 2, JSON.stringify(weights));
   assert.ok(ranged <= header + 8, `${ranged} bytes sent for the estimate`);
   console.log(`page ok: estimate ${r.est.dtype} on a ${r.est.device.class} device, ${r.est.weightsBytes} weight bytes ` +
               `(the load holds ${r.memory.weightsBytes}); ${ranged} bytes of the weights file read for it`);

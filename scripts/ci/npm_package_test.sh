@@ -41,6 +41,7 @@ mkdir -p "$scratch/app"
 (cd "$scratch/app" && npm init -y >/dev/null && npm install --offline --no-audit --no-fund "../$tarball" >/dev/null)
 parts=" ${NPM_TESTS:-package node tarball loading docs bundlers types} "
 if [[ $parts == *" package "* ]]; then
+  cargo build --bin florence2
   node scripts/ci/npm_package_test.mjs "$scratch/app" "$scratch/$tarball"
   node scripts/npm/draw_test.mjs "$scratch/app"
   # A clean publish: no field npm has to correct (the login notice of a dry run is not about the package).

@@ -7,7 +7,9 @@
 //   - `<OD>` and `<OCR>` on scene.png given as a Buffer, a Uint8Array, an ArrayBuffer, decoded
 //     `{data, width, height}` RGBA (decoded here), an `EncodedImage`, and scene.jpg as a file path;
 //   - `wasmBuild()` names the build this Node runs (SIMD128 or relaxed SIMD), and a child Node with the
-//     V8 flag that switches relaxed SIMD the other way runs the other build, which answers as the CLI too;
+//     V8 flag that switches relaxed SIMD the other way answers as the CLI too (also with q4 text
+//     weights, whose decode GEMV dots in int8); in Node 20, whose flag gives a draft of relaxed SIMD,
+//     the probe keeps both on the SIMD128 build;
 //   - `profile: true` times every CPU op (`cpu:NAME`, performance.now()) per phase;
 //   - isSupported() reports the CPU backend and no native addon (this app has only the main tarball:
 //     `device: "auto"` runs the wasm, `device: "wasm"` asks for it); cacheInfo()/clearCache() work
@@ -234,24 +236,35 @@ await step("{data, width, height} RGBA, an EncodedImage, a JPEG by file path", a
   check(await byPath.runTask(pathToFileURL(jpgPath), "<OD>", runOpts), "jpg", "<OD>", "JPEG file: URL");
 });
 
-await step("wasm builds: this Node's and the other one (relaxed SIMD or not, in a child Node) answer as the CLI", async () => {
-  // Node 20 validates relaxed SIMD behind a V8 flag only; later versions by default.
+const Q4_TEXT = "vision=fp16,text=q4";
+await step("wasm builds: this Node's, and a child Node with relaxed SIMD switched the other way, answer as the CLI", async () => {
+  // Node 20's V8 has a draft of relaxed SIMD behind a flag, whose dot product differs from the
+  // standard's: the probe refuses it, so both Nodes run the SIMD128 build there. Later Node.js versions
+  // run the relaxed-SIMD build by default, and the SIMD128 one with the flag off.
   const here = pkg.wasmBuild();
   assert.ok(here === "simd128" || here === "relaxed-simd", here);
-  const [other, flag] = here === "simd128"
-    ? ["relaxed-simd", "--experimental-wasm-relaxed-simd"]
-    : ["simd128", "--no-experimental-wasm-relaxed-simd"];
+  const flag = here === "simd128" ? "--experimental-wasm-relaxed-simd" : "--no-experimental-wasm-relaxed-simd";
+  const major = Number(process.versions.node.split(".")[0]);
+  const want = here === "relaxed-simd" || major === 20 ? "simd128" : "relaxed-simd";
+  if (major === 20) assert.equal(here, "simd128");
   const child = `
     const pkg = await import(${JSON.stringify(pathToFileURL(entryFile).href)});
     const m = await pkg.Florence2.load(${JSON.stringify(modelDir)});
     const png = (await import("node:fs")).readFileSync(${JSON.stringify(join(images, "scene.png"))});
     const out = { build: pkg.wasmBuild(), tasks: [] };
     for (const t of ${JSON.stringify(TASKS)}) out.tasks.push(await m.runTask(png, t, ${JSON.stringify(runOpts)}));
+    // q4 text weights: the decode GEMV's int8 dots (the relaxed build's own q4 kernel).
+    const q4 = await pkg.Florence2.load(${JSON.stringify(modelDir)}, { dtype: ${JSON.stringify(Q4_TEXT)} });
+    out.q4 = (await q4.runTask(png, "<OD>", ${JSON.stringify(runOpts)})).tokenIds;
     console.log(JSON.stringify(out));`;
   const got = JSON.parse(execFileSync(process.execPath, [flag, "--input-type=module", "-e", child],
     { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
-  assert.equal(got.build, other, `a child Node with ${flag}`);
-  for (const out of got.tasks) check(out, "png", out.task, `the ${other} build`);
+  assert.equal(got.build, want, `a child Node with ${flag}`);
+  for (const out of got.tasks) check(out, "png", out.task, `the ${want} build (${flag})`);
+  const cliQ4 = JSON.parse(execFileSync(cliBin, ["run", "--model", modelDir, "--image", join(images, "scene.png"),
+    "--json", "--device", "cpu", "--max-new-tokens", String(MAX_NEW), "--task", "<OD>", "--dtype", Q4_TEXT],
+  { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] }));
+  assert.deepEqual(got.q4, cliQ4.token_ids, `the ${want} build with ${Q4_TEXT}: ids differ from the CLI's`);
 });
 
 await step("profile: true on the CPU backend: every op's wall time, by phase", async () => {

@@ -1,5 +1,8 @@
 //! The int8 row dots in wasm32 built with `+simd128` ([`super::int8_row_dots`]): `i32x4.dot_i16x8_s` on
-//! sign-extended bytes.
+//! sign-extended bytes. In the relaxed-SIMD build q4 blocks take `i32x4.relaxed_dot_i8x16_i7x16_add_s`
+//! instead: the nibbles `n = w + 8` (0..15, so the 7-bit operand's result is defined and no 16-bit
+//! intermediate saturates: |n x| <= 15 * 128) dotted with x, each lane starting from x's offset sum
+//! `-8 Σ x` ([`super::QuantX::s`]): the same integers, one instruction for four products per lane.
 
 use core::arch::wasm32::*;
 
@@ -42,20 +45,10 @@ pub(crate) unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128)
     // SAFETY (all loads): the bytes read lie inside r (checked by the caller); v128_load reads
     // unaligned memory.
     if Q4 {
-        let v = unsafe { v128_load(r.as_ptr().add(b * 16).cast()) };
-        let l = v128_and(v, u8x16_splat(0x0F));
-        let h = u8x16_shr(v, 4);
+        // SAFETY: the caller's contract.
+        let (l, h) = unsafe { nibbles(r, b) };
         let eight = i8x16_splat(8);
-        (
-            i8x16_sub(
-                i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(l, h),
-                eight,
-            ),
-            i8x16_sub(
-                i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(l, h),
-                eight,
-            ),
-        )
+        (i8x16_sub(l, eight), i8x16_sub(h, eight))
     } else {
         let p = r.as_ptr();
         unsafe {
@@ -67,10 +60,56 @@ pub(crate) unsafe fn weights<const Q4: bool>(r: &[u8], b: usize) -> (v128, v128)
     }
 }
 
+/// Q4 block `b`'s 32 nibbles `n = w + 8` (0..15) as two v128 of bytes in K order.
+///
+/// # Safety
+/// Bytes 16 b .. 16 b + 16 lie inside `r`.
+#[inline(always)]
+unsafe fn nibbles(r: &[u8], b: usize) -> (v128, v128) {
+    // SAFETY: the caller's contract; v128_load reads unaligned memory.
+    let v = unsafe { v128_load(r.as_ptr().add(b * 16).cast()) };
+    let l = v128_and(v, u8x16_splat(0x0F));
+    let h = u8x16_shr(v, 4);
+    (
+        i8x16_shuffle::<0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23>(l, h),
+        i8x16_shuffle::<8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31>(l, h),
+    )
+}
+
+/// The lane sums of block `b` (its weights `w` as [`weights`] gives them, or for q4 in the relaxed-SIMD
+/// build its [`nibbles`]) with one x row's quants `x0`, `x1`: lane l of the first holds products
+/// 4 l .. 4 l + 3, of the second 16 + 4 l .. 16 + 4 l + 3. `s`: that row's offset sums from the block's
+/// first, `s[at .. at + 8]` (q4 in the relaxed build only).
+#[inline(always)]
+fn block_sums<const Q4: bool>(
+    w: (v128, v128),
+    x0: v128,
+    x1: v128,
+    (s, at): (&[i32], usize),
+) -> (v128, v128) {
+    #[cfg(target_feature = "relaxed-simd")]
+    if Q4 {
+        let s = &s[at..at + 8];
+        // SAFETY: `s` holds the 8 i32 (32 bytes) read; v128_load reads unaligned memory.
+        let (c0, c1) = unsafe {
+            (
+                v128_load(s.as_ptr().cast()),
+                v128_load(s.as_ptr().add(4).cast()),
+            )
+        };
+        return (
+            i32x4_relaxed_dot_i8x16_i7x16_add(x0, w.0, c0),
+            i32x4_relaxed_dot_i8x16_i7x16_add(x1, w.1, c1),
+        );
+    }
+    let _ = (s, at);
+    (dot16(w.0, x0), dot16(w.1, x1))
+}
+
 /// M = `M` rows of x; `Q4` picks the nibble layout. The caller checks the lengths. Chain c's
 /// lanes 0..4 and 4..8 are registers 2 c and 2 c + 1.
 fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx, o: &mut [f32]) {
-    let ((qx, dx, _), dst) = (x, o);
+    let ((qx, dx, offsets), dst) = (x, o);
     let blocks = k / QBLOCK;
     let mut acc = [[f32x4_splat(0.0); 8]; M];
     // Blocks in fours, block b0 + cb into chain cb (a constant once unrolled).
@@ -82,7 +121,13 @@ fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx,
             }
             let dw = block_scale(fmt, k, r, b);
             // SAFETY: b < blocks and the caller checked that r holds `blocks` blocks.
-            let (lo, hi) = unsafe { weights::<Q4>(r, b) };
+            let w = unsafe {
+                if Q4 && cfg!(target_feature = "relaxed-simd") {
+                    nibbles(r, b)
+                } else {
+                    weights::<Q4>(r, b)
+                }
+            };
             for (i, a) in acc.iter_mut().enumerate() {
                 let p = qx.as_ptr();
                 // SAFETY: qx holds M rows of k values and 32 b + 32 <= k.
@@ -92,9 +137,10 @@ fn rows<const M: usize, const Q4: bool>(fmt: QFormat, k: usize, r: &[u8], x: Qx,
                         v128_load(p.add(i * k + b * QBLOCK + 16).cast()),
                     )
                 };
+                let (i0, i1) = block_sums::<Q4>(w, x0, x1, (offsets, (i * k + b * QBLOCK) / 4));
                 let dd = f32x4_splat(dw * dx[i * blocks + b]);
-                let s0 = f32x4_mul(dd, f32x4_convert_i32x4(dot16(lo, x0)));
-                let s1 = f32x4_mul(dd, f32x4_convert_i32x4(dot16(hi, x1)));
+                let s0 = f32x4_mul(dd, f32x4_convert_i32x4(i0));
+                let s1 = f32x4_mul(dd, f32x4_convert_i32x4(i1));
                 a[2 * cb] = f32x4_add(a[2 * cb], s0);
                 a[2 * cb + 1] = f32x4_add(a[2 * cb + 1], s1);
             }
