@@ -3,7 +3,8 @@
 // in one run (scripts/bench/browser_model.sh runs both when BENCH_NODE=1). Prints the wasm build that
 // ran, the load time, the task's phase timings and the wall time of load + task.
 //   node scripts/bench/node_model.mjs MODEL_DIR IMAGE
-//   node --experimental-wasm-relaxed-simd scripts/bench/node_model.mjs ...   (Node 20: the relaxed-SIMD build)
+// BENCH_WASM=relaxed forces the relaxed-SIMD build (the package picks it where its probe passes: Node 22;
+// Node 20 needs --experimental-wasm-relaxed-simd, a draft whose integer dot differs: fp16/fp32 only).
 // BENCH_TASK (<CAPTION>), BENCH_MAX (20 new tokens), BENCH_BEAMS (1), BENCH_DTYPE (fp16), BENCH_DEVICE
 // (wasm: the wasm's CPU backend; cpu: the native addon), BENCH_PKG (pkg: the package directory),
 // BENCH_PROFILE=1: a second task with `profile: true`, its ops' wall times summed per phase and op.
@@ -20,6 +21,9 @@ if (!modelDir || !image) {
 }
 const pkg = await import(pathToFileURL(path.resolve(ROOT, env("BENCH_PKG", "pkg"), "node.js")).href);
 const { Florence2 } = pkg;
+if (env("BENCH_WASM", "") === "relaxed") {
+  await pkg.init({ module_or_path: readFileSync(path.resolve(ROOT, env("BENCH_PKG", "pkg"), "florence2_wasm_relaxed_bg.wasm")) });
+}
 const t0 = performance.now();
 const model = await Florence2.load(path.resolve(modelDir), {
   device: env("BENCH_DEVICE", "wasm"),
@@ -32,7 +36,8 @@ const out = await model.runTask(readFileSync(image), env("BENCH_TASK", "<CAPTION
   numBeams: Number(env("BENCH_BEAMS", "1")),
 });
 const taskS = (performance.now() - t1) / 1000;
-const build = typeof pkg.wasmBuild === "function" ? pkg.wasmBuild() : "simd128 (no wasmBuild)";
+const build = env("BENCH_WASM", "") === "relaxed" ? "relaxed-simd (forced)"
+  : typeof pkg.wasmBuild === "function" ? pkg.wasmBuild() : "simd128 (no wasmBuild)";
 console.log(`node ${process.version}, device: ${out.memory?.device}, engine: ${out.memory?.engine}, wasm: ${build}`);
 console.log(`tokens: ${out.tokenIds?.length ?? "?"}  text: ${JSON.stringify(out.text).slice(0, 80)}`);
 for (const [k, v] of Object.entries(out.timings ?? {})) {
