@@ -11,6 +11,7 @@
 
 use std::array;
 
+pub use crate::cpu::mat::MatRef;
 use crate::cpu::par;
 use crate::error::{Error, Result};
 
@@ -33,52 +34,6 @@ pub const DEFAULT: Backend = if cfg!(target_arch = "wasm32") {
 } else {
     Backend::Gemm
 };
-
-/// A borrowed row-major matrix: `rows` rows of `cols` values, row r starting at `r * stride`.
-#[derive(Clone, Copy, Debug)]
-pub struct MatRef<'a> {
-    pub data: &'a [f32],
-    pub rows: usize,
-    pub cols: usize,
-    pub stride: usize,
-}
-
-impl<'a> MatRef<'a> {
-    /// A contiguous (rows, cols) matrix.
-    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
-        MatRef {
-            data,
-            rows,
-            cols,
-            stride: cols,
-        }
-    }
-
-    fn check(&self, op: &'static str, what: &str) -> Result<()> {
-        let need = match self.rows {
-            0 => 0,
-            r => (r - 1) * self.stride + self.cols,
-        };
-        if self.stride < self.cols || self.data.len() < need {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "{what}: {} rows of {} at stride {} do not fit {} values",
-                    self.rows,
-                    self.cols,
-                    self.stride,
-                    self.data.len()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    #[inline]
-    pub(crate) fn row(&self, r: usize) -> &'a [f32] {
-        &self.data[r * self.stride..r * self.stride + self.cols]
-    }
-}
 
 /// c[i, c0 + j] = sum_k a[i, k] * b[j, k] for a (M, K), b (N, K), c (M, ldc) with `c.len() == M * ldc`
 /// and c0 + N <= ldc; other columns of c are left as they are.

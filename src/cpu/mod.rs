@@ -28,6 +28,7 @@ pub mod host;
 pub mod lanes;
 pub mod layout;
 pub mod linear;
+pub mod mat;
 pub mod norm;
 pub mod packed;
 pub mod par;

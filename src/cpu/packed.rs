@@ -13,8 +13,8 @@
 //! the other GEMMs' by summation order (and by fusion where the engine fuses): within the tolerance the
 //! tests state against an f64 product.
 
-use crate::cpu::gemm::MatRef;
 use crate::cpu::lanes::V4;
+use crate::cpu::mat::MatRef;
 use crate::cpu::par;
 
 /// Microkernel rows and columns (two V4 per row).
