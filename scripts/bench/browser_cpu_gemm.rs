@@ -5,8 +5,9 @@
 //! with `+simd128,+relaxed-simd` (where the packed GEMM's multiply-add is `f32x4.relaxed_madd`).
 //!
 //! Timing: backends interleave sample by sample (a noisy neighbour hits all alike), after `WARM` calls
-//! each (V8 runs a function in its baseline tier until it has run enough to be optimized); the median
-//! of `REPS` is reported.
+//! each (V8 runs a function in its baseline tier until it has run enough to be optimized); a sample
+//! times enough calls for about 0.5 GFLOP (browsers coarsen `performance.now()`); the median of `REPS`
+//! is reported.
 #![cfg(target_arch = "wasm32")]
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
@@ -78,15 +79,16 @@ fn browser_cpu_gemm_bench() {
         for _ in 0..WARM {
             BACKENDS.iter().for_each(|&be| run(be));
         }
+        let flop = 2.0 * (m * n * k) as f64;
+        let calls = (5e8 / flop).ceil().max(1.0) as usize;
         let mut samples = vec![Vec::new(); BACKENDS.len()];
         for _ in 0..REPS {
             for (i, &be) in BACKENDS.iter().enumerate() {
                 let t0 = now_ms();
-                run(be);
-                samples[i].push(now_ms() - t0);
+                (0..calls).for_each(|_| run(be));
+                samples[i].push((now_ms() - t0) / calls as f64);
             }
         }
-        let flop = 2.0 * (m * n * k) as f64;
         let mut line = format!("{label:<18} {m:>4} {k:>5} {n:>5}");
         for mut s in samples {
             s.sort_by(|x, y| x.total_cmp(y));
