@@ -1,11 +1,12 @@
 //! CPU kernel benchmark (`cargo bench --bench cpu`): GEMM throughput of the CPU backend at
 //! Florence-2-base's linear shapes, the chosen path (`cpu::linear`, on the `gemm` crate) against the
 //! alternatives measured to choose it: the `gemm` crate called directly, `matrixmultiply` (threaded) and
-//! the portable blocked loop of `cpu::gemm` (the wasm fallback); `cpu::linear` with f16/q8/q4 weights
-//! (dequantized per panel); the decode GEMV per weight format (M = 1 and 3) with its weight bandwidth,
-//! q8/q4 with both dots (`QuantDot::Exact` and `QuantDot::Int8`);
-//! and the machine's ceilings measured in the same run: an AVX-512 (else AVX2) FMA loop on every
-//! thread (the arithmetic peak) and numpy/OpenBLAS GEMM (`python3 -c`, when numpy is installed).
+//! the portable blocked loop of `cpu::gemm` (wasm runs the packed GEMM instead:
+//! `scripts/bench/browser_cpu_gemm.sh`); `cpu::linear` with f16/q8/q4 weights (dequantized per panel);
+//! the decode GEMV per weight format (M = 1 and 3) with its weight bandwidth, q8/q4 with both dots
+//! (`QuantDot::Exact` and `QuantDot::Int8`); and the machine's ceilings measured in the same run: an
+//! AVX-512 (else AVX2) FMA loop on every thread (the arithmetic peak) and numpy/OpenBLAS GEMM
+//! (`python3 -c`, when numpy is installed).
 //!
 //! Every figure is a median of 5 samples taken round-robin over the variants of a shape (so load from
 //! other processes on this shared machine hits all of them alike), wall time, rayon's default threads
