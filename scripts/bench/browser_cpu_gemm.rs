@@ -12,6 +12,7 @@
 
 use florence2_wasm::cpu::gemm::{sgemm_nt_with, Backend, MatRef};
 use florence2_wasm::cpu::lanes::RELAXED;
+use florence2_wasm::gpu::tune::{Clock, WallClock};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -36,16 +37,6 @@ const BACKENDS: [Backend; 3] = [Backend::Gemm, Backend::Packed, Backend::Blocked
 
 fn log(s: &str) {
     web_sys::console::log_1(&s.into());
-}
-
-fn now_ms() -> f64 {
-    use wasm_bindgen::JsCast;
-    let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).unwrap();
-    let now: js_sys::Function = js_sys::Reflect::get(&perf, &"now".into())
-        .unwrap()
-        .dyn_into()
-        .unwrap();
-    now.call0(&perf).unwrap().as_f64().unwrap()
 }
 
 #[wasm_bindgen_test]
@@ -84,9 +75,9 @@ fn browser_cpu_gemm_bench() {
         let mut samples = vec![Vec::new(); BACKENDS.len()];
         for _ in 0..REPS {
             for (i, &be) in BACKENDS.iter().enumerate() {
-                let t0 = now_ms();
+                let t0 = WallClock.now_ms();
                 (0..calls).for_each(|_| run(be));
-                samples[i].push((now_ms() - t0) / calls as f64);
+                samples[i].push((WallClock.now_ms() - t0) / calls as f64);
             }
         }
         let mut line = format!("{label:<18} {m:>4} {k:>5} {n:>5}");

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use florence2_wasm::gpu::tune::{Clock, WallClock};
 use florence2_wasm::gpu::{DType, Device, DeviceOptions, Recorder, Tensor};
 use florence2_wasm::ops::matmul::{self, LinearVariant};
 use wasm_bindgen_test::*;
@@ -39,17 +40,6 @@ fn variants() -> Vec<LinearVariant> {
 
 fn log(s: &str) {
     web_sys::console::log_1(&s.into());
-}
-
-/// `performance.now()` (sub-millisecond), read through the global object.
-fn now_ms() -> f64 {
-    use wasm_bindgen::JsCast;
-    let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).unwrap();
-    let now: js_sys::Function = js_sys::Reflect::get(&perf, &"now".into())
-        .unwrap()
-        .dyn_into()
-        .unwrap();
-    now.call0(&perf).unwrap().as_f64().unwrap()
 }
 
 async fn finish(g: &Device) {
@@ -114,10 +104,10 @@ async fn browser_kernels_bench() {
             let mut samples = vec![Vec::new(); vs.len()];
             for _ in 0..REPS {
                 for (i, &v) in vs.iter().enumerate() {
-                    let t0 = now_ms();
+                    let t0 = WallClock.now_ms();
                     run(v);
                     finish(&g).await;
-                    samples[i].push(now_ms() - t0);
+                    samples[i].push(WallClock.now_ms() - t0);
                 }
             }
             let flop = 2.0 * (m * n * k) as f64;

@@ -1,5 +1,6 @@
 //! Per-dispatch GPU times from timestamp queries (`--profile`, `profile: true`), and on the CPU backend
-//! per-op wall times ([`crate::gpu::Recorder::host_op`], ops named `cpu:NAME`; [`clock_ms`]).
+//! per-op wall times ([`crate::gpu::Recorder::host_op`], ops named `cpu:NAME`, on the tuner's
+//! [`WallClock`]: `Instant` natively, `performance.now()` in wasm).
 //!
 //! With profiling on, every [`Recorder`](crate::gpu::Recorder) asks the GPU to write a timestamp at the
 //! beginning and end of each compute pass (each dispatch has its own pass), resolves them into a buffer
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::gpu::tune::{Clock, WallClock};
 use crate::gpu::{Device, Tensor};
 
 /// Timestamp queries per recorder (2 per dispatch). Dispatches past this are not timed (counted in
@@ -51,9 +53,8 @@ impl Profiler {
     /// Turn profiling on or off for recorders created from now on. Fails with [`Error::Limit`]-style
     /// [`Error::Gpu`] naming the missing feature when the device has no timestamp queries.
     pub fn enable(&self, gpu: &Device, on: bool) -> Result<()> {
-        // The CPU backend times its ops on the wall clock.
-        let host_timed = gpu.is_host() && clock_ms().is_some();
-        if on && !gpu.caps.timestamp_query && !host_timed {
+        // The CPU backend times its ops on the wall clock (`WallClock`).
+        if on && !gpu.caps.timestamp_query && !gpu.is_host() {
             return Err(Error::Gpu(format!(
                 "profiling needs the timestamp-query feature, which this adapter ({}) does not offer",
                 gpu.caps.adapter_name
@@ -157,33 +158,6 @@ pub(crate) struct HostProf {
     pub(crate) note: Option<String>,
 }
 
-/// Milliseconds on a monotonic wall clock: `Instant` natively, `performance.now()` in wasm (pages,
-/// workers and Node.js have it); None where the runtime has none.
-pub(crate) fn clock_ms() -> Option<f64> {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        Some(
-            START
-                .get_or_init(std::time::Instant::now)
-                .elapsed()
-                .as_secs_f64()
-                * 1e3,
-        )
-    }
-    #[cfg(target_arch = "wasm32")]
-    {
-        use wasm_bindgen::JsCast;
-        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok()?;
-        let now = js_sys::Reflect::get(&perf, &"now".into()).ok()?;
-        now.dyn_into::<js_sys::Function>()
-            .ok()?
-            .call0(&perf)
-            .ok()?
-            .as_f64()
-    }
-}
-
 /// [`Recorder::host_op`] timed: the run's wall time added to `gpu`'s profile under `p`'s labels.
 pub(crate) fn timed_host_op<T>(
     gpu: &Device,
@@ -192,12 +166,9 @@ pub(crate) fn timed_host_op<T>(
     operands: &[&Tensor],
     run: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    let t0 = clock_ms();
+    let t0 = WallClock.now_ms();
     let out = run()?;
-    let ms = match (t0, clock_ms()) {
-        (Some(t0), Some(t1)) => t1 - t0,
-        _ => return Ok(out),
-    };
+    let ms = WallClock.now_ms() - t0;
     let shape = p.note.take().unwrap_or_else(|| operand_shapes(operands));
     gpu.profiler.push(vec![ProfileEntry {
         phase: p.phase.clone(),
