@@ -13,6 +13,8 @@
 //! the other GEMMs' by summation order (and by fusion where the engine fuses): within the tolerance the
 //! tests state against an f64 product.
 
+use std::cell::RefCell;
+
 use crate::cpu::lanes::V4;
 use crate::cpu::mat::MatRef;
 use crate::cpu::par;
@@ -24,6 +26,11 @@ const NR: usize = 8;
 const KC: usize = 256;
 const MC: usize = 72;
 const NC: usize = 1024;
+
+thread_local! {
+    /// The A block this thread packs, kept across blocks and calls (one allocation per thread).
+    static A_PACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// One (KC, NC) block of B, packed, and where its products go.
 struct Block<'a> {
@@ -64,8 +71,15 @@ impl Block<'_> {
     fn rows(&self, a: MatRef, r0: usize, cc: &mut [f32]) {
         let (kc, ldc) = (self.kc, self.ldc);
         let rows = cc.len() / ldc;
-        let mut ap = Vec::new();
-        pack::<MR>(a, r0, rows, self.k0, kc, &mut ap);
+        A_PACK.with_borrow_mut(|ap| {
+            pack::<MR>(a, r0, rows, self.k0, kc, ap);
+            self.products(ap, rows, cc);
+        });
+    }
+
+    /// The products of the packed A block `ap` (`rows` rows) with the block's B, into `cc`.
+    fn products(&self, ap: &[f32], rows: usize, cc: &mut [f32]) {
+        let (kc, ldc) = (self.kc, self.ldc);
         let (bs, _) = self.bp.as_chunks::<NR>();
         let (as_, _) = ap.as_chunks::<MR>();
         for (s, bsl) in bs.chunks_exact(kc).enumerate() {
